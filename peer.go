@@ -1,0 +1,317 @@
+package balancer
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults are nginx's (ngx_http_upstream_server).
+const (
+	DefaultWeight      = 1
+	DefaultMaxFails    = 1
+	DefaultFailTimeout = 10 * time.Second
+)
+
+// Peer is one upstream server and the balancing state a picker keeps for it,
+// the same state nginx keeps per server:
+//
+//   - weight, the configured weight;
+//   - effective_weight, lowered by weight/max_fails on each failure (clamped
+//     at 0) and raised by one in each selection round in which the peer is
+//     eligible, back up to weight;
+//   - current_weight, the smooth round-robin state;
+//   - fails, the failure count that, at max_fails, takes the peer out for
+//     fail_timeout; the in-flight count (nginx's conns); the last failure
+//     ("accessed") and last check ("checked") times.
+//
+// Build a Peer with NewPeer and hand it to one picker; its configuration then
+// changes only through that picker's update methods. Reading a Peer (Addr,
+// Weight, State) is safe at any time, from any goroutine.
+//
+// The zero value is not usable; use NewPeer.
+type Peer struct {
+	addr        string
+	maxFails    int
+	failTimeout int64 // nanoseconds
+	maxConns    int64
+	backup      bool
+	configErr   error // the first bad PeerOption; reported when added
+
+	weight atomic.Int64
+	down   atomic.Bool
+	conns  atomic.Int64 // attempts picked and not yet reported
+
+	// Failure accounting. Written by the owning picker, under its lock or,
+	// for the probe claim, by compare-and-swap; read lock-free.
+	fails    atomic.Int64
+	accessed atomic.Int64 // unix nanoseconds of the last failure
+	checked  atomic.Int64 // unix nanoseconds of the last failure or probe
+
+	owner atomic.Pointer[peerSet]
+
+	// Guarded by owner.mu.
+	effectiveWeight int64
+	currentWeight   int64
+	index           int   // position in its list
+	added           int64 // unix nanoseconds when added, for warm-up
+
+	// Latency statistics for latency-aware pickers; guarded by owner.mu.
+	lat latencyStats
+}
+
+// A PeerOption sets one server parameter in NewPeer. Leaving an option out
+// gives nginx's default; passing it sets the value exactly, zero included,
+// which is how MaxFails(0) disables failure accounting as max_fails=0 does.
+type PeerOption func(*Peer)
+
+// Weight sets the peer's weight (nginx's weight=N). Default 1. Weight 0 is
+// allowed: such a peer is never chosen while another has weight.
+func Weight(w int) PeerOption {
+	return func(p *Peer) {
+		if w < 0 || w > MaxWeightSum {
+			p.fail(fmt.Errorf("balancer: peer %q: weight %d out of range [0, %d]: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig))
+			return
+		}
+		p.weight.Store(int64(w))
+	}
+}
+
+// MaxFails sets how many failures within FailTimeout take the peer out of
+// rotation for FailTimeout (nginx's max_fails=N). Default 1. MaxFails(0)
+// disables failure accounting: the peer is never taken out and its
+// effective weight never drops.
+func MaxFails(n int) PeerOption {
+	return func(p *Peer) {
+		if n < 0 {
+			p.fail(fmt.Errorf("balancer: peer %q: negative max_fails %d: %w", p.addr, n, ErrInvalidConfig))
+			return
+		}
+		p.maxFails = n
+	}
+}
+
+// FailTimeout sets both the window in which MaxFails failures must occur and
+// how long the peer then stays out (nginx's fail_timeout). Default 10s.
+func FailTimeout(d time.Duration) PeerOption {
+	return func(p *Peer) {
+		if d < 0 {
+			p.fail(fmt.Errorf("balancer: peer %q: negative fail_timeout %v: %w", p.addr, d, ErrInvalidConfig))
+			return
+		}
+		p.failTimeout = int64(d)
+	}
+}
+
+// MaxConns caps the peer's in-flight attempts (nginx's max_conns=N). Default
+// 0, unlimited.
+func MaxConns(n int) PeerOption {
+	return func(p *Peer) {
+		if n < 0 {
+			p.fail(fmt.Errorf("balancer: peer %q: negative max_conns %d: %w", p.addr, n, ErrInvalidConfig))
+			return
+		}
+		p.maxConns = int64(n)
+	}
+}
+
+// Backup marks a backup peer (nginx's backup): it is used only when no
+// primary peer is eligible.
+func Backup() PeerOption { return func(p *Peer) { p.backup = true } }
+
+// Down marks the peer permanently unavailable (nginx's down) until the
+// picker's SetDown brings it up.
+func Down() PeerOption { return func(p *Peer) { p.down.Store(true) } }
+
+// NewPeer returns a peer for addr with nginx's defaults changed by opts. A
+// bad option value is reported, naming the value, by the picker the peer is
+// given to; NewPeer itself never fails.
+func NewPeer(addr string, opts ...PeerOption) *Peer {
+	p := &Peer{
+		addr:        addr,
+		maxFails:    DefaultMaxFails,
+		failTimeout: int64(DefaultFailTimeout),
+	}
+	p.weight.Store(DefaultWeight)
+	if addr == "" {
+		p.fail(fmt.Errorf("balancer: empty peer address: %w", ErrInvalidConfig))
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	p.effectiveWeight = p.weight.Load()
+	return p
+}
+
+func (p *Peer) fail(err error) {
+	if p.configErr == nil {
+		p.configErr = err
+	}
+}
+
+// Addr returns the address the peer was created with.
+func (p *Peer) Addr() string { return p.addr }
+
+// String returns the peer's address.
+func (p *Peer) String() string { return p.addr }
+
+// Weight returns the configured weight.
+func (p *Peer) Weight() int { return int(p.weight.Load()) }
+
+// MaxFails returns max_fails; 0 means failure accounting is off.
+func (p *Peer) MaxFails() int { return p.maxFails }
+
+// FailTimeout returns fail_timeout.
+func (p *Peer) FailTimeout() time.Duration { return time.Duration(p.failTimeout) }
+
+// MaxConns returns max_conns; 0 means unlimited.
+func (p *Peer) MaxConns() int { return int(p.maxConns) }
+
+// IsBackup reports whether the peer is a backup peer.
+func (p *Peer) IsBackup() bool { return p.backup }
+
+// IsDown reports whether the peer is marked down.
+func (p *Peer) IsDown() bool { return p.down.Load() }
+
+// InFlight returns the number of attempts picked and not yet reported.
+func (p *Peer) InFlight() int { return int(p.conns.Load()) }
+
+// PeerState is a snapshot of a peer's balancing state.
+type PeerState struct {
+	Weight          int
+	EffectiveWeight int
+	CurrentWeight   int
+	Fails           int
+	InFlight        int
+	Down            bool
+	Accessed        time.Time // last failure; zero if none
+	Checked         time.Time // last failure or probe; zero if none
+}
+
+// State returns a consistent snapshot of the peer's state. It takes the
+// owning picker's lock briefly, so it is safe while other goroutines pick.
+func (p *Peer) State() PeerState {
+	if s := p.owner.Load(); s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	return PeerState{
+		Weight:          int(p.weight.Load()),
+		EffectiveWeight: int(p.effectiveWeight),
+		CurrentWeight:   int(p.currentWeight),
+		Fails:           int(p.fails.Load()),
+		InFlight:        int(p.conns.Load()),
+		Down:            p.down.Load(),
+		Accessed:        unixTime(p.accessed.Load()),
+		Checked:         unixTime(p.checked.Load()),
+	}
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// failed reports whether the peer is inside its fail window at now: it has
+// max_fails failures and the last failure or probe was at most fail_timeout
+// ago (RR.c 736). Like nginx we compare with <=, so a peer that failed at t
+// with fail_timeout 10s stays out through t+10s; nginx reads whole seconds,
+// this reads the injected clock at full resolution.
+func (p *Peer) failed(now int64) bool {
+	return p.maxFails != 0 && p.fails.Load() >= int64(p.maxFails) &&
+		now-p.checked.Load() <= p.failTimeout
+}
+
+// full reports whether the peer is at its max_conns limit.
+func (p *Peer) full() bool {
+	return p.maxConns != 0 && p.conns.Load() >= p.maxConns
+}
+
+// available reports whether the peer may be chosen at now, not counting a
+// request's tried set: nginx's eligibility test, RR.c 732-743.
+func (p *Peer) available(now int64) bool {
+	return !p.down.Load() && !p.failed(now) && !p.full()
+}
+
+// checkLocked starts a new fail_timeout window when a peer whose window has
+// passed is selected: this selection is the probe, and if it fails too the
+// peer is out for another fail_timeout (RR.c 774). Requires the owner's lock.
+func (p *Peer) checkLocked(now int64) {
+	if now-p.checked.Load() > p.failTimeout {
+		p.checked.Store(now)
+	}
+}
+
+// claimProbe is checkLocked for lock-free pickers. When the peer's window has
+// passed and it is eligible only as a probe, concurrent pickers race for the
+// probe by compare-and-swap and the losers report false and look elsewhere.
+func (p *Peer) claimProbe(now int64) bool {
+	for {
+		c := p.checked.Load()
+		if now-c <= p.failTimeout {
+			// Inside the window: a probe is claimed only past it, so this
+			// peer is eligible only because it is below max_fails.
+			return !p.failed(now)
+		}
+		if p.checked.CompareAndSwap(c, now) {
+			return true
+		}
+	}
+}
+
+// failLocked applies a failed attempt (RR.c 819-839): fails++, both times set
+// to now, and effective_weight lowered by weight/max_fails in integer
+// division, clamped at 0. Requires the owner's lock.
+func (p *Peer) failLocked(now int64) {
+	p.fails.Add(1)
+	p.accessed.Store(now)
+	p.checked.Store(now)
+	if p.maxFails != 0 {
+		p.effectiveWeight -= p.weight.Load() / int64(p.maxFails)
+		if p.effectiveWeight < 0 {
+			p.effectiveWeight = 0
+		}
+	}
+}
+
+// succeedLocked applies a successful attempt (RR.c 847): the failure count is
+// cleared only when the peer has been checked since its last failure, that
+// is, when this success answers a probe. Requires the owner's lock.
+func (p *Peer) succeedLocked() {
+	if p.accessed.Load() < p.checked.Load() {
+		p.fails.Store(0)
+	}
+}
+
+// needsLockOnSuccess reports whether a success on p can change more than the
+// in-flight count, so that a lock-free Done can skip the lock.
+func (p *Peer) needsLockOnSuccess() bool { return p.fails.Load() != 0 }
+
+// release ends one in-flight attempt and reports whether there was one.
+func (p *Peer) release() bool {
+	for {
+		c := p.conns.Load()
+		if c <= 0 {
+			return false
+		}
+		if p.conns.CompareAndSwap(c, c-1) {
+			return true
+		}
+	}
+}
+
+// checkWeightSum returns an error if the weights of peers overflow MaxWeightSum.
+func checkWeightSum(peers []*Peer) error {
+	var sum int64
+	for _, p := range peers {
+		sum += p.weight.Load()
+		if sum > MaxWeightSum {
+			return fmt.Errorf("balancer: weights sum past %d at peer %q: %w", MaxWeightSum, p.addr, ErrInvalidConfig)
+		}
+	}
+	return nil
+}

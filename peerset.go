@@ -1,0 +1,226 @@
+package balancer
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// peerList is an immutable snapshot of a picker's peers, replaced whole on
+// every change so that lock-free pickers can read it with one atomic load.
+type peerList struct {
+	primary []*Peer
+	backup  []*Peer
+	gen     uint64
+	tries   int  // peers not down, both lists: nginx's pc->tries
+	single  bool // one primary and no backup: nginx's peers->single
+}
+
+func (l *peerList) empty() bool { return len(l.primary)+len(l.backup) == 0 }
+
+// peerSet holds a picker's peers and implements the update methods every
+// picker shares. Its exported methods are promoted into each picker.
+type peerSet struct {
+	mu   sync.Mutex // serializes changes; the smooth pickers pick under it too
+	list atomic.Pointer[peerList]
+	now  func() int64
+	gen  uint64 // guarded by mu
+
+	// changed runs with mu held after every change, so a picker can
+	// rebuild what it derives from the peer list.
+	changed func(*peerList)
+}
+
+func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
+	clock := cfg.now
+	s.now = func() int64 { return clock().UnixNano() }
+	s.changed = changed
+	s.list.Store(&peerList{})
+	return s.Add(peers...)
+}
+
+// load returns the current peer list.
+func (s *peerSet) load() *peerList { return s.list.Load() }
+
+// Peers returns the picker's peers, primaries then backups, in the order
+// they were added.
+func (s *peerSet) Peers() []*Peer {
+	l := s.load()
+	return append(slices.Clip(l.primary), l.backup...)
+}
+
+// Add adds peers to the picker. It checks every peer first and adds none if
+// one is invalid: a bad option value (ErrInvalidConfig), an address already
+// present (ErrDuplicatePeer), a peer that belongs to a picker
+// (ErrPeerInUse), or weights whose sum would pass MaxWeightSum. The peers
+// already present keep their state, but the smooth sequence restarts: every
+// current weight goes back to 0, as on an nginx reload.
+func (s *peerSet) Add(peers ...*Peer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.load()
+	seen := make(map[string]bool, len(old.primary)+len(old.backup)+len(peers))
+	for _, p := range old.primary {
+		seen[p.addr] = true
+	}
+	for _, p := range old.backup {
+		seen[p.addr] = true
+	}
+	for _, p := range peers {
+		switch {
+		case p == nil:
+			return fmt.Errorf("balancer: nil peer: %w", ErrInvalidConfig)
+		case p.configErr != nil:
+			return p.configErr
+		case p.owner.Load() != nil:
+			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
+		case seen[p.addr]:
+			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrDuplicatePeer)
+		}
+		seen[p.addr] = true
+	}
+	all := append(append(slices.Clip(old.primary), old.backup...), peers...)
+	if err := checkWeightSum(all); err != nil {
+		return err
+	}
+	now := s.now()
+	for _, p := range peers {
+		p.owner.Store(s)
+		p.effectiveWeight = p.weight.Load()
+		p.added = now
+	}
+	s.publishLocked(all)
+	return nil
+}
+
+// Remove takes p out of the picker. Attempts on p still in flight can no
+// longer be reported (Done returns ErrUnknownPeer); p may be added to a
+// picker again. It returns ErrUnknownPeer if the picker does not hold p.
+func (s *peerSet) Remove(p *Peer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ownsLocked(p); err != nil {
+		return err
+	}
+	old := s.load()
+	all := make([]*Peer, 0, len(old.primary)+len(old.backup))
+	for _, q := range append(slices.Clip(old.primary), old.backup...) {
+		if q != p {
+			all = append(all, q)
+		}
+	}
+	p.owner.Store(nil)
+	p.currentWeight = 0
+	s.publishLocked(all)
+	return nil
+}
+
+// SetWeight changes p's weight. Its effective weight is reset to the new
+// weight; as with Add, the smooth sequence restarts. A weight out of
+// [0, MaxWeightSum] or one that makes the sum overflow is rejected with
+// ErrInvalidConfig and changes nothing.
+func (s *peerSet) SetWeight(p *Peer, w int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ownsLocked(p); err != nil {
+		return err
+	}
+	if w < 0 || w > MaxWeightSum {
+		return fmt.Errorf("balancer: peer %q: weight %d out of range [0, %d]: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
+	}
+	l := s.load()
+	var sum int64
+	for _, q := range append(slices.Clip(l.primary), l.backup...) {
+		if q != p {
+			sum += q.weight.Load()
+		}
+	}
+	if sum+int64(w) > MaxWeightSum {
+		return fmt.Errorf("balancer: peer %q: weight %d makes the sum pass %d: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
+	}
+	p.weight.Store(int64(w))
+	p.effectiveWeight = int64(w)
+	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
+	return nil
+}
+
+// SetDown marks p down (never chosen) or brings it back up, like editing
+// nginx's down flag and reloading. The smooth sequence restarts.
+func (s *peerSet) SetDown(p *Peer, down bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.ownsLocked(p); err != nil {
+		return err
+	}
+	p.down.Store(down)
+	l := s.load()
+	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
+	return nil
+}
+
+func (s *peerSet) ownsLocked(p *Peer) error {
+	if p == nil {
+		return fmt.Errorf("balancer: nil peer: %w", ErrUnknownPeer)
+	}
+	if p.owner.Load() != s {
+		return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrUnknownPeer)
+	}
+	return nil
+}
+
+// publishLocked builds and stores a new list from all, in order, and lets the
+// picker rebuild. Requires s.mu.
+func (s *peerSet) publishLocked(all []*Peer) {
+	s.gen++
+	l := &peerList{gen: s.gen}
+	for _, p := range all {
+		p.currentWeight = 0
+		if p.backup {
+			p.index = len(l.backup)
+			l.backup = append(l.backup, p)
+		} else {
+			p.index = len(l.primary)
+			l.primary = append(l.primary, p)
+		}
+		if !p.down.Load() {
+			l.tries++
+		}
+	}
+	l.single = len(l.primary) == 1 && len(l.backup) == 0
+	s.list.Store(l)
+	if s.changed != nil {
+		s.changed(l)
+	}
+}
+
+// release validates a report on p and ends its in-flight attempt.
+func (s *peerSet) release(p *Peer, o Outcome) error {
+	if p == nil || p.owner.Load() != s {
+		if p == nil {
+			return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
+		}
+		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
+	}
+	if o.Latency < 0 {
+		return fmt.Errorf("balancer: Done(%q): latency %v: %w", p.addr, o.Latency, ErrInvalidLatency)
+	}
+	if !p.release() {
+		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrNotInFlight)
+	}
+	return nil
+}
+
+// doneLocked applies an outcome to nginx's failure accounting (RR.c
+// 783-863), including the single-peer rule: with one server nginx ignores
+// max_fails and any report clears its failures. Requires s.mu.
+func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
+	switch {
+	case l.single && !p.backup:
+		p.fails.Store(0)
+	case o.Failed:
+		p.failLocked(s.now())
+	default:
+		p.succeedLocked()
+	}
+}
