@@ -193,14 +193,21 @@ type PeerState struct {
 // State returns a consistent snapshot of the peer's state. It takes the
 // owning picker's lock briefly, so it is safe while other goroutines pick.
 func (p *Peer) State() PeerState {
+	cw := p.currentWeight
 	if s := p.owner.Load(); s != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		cw = p.currentWeight
+		if s.currentWeight != nil {
+			if v, ok := s.currentWeight(p); ok {
+				cw = v
+			}
+		}
 	}
 	return PeerState{
 		Weight:          int(p.weight.Load()),
 		EffectiveWeight: int(p.effectiveWeight),
-		CurrentWeight:   int(p.currentWeight),
+		CurrentWeight:   int(cw),
 		Fails:           int(p.fails.Load()),
 		InFlight:        int(p.conns.Load()),
 		Down:            p.down.Load(),

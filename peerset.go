@@ -30,6 +30,10 @@ type peerSet struct {
 	// changed runs with mu held after every change, so a picker can
 	// rebuild what it derives from the peer list.
 	changed func(*peerList)
+
+	// currentWeight, if set, returns a peer's current weight where the
+	// picker keeps it implicitly (SmoothWRR's cycle). Runs with mu held.
+	currentWeight func(*Peer) (int64, bool)
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {

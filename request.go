@@ -30,8 +30,9 @@ func (r *Request) Reset() {
 func (r *Request) Attempts() int { return r.attempts }
 
 // begin prepares r for a pick over list l and reports whether another attempt
-// is allowed. The first attempt fixes the bound on tries: the number of peers
-// that are not down, primaries and backups together (nginx's pc->tries). If
+// is allowed. The first attempt is always allowed, as nginx always asks for a
+// first peer, and fixes the bound on retries: the number of peers that are
+// not down, primaries and backups together (nginx's pc->tries). If
 // the peer list changed since the previous attempt, the tried bits no longer
 // name the same peers, so they are forgotten; the bound still holds.
 func (r *Request) begin(l *peerList) bool {
@@ -42,7 +43,7 @@ func (r *Request) begin(l *peerList) bool {
 		r.clearTried()
 		r.gen = l.gen
 	}
-	return r.attempts < r.limit
+	return r.attempts == 0 || r.attempts < r.limit
 }
 
 // fresh reports whether r has not made an attempt yet (a nil r is fresh).

@@ -62,6 +62,7 @@ func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 		return nil, err
 	}
 	s := &SmoothWRR{}
+	s.currentWeight = s.impliedLocked
 	if err := s.init(peers, cfg, s.changedLocked); err != nil {
 		return nil, err
 	}
@@ -216,6 +217,23 @@ func (s *SmoothWRR) closeLocked() {
 	for i, p := range c.list.primary {
 		p.currentWeight = int64(k)*c.weights[i] - int64(c.w)*c.counts[i]
 	}
+}
+
+// impliedLocked returns p's current weight while the cycle stands for it,
+// by the formula closeLocked uses, in O(W).
+func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
+	c := s.cycle.Load()
+	if c == nil || p.backup || c.list.primary[p.index] != p {
+		return 0, false
+	}
+	k := c.ctr.Load() % c.w
+	var picked int64
+	for _, i := range c.seq[:k] {
+		if int(i) == p.index {
+			picked++
+		}
+	}
+	return int64(k)*c.weights[p.index] - int64(c.w)*picked, true
 }
 
 // maybeOpenLocked starts serving from the cycle when the exact state is the

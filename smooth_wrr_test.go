@@ -1,0 +1,413 @@
+package balancer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeClock is a settable clock for tests; it never moves by itself.
+type fakeClock struct{ t time.Time }
+
+func newFakeClock() *fakeClock           { return &fakeClock{t: time.Unix(100, 0)} }
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+
+// weighted returns peers named a, b, c... with the given weights.
+func weighted(ws ...int) []*Peer {
+	ps := make([]*Peer, len(ws))
+	for i, w := range ws {
+		ps[i] = NewPeer(string(rune('a'+i)), Weight(w))
+	}
+	return ps
+}
+
+// picks returns n picks, each reported as a success.
+func picks(t *testing.T, p Picker, n int) string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		peer, err := p.Pick(nil)
+		require.NoError(t, err)
+		require.NoError(t, p.Done(peer, Outcome{}))
+		out[i] = peer.Addr()
+	}
+	return strings.Join(out, " ")
+}
+
+func TestSmoothWRR_golden(t *testing.T) {
+	// Sequences from nginx.md section 1 (checked there against nginx's own
+	// selection function) and the commit message that introduced smooth
+	// WRR; two periods each.
+	tests := []struct {
+		name    string
+		weights []int
+		want    string
+	}{
+		{"5-1-1", []int{5, 1, 1}, "a a b a c a a a a b a c a a"},
+		{"5-1-2", []int{5, 1, 2}, "a c a a b a c a a c a a b a c a"},
+		{"equal", []int{1, 1, 1}, "a b c a b c"},
+		{"3-2-1", []int{3, 2, 1}, "a b a c b a a b a c b a"},
+		{"1-2-3", []int{1, 2, 3}, "c b a c b c c b a c b c"},
+		{"4-3-2-1", []int{4, 3, 2, 1}, "a b c a b d a c b a a b c a b d a c b a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewSmoothWRR(weighted(tt.weights...))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, picks(t, s, len(strings.Fields(tt.want))))
+		})
+	}
+}
+
+func TestSmoothWRR_currentWeights(t *testing.T) {
+	// The {5,1,2} trace of nginx.md section 1: current weights after each
+	// pick ("after -=total").
+	want := [][]int{{-3, 1, 2}, {2, 2, -4}, {-1, 3, -2}, {-4, 4, 0}, {1, -3, 2}, {-2, -2, 4}, {3, -1, -2}, {0, 0, 0}}
+	s, err := NewSmoothWRR(weighted(5, 1, 2))
+	require.NoError(t, err)
+	var r Request
+	for step, cw := range want {
+		r.Reset()
+		// A request that is not fresh forces the exact scan, so the
+		// current weights are real, not implied by a cycle position.
+		r.attempts, r.limit = 1, 10
+		p, err := s.Pick(&r)
+		require.NoError(t, err)
+		require.NoError(t, s.Done(p, Outcome{}))
+		got := make([]int, 3)
+		for i, q := range s.Peers() {
+			got[i] = q.State().CurrentWeight
+		}
+		assert.Equal(t, cw, got, "step %d", step)
+	}
+}
+
+// TestSmoothWRR_recovery replays nginx.md section 2, scenario A: {5,1,1}
+// with max_fails=2 on a frozen clock.
+func TestSmoothWRR_recovery(t *testing.T) {
+	clk := newFakeClock()
+	a := NewPeer("a", Weight(5), MaxFails(2))
+	s, err := NewSmoothWRR([]*Peer{a, NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}, WithClock(clk.now))
+	require.NoError(t, err)
+	var r Request
+	p, err := s.Pick(&r)
+	require.NoError(t, err)
+	assert.Equal(t, "a", p.Addr())
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+	st := a.State()
+	assert.Equal(t, 3, st.EffectiveWeight, "5 - 5/2")
+	assert.Equal(t, 1, st.Fails)
+	// The retry excludes a; b and c tie at current weight 2 and b, first
+	// in order, wins.
+	p, err = s.Pick(&r)
+	require.NoError(t, err)
+	assert.Equal(t, "b", p.Addr())
+	require.NoError(t, s.Done(p, Outcome{}))
+	assert.Equal(t, "c a a b a a c a a a b a", picks(t, s, 12))
+	assert.Equal(t, 5, a.State().EffectiveWeight)
+}
+
+// TestSmoothWRR_failWindow replays nginx.md section 2, scenario C: a fails
+// at t=100 with fail_timeout 10s, is out through t=110, eligible again at
+// t=111 with effective weight 0, and picked as the probe at t=112.
+func TestSmoothWRR_failWindow(t *testing.T) {
+	clk := newFakeClock()
+	a, b := NewPeer("a"), NewPeer("b")
+	s, err := NewSmoothWRR([]*Peer{a, b}, WithClock(clk.now))
+	require.NoError(t, err)
+	p, err := s.Pick(nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", p.Addr())
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+
+	for clk.t.Unix() <= 110 {
+		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.t.Unix())
+		clk.add(time.Second)
+	}
+	// t=111: eligible, but effective weight 0 then 1 loses two rounds.
+	assert.Equal(t, "b b", picks(t, s, 2))
+	clk.add(time.Second)
+	p, err = s.Pick(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "a", p.Addr(), "probe at t=112")
+	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	require.NoError(t, s.Done(p, Outcome{}))
+	assert.Equal(t, 0, a.State().Fails, "a successful probe clears fails")
+}
+
+func TestSmoothWRR_singlePeer(t *testing.T) {
+	// nginx's single-server rule: max_fails is ignored and a report clears
+	// failures, so the peer is never taken out.
+	a := NewPeer("a")
+	s, err := NewSmoothWRR([]*Peer{a})
+	require.NoError(t, err)
+	for range 3 {
+		p, err := s.Pick(nil)
+		require.NoError(t, err)
+		require.NoError(t, s.Done(p, Outcome{Failed: true}))
+		assert.Equal(t, 0, a.State().Fails)
+	}
+	var r Request
+	_, err = s.Pick(&r)
+	require.NoError(t, err)
+	_, err = s.Pick(&r)
+	assert.ErrorIs(t, err, ErrTriesExhausted, "one server, one try")
+
+	require.NoError(t, s.SetDown(a, true))
+	_, err = s.Pick(nil)
+	assert.ErrorIs(t, err, ErrNoLivePeer)
+}
+
+// TestSmoothWRR_matchesModel drives SmoothWRR and an independent, literal
+// model of nginx's round-robin module (ngxModel, below) with the same random
+// operations (picks with retries, failures, successes, the clock moving)
+// and checks that every pick and every peer's state agree. This covers the
+// switches between the precomputed cycle and the exact scan.
+func TestSmoothWRR_matchesModel(t *testing.T) {
+	for seed := range uint64(300) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			clk := newFakeClock()
+			n := 1 + rng.IntN(6)
+			var peers []*Peer
+			model := &ngxModel{}
+			for i := range n {
+				w, mf, ft := 1+rng.IntN(6), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+				backup := i > 0 && rng.IntN(5) == 0
+				down := rng.IntN(8) == 0
+				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
+				if backup {
+					opts = append(opts, Backup())
+				}
+				if down {
+					opts = append(opts, Down())
+				}
+				addr := string(rune('a' + i))
+				peers = append(peers, NewPeer(addr, opts...))
+				model.add(addr, w, mf, int64(ft), backup, down)
+			}
+			if len(model.primary) == 0 {
+				t.Skip("no primary")
+			}
+			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			byAddr := map[string]*Peer{}
+			for _, p := range peers {
+				byAddr[p.Addr()] = p
+			}
+			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
+			for step := range 200 {
+				if rng.IntN(10) == 0 {
+					clk.add(time.Duration(rng.IntN(3)) * time.Second)
+				}
+				now := clk.t.UnixNano()
+				var r Request
+				model.begin()
+				for {
+					want := model.pick(now)
+					got, err := s.Pick(&r)
+					if want == nil {
+						require.Error(t, err, "step %d: model found no peer", step)
+						if model.exhausted() {
+							assert.ErrorIs(t, err, ErrTriesExhausted)
+						} else {
+							assert.ErrorIs(t, err, ErrNoLivePeer)
+						}
+						break
+					}
+					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
+					require.Equal(t, want.addr, got.Addr(), "step %d", step)
+					failed := rng.Float64() < failProb
+					model.free(want, failed, now)
+					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
+					if !failed {
+						break
+					}
+				}
+				// nginx's invariant: each scan hands out what it takes back,
+				// so the current weights always sum to zero.
+				sum := 0
+				for _, m := range model.all() {
+					st := byAddr[m.addr].State()
+					sum += st.CurrentWeight
+					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
+					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
+					if !model.single {
+						require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+					}
+				}
+				require.Zero(t, sum, "step %d", step)
+			}
+		})
+	}
+}
+
+// ngxModel is a literal transcription of nginx 1.22's round-robin peer
+// selection and accounting (nginx.md sections 1-4), kept as plain as
+// possible: no cycle, no atomics, no sharing with the code under test.
+type ngxModel struct {
+	primary, backup []*ngxPeer
+	single          bool
+	// per request
+	tried     map[*ngxPeer]bool
+	onBackup  bool
+	tries     int
+	triesLeft int
+}
+
+type ngxPeer struct {
+	addr                     string
+	w, ew, cw                int64
+	maxFails                 int64
+	failTimeout              int64
+	fails, accessed, checked int64
+	backup, down             bool
+}
+
+func (m *ngxModel) add(addr string, w, mf int, ft int64, backup, down bool) {
+	p := &ngxPeer{addr: addr, w: int64(w), ew: int64(w), maxFails: int64(mf), failTimeout: ft, backup: backup, down: down}
+	if backup {
+		m.backup = append(m.backup, p)
+	} else {
+		m.primary = append(m.primary, p)
+	}
+	m.single = len(m.primary) == 1 && len(m.backup) == 0
+}
+
+func (m *ngxModel) all() []*ngxPeer { return append(append([]*ngxPeer{}, m.primary...), m.backup...) }
+
+func (m *ngxModel) begin() {
+	m.tried = map[*ngxPeer]bool{}
+	m.onBackup = false
+	m.tries = 0
+	for _, p := range m.all() {
+		if !p.down {
+			m.tries++
+		}
+	}
+	m.triesLeft = m.tries
+}
+
+// exhausted reports whether nginx would stop retrying: ngx_http_upstream_next
+// checks tries before it asks for another peer, never before the first.
+func (m *ngxModel) exhausted() bool { return m.triesLeft <= 0 && m.triesLeft != m.tries }
+
+func (m *ngxModel) pick(now int64) *ngxPeer {
+	if m.exhausted() {
+		return nil
+	}
+	if m.single {
+		p := m.primary[0]
+		if p.down {
+			return nil
+		}
+		m.triesLeft--
+		return p
+	}
+	var p *ngxPeer
+	if !m.onBackup {
+		p = m.getPeer(m.primary, now)
+		if p == nil && len(m.backup) > 0 {
+			m.onBackup = true
+			m.tried = map[*ngxPeer]bool{}
+		}
+	}
+	if p == nil && m.onBackup {
+		p = m.getPeer(m.backup, now)
+	}
+	if p != nil {
+		m.tried[p] = true
+		m.triesLeft--
+	}
+	return p
+}
+
+func (m *ngxModel) getPeer(peers []*ngxPeer, now int64) *ngxPeer {
+	var best *ngxPeer
+	var total int64
+	for _, p := range peers {
+		if m.tried[p] || p.down {
+			continue
+		}
+		if p.maxFails != 0 && p.fails >= p.maxFails && now-p.checked <= p.failTimeout {
+			continue
+		}
+		p.cw += p.ew
+		total += p.ew
+		if p.ew < p.w {
+			p.ew++
+		}
+		if best == nil || p.cw > best.cw {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	best.cw -= total
+	if now-best.checked > best.failTimeout {
+		best.checked = now
+	}
+	return best
+}
+
+func (m *ngxModel) free(p *ngxPeer, failed bool, now int64) {
+	if m.single {
+		p.fails = 0
+		return
+	}
+	if failed {
+		p.fails++
+		p.accessed, p.checked = now, now
+		if p.maxFails != 0 {
+			p.ew -= p.w / p.maxFails
+		}
+		if p.ew < 0 {
+			p.ew = 0
+		}
+		return
+	}
+	if p.accessed < p.checked {
+		p.fails = 0
+	}
+}
+
+// TestSmoothWRR_period checks nginx's period property on random weights:
+// from a fresh start every W = Σweight picks give each peer exactly its
+// weight, and the current weights are all back at zero.
+func TestSmoothWRR_period(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		n := 1 + rng.IntN(12)
+		ws := make([]int, n)
+		total := 0
+		for i := range ws {
+			ws[i] = 1 + rng.IntN(20)
+			total += ws[i]
+		}
+		peers := weighted(ws...)
+		s, err := NewSmoothWRR(peers)
+		require.NoError(t, err)
+		for round := range 3 {
+			count := map[*Peer]int{}
+			for range total {
+				p, err := s.Pick(nil)
+				require.NoError(t, err)
+				count[p]++
+				require.NoError(t, s.Done(p, Outcome{}))
+			}
+			for i, p := range peers {
+				require.Equal(t, ws[i], count[p], "weights %v round %d peer %s", ws, round, p)
+			}
+		}
+		for _, p := range peers {
+			require.Zero(t, p.State().CurrentWeight, "weights %v", ws)
+		}
+	}
+}
