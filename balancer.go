@@ -97,6 +97,7 @@ type config struct {
 	now    func() time.Time
 	src    rand.Source
 	warmup time.Duration
+	lat    latencyConfig // latency-aware pickers' tuning; see latency.go
 	set    optionSet
 }
 
@@ -106,6 +107,8 @@ const (
 	optClock optionSet = 1 << iota
 	optRand
 	optWarmup
+	optLatency // WithDecay, WithFailurePenalty
+	optFastest // WithBand, WithExponent, WithFloor
 )
 
 func (s optionSet) String() string {
@@ -116,6 +119,10 @@ func (s optionSet) String() string {
 		return "WithRand"
 	case optWarmup:
 		return "WithWarmup"
+	case optLatency:
+		return "WithDecay/WithFailurePenalty"
+	case optFastest:
+		return "WithBand/WithExponent/WithFloor"
 	}
 	return fmt.Sprintf("option(%d)", uint8(s))
 }
@@ -133,7 +140,7 @@ func newConfig(picker string, allowed optionSet, opts []Option) (config, error) 
 		}
 		o.apply(&c)
 	}
-	for bit := optionSet(1); bit != 0 && bit <= optWarmup; bit <<= 1 {
+	for bit := optionSet(1); bit != 0 && bit <= optFastest; bit <<= 1 {
 		if c.set&bit != 0 && allowed&bit == 0 {
 			return c, fmt.Errorf("balancer: %s does not use %v: %w", picker, bit, ErrInvalidConfig)
 		}

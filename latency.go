@@ -1,8 +1,175 @@
 package balancer
 
-// latencyStats is the per-peer latency state of the latency-aware pickers
-// (FastestFirst, P2CPeakEWMA). Guarded by the owning picker's lock.
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Latency machinery shared by the latency-aware pickers, P2CPeakEWMA and
+// FastestFirst: Finagle's peak EWMA (PeakEwma.scala, ported to tower's
+// load::PeakEwma and used by Linkerd) on the injected clock, the penalty
+// latency that keeps a fast failure from looking fast, and the options that
+// tune both.
+
+// Defaults of the latency options.
+const (
+	// DefaultDecay is the peak EWMA's decay time τ: Finagle's
+	// p2cPeakEwma(decayTime = 10 s), Linkerd's EWMA_DECAY and the default
+	// decay_time of Envoy's Peak EWMA all use 10 s.
+	DefaultDecay = 10 * time.Second
+
+	// DefaultFailurePenalty is the least latency a failed attempt counts
+	// as: the 5 s default of Linkerd's load biaser, which records a
+	// penalty instead of the real latency of a failed or rate-limited
+	// response unless the real one is higher.
+	DefaultFailurePenalty = 5 * time.Second
+)
+
+// latencyConfig holds the latency options. A field whose bit in given is
+// clear takes the picker's default.
+type latencyConfig struct {
+	decay    time.Duration
+	penalty  time.Duration
+	band     float64
+	exponent float64
+	floor    int
+	given    latencyKnob
+}
+
+type latencyKnob uint8
+
+const (
+	knobDecay latencyKnob = 1 << iota
+	knobPenalty
+	knobBand
+	knobExponent
+	knobFloor
+)
+
+// WithDecay sets the decay time τ of the peak EWMA of latency: a sample
+// older by Δt weighs exp(−Δt/τ) as much as a new one, so an estimate
+// forgets a peak in a few τ. A shorter τ follows changes faster and
+// readmits a recovered peer sooner; a longer one is steadier. It must be
+// positive. Default: DefaultDecay for P2CPeakEWMA, DefaultFastestDecay for
+// FastestFirst, the two pickers that accept it.
+func WithDecay(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.lat.decay, c.lat.given = d, c.lat.given|knobDecay
+		c.set |= optLatency
+	})
+}
+
+// WithFailurePenalty sets the least latency a failed attempt counts as, so
+// that a peer that fails fast never looks fast: a failure enters the peak
+// EWMA as max(its latency, d). It must be positive. Default:
+// DefaultFailurePenalty. P2CPeakEWMA and FastestFirst accept it.
+func WithFailurePenalty(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.lat.penalty, c.lat.given = d, c.lat.given|knobPenalty
+		c.set |= optLatency
+	})
+}
+
+// checkShared validates the options both latency-aware pickers accept and
+// fills in their defaults, decay being the picker's own.
+func (c *latencyConfig) checkShared(picker string, decay time.Duration) error {
+	if c.given&knobDecay == 0 {
+		c.decay = decay
+	} else if c.decay <= 0 {
+		return fmt.Errorf("balancer: %s: WithDecay(%v): not positive: %w", picker, c.decay, ErrInvalidConfig)
+	}
+	if c.given&knobPenalty == 0 {
+		c.penalty = DefaultFailurePenalty
+	} else if c.penalty <= 0 {
+		return fmt.Errorf("balancer: %s: WithFailurePenalty(%v): not positive: %w", picker, c.penalty, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// latencyStats is the per-peer latency state of the latency-aware pickers.
+//
+// The peak EWMA (ewma, stamp, measured) is written under the owning
+// picker's lock and read without it by P2CPeakEWMA's lock-free Pick, hence
+// the atomics. A reader may see a new estimate with the previous stamp
+// (they are two words); that only decays the new estimate a little more
+// than it should for one pick. The other fields belong to FastestFirst and
+// are guarded by its lock.
 type latencyStats struct {
-	ewma  float64 // nanoseconds
-	stamp int64   // unix nanoseconds of the last update
+	ewma     atomic.Uint64 // math.Float64bits of the estimate, in nanoseconds
+	stamp    atomic.Int64  // unix nanoseconds of the last sample
+	measured atomic.Bool   // at least one sample since the picker took the peer
+
+	owned bool // the picker has taken the peer over (FastestFirst: its weight)
+
+	// FastestFirst, guarded by its lock.
+	since  int64   // unix ns: last completion, or when the peer last became busy
+	base   int64   // configured weight; the peer's weight field holds the derived one
+	lo, hi float64 // band (ns) the current weight was set for
+}
+
+// reset forgets every sample: a peer new to the picker starts unmeasured.
+func (s *latencyStats) reset() {
+	s.ewma.Store(0)
+	s.stamp.Store(0)
+	s.measured.Store(false)
+	s.since = 0
+	s.lo, s.hi = 0, 0
+}
+
+// estimate returns the stored peak EWMA in nanoseconds, undecayed.
+func (s *latencyStats) estimate() float64 { return math.Float64frombits(s.ewma.Load()) }
+
+// observeLocked feeds one latency sample (ns) taken at now into the peak
+// EWMA with decay time tau (ns). As in Finagle's PeakEwma.observe, a sample
+// above the estimate replaces it at once, so a slowdown shows on its first
+// reply; a lower one is averaged in with weight 1−exp(−Δt/τ), Δt being the
+// time since the previous sample, so a long-idle peer takes its next sample
+// almost whole. The first sample is taken as is. A clock that steps back
+// counts as Δt = 0. Requires the owner's lock.
+func (s *latencyStats) observeLocked(now int64, sample, tau float64) {
+	if !s.measured.Load() {
+		s.ewma.Store(math.Float64bits(sample))
+		s.stamp.Store(now)
+		s.measured.Store(true)
+		return
+	}
+	e := s.estimate()
+	if sample > e {
+		e = sample
+	} else {
+		w := decayWeight(now-s.stamp.Load(), tau)
+		e = e*w + sample*(1-w)
+	}
+	s.ewma.Store(math.Float64bits(e))
+	s.stamp.Store(now)
+}
+
+// restartLocked replaces the estimate by sample, as if it were the first:
+// FastestFirst does this when a probe clears a peer's failures, so the
+// penalty that kept it at the floor while it failed does not outlive the
+// failure. Requires the owner's lock.
+func (s *latencyStats) restartLocked(now int64, sample float64) {
+	s.ewma.Store(math.Float64bits(sample))
+	s.stamp.Store(now)
+	s.measured.Store(true)
+}
+
+// decayWeight returns exp(−dt/tau), 1 for a negative dt.
+func decayWeight(dt int64, tau float64) float64 {
+	if dt <= 0 {
+		return 1
+	}
+	return math.Exp(-float64(dt) / tau)
+}
+
+// sampleOf returns the latency (ns) an outcome counts as: its latency, or
+// for a failure at least penalty (ns).
+func sampleOf(o Outcome, penalty float64) float64 {
+	s := float64(o.Latency)
+	if o.Failed && s < penalty {
+		s = penalty
+	}
+	return s
 }
