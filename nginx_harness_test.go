@@ -1,0 +1,437 @@
+//go:build unix
+
+package balancer_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// This file records what a real nginx does: it runs one nginx in the
+// foreground as a reverse proxy in front of many upstream blocks at once,
+// sends each block its requests one after another, and reads back the
+// $upstream_addr nginx logged for each request.
+
+// liveServer is one server line of an upstream block.
+type liveServer struct {
+	params string // nginx parameters, such as "weight=5 max_fails=2"
+	dead   bool   // its port refuses every connection
+}
+
+// liveCase is one upstream configuration and how many requests to send it.
+type liveCase struct {
+	servers []liveServer
+	n       int
+}
+
+// liveResult is what nginx did with one liveCase.
+type liveResult struct {
+	name   string   // the upstream block's name
+	block  string   // the upstream block nginx ran, with its real addresses
+	addrs  []string // addrs[i] is server i's address
+	trace  []string // $upstream_addr of each request, in order
+	status []int    // HTTP status of each request
+}
+
+// letters maps the addresses of a trace entry back to server letters (a, b,
+// ...) and the upstream name to "back", the notation of the recorded vectors.
+func (r *liveResult) letters(entry string) string {
+	parts := strings.Split(entry, ", ")
+	for i, p := range parts {
+		switch p {
+		case r.name:
+			parts[i] = "back"
+		default:
+			for j, a := range r.addrs {
+				if a == p {
+					parts[i] = string(rune('a' + j))
+				}
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// letterTrace applies letters to every entry of trace.
+func (r *liveResult) letterTrace(trace []string) []string {
+	out := make([]string, len(trace))
+	for i, e := range trace {
+		out[i] = r.letters(e)
+	}
+	return out
+}
+
+// findNginx returns the nginx binary on PATH or at its Debian location.
+func findNginx() (string, bool) {
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p, true
+	}
+	const debian = "/usr/sbin/nginx"
+	if fi, err := os.Stat(debian); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return debian, true
+	}
+	return "", false
+}
+
+// refusingPort returns a loopback port that refuses connections: a socket
+// bound to it but never listening. Holding the binding until the test ends,
+// rather than binding and closing, keeps the port from being handed to
+// anyone else, including as the local port of nginx's own connect to it
+// (a self-connect would succeed and make the dead server live).
+func refusingPort(t *testing.T) (int, error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return 0, fmt.Errorf("socket: %w", err)
+	}
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return 0, fmt.Errorf("bind 127.0.0.1:0: %w", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return 0, fmt.Errorf("getsockname: %w", err)
+	}
+	in, ok := sa.(*syscall.SockaddrInet4)
+	if !ok {
+		return 0, fmt.Errorf("getsockname: unexpected %T", sa)
+	}
+	return in.Port, nil
+}
+
+// nginxBatch is one nginx process serving a batch of cases.
+type nginxBatch struct {
+	bin     string
+	dir     string
+	cases   []liveCase
+	results []liveResult
+	proxy   string // host:port of the proxy server
+	live    []*net.TCPListener
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when cmd has exited
+	waitErr error
+	output  strings.Builder // nginx's stdout and stderr
+}
+
+// runNginx records cases on one nginx started from bin and returns their
+// results in order. Every case gets its own upstream block and location,
+// so nginx's per-upstream state never mixes cases; the backends and refusing
+// ports are shared, server i of every case using the i-th of each.
+func runNginx(ctx context.Context, t *testing.T, bin string, cases []liveCase) ([]liveResult, error) {
+	b := &nginxBatch{bin: bin, dir: t.TempDir(), cases: cases}
+	if err := b.configure(t); err != nil {
+		return nil, err
+	}
+	if err := b.start(t); err != nil {
+		return nil, err
+	}
+	sendErr := b.send(ctx)
+	stopErr := b.stop()
+	if err := errors.Join(sendErr, stopErr); err != nil {
+		return nil, fmt.Errorf("%w\nnginx error log:\n%s", err, b.errorLog())
+	}
+	if err := b.readLog(); err != nil {
+		return nil, fmt.Errorf("%w\nnginx error log:\n%s", err, b.errorLog())
+	}
+	return b.results, nil
+}
+
+// configure takes the ports and writes nginx.conf. The listening sockets
+// are opened here and handed to nginx already listening (see start), so no
+// other process can take a port between its choice and nginx's bind, and a
+// request that arrives before nginx is ready waits in the backlog.
+func (b *nginxBatch) configure(t *testing.T) error {
+	width := 0
+	for _, c := range b.cases {
+		width = max(width, len(c.servers))
+	}
+	pl, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return err
+	}
+	b.proxy = pl.Addr().String()
+	b.live = append(b.live, pl)
+	liveAddrs := make([]string, width)
+	deadAddrs := make([]string, width)
+	for i := range width {
+		l, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return err
+		}
+		b.live = append(b.live, l)
+		liveAddrs[i] = l.Addr().String()
+		port, err := refusingPort(t)
+		if err != nil {
+			return err
+		}
+		deadAddrs[i] = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	t.Cleanup(func() {
+		for _, l := range b.live {
+			l.Close()
+		}
+	})
+
+	var conf strings.Builder
+	path := func(name string) string { return filepath.Join(b.dir, name) }
+	// A master process, because nginx 1.22 without one crashes on
+	// inherited sockets; one worker, so one smooth state per upstream.
+	fmt.Fprintf(&conf, "master_process on;\nworker_processes 1;\npid %s;\nerror_log %s notice;\n",
+		path("nginx.pid"), path("error.log"))
+	conf.WriteString("events { worker_connections 512; }\n\nhttp {\n")
+	// The package's compiled-in temp paths are outside the prefix; nothing
+	// here buffers to disk, but nginx creates them at start.
+	for _, tmp := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&conf, "    %s_temp_path %s;\n", tmp, path("tmp_"+tmp))
+	}
+	conf.WriteString("    access_log off;\n    log_format trace '$uri|$upstream_addr';\n\n")
+	b.results = make([]liveResult, len(b.cases))
+	for k, c := range b.cases {
+		r := &b.results[k]
+		r.name = fmt.Sprintf("u%d", k)
+		r.addrs = make([]string, len(c.servers))
+		var blk strings.Builder
+		fmt.Fprintf(&blk, "upstream %s {\n", r.name)
+		for i, s := range c.servers {
+			r.addrs[i] = liveAddrs[i]
+			if s.dead {
+				r.addrs[i] = deadAddrs[i]
+			}
+			fmt.Fprintf(&blk, "    server %s", r.addrs[i])
+			if s.params != "" {
+				blk.WriteString(" " + s.params)
+			}
+			blk.WriteString(";\n")
+		}
+		blk.WriteString("}\n")
+		r.block = blk.String()
+		conf.WriteString(r.block)
+	}
+	fmt.Fprintf(&conf, "\n    server {\n        listen %s;\n        access_log %s trace;\n", b.proxy, path("trace.log"))
+	conf.WriteString("        proxy_next_upstream error timeout http_502;\n")
+	conf.WriteString("        location / { return 404; }\n")
+	for _, r := range b.results {
+		fmt.Fprintf(&conf, "        location /%s/ { proxy_pass http://%s; }\n", r.name, r.name)
+	}
+	conf.WriteString("    }\n")
+	for _, a := range liveAddrs {
+		fmt.Fprintf(&conf, "    server { listen %s; access_log off; return 200; }\n", a)
+	}
+	conf.WriteString("}\n")
+	return os.WriteFile(path("nginx.conf"), []byte(conf.String()), 0o644)
+}
+
+func (b *nginxBatch) errorLog() string {
+	data, _ := os.ReadFile(filepath.Join(b.dir, "error.log"))
+	return string(data) + b.output.String()
+}
+
+// start runs nginx in the foreground in its own process group. It passes
+// the listening sockets as nginx passes them to a new binary on upgrade: as
+// open descriptors named in the NGINX environment variable, which nginx
+// matches to its listen directives by address instead of binding anew.
+func (b *nginxBatch) start(t *testing.T) error {
+	var files []*os.File
+	var fds strings.Builder
+	for i, l := range b.live {
+		f, err := l.File()
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		fmt.Fprintf(&fds, "%d;", 3+i)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	b.cmd = exec.Command(b.bin, "-p", b.dir+string(filepath.Separator),
+		"-c", filepath.Join(b.dir, "nginx.conf"),
+		"-e", filepath.Join(b.dir, "error.log"),
+		"-g", "daemon off;")
+	b.cmd.Env = append(os.Environ(), "NGINX="+fds.String())
+	b.cmd.ExtraFiles = files
+	b.cmd.Stdout = &b.output
+	b.cmd.Stderr = &b.output
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := b.cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", b.bin, err)
+	}
+	b.done = make(chan struct{})
+	go func() {
+		b.waitErr = b.cmd.Wait()
+		close(b.done)
+	}()
+	t.Cleanup(func() {
+		b.kill(syscall.SIGKILL)
+		<-b.done
+	})
+	// nginx owns the sockets now; the test's copies would only compete
+	// with it for connections.
+	for _, l := range b.live {
+		l.Close()
+	}
+	return nil
+}
+
+// kill signals nginx's whole process group unless it has exited.
+func (b *nginxBatch) kill(sig syscall.Signal) {
+	select {
+	case <-b.done:
+	default:
+		syscall.Kill(-b.cmd.Process.Pid, sig)
+	}
+}
+
+// stop asks nginx to quit and waits for it, killing it if it lingers. It
+// reports an nginx that exited before being asked, which means a bad
+// configuration or a lost socket.
+func (b *nginxBatch) stop() error {
+	select {
+	case <-b.done:
+		return fmt.Errorf("nginx exited early: %v", b.waitErr)
+	default:
+	}
+	b.kill(syscall.SIGTERM)
+	select {
+	case <-b.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		b.kill(syscall.SIGKILL)
+		<-b.done
+		return errors.New("nginx did not stop on SIGTERM")
+	}
+}
+
+// send runs each case's requests one after another, a few cases at a time:
+// the cases use separate upstream blocks, so only the order within a case
+// matters.
+func (b *nginxBatch) send(ctx context.Context) error {
+	const workers = 4
+	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: workers, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for k := range next {
+				if err := b.sendCase(ctx, client, k); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+feed:
+	for k := range b.cases {
+		select {
+		case next <- k:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	err := <-errs
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
+}
+
+func (b *nginxBatch) sendCase(ctx context.Context, client *http.Client, k int) error {
+	r := &b.results[k]
+	r.status = make([]int, b.cases[k].n)
+	for i := range r.status {
+		url := fmt.Sprintf("http://%s/%s/%d", b.proxy, r.name, i)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", url, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		r.status[i] = resp.StatusCode
+	}
+	return nil
+}
+
+// readLog fills each result's trace from the access log, checking that
+// every request was logged once and in the order it was sent.
+func (b *nginxBatch) readLog() error {
+	f, err := os.Open(filepath.Join(b.dir, "trace.log"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	index := make(map[string]int, len(b.results))
+	for k, r := range b.results {
+		index[r.name] = k
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		uri, addr, ok := strings.Cut(line, "|")
+		parts := strings.Split(uri, "/") // "", name, request number
+		if !ok || len(parts) != 3 {
+			return fmt.Errorf("unexpected log line %q", line)
+		}
+		k, found := index[parts[1]]
+		seq, err := strconv.Atoi(parts[2])
+		if !found || err != nil {
+			return fmt.Errorf("unexpected log line %q", line)
+		}
+		r := &b.results[k]
+		if seq != len(r.trace) {
+			return fmt.Errorf("log line %q: want request %d of %s next", line, len(r.trace), r.name)
+		}
+		r.trace = append(r.trace, addr)
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	for k, r := range b.results {
+		if len(r.trace) != b.cases[k].n {
+			return fmt.Errorf("%s: %d requests logged, want %d", r.name, len(r.trace), b.cases[k].n)
+		}
+		// A request ends well exactly when the last server it tried is
+		// live: a dead server that answered would mean a lost port.
+		for i, entry := range r.trace {
+			want := http.StatusBadGateway
+			tried := strings.Split(entry, ", ")
+			for j, a := range r.addrs {
+				if a == tried[len(tried)-1] && !b.cases[k].servers[j].dead {
+					want = http.StatusOK
+				}
+			}
+			if r.status[i] != want {
+				return fmt.Errorf("%s request %d: status %d after %q, want %d", r.name, i, r.status[i], entry, want)
+			}
+		}
+	}
+	return nil
+}
