@@ -1,0 +1,75 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lbgo/balancer"
+)
+
+// maxAttempts bounds the attempts of one traced request, so that a picker
+// that breaks its contract (tries bounded by the number of peers) makes
+// Trace fail instead of loop forever.
+const maxAttempts = 1 << 16
+
+// Trace sends n requests through p the way nginx handles each request with
+// `proxy_next_upstream error`, and returns one line per request as nginx
+// logs $upstream_addr: the addresses tried, joined by ", ".
+//
+// Each request starts with a fresh balancer.Request. Every attempt is
+// reported to p: an address for which failing reports true fails (like a
+// closed port) and the request moves on to the next peer; any other address
+// succeeds and ends the request. When p finds no live peer, name (the
+// upstream's name) ends the line, as nginx logs it after "no live
+// upstreams": "c, b, back", or just "back". When the request has used all
+// its tries the line ends without it. A nil failing means no peer fails.
+//
+// Trace does not move any clock: give it a picker built with a fixed one.
+// It returns an error for any other Pick or Done error.
+func Trace(p balancer.Picker, name string, n int, failing func(addr string) bool) ([]string, error) {
+	lines := make([]string, 0, min(max(n, 0), 1<<12))
+	var r balancer.Request
+	var line strings.Builder
+	for range n {
+		r.Reset()
+		line.Reset()
+		if err := traceRequest(p, &r, name, failing, &line); err != nil {
+			return lines, err
+		}
+		lines = append(lines, line.String())
+	}
+	return lines, nil
+}
+
+// traceRequest runs the attempts of one request, writing what nginx logs.
+func traceRequest(p balancer.Picker, r *balancer.Request, name string, failing func(string) bool, line *strings.Builder) error {
+	sep := func() {
+		if line.Len() > 0 {
+			line.WriteString(", ")
+		}
+	}
+	for range maxAttempts {
+		peer, err := p.Pick(r)
+		switch {
+		case errors.Is(err, balancer.ErrNoLivePeer):
+			sep()
+			line.WriteString(name)
+			return nil
+		case errors.Is(err, balancer.ErrTriesExhausted):
+			return nil
+		case err != nil:
+			return fmt.Errorf("upstream: trace: pick: %w", err)
+		}
+		sep()
+		line.WriteString(peer.Addr())
+		failed := failing != nil && failing(peer.Addr())
+		if err := p.Done(peer, balancer.Outcome{Failed: failed}); err != nil {
+			return fmt.Errorf("upstream: trace: done %q: %w", peer.Addr(), err)
+		}
+		if !failed {
+			return nil
+		}
+	}
+	return fmt.Errorf("upstream: trace: picker made more than %d attempts for one request", maxAttempts)
+}
