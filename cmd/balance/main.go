@@ -1,0 +1,47 @@
+// Command balance shows how a load balancer spreads requests over the
+// servers of an nginx upstream block.
+//
+// Usage:
+//
+//	balance trace [-algo smooth|classic|roundrobin|random] [-n N] [-fail ADDR,...] [-seed S] [FILE]
+//
+// trace reads one `upstream NAME { ... }` block from FILE or standard input
+// and prints, for each request, the servers it tried, joined by ", ", as
+// nginx logs $upstream_addr. Run "balance trace -h" for the flags.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage: balance COMMAND [flags] [args]
+
+commands:
+  trace   print the servers each request tries, as nginx logs $upstream_addr
+
+Run "balance COMMAND -h" for a command's flags.
+`
+
+// run runs the command line args (without the program name) and returns
+// the exit status: 0 on success, 1 for bad input, 2 for bad usage.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "trace":
+		return runTrace(args[1:], stdin, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "balance: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

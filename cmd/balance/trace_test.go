@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// exec runs the command line in-process and returns its exit status and
+// outputs.
+func exec(args []string, stdin string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func lines(s ...string) string { return strings.Join(s, "\n") + "\n" }
+
+const fiveOneOne = "upstream back {\n    server a weight=5;\n    server b;\n    server c;\n}\n"
+
+func TestTrace(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "up.conf")
+	require.NoError(t, os.WriteFile(file, []byte(fiveOneOne), 0o644))
+	tests := []struct {
+		name  string
+		args  []string
+		stdin string
+		want  string
+	}{
+		// nginx's smooth sequence for {5,1,1}; the default -n is one cycle.
+		{"file", []string{"trace", file}, "", lines("a", "a", "b", "a", "c", "a", "a")},
+		{"stdin", []string{"trace"}, fiveOneOne, lines("a", "a", "b", "a", "c", "a", "a")},
+		{"dash is stdin", []string{"trace", "-algo", "smooth", "-"}, fiveOneOne, lines("a", "a", "b", "a", "c", "a", "a")},
+		{"-n", []string{"trace", "-n", "3", file}, "", lines("a", "a", "b")},
+		{"flags after the file", []string{"trace", file, "-n", "2"}, "", lines("a", "a")},
+		{"-n 0", []string{"trace", "-n", "0", file}, "", ""},
+		{
+			// a fails and, at max_fails 1, stays out on the frozen clock;
+			// the cycle of b and c is 2 requests.
+			"-fail", []string{"trace", "-fail", "a", file}, "",
+			lines("a, b", "c", "b", "c", "b", "c", "b"),
+		},
+		{
+			// One cycle counts primaries that are not down: 2 here.
+			"default -n skips backup and down",
+			[]string{"trace"}, "upstream u { server a weight=2; server b weight=5 down; server c weight=3 backup; }",
+			lines("a", "a"),
+		},
+		{
+			"every server failing",
+			[]string{"trace", "-fail", " a,b ", "-n", "3"}, "upstream u { server a; server b backup; }",
+			lines("a, b", "u", "u"),
+		},
+		{"every server down: one request", []string{"trace"}, "upstream u { server a down; }", lines("u")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := exec(tt.args, tt.stdin)
+			assert.Equal(t, 0, code, "stderr: %s", errOut)
+			assert.Equal(t, tt.want, out)
+			assert.Empty(t, errOut)
+		})
+	}
+}
+
+// TestExample checks the README's main command on the shipped example.
+// Current weights of the three live primaries (5, 3, 1; total 9), after
+// adding the weights and then taking 9 from the winner:
+// [5,3,1] a -> [-4,3,1]; [1,6,2] b -> [1,-3,2]; [6,0,3] a -> [-3,0,3];
+// [2,3,4] c -> [2,3,-5]; [7,6,-4] a -> [-2,6,-4]; [3,9,-3] b -> [3,0,-3];
+// [8,3,-2] a -> [-1,3,-2]; [4,6,-1] b -> [4,-3,-1]; [9,0,0] a -> [0,0,0].
+func TestExample(t *testing.T) {
+	const a, b, c = "10.0.0.11:8080", "10.0.0.12:8080", "10.0.0.13:8080"
+	code, out, errOut := exec([]string{"trace", "../../examples/upstream.conf"}, "")
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	assert.Equal(t, lines(a, b, a, c, a, b, a, b, a), out)
+}
+
+// TestTraceNginx replays the recorded nginx cases end to end: the block on
+// standard input, dead servers in -fail.
+func TestTraceNginx(t *testing.T) {
+	f, err := os.Open("../../testdata/nginx-1.22.1-smooth.jsonl")
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		var c struct {
+			Servers []string
+			N       int
+			Trace   []string
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
+		var block strings.Builder
+		var dead []string
+		block.WriteString("upstream back {\n")
+		for i, params := range c.Servers {
+			addr := string(rune('a' + i))
+			if rest, ok := strings.CutPrefix(params, "dead"); ok {
+				dead, params = append(dead, addr), rest
+			}
+			fmt.Fprintf(&block, "server %s %s;\n", addr, params)
+		}
+		block.WriteString("}\n")
+		code, out, errOut := exec([]string{"trace", "-n", fmt.Sprint(c.N), "-fail", strings.Join(dead, ","), "-"}, block.String())
+		assert.Equal(t, 0, code, "case %d: %s", line, errOut)
+		assert.Equal(t, lines(c.Trace...), out, "case %d:\n%s", line, block.String())
+	}
+	require.NoError(t, sc.Err())
+}
+
+func TestTraceErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.conf")
+	require.NoError(t, os.WriteFile(bad, []byte("upstream back {\n    server a;\n    server a backup;\n}\n"), 0o644))
+	tests := []struct {
+		name   string
+		args   []string
+		stdin  string
+		code   int
+		stderr string // exact, or a prefix when it ends in "..."
+	}{
+		{"parse error in a file", []string{"trace", bad}, "", 1, bad + `:3: duplicate server "a", first on line 2` + "\n"},
+		{"unknown parameter", []string{"trace"}, "upstream back {\n  server a wieght=5;\n}\n", 1, `<stdin>:2: unknown parameter "wieght=5"` + "\n"},
+		{"bad number", []string{"trace", "-"}, "upstream back {\n  server a weight=0;\n}\n", 1, `<stdin>:2: "weight=0": weight must be at least 1` + "\n"},
+		{"missing ;", []string{"trace"}, "upstream back {\n  server a\n  server b;\n}\n", 1, `<stdin>:2: missing ";" after "a"` + "\n"},
+		{"missing }", []string{"trace"}, "upstream back {\n  server a;\n", 1, `<stdin>:3: unexpected end of file, missing "}"` + "\n"},
+		{"backup only", []string{"trace"}, "upstream back {\n  server a backup;\n}\n", 1, `<stdin>:2: backup server "a" but no primary server in upstream "back"` + "\n"},
+		{"binary garbage", []string{"trace"}, "\x00\xff{", 1, `<stdin>:1: unknown directive "\x00\xff", expecting "upstream"` + "\n"},
+		{"missing file", []string{"trace", filepath.Join(dir, "nope.conf")}, "", 1, "balance trace: open " + filepath.Join(dir, "nope.conf") + ": no such file or directory\n"},
+		{"unknown -fail server", []string{"trace", "-fail", "z", "-"}, fiveOneOne, 2, `balance trace: -fail: no server "z" in upstream "back"` + "\n..."},
+		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
+		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: negative -n -1\nusage: balance trace ..."},
+		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: unknown -algo "fastest"` + "\n..."},
+		{"-seed without random", []string{"trace", "-algo", "smooth", "-seed", "7"}, "", 2, "balance trace: -seed applies to -algo random only\n..."},
+		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
+		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\nusage: balance trace ..."},
+		{"no command", nil, "", 2, "usage: balance COMMAND ..."},
+		{"unknown command", []string{"sim2"}, "", 2, "balance: unknown command \"sim2\"\n\nusage: balance COMMAND ..."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := exec(tt.args, tt.stdin)
+			assert.Equal(t, tt.code, code)
+			assert.Empty(t, out)
+			if prefix, ok := strings.CutSuffix(tt.stderr, "..."); ok {
+				assert.True(t, strings.HasPrefix(errOut, prefix), "stderr = %q, want prefix %q", errOut, prefix)
+			} else {
+				assert.Equal(t, tt.stderr, errOut)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		name         string
+		args         []string
+		stdout, errs string // prefixes
+	}{
+		{"balance help", []string{"help"}, "usage: balance COMMAND", ""},
+		{"balance -h", []string{"-h"}, "usage: balance COMMAND", ""},
+		{"trace -h", []string{"trace", "-h"}, "", "usage: balance trace [-algo "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := exec(tt.args, "")
+			assert.Equal(t, 0, code)
+			assert.True(t, strings.HasPrefix(out, tt.stdout), "stdout = %q", out)
+			assert.True(t, strings.HasPrefix(errOut, tt.errs), "stderr = %q", errOut)
+		})
+	}
+}
