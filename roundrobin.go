@@ -1,0 +1,353 @@
+package balancer
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"sync/atomic"
+)
+
+// RoundRobin is Ribbon's lock-free round robin (RoundRobinRule in
+// Netflix/ribbon's com.netflix.loadbalancer): a shared counter, taken modulo
+// the number of primary peers, names the next peer in list order. Pick is
+// O(1) and lock-free while the peer the counter lands on is eligible: one
+// atomic add, one atomic load of the peer table, an index and the in-flight
+// increment; a peer that is not eligible costs a scan of at most one pass
+// over the list.
+//
+// Weights are ignored: every eligible primary gets an equal share, whatever
+// its weight, with one exception that keeps Weight's promise: a peer of
+// weight 0 is never chosen while a peer of the same list has a positive
+// weight. If every weight of a list is 0, all its peers take turns.
+//
+// A peer that is down, inside its fail window (max_fails failures within
+// fail_timeout), at its max_conns limit or already tried by the request is
+// skipped, and its turn goes to the next peer in order; the skipped turn is
+// used up, as in Ribbon, where each try advances the counter, so the peers
+// after a dead one share its turns instead of the next one taking them all.
+// Unlike Ribbon, which gives up after 10 tries, the scan visits every peer
+// once before it reports ErrNoLivePeer. A failing peer whose fail_timeout has
+// passed gets one probe, claimed by the first concurrent Pick to reach it.
+// When no primary is eligible the backup peers take turns on a counter of
+// their own. A Request bounds retries as nginx does; see Request.
+//
+// The first pick lands on a uniformly random primary, and the rotation goes
+// on in list order from there. Ribbon starts every client at the same place
+// (RoundRobinRule at index 1, its predicate variant at 0), so a fleet of
+// clients deployed together sends its first requests to one server; a random
+// starting offset, as gRPC's round robin uses, spreads them. The offset is
+// drawn once, at construction, from WithRand's source if given (so a seeded
+// source gives a reproducible rotation) and from math/rand/v2 otherwise.
+//
+// The zero value is not usable; use NewRoundRobin. RoundRobin is safe for
+// concurrent use by multiple goroutines.
+type RoundRobin struct {
+	peerSet
+	table atomic.Pointer[rrTable] // rebuilt under mu on every peer-list change
+
+	// The counter every Pick writes sits alone on its cache line, so that
+	// its traffic does not evict the read-mostly table pointer above.
+	_   [56]byte
+	ctr atomic.Uint64 // primary rotation
+	_   [56]byte
+	bctr atomic.Uint64 // backup rotation
+}
+
+var _ Picker = (*RoundRobin)(nil)
+
+// rrFoldAt is where a rotation counter folds back to a small value congruent
+// to it modulo the list length. Keeping counters below 2^32 lets the fast path
+// reduce them with a multiplication instead of a 64-bit division, and folding
+// keeps the rotation exact where a counter that wrapped at 2^64 (or, as in
+// Ribbon's issue 259, went negative at 2^31) would jump.
+const rrFoldAt = 1 << 31
+
+// rrTable is an immutable snapshot of the rotations, derived from one peer
+// list.
+type rrTable struct {
+	list    *peerList
+	primary rrRing
+	backup  rrRing
+}
+
+// rrRing is the rotation over one list: the peers that take turns, in list
+// order, and the constants of the fast modulo by their number.
+type rrRing struct {
+	slots []rrSlot
+	n     uint64 // len(slots)
+	m     uint64 // ⌈2^64/n⌉, for rrRing.mod
+}
+
+// rrSlot is one peer in a rotation and its index in its list, which names it
+// in a Request's tried set.
+type rrSlot struct {
+	p *Peer
+	i int
+}
+
+// NewRoundRobin returns a RoundRobin over peers. It accepts WithClock (for
+// fail_timeout) and WithRand (the source of the starting offset).
+func NewRoundRobin(peers []*Peer, opts ...Option) (*RoundRobin, error) {
+	cfg, err := newConfig("RoundRobin", optClock|optRand, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &RoundRobin{}
+	draw := rand.Uint64
+	if cfg.src != nil {
+		draw = cfg.src.Uint64
+	}
+	// The top 31 bits: uniform below rrFoldAt, and uniform enough modulo any
+	// list length (the bias is below n/2^31).
+	b.ctr.Store(draw() >> 33)
+	b.bctr.Store(draw() >> 33)
+	if err := b.init(peers, cfg, b.changedLocked); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// changedLocked rebuilds the rotations after a peer-list change. The
+// counters carry on: the next Pick lands wherever the counter now points in
+// the new list.
+func (b *RoundRobin) changedLocked(l *peerList) {
+	b.table.Store(&rrTable{list: l, primary: newRRRing(l.primary), backup: newRRRing(l.backup)})
+}
+
+// newRRRing returns the rotation over peers: those with a positive weight,
+// or all of them if none has one.
+func newRRRing(peers []*Peer) rrRing {
+	var g rrRing
+	for i, p := range peers {
+		if p.weight.Load() > 0 {
+			g.slots = append(g.slots, rrSlot{p, i})
+		}
+	}
+	if len(g.slots) == 0 {
+		for i, p := range peers {
+			g.slots = append(g.slots, rrSlot{p, i})
+		}
+	}
+	g.n = uint64(len(g.slots))
+	if g.n != 0 {
+		g.m = ^uint64(0)/g.n + 1
+	}
+	return g
+}
+
+// mod returns v mod n for v < 2^32 by Lemire's fastmod (Lemire, Kaser and
+// Kurz, "Faster Remainder by Direct Computation", 2019): with m = ⌈2^64/n⌉,
+// the low 64 bits of m·v are the fraction v/n scaled by 2^64, and multiplying
+// that fraction by n keeps the remainder in the high 64 bits. It is exact for
+// every 32-bit v and n; for a larger n (not a list a process can hold) it
+// still returns an index below n. Two multiplications against a 64-bit
+// division: about 1.5 ns a pick here.
+func (g *rrRing) mod(v uint64) uint64 {
+	hi, _ := bits.Mul64(g.m*uint64(uint32(v)), g.n)
+	return hi
+}
+
+// next advances counter c by one and returns the slot it lands on.
+func (g *rrRing) next(c *atomic.Uint64) uint64 {
+	v := c.Add(1)
+	if v < rrFoldAt {
+		return g.mod(v)
+	}
+	return rrFold(c, v, g.n)
+}
+
+// rrFold is the rare path of rrRing.next: v mod n by division, and the
+// counter folded to that value. The fold only succeeds if no other Pick has
+// moved the counter since v; if one has, a later Pick folds it, long before
+// it could reach 2^32. Since v and v mod n are congruent, every later value,
+// and so every later slot, is the same as without the fold.
+func rrFold(c *atomic.Uint64, v, n uint64) uint64 {
+	j := v % n
+	c.CompareAndSwap(v, j)
+	return j
+}
+
+// Pick returns the next eligible peer in rotation. It is O(1), lock-free and
+// allocation-free when the peer the counter lands on is eligible and r is
+// fresh (nil, or on its first attempt); otherwise it scans, O(n) at worst.
+//
+// The counter is one atomic add where Ribbon runs a compare-and-swap loop
+// (next = (current+1) mod n). The two hand out the same slots: k successful
+// CAS steps from 0 leave k mod n, and k adds leave k, which the modulo turns
+// into the same k mod n; concurrent callers get distinct consecutive values
+// either way, in the order their atomic operations take effect. The add
+// never retries, and rrFold removes the one place they could differ, the
+// wrap of the add's counter.
+func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
+	t := b.table.Load()
+	if g := &t.primary; g.n != 0 && r.fresh() {
+		j := g.next(&b.ctr)
+		s := &g.slots[j]
+		p := s.p
+		// The common case needs no clock: a peer with no failures on record
+		// cannot be in its fail window, and one without max_conns cannot be
+		// full, so the in-flight count needs no compare-and-swap.
+		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns == 0 {
+			p.conns.Add(1)
+			if r != nil {
+				r.begin(t.list) // a fresh request: sets its bound, which p counts in
+				r.record(s.i)
+			}
+			return p, nil
+		}
+		return b.pickSlow(t, r, int(j))
+	}
+	return b.pickSlow(t, r, -1)
+}
+
+// pickSlow checks the request's bound, then scans the primaries from slot
+// first (or from a fresh turn if first < 0), then the backups.
+func (b *RoundRobin) pickSlow(t *rrTable, r *Request, first int) (*Peer, error) {
+	l := t.list
+	if l.empty() {
+		return nil, ErrNoPeers
+	}
+	// A fresh request over a list of down peers has a bound of 0; it gets
+	// ErrNoLivePeer from the scan below, which is what it ran into.
+	if r != nil && !r.begin(l) && r.attempts > 0 {
+		return nil, ErrTriesExhausted
+	}
+	clk := rrClock{now: b.now}
+	if r == nil || !r.backup {
+		if p := scanRR(&t.primary, &b.ctr, r, first, &clk, l.single); p != nil {
+			return p, nil
+		}
+		if len(l.backup) == 0 {
+			return nil, ErrNoLivePeer
+		}
+		if r != nil {
+			r.switchToBackup()
+		}
+	}
+	if p := scanRR(&t.backup, &b.bctr, r, -1, &clk, false); p != nil {
+		return p, nil
+	}
+	return nil, ErrNoLivePeer
+}
+
+// scanRR takes the first eligible peer of ring g from slot first (or from
+// the next turn of c if first < 0), visiting each slot at most once. The
+// slots it skips are turns used up: it advances c past them, so that
+// serially the rotation is Ribbon's, where each try advances the counter.
+func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *rrClock, single bool) *Peer {
+	if g.n == 0 {
+		return nil
+	}
+	start := uint64(first)
+	if first < 0 {
+		start = g.next(c)
+	}
+	for k := uint64(0); k < g.n; k++ {
+		j := start + k
+		if j >= g.n {
+			j -= g.n
+		}
+		s := &g.slots[j]
+		if r != nil && r.isTried(s.i) {
+			continue
+		}
+		if !takePeer(s.p, clk, single) {
+			continue
+		}
+		if k != 0 {
+			c.Add(k)
+		}
+		if r != nil {
+			r.record(s.i)
+		}
+		return s.p
+	}
+	return nil
+}
+
+// Done reports the outcome of an attempt on p. A success on a peer with no
+// failures on record takes no lock; anything else runs nginx's failure
+// accounting under the picker's lock.
+func (b *RoundRobin) Done(p *Peer, o Outcome) error {
+	if err := b.release(p, o); err != nil {
+		return err
+	}
+	if !o.Failed && !p.needsLockOnSuccess() {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.owner.Load() != &b.peerSet {
+		return nil // removed while in flight
+	}
+	b.doneLocked(b.load(), p, o)
+	return nil
+}
+
+// The helpers below are shared by the lock-free pickers, RoundRobin and
+// RandomWeighted.
+
+// rrClock reads the picker's clock at most once per Pick, and only if a
+// peer with failures on record needs it: most picks never read it.
+type rrClock struct {
+	now func() int64
+	t   int64
+	ok  bool
+}
+
+func (c *rrClock) get() int64 {
+	if !c.ok {
+		c.t, c.ok = c.now(), true
+	}
+	return c.t
+}
+
+// takePeer checks that p is eligible and, if so, counts an attempt on it in
+// flight, lock-free: nginx's eligibility test (RR.c 732-743) followed by its
+// check of the chosen peer (RR.c 774). The in-flight count is taken first,
+// by compare-and-swap against max_conns so that concurrent picks never push
+// p past it; then, for a peer with failures on record, claimProbe both
+// excludes a peer inside its fail window and, past the window, lets exactly
+// one concurrent Pick have the probe. Claiming the probe last means a probe
+// is never used up on a peer that turned out to be full. With single set
+// (one primary and no backup), nginx checks only down and max_conns.
+func takePeer(p *Peer, clk *rrClock, single bool) bool {
+	if p.down.Load() {
+		return false
+	}
+	if !acquirePeer(p) {
+		return false
+	}
+	if !single && p.fails.Load() != 0 && !p.claimProbe(clk.get()) {
+		// release, not Add(-1): it never takes the count below 0, even if a
+		// stray duplicate Done consumed this attempt in between.
+		p.release()
+		return false
+	}
+	return true
+}
+
+// acquirePeer counts an attempt on p in flight unless p is at max_conns.
+func acquirePeer(p *Peer) bool {
+	if p.maxConns == 0 {
+		p.conns.Add(1)
+		return true
+	}
+	for {
+		c := p.conns.Load()
+		if c >= p.maxConns {
+			return false
+		}
+		if p.conns.CompareAndSwap(c, c+1) {
+			return true
+		}
+	}
+}
+
+// eligiblePeer is takePeer's test without its effects: it reports whether p
+// could be taken now.
+func eligiblePeer(p *Peer, clk *rrClock, single bool) bool {
+	if p.down.Load() || p.full() {
+		return false
+	}
+	return single || p.fails.Load() == 0 || !p.failed(clk.get())
+}
