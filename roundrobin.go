@@ -46,9 +46,9 @@ type RoundRobin struct {
 
 	// The counter every Pick writes sits alone on its cache line, so that
 	// its traffic does not evict the read-mostly table pointer above.
-	_   [56]byte
-	ctr atomic.Uint64 // primary rotation
-	_   [56]byte
+	_    [56]byte
+	ctr  atomic.Uint64 // primary rotation
+	_    [56]byte
 	bctr atomic.Uint64 // backup rotation
 }
 
