@@ -1,0 +1,349 @@
+package balancer
+
+import (
+	"cmp"
+	"slices"
+	"sync/atomic"
+)
+
+// ClassicWRR is nginx's weighted round-robin as it was up to nginx 1.2.0
+// (ngx_http_upstream_get_peer in ngx_http_upstream_round_robin.c of
+// release-1.2.0, the same since 0.8), before smooth round-robin replaced it.
+// Use it to reproduce the traffic pattern of an old nginx; for new setups
+// SmoothWRR spreads the picks better.
+//
+// The peers are kept sorted by weight, heaviest first, equal weights in the
+// order they were added. Each peer has a current weight (its CurrentWeight in
+// PeerState) that starts a round at its weight and drops by one each time it
+// is picked. A pick scans the sorted peers whose current weight is above 0
+// and compares each with the next one, n with i, in integer arithmetic:
+//
+//	cw[n]*1000/cw[i] > w[n]*1000/w[i]
+//
+// that is, n has more of its round left than its share next to i, so n is
+// picked. If no pair stops the scan, the last peer with a current weight
+// above 0 is picked. When no peer has any left, the round ends: every
+// current weight goes back to its weight and the scan runs again. Each
+// round of W = Σweight picks gives every peer exactly its weight, but the
+// lightest peers go first and the heaviest is bunched: {5,1,1} gives
+// c b a a a a a, {5,1,2} gives b c a a a c a a.
+//
+// ClassicWRR keeps the library's eligibility and failure model rather than
+// nginx 1.2.0's own retry walk, and joins it to the classic selector so:
+//
+//   - A peer that is down, inside its fail window, at its max_conns limit or
+//     already tried by the request is skipped by the scan as if its current
+//     weight were 0, and its current weight is left as it is. (nginx 1.2.0
+//     picked such a peer, zeroed its current weight and scanned again;
+//     skipping gives the same order among the others without losing the
+//     peer's share of the round.) Down peers are thus never picked, as
+//     1.2.0 gave them weight 0.
+//   - The round ends when no eligible peer has current weight left; the
+//     reset then covers every peer of the list, eligible or not, as in
+//     nginx. If after the reset still no eligible peer has any (all have
+//     weight 0), the first eligible one in sorted order is picked and its
+//     current weight is left at 0.
+//   - A retry runs the same scan with the tried peers skipped, where nginx
+//     1.2.0 walked on from the failed peer in order; a retry can therefore
+//     end a round early.
+//   - A failure does the shared accounting (failure count, fail window and
+//     the probe after it; see Peer) and, as 1.2.0 did, lowers the peer's
+//     current weight by weight/max_fails in integer division, clamped at 0,
+//     which costs it that much of the current round. There is no effective
+//     weight in the classic algorithm: ClassicWRR keeps it equal to the
+//     weight.
+//   - Backup peers run the same algorithm with their own current weights,
+//     once no primary is eligible for the request. One primary and no
+//     backup follows nginx's single-server rule. Per-request tries are
+//     bounded as for SmoothWRR; see Request.
+//
+// Cost of a pick. While every primary peer is healthy, the sequence is
+// periodic with period W, so ClassicWRR serves it from a precomputed cycle
+// as SmoothWRR does: one atomic add, no lock, O(1), under the same bounds
+// (MaxCycle). A failure, a retry or max_conns turns the cycle back into the
+// exact current weights it stands for, in O(W) once, and ClassicWRR runs
+// the O(n) scan under a lock until every primary is healthy again and a
+// round has ended, where the cycle resumes.
+//
+// The zero value is not usable; use NewClassicWRR. ClassicWRR is safe for
+// concurrent use by multiple goroutines.
+type ClassicWRR struct {
+	peerSet
+	cycle atomic.Pointer[cycle] // nil while the exact scan is in charge
+
+	// Guarded by mu; rebuilt on every peer-list change.
+	built   *cycle  // last cycle built, reused for the same list
+	primary []*Peer // the list's primaries, sorted by weight descending, stable
+	backup  []*Peer // the list's backups, sorted the same way
+}
+
+var _ Picker = (*ClassicWRR)(nil)
+
+// NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock.
+func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
+	cfg, err := newConfig("ClassicWRR", optClock, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &ClassicWRR{}
+	if err := s.init(peers, cfg, s.changedLocked); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Pick returns the next peer in nginx 1.2.0's order. It is O(1) and
+// lock-free while every primary is healthy and r is fresh, O(n) otherwise.
+func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
+	if r.fresh() {
+		if c := s.cycle.Load(); c != nil {
+			if v := c.ctr.Add(1); v&closedBit == 0 {
+				i := c.seq[(v-1)%c.w]
+				p := c.list.primary[i]
+				p.conns.Add(1)
+				if r != nil {
+					r.begin(c.list)
+					r.record(int(i))
+				}
+				return p, nil
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pickLocked(r)
+}
+
+func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
+	l := s.load()
+	if l.empty() {
+		return nil, ErrNoPeers
+	}
+	var once Request
+	if r == nil {
+		r = &once
+	}
+	if !r.begin(l) {
+		return nil, ErrTriesExhausted
+	}
+	s.closeLocked()
+	now := s.now()
+	var p *Peer
+	switch {
+	case l.single:
+		// nginx checks only down and max_conns here.
+		if q := l.primary[0]; !q.down.Load() && !q.full() {
+			p = q
+		}
+	case !r.backup:
+		p = scanClassic(s.primary, r, now)
+		if p == nil && len(l.backup) > 0 {
+			r.switchToBackup()
+		}
+	}
+	if p == nil && r.backup {
+		p = scanClassic(s.backup, r, now)
+	}
+	if p == nil {
+		return nil, ErrNoLivePeer
+	}
+	if !l.single {
+		p.checkLocked(now)
+	}
+	p.conns.Add(1)
+	r.record(p.index)
+	s.maybeOpenLocked(l)
+	return p, nil
+}
+
+// scanClassic is nginx 1.2.0's ngx_http_upstream_get_peer over peers, sorted
+// by weight descending, with the peers r may not use skipped, followed by
+// the caller's current_weight-- on the winner. Requires the owner's lock.
+//
+// Every current weight stays within [0, weight]: a round sets it to the
+// weight, a pick lowers a positive one by one, a failure lowers it clamped
+// at 0, and any list change sets it to 0. So a peer with current weight
+// above 0 has a weight above 0 and the divisions are safe.
+func scanClassic(peers []*Peer, r *Request, now int64) *Peer {
+	for reset := false; ; reset = true {
+		var first, best *Peer
+		for _, p := range peers {
+			if r.isTried(p.index) || !p.available(now) {
+				continue
+			}
+			if first == nil {
+				first = p
+			}
+			if p.currentWeight <= 0 {
+				continue
+			}
+			// best has more of its round left, next to p, than its
+			// weight's share: it is picked. The ×1000 and the integer
+			// division are nginx's, rounding included.
+			if best != nil &&
+				best.currentWeight*1000/p.currentWeight > best.weight.Load()*1000/p.weight.Load() {
+				break
+			}
+			best = p
+		}
+		switch {
+		case best != nil:
+			best.currentWeight--
+			return best
+		case first == nil:
+			return nil
+		case reset:
+			// Every eligible peer has weight 0; nginx returned the
+			// first peer here.
+			return first
+		}
+		// The round is over: every peer of the list starts a new one.
+		for _, p := range peers {
+			p.currentWeight = p.weight.Load()
+		}
+	}
+}
+
+// Done reports the outcome of an attempt on p. A success on a peer with no
+// failures on record takes no lock.
+func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
+	if err := s.release(p, o); err != nil {
+		return err
+	}
+	if !o.Failed && !p.needsLockOnSuccess() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.owner.Load() != &s.peerSet {
+		return nil // removed while in flight
+	}
+	l := s.load()
+	if o.Failed && !p.backup {
+		s.closeLocked()
+	}
+	s.doneLocked(l, p, o)
+	if o.Failed && !l.single {
+		// nginx 1.2.0's free: the failure costs the peer weight/max_fails
+		// of its round. failLocked lowered the effective weight instead,
+		// which the classic algorithm does not have.
+		p.effectiveWeight = p.weight.Load()
+		if p.maxFails != 0 {
+			p.currentWeight = max(0, p.currentWeight-p.weight.Load()/int64(p.maxFails))
+		}
+	}
+	s.maybeOpenLocked(l)
+	return nil
+}
+
+// changedLocked runs after every peer-list change; publish has set every
+// current weight to 0, which starts a new round at the next pick.
+func (s *ClassicWRR) changedLocked(l *peerList) {
+	if c := s.cycle.Swap(nil); c != nil {
+		c.ctr.Or(closedBit)
+	}
+	s.primary = sortByWeight(l.primary)
+	s.backup = sortByWeight(l.backup)
+	s.maybeOpenLocked(l)
+}
+
+// sortByWeight returns a copy of peers sorted as nginx 1.2.0's ngx_sort did:
+// an insertion sort by weight descending, so stable.
+func sortByWeight(peers []*Peer) []*Peer {
+	sorted := slices.Clone(peers)
+	slices.SortStableFunc(sorted, func(a, b *Peer) int {
+		return cmp.Compare(b.weight.Load(), a.weight.Load())
+	})
+	return sorted
+}
+
+// closeLocked hands the sequence back to the scan. A cycle that served k
+// picks of a round left peer i at w_i − c_i, where c_i counts i's picks
+// among the first k mod W: each pick lowers the winner's current weight by
+// one, and at k mod W = 0 every peer is back at its weight, the start of a
+// round.
+func (s *ClassicWRR) closeLocked() {
+	c := s.cycle.Swap(nil)
+	if c == nil {
+		return
+	}
+	k := (c.ctr.Or(closedBit) &^ closedBit) % c.w
+	clear(c.counts)
+	for _, i := range c.seq[:k] {
+		c.counts[i]++
+	}
+	// Down peers have weight 0 in the cycle and no picks: they get 0,
+	// which the scan never looks at.
+	for i, p := range c.list.primary {
+		p.currentWeight = c.weights[i] - c.counts[i]
+	}
+}
+
+// maybeOpenLocked starts serving from the cycle when the exact state is the
+// start of a round: every primary that is not down has no failures on
+// record and no max_conns, and either every one has its whole round left or
+// none has any left (so the next pick starts a round).
+func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
+	if s.cycle.Load() != nil || l.single {
+		return
+	}
+	var w int64
+	full, spent := true, true
+	for _, p := range l.primary {
+		if p.down.Load() {
+			continue
+		}
+		if p.fails.Load() != 0 || p.maxConns != 0 {
+			return
+		}
+		full = full && p.currentWeight == p.weight.Load()
+		spent = spent && p.currentWeight == 0
+		w += p.weight.Load()
+	}
+	if !full && !spent || w == 0 || w > MaxCycle || w*int64(len(l.primary)) > maxCycleWork {
+		return
+	}
+	c := s.built
+	if c == nil || c.list != l {
+		if c = s.buildCycleLocked(l, w); c == nil {
+			return
+		}
+		s.built = c
+	}
+	// A fresh counter per opening: the cycle restarts at its first pick.
+	open := &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts}
+	s.cycle.Store(open)
+}
+
+// buildCycleLocked records one round by running scanClassic itself W times
+// on the live peers, which maybeOpenLocked found at the start of a round, so
+// the cycle is exact by construction. A round of W picks takes every
+// current weight from the weight down to 0 (each pick lowers a positive one
+// by one, and no reset comes before all are spent), which is again the start
+// of a round, so the build leaves the exact state where it found it. The
+// peers are all healthy with no max_conns, so the clock plays no part.
+func (s *ClassicWRR) buildCycleLocked(l *peerList, w int64) *cycle {
+	n := len(l.primary)
+	c := &cycle{
+		list:    l,
+		seq:     make([]int32, w),
+		weights: make([]int64, n),
+		w:       uint64(w),
+		counts:  make([]int64, n),
+	}
+	for i, p := range l.primary {
+		if !p.down.Load() {
+			c.weights[i] = p.weight.Load()
+		}
+	}
+	var fresh Request
+	now := s.now()
+	for k := range c.seq {
+		p := scanClassic(s.primary, &fresh, now)
+		if p == nil {
+			return nil // unreachable: maybeOpenLocked found weight to pick
+		}
+		c.seq[k] = int32(p.index)
+	}
+	return c
+}

@@ -1,0 +1,468 @@
+package balancer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// classicVectors are the recorded nginx 1.2.0 sequences (the vector file
+// nginx-1.2.0-classic.jsonl): each server line's parameters, servers named
+// a, b, c... in order, and the $upstream_addr of 40 sequential requests.
+var classicVectors = []struct {
+	servers []string
+	trace   string
+}{
+	{[]string{"weight=5", "weight=1", "weight=1"}, "c b a a a a a c b a a a a a c b a a a a a c b a a a a a c b a a a a a c b a a a"},
+	{[]string{"weight=5", "weight=1", "weight=2"}, "b c a a a c a a b c a a a c a a b c a a a c a a b c a a a c a a b c a a a c a a"},
+	{[]string{"", "", ""}, "c b a c b a c b a c b a c b a c b a c b a c b a c b a c b a c b a c b a c b a c"},
+	{[]string{"weight=3", "weight=2", "weight=1"}, "c b a a b a c b a a b a c b a a b a c b a a b a c b a a b a c b a a b a c b a a"},
+	{[]string{"weight=4", "weight=3", "weight=2", "weight=1"}, "d c b a a b a c b a d c b a a b a c b a d c b a a b a c b a d c b a a b a c b a"},
+	{[]string{"weight=1", "weight=5"}, "a b b b b b a b b b b b a b b b b b a b b b b b a b b b b b a b b b b b a b b b"},
+	{[]string{"weight=2", "weight=2", "weight=1"}, "c b a b a c b a b a c b a b a c b a b a c b a b a c b a b a c b a b a c b a b a"},
+	{[]string{"weight=2 down", "weight=1", "weight=3"}, "b c c c b c c c b c c c b c c c b c c c b c c c b c c c b c c c b c c c b c c c"},
+}
+
+// classicVectorPeers builds the peers of one vector's server lines.
+func classicVectorPeers(t *testing.T, servers []string) []*Peer {
+	t.Helper()
+	peers := make([]*Peer, len(servers))
+	for i, line := range servers {
+		var opts []PeerOption
+		for _, f := range strings.Fields(line) {
+			switch {
+			case f == "down":
+				opts = append(opts, Down())
+			case strings.HasPrefix(f, "weight="):
+				w, err := strconv.Atoi(strings.TrimPrefix(f, "weight="))
+				require.NoError(t, err)
+				opts = append(opts, Weight(w))
+			default:
+				require.FailNow(t, "unexpected server parameter", "%q", f)
+			}
+		}
+		peers[i] = NewPeer(string(rune('a'+i)), opts...)
+	}
+	return peers
+}
+
+// exactPicks is picks through the locked scan: a request that is not fresh
+// never takes the cycle, and with no tried bits it skips no peer.
+func exactPicks(t *testing.T, p Picker, n int) string {
+	t.Helper()
+	out := make([]string, n)
+	var r Request
+	for i := range out {
+		r.Reset()
+		r.attempts, r.limit = 1, 2
+		peer, err := p.Pick(&r)
+		require.NoError(t, err)
+		require.NoError(t, p.Done(peer, Outcome{}))
+		out[i] = peer.Addr()
+	}
+	return strings.Join(out, " ")
+}
+
+// currentWeights returns the current weight of each peer, in config order,
+// after turning an open cycle back into the exact state.
+func currentWeights(s *ClassicWRR) []int {
+	s.mu.Lock()
+	s.closeLocked()
+	s.maybeOpenLocked(s.load())
+	s.mu.Unlock()
+	var cw []int
+	for _, p := range s.Peers() {
+		cw = append(cw, p.State().CurrentWeight)
+	}
+	return cw
+}
+
+func TestClassicWRR_nginxVectors(t *testing.T) {
+	for _, v := range classicVectors {
+		for _, path := range []string{"cycle", "scan"} {
+			t.Run(strings.Join(v.servers, ",")+"/"+path, func(t *testing.T) {
+				s, err := NewClassicWRR(classicVectorPeers(t, v.servers))
+				require.NoError(t, err)
+				n := len(strings.Fields(v.trace))
+				if path == "cycle" {
+					assert.Equal(t, v.trace, picks(t, s, n))
+				} else {
+					assert.Equal(t, v.trace, exactPicks(t, s, n))
+				}
+			})
+		}
+	}
+}
+
+// TestClassicWRR_trace checks the current weights of the {5,1,2} trace in
+// nginx.md section 5 (given there in sorted order a, c, b, before each
+// pick): [5,2,1] b, [5,2,0] c, [5,1,0] a, [4,1,0] a, [3,1,0] a, [2,1,0] c,
+// [2,0,0] a, [1,0,0] a. Below in config order a, b, c, after each pick.
+func TestClassicWRR_trace(t *testing.T) {
+	want := []struct {
+		pick string
+		cw   []int
+	}{
+		{"b", []int{5, 0, 2}},
+		{"c", []int{5, 0, 1}},
+		{"a", []int{4, 0, 1}},
+		{"a", []int{3, 0, 1}},
+		{"a", []int{2, 0, 1}},
+		{"c", []int{2, 0, 0}},
+		{"a", []int{1, 0, 0}},
+		{"a", []int{0, 0, 0}},
+	}
+	t.Run("scan", func(t *testing.T) {
+		s, err := NewClassicWRR(weighted(5, 1, 2))
+		require.NoError(t, err)
+		for step, w := range want {
+			assert.Equal(t, w.pick, exactPicks(t, s, 1), "step %d", step)
+			got := make([]int, 3)
+			for i, q := range s.Peers() {
+				got[i] = q.State().CurrentWeight
+			}
+			assert.Equal(t, w.cw, got, "step %d", step)
+		}
+	})
+	t.Run("cycle", func(t *testing.T) {
+		// k picks from the cycle, then the exact state it stands for.
+		for k := 1; k <= len(want); k++ {
+			s, err := NewClassicWRR(weighted(5, 1, 2))
+			require.NoError(t, err)
+			picks(t, s, k)
+			cw := want[k-1].cw
+			if k == len(want) {
+				cw = []int{5, 1, 2} // a full round: the start of the next
+			}
+			assert.Equal(t, cw, currentWeights(s), "after %d picks", k)
+		}
+	})
+}
+
+// TestClassicWRR_derived checks sequences derived by hand from the
+// selector, for cases the recorded vectors do not cover.
+func TestClassicWRR_derived(t *testing.T) {
+	tests := []struct {
+		name    string
+		weights []int
+		want    string
+	}{
+		// Sorted b(3), a(2); the weight ratio is 3000/2 = 1500.
+		// [b3 a2]: 3000/2=1500 > 1500? no, so the last, a.
+		// [b3 a1]: 3000/1 > 1500: b. [b2 a1]: 2000 > 1500: b.
+		// [b1 a1]: 1000 > 1500? no: a. [b1 a0]: only b.
+		{"sorted-reversed", []int{2, 3}, "a b b a b a b b a b"},
+		// Sorted a(5), b(3); the ratio is 5000/3 = 1666.
+		// [5 3] 1666: b. [5 2] 2500: a. [4 2] 2000: a. [3 2] 1500: b.
+		// [3 1] 3000: a. [2 1] 2000: a. [1 1] 1000: b. [1 0]: a.
+		{"5-3", []int{5, 3}, "b a a b a a b a b a a b a a b a"},
+		// nginx's integer division decides. Ratio 180000/160 = 1125.
+		// [180 160] 1125 ≯ 1125: b. [180 159] 1132 > 1125: a.
+		// [179 159] 179000/159 = 1125.8 floors to 1125 ≯ 1125: b,
+		// where exact fractions (179/159 > 180/160) would give a.
+		{"rounding", []int{180, 160}, "b a b"},
+		// A zero weight never has a current weight above 0.
+		{"zero-and-two", []int{0, 2}, "b b b b"},
+		// No weight at all: after the reset nothing is above 0 either,
+		// and, as nginx returned peer 0, the first in sorted order.
+		{"all-zero", []int{0, 0}, "a a a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewClassicWRR(weighted(tt.weights...))
+			require.NoError(t, err)
+			n := len(strings.Fields(tt.want))
+			assert.Equal(t, tt.want, picks(t, s, n), "cycle")
+			s, err = NewClassicWRR(weighted(tt.weights...))
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, exactPicks(t, s, n), "scan")
+		})
+	}
+}
+
+// TestClassicWRR_period checks the period property on random weights, some
+// peers down: every W = Σweight picks give each peer exactly its weight,
+// and the cycle gives the same sequence as the exact scan.
+func TestClassicWRR_period(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		n := 1 + rng.IntN(10)
+		ws := make([]int, n)
+		down := make([]bool, n)
+		total := 0
+		for i := range ws {
+			ws[i] = 1 + rng.IntN(20)
+			if down[i] = n > 1 && rng.IntN(5) == 0; !down[i] {
+				total += ws[i]
+			}
+		}
+		if total == 0 {
+			continue
+		}
+		build := func() (*ClassicWRR, []*Peer) {
+			peers := weighted(ws...)
+			for i, p := range peers {
+				if down[i] {
+					Down()(p)
+				}
+			}
+			s, err := NewClassicWRR(peers)
+			require.NoError(t, err)
+			return s, peers
+		}
+		s, peers := build()
+		seq := picks(t, s, 3*total)
+		for round := range 3 {
+			count := map[string]int{}
+			for _, a := range strings.Fields(seq)[round*total : (round+1)*total] {
+				count[a]++
+			}
+			for i, p := range peers {
+				want := ws[i]
+				if down[i] {
+					want = 0
+				}
+				require.Equal(t, want, count[p.Addr()], "weights %v down %v round %d peer %s", ws, down, round, p)
+			}
+		}
+		exact, _ := build()
+		require.Equal(t, seq, exactPicks(t, exact, 3*total), "weights %v down %v", ws, down)
+	}
+}
+
+// TestClassicWRR_failurePenalty: a failure costs the peer weight/max_fails
+// of its round, then the next round starts whole.
+func TestClassicWRR_failurePenalty(t *testing.T) {
+	peers := []*Peer{NewPeer("a", Weight(5), MaxFails(2)), NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}
+	s, err := NewClassicWRR(peers)
+	require.NoError(t, err)
+	assert.Equal(t, "c b", picks(t, s, 2))
+	p, err := s.Pick(nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", p.Addr())
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+	st := p.State()
+	// Picked at 5 → 4, then 4 − 5/2 = 2.
+	assert.Equal(t, 2, st.CurrentWeight)
+	assert.Equal(t, 5, st.EffectiveWeight, "no effective weight in the classic algorithm")
+	assert.Equal(t, 1, st.Fails, "below max_fails: still eligible")
+	// a spends its 2, then a whole round c b a a a a a.
+	assert.Equal(t, "a a c b a a a a a", picks(t, s, 9))
+
+	t.Run("clamped", func(t *testing.T) {
+		a := NewPeer("a", Weight(3), MaxFails(0))
+		b := NewPeer("b", Weight(2), MaxFails(1))
+		s, err := NewClassicWRR([]*Peer{a, b}, WithClock(newFakeClock().now))
+		require.NoError(t, err)
+		// Sorted a(3), b(2), ratio 1500: [3 2] 1500 ≯ 1500: b.
+		p, err := s.Pick(nil)
+		require.NoError(t, err)
+		require.Same(t, b, p)
+		require.NoError(t, s.Done(p, Outcome{Failed: true}))
+		assert.Equal(t, 0, b.State().CurrentWeight, "1 − 2/1 clamped at 0")
+		p, err = s.Pick(nil)
+		require.NoError(t, err)
+		require.Same(t, a, p)
+		require.NoError(t, s.Done(p, Outcome{Failed: true}))
+		// b is out; [3 0]: a.
+		assert.Equal(t, 2, a.State().CurrentWeight, "max_fails=0: no penalty")
+	})
+}
+
+// TestClassicWRR_retry: a retry skips the tried peer, and when no untried
+// eligible peer has weight left in the round, it starts the next round.
+func TestClassicWRR_retry(t *testing.T) {
+	peers := []*Peer{NewPeer("a", Weight(5), MaxFails(2)), NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}
+	s, err := NewClassicWRR(peers)
+	require.NoError(t, err)
+	assert.Equal(t, "c b", picks(t, s, 2))
+	var r Request
+	p, err := s.Pick(&r)
+	require.NoError(t, err)
+	require.Equal(t, "a", p.Addr())
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+	// a is tried and b, c have nothing left: the round ends, all go back
+	// to [5 1 1], and among b and c (1000/1 ≯ 1000/1) the last, c.
+	p, err = s.Pick(&r)
+	require.NoError(t, err)
+	assert.Equal(t, "c", p.Addr())
+	require.NoError(t, s.Done(p, Outcome{}))
+	assert.Equal(t, []int{5, 1, 0}, currentWeights(s))
+	// Sorted [a5 b1 c0]: 5000/1 ≯ 5000/1, so b, then a five times.
+	assert.Equal(t, "b a a a a a c b", picks(t, s, 8))
+	_, err = s.Pick(&r)
+	require.NoError(t, err)
+	_, err = s.Pick(&r)
+	assert.ErrorIs(t, err, ErrTriesExhausted, "three peers, three tries")
+}
+
+// TestClassicWRR_failWindow: a peer with max_fails failures is skipped for
+// fail_timeout, then picked as the probe; its success reopens the cycle.
+func TestClassicWRR_failWindow(t *testing.T) {
+	clk := newFakeClock() // t=100
+	a, b := NewPeer("a", Weight(2)), NewPeer("b")
+	s, err := NewClassicWRR([]*Peer{a, b}, WithClock(clk.now))
+	require.NoError(t, err)
+	// Sorted a(2), b(1), ratio 2000: [2 1] b, then [2 0] a.
+	assert.Equal(t, "b", picks(t, s, 1))
+	p, err := s.Pick(nil)
+	require.NoError(t, err)
+	require.Same(t, a, p)
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+	assert.Equal(t, 0, a.State().CurrentWeight, "1 − 2/1 clamped at 0")
+
+	// Out through t=110: b alone, each pick ending a round ([2 1] → b).
+	for clk.t.Unix() <= 110 {
+		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.t.Unix())
+		clk.add(time.Second)
+	}
+	// t=111: a is back with its whole round, [2 0]: a, the probe.
+	p, err = s.Pick(nil)
+	require.NoError(t, err)
+	assert.Same(t, a, p, "probe at t=111")
+	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Nil(t, s.cycle.Load(), "no cycle while a has failures on record")
+	require.NoError(t, s.Done(p, Outcome{}))
+	assert.Equal(t, 0, a.State().Fails, "a successful probe clears fails")
+	// [1 0]: a, which ends the round; the cycle takes over: b a a.
+	assert.Equal(t, "a", picks(t, s, 1))
+	assert.NotNil(t, s.cycle.Load())
+	assert.Equal(t, "b a a b a a", picks(t, s, 6))
+}
+
+// TestClassicWRR_backup: the backups run their own classic rounds once no
+// primary is eligible.
+func TestClassicWRR_backup(t *testing.T) {
+	clk := newFakeClock()
+	a := NewPeer("a")
+	bk1, bk2 := NewPeer("b", Weight(2), Backup()), NewPeer("c", Backup())
+	s, err := NewClassicWRR([]*Peer{a, bk1, bk2}, WithClock(clk.now))
+	require.NoError(t, err)
+	assert.Equal(t, "a a a", picks(t, s, 3))
+
+	var r Request
+	p, err := s.Pick(&r)
+	require.NoError(t, err)
+	require.Same(t, a, p)
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+	// Sorted backups b(2), c(1): [2 1] 2000 ≯ 2000: c.
+	p, err = s.Pick(&r)
+	require.NoError(t, err)
+	assert.Same(t, bk2, p)
+	require.NoError(t, s.Done(p, Outcome{}))
+	// New requests while a is out: [2 0] b b, then a round c b b.
+	assert.Equal(t, "b b c b b", picks(t, s, 5))
+
+	// A backup failure costs its round too: a new round [2 1] gives c,
+	// then b at [2 0] fails and 1 − 2/1 clamps at 0; b is out, and c,
+	// alone with nothing left, starts the next round.
+	assert.Equal(t, "c", picks(t, s, 1))
+	p, err = s.Pick(nil)
+	require.NoError(t, err)
+	require.Same(t, bk1, p)
+	require.NoError(t, s.Done(p, Outcome{Failed: true}))
+	assert.Equal(t, "c", picks(t, s, 1), "b is out, c starts a round alone")
+
+	clk.add(11 * time.Second)
+	assert.Equal(t, "a a", picks(t, s, 2), "the primary is back")
+}
+
+func TestClassicWRR_down(t *testing.T) {
+	peers := weighted(5, 1, 1)
+	s, err := NewClassicWRR(peers)
+	require.NoError(t, err)
+	assert.Equal(t, "c b a", picks(t, s, 3))
+	require.NoError(t, s.SetDown(peers[0], true))
+	// A change restarts the rounds; sorted [b1 c1]: 1000/1 ≯ 1000/1: c.
+	assert.Equal(t, "c b c b", picks(t, s, 4))
+	require.NoError(t, s.SetDown(peers[0], false))
+	assert.Equal(t, "c b a a a a a", picks(t, s, 7))
+	for _, p := range peers {
+		require.NoError(t, s.SetDown(p, true))
+	}
+	_, err = s.Pick(nil)
+	assert.ErrorIs(t, err, ErrNoLivePeer)
+}
+
+func TestClassicWRR_setWeightResorts(t *testing.T) {
+	peers := weighted(5, 1, 1)
+	s, err := NewClassicWRR(peers)
+	require.NoError(t, err)
+	require.NoError(t, s.SetWeight(peers[2], 6))
+	// Sorted c(6), a(5), b(1): [6 5 1] 6000/5=1200 ≯ 1200; 5000/1 ≯ 5000:
+	// b. [6 5 0]: c vs a ≯: a. [6 4 0]: 6000/4=1500 > 1200: c.
+	assert.Equal(t, "b a c", picks(t, s, 3))
+}
+
+func TestClassicWRR_maxConns(t *testing.T) {
+	a, b := NewPeer("a", Weight(3), MaxConns(1)), NewPeer("b")
+	s, err := NewClassicWRR([]*Peer{a, b})
+	require.NoError(t, err)
+	// [3 1] 3000 ≯ 3000: b. [3 0]: a, now full.
+	var got []string
+	for range 3 {
+		p, err := s.Pick(nil)
+		require.NoError(t, err)
+		got = append(got, p.Addr())
+	}
+	// Third: a is full; b has nothing left, so the round restarts and b
+	// alone is eligible.
+	assert.Equal(t, []string{"b", "a", "b"}, got)
+	assert.Nil(t, s.cycle.Load(), "max_conns keeps the exact scan")
+}
+
+func TestClassicWRR_singlePeer(t *testing.T) {
+	a := NewPeer("a")
+	s, err := NewClassicWRR([]*Peer{a})
+	require.NoError(t, err)
+	for range 3 {
+		p, err := s.Pick(nil)
+		require.NoError(t, err)
+		require.NoError(t, s.Done(p, Outcome{Failed: true}))
+		assert.Equal(t, 0, a.State().Fails, "the single server is never out")
+	}
+}
+
+func TestClassicWRR_pickAllocs(t *testing.T) {
+	for _, n := range []int{3, 64, 100} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			ws := make([]int, n)
+			for i := range ws {
+				ws[i] = 1 + i%7
+			}
+			s, err := NewClassicWRR(weighted(ws...))
+			require.NoError(t, err)
+			var r Request
+			allocs := testing.AllocsPerRun(1000, func() {
+				r.Reset()
+				p, _ := s.Pick(&r)
+				_ = s.Done(p, Outcome{})
+			})
+			assert.Zero(t, allocs, "cycle")
+			require.NotNil(t, s.cycle.Load())
+
+			// max_conns keeps every pick on the locked scan.
+			peers := weighted(ws...)
+			for _, p := range peers {
+				MaxConns(1 << 20)(p)
+			}
+			s, err = NewClassicWRR(peers)
+			require.NoError(t, err)
+			allocs = testing.AllocsPerRun(1000, func() {
+				r.Reset()
+				p, _ := s.Pick(&r)
+				_ = s.Done(p, Outcome{})
+				p, _ = s.Pick(nil)
+				_ = s.Done(p, Outcome{})
+			})
+			assert.Zero(t, allocs, "scan")
+			require.Nil(t, s.cycle.Load())
+		})
+	}
+}
