@@ -115,16 +115,16 @@ func refusingPort(t *testing.T) (int, error) {
 
 // nginxBatch is one nginx process serving a batch of cases.
 type nginxBatch struct {
-	bin     string
-	dir     string
-	cases   []liveCase
-	results []liveResult
-	proxy   string // host:port of the proxy server
-	live    []*net.TCPListener
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when cmd has exited
-	waitErr error
-	output  strings.Builder // nginx's stdout and stderr
+	bin       string
+	dir       string
+	cases     []liveCase
+	results   []liveResult
+	proxy     string             // host:port of the proxy server
+	listeners []*net.TCPListener // the proxy's, then the backends'
+	cmd       *exec.Cmd
+	done      chan struct{} // closed when cmd has exited
+	waitErr   error
+	output    strings.Builder // nginx's stdout and stderr
 }
 
 // runNginx records cases on one nginx started from bin and returns their
@@ -159,35 +159,40 @@ func (b *nginxBatch) configure(t *testing.T) error {
 	for _, c := range b.cases {
 		width = max(width, len(c.servers))
 	}
-	pl, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
+	t.Cleanup(func() {
+		for _, l := range b.listeners {
+			l.Close()
+		}
+	})
+	listen := func() (string, error) {
+		l, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return "", err
+		}
+		b.listeners = append(b.listeners, l)
+		return l.Addr().String(), nil
+	}
+	var err error
+	if b.proxy, err = listen(); err != nil {
 		return err
 	}
-	b.proxy = pl.Addr().String()
-	b.live = append(b.live, pl)
 	liveAddrs := make([]string, width)
 	deadAddrs := make([]string, width)
 	for i := range width {
-		l, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
+		if liveAddrs[i], err = listen(); err != nil {
 			return err
 		}
-		b.live = append(b.live, l)
-		liveAddrs[i] = l.Addr().String()
 		port, err := refusingPort(t)
 		if err != nil {
 			return err
 		}
 		deadAddrs[i] = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	t.Cleanup(func() {
-		for _, l := range b.live {
-			l.Close()
-		}
-	})
 
 	var conf strings.Builder
-	path := func(name string) string { return filepath.Join(b.dir, name) }
+	// Paths in the configuration are quoted, in case the temporary
+	// directory's name has a space.
+	path := func(name string) string { return strconv.Quote(filepath.Join(b.dir, name)) }
 	// A master process, because nginx 1.22 without one crashes on
 	// inherited sockets; one worker, so one smooth state per upstream.
 	fmt.Fprintf(&conf, "master_process on;\nworker_processes 1;\npid %s;\nerror_log %s notice;\n",
@@ -232,7 +237,7 @@ func (b *nginxBatch) configure(t *testing.T) error {
 		fmt.Fprintf(&conf, "    server { listen %s; access_log off; return 200; }\n", a)
 	}
 	conf.WriteString("}\n")
-	return os.WriteFile(path("nginx.conf"), []byte(conf.String()), 0o644)
+	return os.WriteFile(filepath.Join(b.dir, "nginx.conf"), []byte(conf.String()), 0o644)
 }
 
 func (b *nginxBatch) errorLog() string {
@@ -247,7 +252,7 @@ func (b *nginxBatch) errorLog() string {
 func (b *nginxBatch) start(t *testing.T) error {
 	var files []*os.File
 	var fds strings.Builder
-	for i, l := range b.live {
+	for i, l := range b.listeners {
 		f, err := l.File()
 		if err != nil {
 			return err
@@ -283,7 +288,7 @@ func (b *nginxBatch) start(t *testing.T) error {
 	})
 	// nginx owns the sockets now; the test's copies would only compete
 	// with it for connections.
-	for _, l := range b.live {
+	for _, l := range b.listeners {
 		l.Close()
 	}
 	return nil
