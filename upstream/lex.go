@@ -43,11 +43,13 @@ func (t token) String() string {
 	return fmt.Sprintf("%q", t.text)
 }
 
+// punct maps the characters that are tokens by themselves to their kind.
 var punct = map[byte]tokKind{';': tokSemi, '{': tokOpen, '}': tokClose}
 
 // escapes maps the character after a backslash to what nginx makes of it.
 var escapes = map[byte]byte{'"': '"', '\'': '\'', '\\': '\\', 't': '\t', 'r': '\r', 'n': '\n'}
 
+// lexer reads tokens from src, counting lines from 1.
 type lexer struct {
 	file string
 	src  []byte

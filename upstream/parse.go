@@ -151,48 +151,40 @@ func (p *parser) server(words []token, end token) (Server, *ParseError) {
 // reads it; a repeated parameter overrides the earlier one, as in nginx.
 func (p *parser) param(s *Server, w token) *ParseError {
 	key, val, eq := strings.Cut(w.text, "=")
-	var ok bool
+	var err *ParseError
 	switch {
 	case !eq && key == "backup":
-		s.Backup, ok = true, true
+		s.Backup = true
 	case !eq && key == "down":
-		s.Down, ok = true, true
+		s.Down = true
 	case eq && key == "weight":
-		if s.Weight, ok = number(val, balancer.MaxWeightSum); ok && s.Weight == 0 {
-			return p.errorf(w.line, ErrInvalidParam, "%v: weight must be at least 1", w)
+		// nginx rejects weight=0; the bound keeps the sum in range.
+		if s.Weight, err = p.number(w, val, balancer.MaxWeightSum); err == nil && s.Weight == 0 {
+			err = p.errorf(w.line, ErrInvalidParam, "%v: weight must be at least 1", w)
 		}
 	case eq && key == "max_fails":
-		s.MaxFails, ok = number(val, math.MaxInt32)
+		s.MaxFails, err = p.number(w, val, math.MaxInt32)
 	case eq && key == "max_conns":
-		s.MaxConns, ok = number(val, math.MaxInt32)
+		s.MaxConns, err = p.number(w, val, math.MaxInt32)
 	case eq && key == "fail_timeout":
+		var ok bool
 		if s.FailTimeout, ok = parseTime(val); !ok {
-			return p.errorf(w.line, ErrInvalidParam, "bad time in %v: want e.g. 10s, 1m30s, 500ms", w)
+			err = p.errorf(w.line, ErrInvalidParam, "bad time in %v: want e.g. 10s, 1m30s, 500ms", w)
 		}
 	default:
-		return p.errorf(w.line, ErrInvalidParam, "unknown parameter %v", w)
+		err = p.errorf(w.line, ErrInvalidParam, "unknown parameter %v", w)
 	}
-	if !ok {
-		return p.errorf(w.line, ErrInvalidParam, "bad number in %v: want a whole number up to %d", w, maxFor(key))
-	}
-	return nil
+	return err
 }
 
-func maxFor(key string) int {
-	if key == "weight" {
-		return balancer.MaxWeightSum
+// number parses the value of parameter w: decimal digits only, as nginx's
+// ngx_atoi reads them, at most limit.
+func (p *parser) number(w token, val string, limit int) (int, *ParseError) {
+	n, err := strconv.Atoi(val)
+	if err != nil || strings.Trim(val, "0123456789") != "" || n > limit {
+		return 0, p.errorf(w.line, ErrInvalidParam, "bad number in %v: want a whole number up to %d", w, limit)
 	}
-	return math.MaxInt32
-}
-
-// number parses a decimal number of digits only, as nginx's ngx_atoi does,
-// and reports whether it is at most max.
-func number(s string, max int) (int, bool) {
-	if s == "" || strings.Trim(s, "0123456789") != "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n <= max
+	return n, nil
 }
 
 // timeUnits are nginx's time units, largest first; ngx_parse_time accepts
