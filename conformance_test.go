@@ -22,6 +22,10 @@ func TestConformanceSmooth(t *testing.T) {
 	replayNginx(t, "testdata/nginx-1.22.1-smooth.jsonl", balancer.NewSmoothWRR)
 }
 
+func TestConformanceClassic(t *testing.T) {
+	replayNginx(t, "testdata/nginx-1.2.0-classic.jsonl", balancer.NewClassicWRR)
+}
+
 // nginxCase is one recorded case. Servers are named a, b, c... in order, the
 // upstream is named back, and a leading "dead" marks a server whose port
 // refused every connection.
