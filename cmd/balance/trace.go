@@ -31,13 +31,16 @@ func as[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (P, erro
 	}
 }
 
-// algos are the -algo values. A randomized picker gets -seed through
-// WithRand; every picker gets a clock that never moves.
+// algos are the -algo values. A seeded picker gets -seed through WithRand
+// (RoundRobin draws where its rotation starts); every picker gets a clock
+// that never moves.
 var algos = map[string]struct {
 	new    newPicker
-	random bool
+	seeded bool
 }{
-	"smooth": {new: as(balancer.NewSmoothWRR)},
+	"smooth":     {new: as(balancer.NewSmoothWRR)},
+	"classic":    {new: as(balancer.NewClassicWRR)},
+	"roundrobin": {new: as(balancer.NewRoundRobin), seeded: true},
 }
 
 // epoch is the time on the clock that never moves. Like nginx in the
@@ -55,7 +58,13 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	algo := fs.String("algo", "smooth", "balancing algorithm: "+strings.Join(names, ", "))
 	n := fs.Int("n", 0, "number of requests (default one full cycle: the sum of the weights\nof the primary servers that are not down)")
 	fail := fs.String("fail", "", "comma-separated servers that fail every attempt, like a closed port")
-	seed := fs.Uint64("seed", 1, "random seed, for -algo random")
+	var seededNames []string
+	for _, name := range names {
+		if algos[name].seeded {
+			seededNames = append(seededNames, name)
+		}
+	}
+	seed := fs.Uint64("seed", 1, "random seed, for -algo "+strings.Join(seededNames, " or "))
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: balance trace [-algo %s] [-n N] [-fail ADDR,...] [-seed S] [FILE]\n\n", strings.Join(names, "|"))
 		fmt.Fprintf(stderr, "Reads one nginx upstream block from FILE or standard input (FILE - or none)\nand prints the servers each request tries, as nginx logs $upstream_addr.\n\n")
@@ -77,8 +86,8 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return usageError(fs, "unknown -algo %q", *algo)
 	case *n < 0:
 		return usageError(fs, "negative -n %d", *n)
-	case set["seed"] && !a.random:
-		return usageError(fs, "-seed applies to -algo random only")
+	case set["seed"] && !a.seeded:
+		return usageError(fs, "-seed applies to -algo %s only", strings.Join(seededNames, " or "))
 	}
 
 	name, src, err := readInput(files, stdin)
@@ -96,7 +105,7 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return usageError(fs, "%v", err)
 	}
 	opts := []balancer.Option{balancer.WithClock(func() time.Time { return epoch })}
-	if a.random {
+	if a.seeded {
 		opts = append(opts, balancer.WithRand(rand.NewPCG(*seed, 0)))
 	}
 	p, err := a.new(b.Peers(), opts...)

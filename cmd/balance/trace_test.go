@@ -40,6 +40,8 @@ func TestTrace(t *testing.T) {
 		{"file", []string{"trace", file}, "", lines("a", "a", "b", "a", "c", "a", "a")},
 		{"stdin", []string{"trace"}, fiveOneOne, lines("a", "a", "b", "a", "c", "a", "a")},
 		{"dash is stdin", []string{"trace", "-algo", "smooth", "-"}, fiveOneOne, lines("a", "a", "b", "a", "c", "a", "a")},
+		// nginx 1.2.0's classic sequence for {5,1,1}.
+		{"classic", []string{"trace", "-algo", "classic", file}, "", lines("c", "b", "a", "a", "a", "a", "a")},
 		{"-n", []string{"trace", "-n", "3", file}, "", lines("a", "a", "b")},
 		{"flags after the file", []string{"trace", file, "-n", "2"}, "", lines("a", "a")},
 		{"-n 0", []string{"trace", "-n", "0", file}, "", ""},
@@ -88,33 +90,69 @@ func TestExample(t *testing.T) {
 // TestTraceNginx replays the recorded nginx cases end to end: the block on
 // standard input, dead servers in -fail.
 func TestTraceNginx(t *testing.T) {
-	f, err := os.Open("../../testdata/nginx-1.22.1-smooth.jsonl")
-	require.NoError(t, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		var c struct {
-			Servers []string
-			N       int
-			Trace   []string
-		}
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
-		var block strings.Builder
-		var dead []string
-		block.WriteString("upstream back {\n")
-		for i, params := range c.Servers {
-			addr := string(rune('a' + i))
-			if rest, ok := strings.CutPrefix(params, "dead"); ok {
-				dead, params = append(dead, addr), rest
+	for _, tt := range []struct{ file, algo string }{
+		{"nginx-1.22.1-smooth.jsonl", "smooth"},
+		{"nginx-1.2.0-classic.jsonl", "classic"},
+	} {
+		t.Run(tt.algo, func(t *testing.T) {
+			f, err := os.Open(filepath.Join("..", "..", "testdata", tt.file))
+			require.NoError(t, err)
+			defer f.Close()
+			sc := bufio.NewScanner(f)
+			for line := 1; sc.Scan(); line++ {
+				block, dead, n, want := nginxCase(t, sc.Bytes())
+				args := []string{"trace", "-algo", tt.algo, "-n", fmt.Sprint(n), "-fail", strings.Join(dead, ","), "-"}
+				code, out, errOut := exec(args, block)
+				assert.Equal(t, 0, code, "case %d: %s", line, errOut)
+				assert.Equal(t, lines(want...), out, "case %d:\n%s", line, block)
 			}
-			fmt.Fprintf(&block, "server %s %s;\n", addr, params)
-		}
-		block.WriteString("}\n")
-		code, out, errOut := exec([]string{"trace", "-n", fmt.Sprint(c.N), "-fail", strings.Join(dead, ","), "-"}, block.String())
-		assert.Equal(t, 0, code, "case %d: %s", line, errOut)
-		assert.Equal(t, lines(c.Trace...), out, "case %d:\n%s", line, block.String())
+			require.NoError(t, sc.Err())
+		})
 	}
-	require.NoError(t, sc.Err())
+}
+
+// nginxCase decodes one recorded case (see the vectors' README): servers
+// named a, b, c..., the upstream named back, a leading "dead" for a server
+// that refused every connection.
+func nginxCase(t *testing.T, data []byte) (block string, dead []string, n int, trace []string) {
+	var c struct {
+		Servers []string
+		N       int
+		Trace   []string
+	}
+	require.NoError(t, json.Unmarshal(data, &c))
+	var b strings.Builder
+	b.WriteString("upstream back {\n")
+	for i, params := range c.Servers {
+		addr := string(rune('a' + i))
+		if rest, ok := strings.CutPrefix(params, "dead"); ok {
+			dead, params = append(dead, addr), rest
+		}
+		fmt.Fprintf(&b, "server %s %s;\n", addr, params)
+	}
+	b.WriteString("}\n")
+	return b.String(), dead, c.N, c.Trace
+}
+
+// TestTraceRoundRobin checks what holds whatever the seed: equal shares in
+// list order from wherever the rotation starts, weights ignored, and the
+// same output for the same seed.
+func TestTraceRoundRobin(t *testing.T) {
+	next := map[string]string{"a": "b", "b": "c", "c": "a"}
+	for _, seed := range []string{"1", "2", "3", "42"} {
+		t.Run("seed="+seed, func(t *testing.T) {
+			args := []string{"trace", "-algo", "roundrobin", "-seed", seed, "-n", "9"}
+			code, out, errOut := exec(args, fiveOneOne)
+			require.Equal(t, 0, code, "stderr: %s", errOut)
+			got := strings.Fields(out)
+			require.Len(t, got, 9)
+			for i := 1; i < len(got); i++ {
+				assert.Equal(t, next[got[i-1]], got[i], "request %d after %s", i+1, got[i-1])
+			}
+			_, again, _ := exec(args, fiveOneOne)
+			assert.Equal(t, out, again)
+		})
+	}
 }
 
 func TestTraceErrors(t *testing.T) {
@@ -140,7 +178,7 @@ func TestTraceErrors(t *testing.T) {
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
 		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: negative -n -1\nusage: balance trace ..."},
 		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: unknown -algo "fastest"` + "\n..."},
-		{"-seed without random", []string{"trace", "-algo", "smooth", "-seed", "7"}, "", 2, "balance trace: -seed applies to -algo random only\n..."},
+		{"-seed without random", []string{"trace", "-algo", "smooth", "-seed", "7"}, "", 2, "balance trace: -seed applies to -algo roundrobin only\n..."},
 		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
 		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\nusage: balance trace ..."},
 		{"no command", nil, "", 2, "usage: balance COMMAND ..."},
