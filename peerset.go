@@ -91,6 +91,7 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	now := s.now()
 	for _, p := range peers {
 		p.owner.Store(s)
+		p.removed.Store(nil)
 		p.effectiveWeight = p.weight.Load()
 		p.added = now
 	}
@@ -98,9 +99,10 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	return nil
 }
 
-// Remove takes p out of the picker. Attempts on p still in flight can no
-// longer be reported (Done returns ErrUnknownPeer); p may be added to a
-// picker again. It returns ErrUnknownPeer if the picker does not hold p.
+// Remove takes p out of the picker. Attempts on p still in flight may still
+// be reported: Done then only ends them. p may be added to a picker again,
+// best once nothing is in flight on it, since its in-flight count moves with
+// it. Remove returns ErrUnknownPeer if the picker does not hold p.
 func (s *peerSet) Remove(p *Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,6 +117,7 @@ func (s *peerSet) Remove(p *Peer) error {
 		}
 	}
 	p.owner.Store(nil)
+	p.removed.Store(s)
 	p.currentWeight = 0
 	s.publishLocked(all)
 	return nil
@@ -198,18 +201,25 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	}
 }
 
-// release validates a report on p and ends its in-flight attempt.
+// release validates a report on p and ends its in-flight attempt. A report on
+// a peer removed from this picker while in flight is accepted and only ends
+// the attempt: callers account the outcome only if p.owner is still s,
+// checked under s.mu.
 func (s *peerSet) release(p *Peer, o Outcome) error {
-	if p == nil || p.owner.Load() != s {
-		if p == nil {
-			return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
-		}
+	if p == nil {
+		return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
+	}
+	held := p.owner.Load() == s
+	if !held && p.removed.Load() != s {
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
 	}
 	if o.Latency < 0 {
 		return fmt.Errorf("balancer: Done(%q): latency %v: %w", p.addr, o.Latency, ErrInvalidLatency)
 	}
 	if !p.release() {
+		if !held {
+			return fmt.Errorf("balancer: Done(%q): removed: %w", p.addr, ErrUnknownPeer)
+		}
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrNotInFlight)
 	}
 	return nil
@@ -220,6 +230,8 @@ func (s *peerSet) release(p *Peer, o Outcome) error {
 // max_fails and any report clears its failures. Requires s.mu.
 func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	switch {
+	case p.owner.Load() != s:
+		// Removed while in flight: nothing left to account.
 	case l.single && !p.backup:
 		p.fails.Store(0)
 	case o.Failed:

@@ -169,11 +169,8 @@ func scanSmooth(peers []*Peer, r *Request, now int64) *Peer {
 // Done reports the outcome of an attempt on p. A success on a peer with no
 // failures on record takes no lock.
 func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
-	if err := s.release(p, o); err != nil {
+	if err := s.release(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
 		return err
-	}
-	if !o.Failed && !p.needsLockOnSuccess() {
-		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
