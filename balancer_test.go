@@ -31,6 +31,9 @@ func as[T Picker](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option
 
 var pickerCases = []pickerCase{
 	{"SmoothWRR", as(NewSmoothWRR)},
+	{"ClassicWRR", as(NewClassicWRR)},
+	{"RoundRobin", as(NewRoundRobin)},
+	{"P2CPeakEWMA", as(NewP2CPeakEWMA)},
 }
 
 // forEachPicker runs f as a subtest for every picker type.
