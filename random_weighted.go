@@ -1,0 +1,472 @@
+package balancer
+
+import (
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RandomWeighted is Dubbo's weighted random (RandomLoadBalance in
+// apache/dubbo's dubbo-cluster): each pick chooses peer i with probability
+// w_i/W, the weights over their sum. Equal weights give a uniform pick; a
+// peer of weight 0 is never picked while the sum is positive, and if every
+// weight is 0 the pick is uniform over all peers, as in Dubbo. Dubbo draws
+// an offset below W and searches prefix sums, O(log n); RandomWeighted
+// builds Vose's alias table instead (Vose, "A linear algorithm for
+// generating random numbers with a given distribution", 1991), so a pick is
+// O(1): one 64-bit draw, one multiplication, one comparison.
+//
+// Eligibility follows nginx: a peer that is down, inside its fail window, at
+// its max_conns limit or already tried by the request is not picked, and
+// the backup peers, with a table of their own, are used only when no primary
+// is eligible. A draw that lands on an ineligible peer is redrawn, up to 8
+// draws in all, and then a scan over the eligible peers draws among them by
+// weight, O(n). Either way the pick is distributed as the weights restricted
+// to the eligible peers: redrawing until an eligible peer comes up picks
+// peer j with probability w_j/E, E the eligible peers' sum, and so does the
+// scan, so stopping the redraws after 8 changes the cost, not the
+// distribution. Failures do not lower a peer's weight (nginx's
+// effective_weight plays no part here); they take it out through max_fails.
+//
+// With WithWarmup(d), a peer added to the picker ramps up as in Dubbo: its
+// weight is Dubbo's (int) (uptime / ((float) d / weight)), clamped to
+// [1, weight], with uptime and d in whole milliseconds as Dubbo counts them
+// and the uptime measured on the picker's clock from when the peer was
+// added. Dubbo's edge cases carry over: a negative uptime (a clock behind
+// the peer's start) gives 1, and an uptime of 0 gives the full weight, so a
+// peer runs at full weight for the first millisecond after it is added.
+// Warm-up changes nothing for a peer of weight 1; Dubbo's default weight is
+// 100, which ramps in steps of 1%.
+//
+// To keep picks O(1) while weights ramp, the table is not rebuilt on every
+// change of a weight but at most every s = max(d/128, 1ms), by the first Pick
+// past that time (Pick reads the clock while any peer is warming), and once
+// more when the last peer reaches d. A pick thus uses weights computed at
+// most s ago: since the ramp only rises, a warming peer's weight lags
+// Dubbo's by at most what it gains in s, ⌈weight·s/d⌉ (⌈weight/128⌉ for d of
+// 128 ms or more), and never runs ahead of it. Picks that race a rebuild
+// keep the previous table. Once every peer is warm the table stays as it is
+// and Pick no longer reads the clock, until a peer is added.
+//
+// Randomness comes from math/rand/v2's top-level generator, which keeps its
+// state per thread: picks on different cores share no written memory. With
+// WithRand(src) every draw comes from src under a small mutex, so that src
+// need not be safe for concurrent use and a seeded source makes the picks
+// of one goroutine reproducible; concurrent picks then serialize on that
+// mutex.
+//
+// The zero value is not usable; use NewRandomWeighted. RandomWeighted is
+// safe for concurrent use by multiple goroutines.
+type RandomWeighted struct {
+	peerSet
+	state atomic.Pointer[rwState] // rebuilt under mu
+
+	// Immutable after construction.
+	warmup int64       // nanoseconds; 0: no warm-up
+	src    rand.Source // nil: math/rand/v2's top-level generator
+
+	srcMu sync.Mutex // serializes src
+}
+
+var _ Picker = (*RandomWeighted)(nil)
+
+// rwDraws bounds the draws a pick makes from the alias table before it
+// scans. With a fraction q of the weight eligible, a pick reaches the scan
+// with probability (1-q)^8: 0.4% when half the weight is out.
+const rwDraws = 8
+
+// rwSteps is how many times, at most, the warm-up rebuilds the table over
+// one warm-up period.
+const rwSteps = 128
+
+// rwState is an immutable snapshot of the alias tables, derived from one
+// peer list at one time.
+type rwState struct {
+	list    *peerList
+	primary rwTable
+	backup  rwTable
+	warming bool  // some peer is still ramping up
+	next    int64 // when warming: the clock time of the next rebuild
+}
+
+// rwTable is Vose's alias table over one list: column i holds peer i with
+// probability thr/2^64 and its alias otherwise.
+type rwTable struct {
+	peers []*Peer
+	cols  []rwColumn
+	w     []uint64 // the weight each peer is drawn with; 0: never drawn
+	n     uint64
+}
+
+type rwColumn struct {
+	thr   uint64
+	alias int
+}
+
+// NewRandomWeighted returns a RandomWeighted over peers. It accepts
+// WithClock, WithRand and WithWarmup.
+func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
+	cfg, err := newConfig("RandomWeighted", optClock|optRand|optWarmup, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &RandomWeighted{warmup: int64(cfg.warmup), src: cfg.src}
+	if err := b.init(peers, cfg, b.changedLocked); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// changedLocked rebuilds the tables after a peer-list change.
+func (b *RandomWeighted) changedLocked(l *peerList) {
+	var now int64
+	if b.warmup > 0 {
+		now = b.now()
+	}
+	b.buildLocked(l, now)
+}
+
+// buildLocked builds and publishes the tables for l at time now. Requires
+// b.mu (it reads when each peer was added).
+func (b *RandomWeighted) buildLocked(l *peerList, now int64) {
+	st := &rwState{list: l}
+	next := int64(math.MaxInt64)
+	st.primary = newRWTable(l.primary, b.weightsLocked(l.primary, now, &next))
+	st.backup = newRWTable(l.backup, b.weightsLocked(l.backup, now, &next))
+	if next != math.MaxInt64 {
+		st.warming, st.next = true, next
+	}
+	b.state.Store(st)
+}
+
+// weightsLocked returns the weight of each peer at time now, lowering next
+// to the time the table should be rebuilt if a peer is still warming.
+func (b *RandomWeighted) weightsLocked(peers []*Peer, now int64, next *int64) []uint64 {
+	w := make([]uint64, len(peers))
+	const ms = int64(time.Millisecond)
+	warmupMs := b.warmup / ms
+	step := max(b.warmup/rwSteps, ms) // see the RandomWeighted doc
+	for i, p := range peers {
+		weight := p.weight.Load()
+		w[i] = uint64(weight)
+		if b.warmup <= 0 || weight <= 0 {
+			continue
+		}
+		upMs := floorMs(now - p.added)
+		w[i] = uint64(warmupWeight(weight, upMs, warmupMs))
+		var at int64
+		switch {
+		case upMs <= 0:
+			// Dubbo gives 1 below 0 and the full weight at 0 (its ramp
+			// starts past 0): the ramp proper starts at 1 ms.
+			at = p.added + ms
+		case upMs < warmupMs:
+			at = min(now+step, p.added+b.warmup)
+		default:
+			continue // warm
+		}
+		*next = min(*next, at)
+	}
+	return w
+}
+
+// floorMs converts nanoseconds to whole milliseconds, Dubbo's unit,
+// rounding down, so that a clock even slightly behind a peer's start gives a
+// negative uptime.
+func floorMs(ns int64) int64 {
+	const ms = int64(time.Millisecond)
+	q := ns / ms
+	if ns < 0 && ns%ms != 0 {
+		q--
+	}
+	return q
+}
+
+// warmupWeight is Dubbo 3.3's AbstractLoadBalance.getWeight for a peer with
+// a start time, uptime and warm-up in whole milliseconds:
+//
+//   - a weight of 0 or less gives 0, and no warm-up applies;
+//   - a negative uptime (the clock behind the peer's start) gives 1;
+//   - an uptime of 0, or of warmup or more, gives the full weight (the ramp
+//     applies only for 0 < uptime < warmup);
+//   - in between, calculateWarmupWeight: weight·uptime/warmup in float32,
+//     clamped to [1, weight].
+func warmupWeight(weight, uptimeMs, warmupMs int64) int64 {
+	switch {
+	case weight <= 0:
+		return 0
+	case uptimeMs < 0:
+		return 1
+	case uptimeMs > 0 && uptimeMs < warmupMs:
+		return dubboWarmupWeight(uptimeMs, warmupMs, weight)
+	}
+	return weight
+}
+
+// dubboWarmupWeight is Dubbo's calculateWarmupWeight line for line:
+//
+//	int ww = (int) (uptime / ((float) warmup / weight));
+//	return ww < 1 ? 1 : (Math.min(ww, weight));
+//
+// Java widens the ints to float, divides in float and truncates toward
+// zero; the explicit float32 conversions keep Go from fusing or widening
+// any step. Callers pass 0 < uptime < warmup, so the quotient is finite and
+// below weight (up to float rounding, which the clamp absorbs).
+func dubboWarmupWeight(uptime, warmup, weight int64) int64 {
+	perUnit := float32(float32(warmup) / float32(weight))
+	ww := int64(float32(float32(uptime) / perUnit))
+	if ww < 1 {
+		return 1
+	}
+	return min(ww, weight)
+}
+
+// newRWTable builds Vose's alias table over peers with weights w, in exact
+// integer arithmetic: column i starts with s_i = w_i·n out of a capacity of
+// W = Σw, so that the n columns hold n·W in all. A column below W (small)
+// is topped up from one at or above it (large), which becomes its alias and
+// loses what it gave; every column ends full, and peer i's share of all
+// columns is s_i/(n·W) = w_i/W. Column i keeps its own peer with
+// probability s_i/W, stored as the 64-bit threshold ⌊s_i·2^64/W⌋. With
+// W <= MaxWeightSum and n below 2^33, s_i fits in 64 bits.
+//
+// If every weight is 0 the table is uniform over all peers, as Dubbo's pick
+// is. w is kept (with those 1s) for the scan.
+func newRWTable(peers []*Peer, w []uint64) rwTable {
+	n := uint64(len(peers))
+	t := rwTable{peers: peers, w: w, n: n, cols: make([]rwColumn, n)}
+	if n == 0 {
+		return t
+	}
+	var total uint64
+	for _, x := range w {
+		total += x
+	}
+	if total == 0 {
+		for i := range w {
+			w[i] = 1
+		}
+		total = n
+	}
+	s := make([]uint64, n)
+	var small, large []int
+	for i, x := range w {
+		s[i] = x * n
+		if s[i] < total {
+			small = append(small, i)
+		} else {
+			large = append(large, i)
+		}
+	}
+	for len(small) > 0 && len(large) > 0 {
+		l := small[len(small)-1]
+		small = small[:len(small)-1]
+		g := large[len(large)-1]
+		large = large[:len(large)-1]
+		t.cols[l].thr, _ = bits.Div64(s[l], 0, total) // s[l] < total: no overflow
+		t.cols[l].alias = g
+		s[g] -= total - s[l]
+		if s[g] < total {
+			small = append(small, g)
+		} else {
+			large = append(large, g)
+		}
+	}
+	// The columns left are full: the integer sums leave none short (what
+	// is left sums to its count times W, and none is below W once the
+	// small ones are gone).
+	for _, i := range append(small, large...) {
+		t.cols[i] = rwColumn{thr: math.MaxUint64, alias: i}
+	}
+	return t
+}
+
+// draw maps one 64-bit random value to a peer index: the high half of x·n
+// picks the column (Lemire's multiply-shift range reduction) and the low
+// half, uniform on a grid of about 2^64/n points, is the coin. Both are off
+// uniform by at most n/2^64.
+func (t *rwTable) draw(x uint64) int {
+	hi, lo := bits.Mul64(x, t.n)
+	if c := &t.cols[hi]; lo >= c.thr {
+		return c.alias
+	}
+	return int(hi)
+}
+
+// rand64 returns a uniform 64-bit value from the configured source.
+func (b *RandomWeighted) rand64() uint64 {
+	if b.src == nil {
+		return rand.Uint64()
+	}
+	b.srcMu.Lock()
+	x := b.src.Uint64()
+	b.srcMu.Unlock()
+	return x
+}
+
+// Pick returns a peer chosen at random by weight among the eligible ones.
+// It is O(1) and lock-free (apart from WithRand's mutex) when the first
+// draw is eligible and r is fresh (nil, or on its first attempt); otherwise
+// it redraws and at worst scans, O(n). While a peer warms up, Pick also
+// reads the clock, and about every warmup/128 one Pick rebuilds the table,
+// O(n), if no other goroutine holds the lock; that rebuild is the only time
+// Pick allocates.
+func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
+	st := b.state.Load()
+	clk := rrClock{now: b.now}
+	if st.warming {
+		st = b.rewarm(st, &clk)
+	}
+	if t := &st.primary; t.n != 0 && r.fresh() {
+		i := t.draw(b.rand64())
+		p := t.peers[i]
+		// As in RoundRobin.Pick: no failures and no max_conns need neither
+		// the clock nor a compare-and-swap.
+		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns == 0 {
+			p.conns.Add(1)
+			if r != nil {
+				r.begin(st.list)
+				r.record(i)
+			}
+			return p, nil
+		}
+		// The same draw goes on to the full check: discarding it here
+		// would favour the peers the fast check accepts.
+		return b.pickSlow(st, r, &clk, i)
+	}
+	return b.pickSlow(st, r, &clk, -1)
+}
+
+// rewarm rebuilds the tables if the warm-up schedule says so and no other
+// goroutine holds the lock (it, or the next Pick, will).
+func (b *RandomWeighted) rewarm(st *rwState, clk *rrClock) *rwState {
+	now := clk.get()
+	if now < st.next || !b.mu.TryLock() {
+		return st
+	}
+	if b.state.Load() == st {
+		b.buildLocked(b.load(), now)
+	}
+	st = b.state.Load()
+	b.mu.Unlock()
+	return st
+}
+
+// pickSlow checks the request's bound, then picks among the primaries
+// (starting with draw first, if not negative), then among the backups.
+func (b *RandomWeighted) pickSlow(st *rwState, r *Request, clk *rrClock, first int) (*Peer, error) {
+	l := st.list
+	if l.empty() {
+		return nil, ErrNoPeers
+	}
+	// As in RoundRobin: a fresh request over down peers gets ErrNoLivePeer.
+	if r != nil && !r.begin(l) && r.attempts > 0 {
+		return nil, ErrTriesExhausted
+	}
+	if r == nil || !r.backup {
+		if p := b.pickFrom(&st.primary, r, clk, first, l.single); p != nil {
+			return p, nil
+		}
+		if len(l.backup) == 0 {
+			return nil, ErrNoLivePeer
+		}
+		if r != nil {
+			r.switchToBackup()
+		}
+	}
+	if p := b.pickFrom(&st.backup, r, clk, -1, false); p != nil {
+		return p, nil
+	}
+	return nil, ErrNoLivePeer
+}
+
+// pickFrom draws from t until an eligible peer comes up, at most rwDraws
+// times (the first draw is first, if not negative), then scans.
+func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *rrClock, first int, single bool) *Peer {
+	if t.n == 0 {
+		return nil
+	}
+	for k := range rwDraws {
+		i := first
+		if k > 0 || i < 0 {
+			i = t.draw(b.rand64())
+		}
+		if r != nil && r.isTried(i) {
+			continue
+		}
+		if p := t.peers[i]; takePeer(p, clk, single) {
+			if r != nil {
+				r.record(i)
+			}
+			return p
+		}
+	}
+	return b.scan(t, r, clk, single)
+}
+
+// scan draws by weight among the eligible peers of t: one pass sums their
+// weights, a draw below the sum picks one in a second pass. If the peer it
+// lands on stopped being eligible in between (a concurrent Pick took its
+// probe or its last connection), the first eligible peer after it is taken.
+func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *rrClock, single bool) *Peer {
+	ok := func(i int) bool {
+		return t.w[i] != 0 && (r == nil || !r.isTried(i)) && eligiblePeer(t.peers[i], clk, single)
+	}
+	var sum uint64
+	for i := range t.peers {
+		if ok(i) {
+			sum += t.w[i]
+		}
+	}
+	if sum == 0 {
+		return nil
+	}
+	x, _ := bits.Mul64(b.rand64(), sum)
+	start := 0
+	for i := range t.peers {
+		if !ok(i) {
+			continue
+		}
+		if x < t.w[i] {
+			start = i
+			break
+		}
+		x -= t.w[i]
+	}
+	n := len(t.peers)
+	for k := range n {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		if ok(i) && takePeer(t.peers[i], clk, single) {
+			if r != nil {
+				r.record(i)
+			}
+			return t.peers[i]
+		}
+	}
+	return nil
+}
+
+// Done reports the outcome of an attempt on p. A success on a peer with no
+// failures on record takes no lock; anything else runs nginx's failure
+// accounting under the picker's lock.
+func (b *RandomWeighted) Done(p *Peer, o Outcome) error {
+	if err := b.release(p, o); err != nil {
+		return err
+	}
+	if !o.Failed && !p.needsLockOnSuccess() {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.owner.Load() != &b.peerSet {
+		return nil // removed while in flight
+	}
+	b.doneLocked(b.load(), p, o)
+	return nil
+}
