@@ -1,0 +1,81 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// quick are flags that keep a sim run small.
+var quick = []string{"sim", "-duration", "20s", "-seeds", "2"}
+
+func simArgs(extra ...string) []string { return append(append([]string{}, quick...), extra...) }
+
+func TestSimMarkdownStable(t *testing.T) {
+	args := simArgs("-scenario", "uniform,blackhole-fast", "-pickers", "SmoothWRR,Oracle SED", "-format", "markdown")
+	code, out, errOut := exec(args, "")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "### uniform\n")
+	assert.Contains(t, out, "### blackhole-fast\n")
+	assert.Contains(t, out, "| SmoothWRR | ")
+	assert.Contains(t, out, "| Oracle SED | ")
+	code, again, _ := exec(args, "")
+	require.Equal(t, 0, code)
+	assert.Equal(t, out, again, "same flags, different bytes")
+	code, parallel, _ := exec(append(args, "-j", "1"), "")
+	require.Equal(t, 0, code)
+	assert.Equal(t, out, parallel, "output depends on -j")
+}
+
+func TestSimCheck(t *testing.T) {
+	code, out, errOut := exec(simArgs("-check", "-scenario", "uniform,brownout",
+		"-candidate", "SmoothWRR", "-baseline", "SmoothWRR"), "")
+	// SmoothWRR is not better than itself in the brownout: one check fails.
+	assert.Equal(t, 1, code, errOut)
+	assert.Contains(t, out, "candidate SmoothWRR, baseline SmoothWRR, 2 seeds\n")
+	assert.Contains(t, out, "PASS  uniform")
+	assert.Contains(t, out, "FAIL  brownout")
+	assert.True(t, strings.HasSuffix(out, " checks pass\n"), out)
+}
+
+func TestSimSeries(t *testing.T) {
+	code, out, errOut := exec(simArgs("-series", "-scenario", "brownout", "-pickers", "SmoothWRR"), "")
+	require.Equal(t, 0, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// A header, the column names and one line per 500 ms window.
+	require.Len(t, lines, 2+40)
+	assert.Equal(t, "# brownout, SmoothWRR, seed 1: share of attempts per backend, by window start", lines[0])
+	assert.True(t, strings.HasPrefix(lines[2], "0.0\t"), lines[2])
+}
+
+func TestSimList(t *testing.T) {
+	code, out, _ := exec([]string{"sim", "-list"}, "")
+	require.Equal(t, 0, code)
+	for _, name := range []string{"hetero", "brownout", "blackhole-stall", "herd", "SmoothWRR", "Oracle split"} {
+		assert.Contains(t, out, name)
+	}
+}
+
+func TestSimBadUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown scenario", []string{"sim", "-scenario", "nope"}, `unknown scenario "nope"`},
+		{"unknown picker", []string{"sim", "-pickers", "Nope"}, `unknown picker "Nope"`},
+		{"unknown format", []string{"sim", "-format", "csv"}, `unknown format "csv"`},
+		{"no seeds", []string{"sim", "-seeds", "0"}, "-seeds 0"},
+		{"argument", []string{"sim", "extra"}, `unexpected argument "extra"`},
+		{"bad flag", []string{"sim", "-nope"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := exec(tt.args, "")
+			assert.Equal(t, 2, code)
+			assert.Contains(t, errOut, tt.want)
+		})
+	}
+}

@@ -1,0 +1,40 @@
+// Package sim is a deterministic discrete-event simulator of a cluster of
+// backends behind client-side load balancers, built to compare the pickers
+// of package balancer with each other and with oracles no real client could
+// run.
+//
+// A run ([Run]) drives one [Scenario] under one [Policy] on a virtual clock:
+// an event queue ordered by time and then by scheduling order, one
+// goroutine, no sleeping. Requests arrive open loop (Poisson) at a load
+// given as a fraction of the backends' capacity, and are spread over K
+// independent clients, each with its own picker and peers. Backends are
+// first-come first-served queues in front of c workers with exponential or
+// lognormal service times whose mean follows a schedule (slowdowns, random
+// redraws); they can fail fast or stall until the client's timeout. Pickers
+// see the virtual clock through balancer.WithClock and a seeded source
+// through balancer.WithRand, and get every attempt's outcome through Done.
+// A failed attempt is retried at once on another peer as nginx's default
+// proxy_next_upstream does, unless the scenario disables retries.
+//
+// Every random draw comes from its own PCG stream, seeded from the run's
+// seed, the scenario and the draw's purpose, so a run is reproducible bit
+// for bit, and every policy faces the same arrivals and request sizes: the
+// differences between policies are not noise of the workload.
+//
+// [Compare] runs policies over scenarios and seeds and summarizes them with
+// 95% confidence intervals; [Report.Write] prints the tables and
+// [Report.Checks] measures a candidate picker against the targets of a
+// latency-aware balancer. The scenarios ([Scenarios]) and the two oracles
+// ([Oracles]) follow the plan in the project's latency reference: uneven
+// backends with a late bloomer, a brownout, fast-failing and stalling
+// backends, randomly changing service times with one and sixteen clients.
+// The engine checks itself against queueing theory: M/M/1 and M/M/c means
+// and the square-root rule's T* ([SqrtSplit]) are reproduced within their
+// confidence intervals in its tests.
+//
+// # Concurrency
+//
+// A run is single-threaded and owns everything it creates. Compare runs
+// several at once on separate goroutines; the results do not depend on how
+// many.
+package sim

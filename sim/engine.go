@@ -1,0 +1,557 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/lbgo/balancer"
+)
+
+// epoch is the wall time at which the virtual clock starts. Pickers read
+// epoch plus the simulated time; a date far from the Unix epoch keeps the
+// library's "zero time means never" conventions out of the way.
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Bucket is the resolution of the traffic-share metrics: attempts are
+// counted per backend in buckets of this length.
+const Bucket = 100 * time.Millisecond
+
+// SpanBuckets is how many buckets a share is smoothed over (500 ms).
+const SpanBuckets = 5
+
+// sampleEvery is how often the in-flight counts are sampled for the herd
+// index.
+const sampleEvery = int64(10 * time.Millisecond)
+
+type evKind uint8
+
+const (
+	evArrival evKind = iota // a new request arrives
+	evReply                 // the current attempt of a request ends at the client
+)
+
+// event is one entry of the event queue. Events are ordered by time, then by
+// the order they were scheduled in, so that simultaneous events always run
+// in the same order.
+type event struct {
+	at     int64
+	seq    uint64
+	req    int32
+	kind   evKind
+	failed bool // evReply: the attempt failed (fault or timeout)
+}
+
+// request is one request's state while it is in the system.
+type request struct {
+	r        balancer.Request
+	peer     *balancer.Peer
+	arrived  int64
+	sent     int64 // start of the current attempt
+	client   int32
+	backend  int32
+	attempts int32
+	// Draws for the first attempt's service time, made at arrival from the
+	// arrival stream so that a request has the same size under every
+	// policy: common random numbers make the pairwise comparisons sharper.
+	e, z float64
+}
+
+// backendState is a backend during a run.
+type backendState struct {
+	// workers holds the time each worker becomes free; nil when workers
+	// are unlimited. With first-come first-served service a new job starts
+	// when the earliest worker frees, so its completion time is known the
+	// moment it arrives and needs no event of its own.
+	workers []int64
+	// The mean service time as a step function: mean[k] (ns) from from[k]
+	// on; from[0] is 0.
+	from   []int64
+	mean   []float64
+	dist   Dist
+	sigma  float64
+	faults []fault
+	svc    *rand.Rand // service draws for retried attempts
+	flt    *rand.Rand // draws for faults of probability below 1
+	rif    int32      // attempts in flight to this backend, as clients see them
+}
+
+type fault struct {
+	from, to int64
+	mode     FaultMode
+	prob     float64
+}
+
+// meanAt returns the mean service time in nanoseconds at t.
+func (b *backendState) meanAt(t int64) float64 {
+	k, found := slices.BinarySearch(b.from, t)
+	if !found {
+		k--
+	}
+	return b.mean[max(k, 0)]
+}
+
+// service returns the service time of a job starting at t, from a standard
+// exponential draw e and a standard normal draw z.
+func (b *backendState) service(t int64, e, z float64) int64 {
+	m := b.meanAt(t)
+	var d float64
+	if b.dist == LogNormal {
+		// exp(σz − σ²/2) has mean 1.
+		d = m * math.Exp(b.sigma*z-b.sigma*b.sigma/2)
+	} else {
+		d = m * e
+	}
+	return int64(math.Round(d))
+}
+
+// faultAt returns the fault active at t, with probability 0 if none.
+func (b *backendState) faultAt(t int64) (FaultMode, float64) {
+	for _, f := range b.faults {
+		if t >= f.from && t < f.to {
+			return f.mode, f.prob
+		}
+	}
+	return 0, 0
+}
+
+// nextChange returns the first time after now at which the backend's mean
+// service time or fault state changes, or math.MaxInt64.
+func (b *backendState) nextChange(now int64) int64 {
+	next := int64(math.MaxInt64)
+	if k, found := slices.BinarySearch(b.from, now+1); k < len(b.from) || found {
+		next = b.from[k]
+	}
+	for _, f := range b.faults {
+		for _, t := range [2]int64{f.from, f.to} {
+			if t > now {
+				next = min(next, t)
+			}
+		}
+	}
+	return next
+}
+
+// earliest returns the index of the worker that frees first.
+func (b *backendState) earliest() int {
+	k := 0
+	for i, t := range b.workers {
+		if t < b.workers[k] {
+			k = i
+		}
+	}
+	return k
+}
+
+// expectedDelay returns, in nanoseconds, how long a job arriving now would
+// take on average: the exact wait for a worker plus the mean service time
+// at its start.
+func (b *backendState) expectedDelay(now int64) float64 {
+	start := now
+	if b.workers != nil {
+		start = max(now, b.workers[b.earliest()])
+	}
+	return float64(start-now) + b.meanAt(start)
+}
+
+type client struct {
+	picker balancer.Picker
+	index  map[*balancer.Peer]int32
+}
+
+// world is one run: the event queue, the backends and clients, and the
+// metrics being collected. Everything happens on one goroutine.
+type world struct {
+	sc  *Scenario
+	now int64 // ns since the start of the run
+	seq uint64
+	q   []event // binary heap
+
+	backends []backendState
+	clients  []client
+	reqs     []request
+	free     []int32
+
+	arr      *rand.Rand // arrival times, client choice, request sizes
+	gap      float64    // mean time between arrivals, ns
+	dur      int64
+	timeout  int64
+	maxTries int32
+	steady   int64
+
+	// Metrics.
+	lat            []int64 // each finished request's latency
+	failed         int
+	attempts       int
+	failedAttempts int
+	steadySum      float64
+	steadyN        int
+	picks          []int32 // attempts per bucket and backend, bucket-major
+	herd           []float64
+	nextSample     int64
+
+	err error
+}
+
+// stream returns the random stream of one purpose in one run, so that each
+// purpose draws the same numbers whatever the others do.
+func stream(seed uint64, scenario, purpose string, index int) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(scenario))
+	h.Write([]byte{0})
+	h.Write([]byte(purpose))
+	return rand.New(rand.NewPCG(seed, h.Sum64()+uint64(index)*0x9e3779b97f4a7c15))
+}
+
+// Run simulates scenario sc under policy pol with the given seed and
+// returns its metrics. The same arguments always give the same Result, bit
+// for bit: the run is a single-threaded discrete-event simulation on a
+// virtual clock, and every random draw comes from a PCG stream seeded from
+// seed, the scenario's name and the draw's purpose. Arrivals and request
+// sizes do not depend on the policy, so all policies face the same
+// workload.
+//
+// Each request arrives, asks its client's picker for a peer, and occupies
+// that backend for one attempt. A failed attempt (a fault, or no answer
+// within the timeout) is reported as failed and retried at once on another
+// peer as the scenario's Tries allows; a request fails when it runs out of
+// tries or the picker has no peer for it. Every attempt is reported with
+// Done, with its own latency.
+func Run(sc *Scenario, pol Policy, seed uint64) (*Result, error) {
+	if err := sc.validate(); err != nil {
+		return nil, err
+	}
+	if pol.New == nil && pol.oracle == nil {
+		return nil, fmt.Errorf("sim: policy %q has no constructor", pol.Name)
+	}
+	w, err := newWorld(sc, pol, seed)
+	if err != nil {
+		return nil, err
+	}
+	w.loop()
+	if w.err != nil {
+		return nil, fmt.Errorf("sim: %s under %s, seed %d: %w", sc.Name, pol.Name, seed, w.err)
+	}
+	return w.result(pol.Name, seed), nil
+}
+
+func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
+	rate, _ := sc.rate()
+	w := &world{
+		sc:         sc,
+		arr:        stream(seed, sc.Name, "arrivals", 0),
+		gap:        float64(time.Second) / rate,
+		dur:        int64(sc.Duration),
+		timeout:    int64(orDefault(sc.Timeout, DefaultTimeout)),
+		maxTries:   int32(orDefault(sc.Tries, len(sc.Backends))),
+		steady:     int64(sc.Steady),
+		nextSample: sampleEvery,
+	}
+	n := len(sc.Backends)
+	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
+	w.picks = make([]int32, buckets*n)
+	w.backends = make([]backendState, n)
+	for i := range sc.Backends {
+		w.backends[i] = w.newBackend(seed, i)
+	}
+	k := orDefault(sc.Clients, 1)
+	w.clients = make([]client, k)
+	clock := func() time.Time { return epoch.Add(time.Duration(w.now)) }
+	for c := range w.clients {
+		peers := make([]*balancer.Peer, n)
+		index := make(map[*balancer.Peer]int32, n)
+		for i := range peers {
+			opts := append([]balancer.PeerOption{balancer.Weight(sc.weight(i))}, sc.PeerOptions...)
+			peers[i] = balancer.NewPeer(fmt.Sprintf("b%d", i), opts...)
+			index[peers[i]] = int32(i)
+		}
+		src := rand.NewPCG(seed, stream(seed, sc.Name, "balancer", c).Uint64())
+		var p balancer.Picker
+		if pol.oracle != nil {
+			p = pol.oracle(w, peers, src)
+		} else {
+			var err error
+			if p, err = pol.New(peers, clock, src); err != nil {
+				return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
+			}
+		}
+		w.clients[c] = client{picker: p, index: index}
+	}
+	return w, nil
+}
+
+// orDefault returns v, or def when v is zero.
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// newBackend builds backend i's state, with its mean service time as a step
+// function of time: the nominal mean, times the jitter factor in force,
+// times every phase in force.
+func (w *world) newBackend(seed uint64, i int) backendState {
+	spec := w.sc.Backends[i]
+	b := backendState{
+		dist:  spec.Dist,
+		sigma: spec.Sigma,
+		svc:   stream(seed, w.sc.Name, "service", i),
+		flt:   stream(seed, w.sc.Name, "faults", i),
+	}
+	if spec.Workers > 0 {
+		b.workers = make([]int64, spec.Workers)
+	}
+	for _, f := range spec.Faults {
+		b.faults = append(b.faults, fault{int64(f.From), int64(f.To), f.Mode, f.Prob})
+	}
+	// Jitter: factor jf[k] from jt[k] on. The redraws continue past the
+	// end of arrivals, while the last requests drain.
+	jt, jf := []int64{0}, []float64{1}
+	if j := w.sc.Jitter; j.Every > 0 {
+		r := stream(seed, w.sc.Name, "jitter", i)
+		jf[0] = j.Lo + (j.Hi-j.Lo)*r.Float64()
+		for t := int64(0); ; {
+			t += int64(r.ExpFloat64() * float64(j.Every))
+			if t >= w.dur+w.timeout*int64(orDefault(w.sc.Tries, len(w.sc.Backends))) {
+				break
+			}
+			jt = append(jt, t)
+			jf = append(jf, j.Lo+(j.Hi-j.Lo)*r.Float64())
+		}
+	}
+	points := slices.Clone(jt)
+	for _, p := range spec.Phases {
+		points = append(points, int64(p.From), int64(p.To))
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	k := 0
+	for _, t := range points {
+		if t < 0 {
+			continue
+		}
+		for k+1 < len(jt) && jt[k+1] <= t {
+			k++
+		}
+		m := float64(spec.Mean) * jf[k]
+		for _, p := range spec.Phases {
+			if t >= int64(p.From) && t < int64(p.To) {
+				m *= p.Factor
+			}
+		}
+		b.from = append(b.from, t)
+		b.mean = append(b.mean, m)
+	}
+	return b
+}
+
+// loop runs events until none is left. Arrivals stop at the scenario's
+// duration; the requests still in the system then run to completion.
+func (w *world) loop() {
+	w.push(event{at: int64(w.arr.ExpFloat64() * w.gap), kind: evArrival})
+	for len(w.q) > 0 && w.err == nil {
+		ev := w.pop()
+		for w.nextSample <= ev.at && w.nextSample < w.dur {
+			w.sample()
+			w.nextSample += sampleEvery
+		}
+		w.now = ev.at
+		if ev.kind == evArrival {
+			w.arrive()
+		} else {
+			w.reply(ev)
+		}
+	}
+}
+
+func (w *world) arrive() {
+	next := w.now + int64(w.arr.ExpFloat64()*w.gap)
+	c := 0
+	if len(w.clients) > 1 {
+		c = w.arr.IntN(len(w.clients))
+	}
+	e, z := w.arr.ExpFloat64(), w.arr.NormFloat64()
+	var i int32
+	if n := len(w.free); n > 0 {
+		i = w.free[n-1]
+		w.free = w.free[:n-1]
+	} else {
+		i = int32(len(w.reqs))
+		w.reqs = append(w.reqs, request{})
+	}
+	q := &w.reqs[i]
+	q.arrived, q.client, q.attempts, q.e, q.z = w.now, int32(c), 0, e, z
+	w.send(i)
+	if next < w.dur {
+		w.push(event{at: next, kind: evArrival})
+	}
+}
+
+// send starts the next attempt of request i.
+func (w *world) send(i int32) {
+	q := &w.reqs[i]
+	c := &w.clients[q.client]
+	p, err := c.picker.Pick(&q.r)
+	if err != nil {
+		// No peer for this attempt (nginx's 502): the request fails now.
+		w.finish(i, true)
+		return
+	}
+	if p == nil {
+		w.err = fmt.Errorf("Pick returned a nil peer and no error")
+		return
+	}
+	b, ok := c.index[p]
+	if !ok {
+		w.err = fmt.Errorf("Pick returned peer %v, not one of its own", p)
+		return
+	}
+	q.peer, q.backend, q.sent = p, b, w.now
+	q.attempts++
+	w.attempts++
+	n := len(w.backends)
+	if k := int(w.now/int64(Bucket))*n + int(b); k < len(w.picks) {
+		w.picks[k]++
+	}
+	be := &w.backends[b]
+	be.rif++
+	at, failed := w.serve(be, q)
+	w.push(event{at: at, kind: evReply, req: i, failed: failed})
+}
+
+// serve returns when the client sees the end of attempt q on backend be and
+// whether it failed.
+func (w *world) serve(be *backendState, q *request) (int64, bool) {
+	deadline := w.now + w.timeout
+	if mode, prob := be.faultAt(w.now); prob > 0 && (prob >= 1 || be.flt.Float64() < prob) {
+		if mode == FastError {
+			return min(w.now+int64(FastErrorDelay), deadline), true
+		}
+		return deadline, true
+	}
+	e, z := q.e, q.z
+	if q.attempts > 1 {
+		e, z = be.svc.ExpFloat64(), be.svc.NormFloat64()
+	}
+	start, k := w.now, -1
+	if be.workers != nil {
+		k = be.earliest()
+		start = max(start, be.workers[k])
+	}
+	end := start + be.service(start, e, z)
+	if k >= 0 {
+		// A job the client gave up on still occupies its worker: the
+		// server does not know the client left.
+		be.workers[k] = end
+	}
+	if end > deadline {
+		return deadline, true
+	}
+	return end, false
+}
+
+// reply ends the current attempt of a request: the outcome goes to the
+// picker, then the request finishes or tries again.
+func (w *world) reply(ev event) {
+	q := &w.reqs[ev.req]
+	w.backends[q.backend].rif--
+	o := balancer.Outcome{Failed: ev.failed, Latency: time.Duration(w.now - q.sent)}
+	if err := w.clients[q.client].picker.Done(q.peer, o); err != nil {
+		w.err = fmt.Errorf("Done(%v, %+v): %w", q.peer, o, err)
+		return
+	}
+	if !ev.failed {
+		w.finish(ev.req, false)
+		return
+	}
+	w.failedAttempts++
+	if q.attempts >= w.maxTries {
+		w.finish(ev.req, true)
+		return
+	}
+	w.send(ev.req)
+}
+
+// finish records request i's end and frees its slot.
+func (w *world) finish(i int32, failed bool) {
+	q := &w.reqs[i]
+	lat := w.now - q.arrived
+	w.lat = append(w.lat, lat)
+	if failed {
+		w.failed++
+	}
+	if q.arrived >= w.steady {
+		w.steadySum += float64(lat)
+		w.steadyN++
+	}
+	q.r.Reset()
+	q.peer = nil
+	w.free = append(w.free, i)
+}
+
+// sample records the herd index now: the largest in-flight count over the
+// mean in-flight count across backends. An idle instant has none.
+func (w *world) sample() {
+	var sum, top int32
+	for i := range w.backends {
+		r := w.backends[i].rif
+		sum += r
+		top = max(top, r)
+	}
+	if sum > 0 {
+		w.herd = append(w.herd, float64(top)*float64(len(w.backends))/float64(sum))
+	}
+}
+
+func (w *world) push(e event) {
+	e.seq = w.seq
+	w.seq++
+	w.q = append(w.q, e)
+	// Sift up.
+	h := w.q
+	j := len(h) - 1
+	for j > 0 {
+		p := (j - 1) / 2
+		if !h[j].before(&h[p]) {
+			break
+		}
+		h[j], h[p] = h[p], h[j]
+		j = p
+	}
+}
+
+func (w *world) pop() event {
+	h := w.q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	// Sift down.
+	j := 0
+	for {
+		l := 2*j + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].before(&h[l]) {
+			m = r
+		}
+		if !h[m].before(&h[j]) {
+			break
+		}
+		h[j], h[m] = h[m], h[j]
+		j = m
+	}
+	w.q = h
+	return top
+}
+
+func (e *event) before(o *event) bool {
+	return e.at < o.at || e.at == o.at && e.seq < o.seq
+}

@@ -1,0 +1,184 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lbgo/balancer"
+)
+
+// Names of the oracles in reports.
+const (
+	OracleSED   = "Oracle SED"
+	OracleSplit = "Oracle split"
+)
+
+// sed is the clairvoyant shortest-expected-delay policy (O1, C3's
+// clairvoyant baseline): it sends each attempt to the backend where it would
+// finish soonest, reading the true state no client can see. With first-come
+// first-served workers the start time of a new job is known exactly (the
+// earliest time a worker frees), so the expected delay is that wait plus the
+// backend's true current mean service time. Backends inside a fault are
+// skipped; ties, as between idle identical backends, are broken at random.
+type sed struct {
+	w     *world
+	peers []*balancer.Peer
+	rng   *rand.Rand
+	ties  []int
+}
+
+func newSED(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
+	return &sed{w: w, peers: peers, rng: rand.New(src), ties: make([]int, 0, len(peers))}
+}
+
+// Pick returns the backend with the least expected delay. It is O(n).
+func (o *sed) Pick(*balancer.Request) (*balancer.Peer, error) {
+	now := o.w.now
+	best := math.Inf(1)
+	o.ties = o.ties[:0]
+	for i := range o.w.backends {
+		b := &o.w.backends[i]
+		if _, p := b.faultAt(now); p > 0 {
+			continue
+		}
+		d := b.expectedDelay(now)
+		switch {
+		case d < best:
+			best = d
+			o.ties = append(o.ties[:0], i)
+		case d == best:
+			o.ties = append(o.ties, i)
+		}
+	}
+	switch len(o.ties) {
+	case 0:
+		return nil, fmt.Errorf("sim: every backend is failing: %w", balancer.ErrNoLivePeer)
+	case 1:
+		return o.peers[o.ties[0]], nil
+	}
+	return o.peers[o.ties[o.rng.IntN(len(o.ties))]], nil
+}
+
+// Done ignores the outcome: the oracle does not need to learn.
+func (o *sed) Done(*balancer.Peer, balancer.Outcome) error { return nil }
+
+// split is O2, the best static split, made clairvoyant: each attempt goes
+// to backend i with probability λ_i/Λ from the square-root rule over the
+// backends' true current capacities (workers over the current mean service
+// time), leaving out the backends inside a fault; the split is redone
+// whenever a capacity changes. Random splitting keeps each backend's
+// arrivals Poisson, so on steady M/M/1 backends the simulated mean must
+// match the analytic T*: the engine's self-test. On backends with unlimited
+// workers there is no queue to balance and the best split sends everything
+// to the backends with the least mean service time.
+//
+// T* bounds random splits only: a smooth round robin with fixed weights
+// spreads each backend's arrivals more evenly than Poisson and does better.
+type split struct {
+	w     *world
+	peers []*balancer.Peer
+	cum   []float64 // cumulative probabilities
+	rng   *rand.Rand
+	next  int64 // when the split must be redone
+}
+
+func newSplit(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
+	return &split{w: w, peers: peers, cum: make([]float64, len(peers)), rng: rand.New(src), next: math.MinInt64}
+}
+
+// Pick draws a backend with the split's probabilities. It is O(n), and
+// O(n) more when the split is redone.
+func (o *split) Pick(*balancer.Request) (*balancer.Peer, error) {
+	if o.w.now >= o.next {
+		o.redo()
+	}
+	total := o.cum[len(o.cum)-1]
+	if total == 0 {
+		return nil, fmt.Errorf("sim: every backend is failing: %w", balancer.ErrNoLivePeer)
+	}
+	u := o.rng.Float64() * total
+	for i, c := range o.cum {
+		if u < c {
+			return o.peers[i], nil
+		}
+	}
+	return o.peers[len(o.peers)-1], nil
+}
+
+// redo recomputes the split for the current state and notes when that
+// state next changes.
+func (o *split) redo() {
+	now := o.w.now
+	bs := o.w.backends
+	o.next = math.MaxInt64
+	weights := make([]float64, len(bs))
+	mus := make([]float64, 0, len(bs))
+	live := make([]int, 0, len(bs))
+	unlimited := false
+	least := math.Inf(1)
+	for i := range bs {
+		b := &bs[i]
+		o.next = min(o.next, b.nextChange(now))
+		if _, p := b.faultAt(now); p > 0 {
+			continue
+		}
+		m := b.meanAt(now)
+		live = append(live, i)
+		least = min(least, m)
+		if b.workers == nil {
+			unlimited = true
+		}
+		mus = append(mus, float64(len(b.workers))*float64(time.Second)/m)
+	}
+	rate := float64(time.Second) / o.w.gap
+	switch {
+	case len(live) == 0:
+	case unlimited:
+		// No queueing anywhere it matters: only the fastest are worth it.
+		for _, i := range live {
+			if bs[i].meanAt(now) <= least*(1+1e-9) {
+				weights[i] = float64(o.w.sc.weight(i))
+			}
+		}
+	default:
+		if lam, _, err := SqrtSplit(mus, rate); err == nil {
+			for k, i := range live {
+				weights[i] = lam[k]
+			}
+		} else {
+			// Overloaded: no split is stable; share by capacity.
+			for k, i := range live {
+				weights[i] = mus[k]
+			}
+		}
+	}
+	var acc float64
+	for i, v := range weights {
+		acc += v
+		o.cum[i] = acc
+	}
+}
+
+// Done ignores the outcome.
+func (o *split) Done(*balancer.Peer, balancer.Outcome) error { return nil }
+
+// TStar returns the analytic mean T* of the best static split of s and the
+// pooled lower bound, with ok false unless s is made of M/M/1 backends
+// (MM1), the only case where they are exact.
+func TStar(s *Scenario) (tstar, pooled float64, ok bool) {
+	if !s.MM1() {
+		return 0, 0, false
+	}
+	mus := make([]float64, len(s.Backends))
+	for i := range mus {
+		mus[i] = s.Capacity(i)
+	}
+	lambda := s.ArrivalRate()
+	_, t, err := SqrtSplit(mus, lambda)
+	if err != nil {
+		return 0, 0, false
+	}
+	return t, PooledBound(mus, lambda), true
+}

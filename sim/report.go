@@ -1,0 +1,373 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// Options controls Compare.
+type Options struct {
+	// Seeds is the number of runs per scenario and policy, with seeds
+	// Seed, Seed+1, ...; 0 means 1.
+	Seeds int
+	Seed  uint64
+	// Parallel is how many runs go at once, each on its own goroutine;
+	// 0 means GOMAXPROCS. It changes nothing in the results.
+	Parallel int
+}
+
+// Stat is a metric over the seeds of a comparison: its mean, and the
+// half-width of its 95% confidence interval (Student's t over the per-seed
+// values; 0 with one seed). A NaN mean means the metric does not apply; an
+// infinite one that some seed never met its condition.
+type Stat struct {
+	Mean, CI float64
+}
+
+// Summary is one policy in one scenario, over every seed.
+//
+// The zero value is an empty summary. A Summary is not modified once
+// Compare returns it and may be read concurrently.
+type Summary struct {
+	Policy string
+	Oracle bool
+	Runs   []*Result // one per seed, in seed order
+
+	Mean, SteadyMean, P50, P99, P999  Stat // milliseconds
+	ErrorRate                         Stat // fraction of requests
+	Divert, Readmit                   Stat // seconds
+	PeakShare, ProbeRate, Herd, Churn Stat
+	Sinkholes                         int // runs where the watched backend was a sinkhole
+}
+
+// Report is the outcome of Compare: a Summary for every scenario and
+// policy.
+//
+// The zero value is an empty report. A Report is not modified once Compare
+// returns it and may be read concurrently.
+type Report struct {
+	Seeds     []uint64
+	Scenarios []Scenario
+	Policies  []string
+	Summaries [][]Summary // [scenario][policy], in the order given
+}
+
+// Compare runs every policy in every scenario with o.Seeds seeds and
+// summarizes the runs. Runs are independent simulations, spread over
+// o.Parallel goroutines; the report is the same whatever their number.
+func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
+	seeds := make([]uint64, max(o.Seeds, 1))
+	for i := range seeds {
+		seeds[i] = o.Seed + uint64(i)
+	}
+	type job struct{ s, p, k int }
+	var jobs []job
+	for s := range scs {
+		for p := range pols {
+			for k := range seeds {
+				jobs = append(jobs, job{s, p, k})
+			}
+		}
+	}
+	results := make([]*Result, len(jobs))
+	errs := make([]error, len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	par := o.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	for range min(par, len(jobs)) {
+		wg.Go(func() {
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= len(jobs) {
+					return
+				}
+				jb := jobs[j]
+				results[j], errs[j] = Run(&scs[jb.s], pols[jb.p], seeds[jb.k])
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	r := &Report{Seeds: seeds, Scenarios: scs}
+	for _, p := range pols {
+		r.Policies = append(r.Policies, p.Name)
+	}
+	r.Summaries = make([][]Summary, len(scs))
+	j := 0
+	for s := range scs {
+		r.Summaries[s] = make([]Summary, len(pols))
+		for p := range pols {
+			r.Summaries[s][p] = summarize(pols[p], results[j:j+len(seeds)])
+			j += len(seeds)
+		}
+	}
+	return r, nil
+}
+
+// Find returns the summary of policy in scenario.
+func (r *Report) Find(scenario, policy string) (*Summary, bool) {
+	for s := range r.Scenarios {
+		if r.Scenarios[s].Name != scenario {
+			continue
+		}
+		for p := range r.Summaries[s] {
+			if r.Summaries[s][p].Policy == policy {
+				return &r.Summaries[s][p], true
+			}
+		}
+	}
+	return nil, false
+}
+
+func summarize(p Policy, runs []*Result) Summary {
+	sum := Summary{Policy: p.Name, Oracle: p.IsOracle(), Runs: runs}
+	over := func(f func(*Result) float64) Stat {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		return stat(v)
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	sum.Mean = over(func(r *Result) float64 { return ms(r.Mean) })
+	sum.SteadyMean = over(func(r *Result) float64 { return ms(r.SteadyMean) })
+	sum.P50 = over(func(r *Result) float64 { return ms(r.P50) })
+	sum.P99 = over(func(r *Result) float64 { return ms(r.P99) })
+	sum.P999 = over(func(r *Result) float64 { return ms(r.P999) })
+	sum.ErrorRate = over((*Result).ErrorRate)
+	sum.Divert = over(func(r *Result) float64 { return r.Divert })
+	sum.Readmit = over(func(r *Result) float64 { return r.Readmit })
+	sum.PeakShare = over(func(r *Result) float64 { return r.PeakShare })
+	sum.ProbeRate = over(func(r *Result) float64 { return r.ProbeRate })
+	sum.Herd = over(func(r *Result) float64 { return r.Herd })
+	sum.Churn = over(func(r *Result) float64 { return r.Churn })
+	for _, r := range runs {
+		if r.Sinkhole {
+			sum.Sinkholes++
+		}
+	}
+	return sum
+}
+
+// tQuantile975 holds Student's t 0.975 quantiles for 1 to 30 degrees of
+// freedom; past 30 the normal 1.96 is close enough.
+var tQuantile975 = [...]float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+	2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+	2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+
+// tq returns the 0.975 quantile of Student's t with df degrees of freedom.
+func tq(df int) float64 {
+	if df >= 1 && df <= len(tQuantile975) {
+		return tQuantile975[df-1]
+	}
+	return 1.96
+}
+
+// stat returns the mean of v and its 95% confidence half-width. Any NaN
+// makes the mean NaN (not applicable), any +Inf makes it +Inf (never).
+func stat(v []float64) Stat {
+	if len(v) == 0 {
+		return Stat{Mean: math.NaN()}
+	}
+	var sum float64
+	for _, x := range v {
+		if math.IsNaN(x) {
+			return Stat{Mean: math.NaN()}
+		}
+		sum += x
+	}
+	if math.IsInf(sum, 0) {
+		return Stat{Mean: math.Inf(1)}
+	}
+	mean := sum / float64(len(v))
+	if len(v) < 2 {
+		return Stat{Mean: mean}
+	}
+	var ss float64
+	for _, x := range v {
+		ss += (x - mean) * (x - mean)
+	}
+	sd := math.Sqrt(ss / float64(len(v)-1))
+	return Stat{Mean: mean, CI: tq(len(v)-1) * sd / math.Sqrt(float64(len(v)))}
+}
+
+// column is one column of a scenario's table.
+type column struct {
+	head string
+	cell func(*Summary) string
+}
+
+// columns returns the columns that apply to scenario s.
+func (r *Report) columns(s *Scenario) []column {
+	seeds := len(r.Seeds)
+	ci := func(st Stat, prec int) string {
+		if seeds < 2 || math.IsNaN(st.Mean) || math.IsInf(st.Mean, 0) {
+			return num(st.Mean, prec)
+		}
+		return num(st.Mean, prec) + " ± " + num(st.CI, prec)
+	}
+	cols := []column{
+		{"policy", func(m *Summary) string { return m.Policy }},
+		{"mean ms", func(m *Summary) string { return ci(m.Mean, 2) }},
+	}
+	if s.Steady > 0 {
+		cols = append(cols, column{"steady ms", func(m *Summary) string { return ci(m.SteadyMean, 2) }})
+	}
+	cols = append(cols,
+		column{"p50 ms", func(m *Summary) string { return num(m.P50.Mean, 2) }},
+		column{"p99 ms", func(m *Summary) string { return ci(m.P99, 2) }},
+		column{"p99.9 ms", func(m *Summary) string { return num(m.P999.Mean, 2) }},
+		column{"errors %", func(m *Summary) string { return num(100*m.ErrorRate.Mean, 2) }},
+	)
+	if from, _, ok := s.Degraded(); ok {
+		if from > 0 {
+			cols = append(cols, column{"divert s", func(m *Summary) string { return num(m.Divert.Mean, 1) }})
+		}
+		cols = append(cols,
+			column{"readmit s", func(m *Summary) string { return num(m.Readmit.Mean, 1) }},
+			column{"peak share", func(m *Summary) string {
+				v := num(m.PeakShare.Mean, 2)
+				if m.Sinkholes > 0 {
+					v += fmt.Sprintf(" (sinkhole %d/%d)", m.Sinkholes, len(m.Runs))
+				}
+				return v
+			}},
+		)
+	}
+	return append(cols,
+		column{"herd", func(m *Summary) string { return num(m.Herd.Mean, 2) }},
+		column{"churn", func(m *Summary) string { return num(m.Churn.Mean, 3) }},
+	)
+}
+
+// num formats v with prec decimals, "never" for +Inf and "-" for NaN.
+func num(v float64, prec int) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case math.IsInf(v, 1):
+		return "never"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+// describe returns the line that states a scenario's traffic and the
+// analytic references.
+func (r *Report) describe(s *Scenario) string {
+	var b strings.Builder
+	rate := s.ArrivalRate()
+	if s.Rate > 0 {
+		fmt.Fprintf(&b, "%.0f requests/s", rate)
+	} else {
+		fmt.Fprintf(&b, "load %.2f (%.0f requests/s)", s.Load, rate)
+	}
+	k := orDefault(s.Clients, 1)
+	clients := "1 client"
+	if k > 1 {
+		clients = fmt.Sprintf("%d clients", k)
+	}
+	fmt.Fprintf(&b, " for %v, %s, timeout %v", s.Duration, clients, orDefault(s.Timeout, DefaultTimeout))
+	if s.Tries == 1 {
+		b.WriteString(", no retry")
+	}
+	seeds := fmt.Sprintf("seed %d", r.Seeds[0])
+	if n := len(r.Seeds); n > 1 {
+		seeds = fmt.Sprintf("seeds %d-%d", r.Seeds[0], r.Seeds[n-1])
+	}
+	fmt.Fprintf(&b, ", %s.", seeds)
+	if t, pooled, ok := TStar(s); ok {
+		fmt.Fprintf(&b, " T* = %.2f ms (best random static split, square-root rule), pooled bound %.2f ms.", 1000*t, 1000*pooled)
+	}
+	if s.Steady > 0 {
+		fmt.Fprintf(&b, " Steady: requests arriving after %v.", s.Steady)
+	}
+	return b.String()
+}
+
+// Legend explains the report's columns; the markdown report ends with it.
+const Legend = `Latencies are per request, from arrival to the end of its last attempt, failed requests included, over every seed (mean and 95% confidence interval across seeds).
+Failed attempts are retried at once on another peer, as nginx does, unless the scenario says "no retry"; errors are requests that failed for good.
+divert: seconds from the degradation until the degraded backend's share of attempts (over 500 ms) stays at or below half its fair share; readmit: seconds from the recovery until it stays at or above half its fair share; never: not within the run.
+peak share: the degraded backend's largest share of attempts in a 500 ms window while degraded, as a multiple of its fair share; sinkhole: above its fair share beyond binomial noise.
+herd: 99th percentile over time of the largest in-flight count of a backend over the mean; churn: mean change of the traffic split between consecutive 500 ms windows (total variation).
+Oracle SED sends each attempt where it will finish soonest, reading the true queues and service times; Oracle split draws from the square-root split of the true current capacities.`
+
+// Write prints the report: a table per scenario, plain text or, with
+// markdown, GitHub tables followed by the Legend. The output depends only
+// on the report, so the same runs always print the same bytes.
+func (r *Report) Write(w io.Writer, markdown bool) error {
+	ew := &errWriter{w: w}
+	for s := range r.Scenarios {
+		sc := &r.Scenarios[s]
+		cols := r.columns(sc)
+		if markdown {
+			fmt.Fprintf(ew, "### %s\n\n%s. %s\n\n", sc.Name, sc.Title, r.describe(sc))
+			heads := make([]string, len(cols))
+			align := make([]string, len(cols))
+			for i, c := range cols {
+				heads[i], align[i] = c.head, "---:"
+			}
+			align[0] = "---"
+			fmt.Fprintf(ew, "| %s |\n|%s|\n", strings.Join(heads, " | "), strings.Join(align, "|"))
+			for p := range r.Summaries[s] {
+				cells := make([]string, len(cols))
+				for i, c := range cols {
+					cells[i] = c.cell(&r.Summaries[s][p])
+				}
+				fmt.Fprintf(ew, "| %s |\n", strings.Join(cells, " | "))
+			}
+			fmt.Fprintln(ew)
+			continue
+		}
+		if s > 0 {
+			fmt.Fprintln(ew)
+		}
+		fmt.Fprintf(ew, "%s: %s\n%s\n", sc.Name, sc.Title, r.describe(sc))
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+		for _, c := range cols {
+			fmt.Fprintf(tw, "%s\t", c.head)
+		}
+		fmt.Fprintln(tw)
+		for p := range r.Summaries[s] {
+			for _, c := range cols {
+				fmt.Fprintf(tw, "%s\t", c.cell(&r.Summaries[s][p]))
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+	}
+	if markdown {
+		for _, line := range strings.Split(Legend, "\n") {
+			fmt.Fprintf(ew, "- %s\n", line)
+		}
+	}
+	return ew.err
+}
+
+// errWriter keeps the first write error and drops everything after it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return len(p), nil
+	}
+	_, e.err = e.w.Write(p)
+	return len(p), nil
+}

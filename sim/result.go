@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Result holds the metrics of one run. Latencies are those of whole
+// requests, from arrival to the end of the last attempt, failed requests
+// included at the time they failed; percentiles are exact, by nearest rank
+// over every request.
+//
+// The share metrics follow the scenario's watched backend w, degraded over
+// [t0, t1), whose fair share f is its weight's share. Attempts are counted
+// per Bucket, and the smoothed share at the end of bucket k is w's fraction
+// of the attempts sent in buckets k−SpanBuckets+1 to k (500 ms), reaching
+// no further back than the start of the interval being measured:
+//   - Divert is the end of the first bucket from which the smoothed share
+//     stays at or below f/2 until t1, minus t0;
+//   - Readmit is the end of the first bucket from which the smoothed share
+//     stays at or above f/2 until the end of the run, minus t1.
+//
+// Both are in seconds: NaN where they do not apply (no watched backend, or
+// a degradation from the start for Divert), +Inf when the condition never
+// holds.
+//
+// The zero value is an empty result. A Result is not modified after Run
+// returns it and may be read concurrently.
+type Result struct {
+	Scenario string
+	Policy   string
+	Seed     uint64
+
+	Requests       int // requests that arrived (all of them finish)
+	Failed         int // requests that failed
+	Attempts       int
+	FailedAttempts int
+
+	Mean, P50, P99, P999 time.Duration
+	// SteadyMean is the mean latency of the requests that arrived at or
+	// after the scenario's Steady time.
+	SteadyMean time.Duration
+
+	Divert, Readmit float64
+	// PeakShare is the watched backend's largest share of traffic, as a
+	// multiple of its fair share, over the aligned 500 ms spans inside its
+	// degraded interval (NaN without one). Sinkhole reports whether some
+	// span's share exceeds the fair share by more than three binomial
+	// standard deviations, sqrt(f(1−f)/n) for n attempts: more than noise
+	// explains.
+	PeakShare float64
+	Sinkhole  bool
+	// ProbeRate is the watched backend's attempts per second over the
+	// second half of its degraded interval: the probe floor a failed peer
+	// keeps (NaN without one).
+	ProbeRate float64
+
+	// Herd is the 99th percentile over time, sampled every 10 ms, of the
+	// largest in-flight count of a backend over the mean across backends
+	// (instants with nothing in flight left out): 1 is perfectly even, the
+	// number of backends is everything on one.
+	Herd float64
+	// Churn is the mean total-variation distance between the traffic
+	// shares of consecutive 500 ms spans: how much the split moves.
+	Churn float64
+
+	// Picks counts the attempts sent to each backend in each Bucket,
+	// bucket-major: Picks[k*Backends+i].
+	Picks    []int32
+	Backends int
+}
+
+// ErrorRate returns the fraction of requests that failed.
+func (r *Result) ErrorRate() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return float64(r.Failed) / float64(r.Requests)
+}
+
+// Buckets returns the number of buckets in Picks.
+func (r *Result) Buckets() int {
+	if r.Backends == 0 {
+		return 0
+	}
+	return len(r.Picks) / r.Backends
+}
+
+// Share returns backend i's share of the attempts sent in buckets [a, b),
+// and how many attempts that is in all; 0 if none were sent.
+func (r *Result) Share(i, a, b int) (share float64, total int) {
+	var mine int
+	for k := max(a, 0); k < min(b, r.Buckets()); k++ {
+		row := r.Picks[k*r.Backends : (k+1)*r.Backends]
+		mine += int(row[i])
+		for _, v := range row {
+			total += int(v)
+		}
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	return float64(mine) / float64(total), total
+}
+
+// percentile returns the nearest-rank q-quantile of sorted: the smallest
+// value with at least a fraction q of the values at or below it.
+func percentile(sorted []int64, q float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
+
+func (w *world) result(policy string, seed uint64) *Result {
+	r := &Result{
+		Scenario:       w.sc.Name,
+		Policy:         policy,
+		Seed:           seed,
+		Requests:       len(w.lat),
+		Failed:         w.failed,
+		Attempts:       w.attempts,
+		FailedAttempts: w.failedAttempts,
+		Picks:          w.picks,
+		Backends:       len(w.backends),
+		Divert:         math.NaN(),
+		Readmit:        math.NaN(),
+		PeakShare:      math.NaN(),
+		ProbeRate:      math.NaN(),
+	}
+	lat := w.lat
+	slices.Sort(lat)
+	var sum float64
+	for _, v := range lat {
+		sum += float64(v)
+	}
+	if len(lat) > 0 {
+		r.Mean = time.Duration(math.Round(sum / float64(len(lat))))
+	}
+	r.P50 = time.Duration(percentile(lat, 0.5))
+	r.P99 = time.Duration(percentile(lat, 0.99))
+	r.P999 = time.Duration(percentile(lat, 0.999))
+	if w.steadyN > 0 {
+		r.SteadyMean = time.Duration(math.Round(w.steadySum / float64(w.steadyN)))
+	}
+	if len(w.herd) > 0 {
+		slices.Sort(w.herd)
+		r.Herd = w.herd[min(max(int(math.Ceil(0.99*float64(len(w.herd))))-1, 0), len(w.herd)-1)]
+	}
+	r.Churn = churn(r)
+	if from, to, ok := w.sc.Degraded(); ok {
+		watch(r, w.sc.Watch, w.sc.FairShare(w.sc.Watch), from, to)
+	}
+	return r
+}
+
+// churn returns the mean total-variation distance between the share vectors
+// of consecutive aligned spans.
+func churn(r *Result) float64 {
+	spans := r.Buckets() / SpanBuckets
+	prev := make([]float64, r.Backends)
+	cur := make([]float64, r.Backends)
+	var sum float64
+	n := 0
+	for s := range spans {
+		var total int
+		clear(cur)
+		for k := s * SpanBuckets; k < (s+1)*SpanBuckets; k++ {
+			for i, v := range r.Picks[k*r.Backends : (k+1)*r.Backends] {
+				cur[i] += float64(v)
+				total += int(v)
+			}
+		}
+		if total == 0 {
+			continue
+		}
+		for i := range cur {
+			cur[i] /= float64(total)
+		}
+		if s > 0 {
+			var d float64
+			for i := range cur {
+				d += math.Abs(cur[i] - prev[i])
+			}
+			sum += d / 2
+			n++
+		}
+		prev, cur = cur, prev
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// watch fills in the metrics of the watched backend i, of fair share f,
+// degraded over [from, to).
+func watch(r *Result, i int, f float64, from, to time.Duration) {
+	nb := r.Buckets()
+	bucket := int64(Bucket)
+	k0 := int((int64(from) + bucket - 1) / bucket) // first bucket inside
+	k1 := min(int(int64(to)/bucket), nb)           // first bucket past the end
+	smooth := func(start, k int) float64 {
+		s, _ := r.Share(i, max(start, k-SpanBuckets+1), k+1)
+		return s
+	}
+	// end converts "from the end of bucket k on" into seconds after t.
+	end := func(k int, t time.Duration) float64 {
+		return (time.Duration(int64(k+1)*bucket) - t).Seconds()
+	}
+
+	if from > 0 && k0 < k1 {
+		last := k0 - 1 // the last bucket where the share is still too high
+		for k := k1 - 1; k >= k0; k-- {
+			if smooth(k0, k) > f/2 {
+				last = k
+				break
+			}
+		}
+		if last == k1-1 {
+			r.Divert = math.Inf(1)
+		} else {
+			r.Divert = end(last+1, from)
+		}
+	}
+
+	if k2 := int((int64(to) + bucket - 1) / bucket); k2 < nb {
+		last := k2 - 1
+		for k := nb - 1; k >= k2; k-- {
+			if smooth(k2, k) < f/2 {
+				last = k
+				break
+			}
+		}
+		if last == nb-1 {
+			r.Readmit = math.Inf(1)
+		} else {
+			r.Readmit = end(last+1, to)
+		}
+	}
+
+	if k0 < k1 {
+		r.PeakShare = 0
+		for a := k0; a+SpanBuckets <= k1; a += SpanBuckets {
+			s, n := r.Share(i, a, a+SpanBuckets)
+			r.PeakShare = max(r.PeakShare, s/f)
+			if n > 0 && s > f+3*math.Sqrt(f*(1-f)/float64(n)) {
+				r.Sinkhole = true
+			}
+		}
+		mid := (k0 + k1) / 2
+		var sent int
+		for k := mid; k < k1; k++ {
+			sent += int(r.Picks[k*r.Backends+i])
+		}
+		r.ProbeRate = float64(sent) / (float64(k1-mid) * Bucket.Seconds())
+	}
+}
