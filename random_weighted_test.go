@@ -87,24 +87,24 @@ func TestRandomWeighted_warmupInPicker(t *testing.T) {
 }
 
 func TestRandomWeighted_warmupSchedule(t *testing.T) {
-	clk := &countingClock{fakeClock: *newFakeClock()}
+	clk := &rwCountingClock{fakeClock: *newFakeClock()}
 	old := NewPeer("old", Weight(100))
 	b, err := NewRandomWeighted([]*Peer{old}, WithClock(clk.now), WithWarmup(10*time.Minute), WithRand(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	clk.add(time.Hour)
-	pickN(t, b, 1)
+	rwPickN(t, b, 1)
 	require.False(t, b.state.Load().warming, "old is warm")
 
 	// Warm: picks read no clock.
 	clk.calls = 0
-	pickN(t, b, 100)
+	rwPickN(t, b, 100)
 	assert.Zero(t, clk.calls)
 
 	fresh := NewPeer("new", Weight(100))
 	require.NoError(t, b.Add(fresh))
 	added := clk.now().UnixNano()
 	clk.add(time.Millisecond)
-	pickN(t, b, 1)
+	rwPickN(t, b, 1)
 	st := b.state.Load()
 	require.True(t, st.warming)
 	assert.Equal(t, []uint64{100, 1}, st.primary.w)
@@ -114,10 +114,10 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 
 	// Picks before then keep the table; the first one past it rebuilds.
 	clk.add(step - time.Nanosecond)
-	pickN(t, b, 10)
+	rwPickN(t, b, 10)
 	assert.Same(t, st, b.state.Load())
 	clk.add(time.Nanosecond)
-	pickN(t, b, 1)
+	rwPickN(t, b, 1)
 	st = b.state.Load()
 	upMs := (clk.now().UnixNano() - added) / 1e6
 	assert.Equal(t, []uint64{100, uint64(dubboWarmupWeight(upMs, 600000, 100))}, st.primary.w)
@@ -125,11 +125,11 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 	// Far past the warm-up, a pick rebuilds once more and the clock goes
 	// quiet again.
 	clk.add(time.Hour)
-	pickN(t, b, 1)
+	rwPickN(t, b, 1)
 	assert.False(t, b.state.Load().warming)
 	assert.Equal(t, []uint64{100, 100}, b.state.Load().primary.w)
 	clk.calls = 0
-	pickN(t, b, 100)
+	rwPickN(t, b, 100)
 	assert.Zero(t, clk.calls)
 }
 
@@ -149,22 +149,22 @@ func TestRandomWeighted_warmupLagBound(t *testing.T) {
 	}
 }
 
-// countingClock counts how often a picker reads it.
-type countingClock struct {
+// rwCountingClock counts how often a picker reads it.
+type rwCountingClock struct {
 	fakeClock
 	mu    sync.Mutex
 	calls int
 }
 
-func (c *countingClock) now() time.Time {
+func (c *rwCountingClock) now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls++
 	return c.t
 }
 
-// pickN makes n picks, each reported as a success.
-func pickN(t *testing.T, p Picker, n int) {
+// rwPickN makes n picks, each reported as a success.
+func rwPickN(t *testing.T, p Picker, n int) {
 	t.Helper()
 	for range n {
 		got, err := p.Pick(nil)
@@ -239,21 +239,21 @@ func TestRandomWeighted_aliasTable(t *testing.T) {
 	}
 }
 
-// chiSquaredLimit is the 99.9% quantile of the chi-squared distribution with
+// rwChiSquaredLimit is the 99.9% quantile of the chi-squared distribution with
 // k degrees of freedom, by the Wilson–Hilferty approximation: (X/k)^(1/3) is
 // close to normal with mean 1−2/(9k) and variance 2/(9k), so the quantile is
 // k·(1 − 2/(9k) + z·sqrt(2/(9k)))³ with z = 3.0902, the standard normal's
 // 99.9% quantile. For k = 3 it gives 16.5 (the exact value is 16.27).
-func chiSquaredLimit(k int) float64 {
+func rwChiSquaredLimit(k int) float64 {
 	const z = 3.0902
 	v := 2 / (9 * float64(k))
 	return float64(k) * math.Pow(1-v+z*math.Sqrt(v), 3)
 }
 
-// chiSquared returns the statistic of counts against expected proportions
+// rwChiSquared returns the statistic of counts against expected proportions
 // want (which sum to 1) and its degrees of freedom, over the cells with a
 // positive proportion.
-func chiSquared(counts []int, want []float64) (float64, int) {
+func rwChiSquared(counts []int, want []float64) (float64, int) {
 	total := 0
 	for _, c := range counts {
 		total += c
@@ -307,12 +307,12 @@ func TestRandomWeighted_distribution(t *testing.T) {
 			require.NoError(t, err)
 			for i, n := range tt.fails {
 				for range n {
-					failOnce(t, b, peers[i])
+					rrFailOnce(t, b, peers[i])
 				}
 			}
 			out := make([]bool, len(peers))
 			for _, i := range tt.out {
-				failOnce(t, b, peers[i])
+				rrFailOnce(t, b, peers[i])
 				out[i] = true
 			}
 			// The expected share of each peer: its weight over the eligible
@@ -345,8 +345,8 @@ func TestRandomWeighted_distribution(t *testing.T) {
 					assert.Zero(t, c, "peer %d", i)
 				}
 			}
-			x, df := chiSquared(counts, want)
-			assert.Less(t, x, chiSquaredLimit(df), "chi-squared %.2f with %d degrees of freedom; counts %v", x, df, counts)
+			x, df := rwChiSquared(counts, want)
+			assert.Less(t, x, rwChiSquaredLimit(df), "chi-squared %.2f with %d degrees of freedom; counts %v", x, df, counts)
 		})
 	}
 }
@@ -354,9 +354,9 @@ func TestRandomWeighted_distribution(t *testing.T) {
 func TestRandomWeighted_chiSquaredLimit(t *testing.T) {
 	// The 99.9% quantiles from tables: 16.27 (3 df), 29.59 (10 df) and
 	// 111.06 (69 df).
-	assert.InDelta(t, 16.27, chiSquaredLimit(3), 0.5)
-	assert.InDelta(t, 29.59, chiSquaredLimit(10), 0.3)
-	assert.InDelta(t, 111.06, chiSquaredLimit(69), 0.5)
+	assert.InDelta(t, 16.27, rwChiSquaredLimit(3), 0.5)
+	assert.InDelta(t, 29.59, rwChiSquaredLimit(10), 0.3)
+	assert.InDelta(t, 111.06, rwChiSquaredLimit(69), 0.5)
 }
 
 func TestRandomWeighted_seeded(t *testing.T) {
@@ -412,7 +412,7 @@ func TestRandomWeighted_eligibility(t *testing.T) {
 	b, err := NewRandomWeighted([]*Peer{a, bp, c, d}, WithClock(clk.now), WithRand(rand.NewPCG(5, 6)))
 	require.NoError(t, err)
 
-	failOnce(t, b, a)
+	rrFailOnce(t, b, a)
 	var held *Peer
 	for held == nil {
 		p, err := b.Pick(nil)
@@ -453,13 +453,14 @@ func TestRandomWeighted_eligibility(t *testing.T) {
 
 func TestRandomWeighted_request(t *testing.T) {
 	tests := []struct {
-		name    string
-		peers   []*Peer
-		attempt int // attempts before ErrTriesExhausted
+		name      string
+		peers     []*Peer
+		primaries int // eligible primaries: tried before any backup
+		attempts  int // attempts before ErrTriesExhausted
 	}{
-		{"primaries", []*Peer{NewPeer("a", MaxFails(0), Weight(9)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0), Weight(3))}, 3},
-		{"one down", []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", Down()), NewPeer("c", MaxFails(0))}, 2},
-		{"backups", []*Peer{NewPeer("a", MaxFails(0)), NewPeer("x", MaxFails(0), Backup()), NewPeer("y", MaxFails(0), Backup())}, 3},
+		{"primaries", []*Peer{NewPeer("a", MaxFails(0), Weight(9)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0), Weight(3))}, 3, 3},
+		{"one down", []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", Down()), NewPeer("c", MaxFails(0))}, 2, 2},
+		{"backups", []*Peer{NewPeer("a", MaxFails(0)), NewPeer("x", MaxFails(0), Backup()), NewPeer("y", MaxFails(0), Backup())}, 1, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -468,13 +469,12 @@ func TestRandomWeighted_request(t *testing.T) {
 			for round := range 20 {
 				var r Request
 				seen := map[*Peer]bool{}
-				for k := range tt.attempt {
+				for k := range tt.attempts {
 					p, err := b.Pick(&r)
 					require.NoError(t, err, "round %d attempt %d", round, k)
 					assert.False(t, seen[p], "%s tried twice", p)
 					assert.False(t, p.IsDown())
-					// Backups only once every primary is tried.
-					assert.Equal(t, k >= 1 && tt.name == "backups", p.IsBackup(), "attempt %d got %s", k, p)
+					assert.Equal(t, k >= tt.primaries, p.IsBackup(), "attempt %d got %s", k, p)
 					seen[p] = true
 					require.NoError(t, b.Done(p, Outcome{Failed: true}))
 				}
@@ -497,21 +497,22 @@ func TestRandomWeighted_backup(t *testing.T) {
 		require.Same(t, a, p)
 		require.NoError(t, b.Done(p, Outcome{}))
 	}
-	failOnce(t, b, a)
-	// Among the backups the zero weight counts too.
-	var r Request
+	rrFailOnce(t, b, a)
+	// The backups are weighted among themselves: y, of weight 0 next to x,
+	// is never picked.
 	for range 20 {
 		p, err := b.Pick(nil)
 		require.NoError(t, err)
 		require.Same(t, x, p)
 		require.NoError(t, b.Done(p, Outcome{}))
 	}
+	var r Request
 	p, err := b.Pick(&r)
 	require.NoError(t, err)
 	assert.Same(t, x, p)
 	require.NoError(t, b.Done(p, Outcome{}))
 	_, err = b.Pick(&r)
-	assert.ErrorIs(t, err, ErrNoLivePeer, "y has weight 0 next to x")
+	assert.ErrorIs(t, err, ErrNoLivePeer, "x tried, and y has weight 0 next to it")
 
 	require.NoError(t, b.SetDown(x, true))
 	_, err = b.Pick(nil)

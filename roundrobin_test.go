@@ -24,8 +24,8 @@ func newTestRR(t *testing.T, c *fakeClock, peers ...*Peer) *RoundRobin {
 	return b
 }
 
-// named returns peers named a, b, c... each built with opts[i].
-func named(opts ...[]PeerOption) []*Peer {
+// rrNamed returns peers named a, b, c... each built with opts[i].
+func rrNamed(opts ...[]PeerOption) []*Peer {
 	ps := make([]*Peer, len(opts))
 	for i, o := range opts {
 		ps[i] = NewPeer(string(rune('a'+i)), o...)
@@ -33,9 +33,9 @@ func named(opts ...[]PeerOption) []*Peer {
 	return ps
 }
 
-// pickSeq returns the addresses of n picks with a nil Request, each reported
+// rrPicks returns the addresses of n picks with a nil Request, each reported
 // as a success; a pick that fails shows as "-".
-func pickSeq(t *testing.T, p Picker, n int) string {
+func rrPicks(t *testing.T, p Picker, n int) string {
 	t.Helper()
 	out := make([]string, n)
 	for i := range out {
@@ -67,22 +67,22 @@ func TestRoundRobin_ribbonVectors(t *testing.T) {
 		{"middle failing", [][]PeerOption{nil, failing, nil}, []int{1}, "c a c a c a"},
 		// Ribbon gives up after 10 tries and returns null first; the scan
 		// here visits every peer once, so it finds a at once.
-		{"eleven, only the first alive", append([][]PeerOption{nil}, repeatOpts(dead, 10)...), nil, "a a a"},
+		{"eleven, only the first alive", append([][]PeerOption{nil}, rrRepeat(dead, 10)...), nil, "a a a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			peers := named(tt.peers...)
+			peers := rrNamed(tt.peers...)
 			b := newTestRR(t, newFakeClock(), peers...)
 			for _, i := range tt.fail {
-				failOnce(t, b, peers[i])
+				rrFailOnce(t, b, peers[i])
 			}
 			b.ctr.Store(0)
-			assert.Equal(t, tt.want, pickSeq(t, b, len(strings.Fields(tt.want))))
+			assert.Equal(t, tt.want, rrPicks(t, b, len(strings.Fields(tt.want))))
 		})
 	}
 }
 
-func repeatOpts(o []PeerOption, n int) [][]PeerOption {
+func rrRepeat(o []PeerOption, n int) [][]PeerOption {
 	out := make([][]PeerOption, n)
 	for i := range out {
 		out[i] = o
@@ -90,8 +90,8 @@ func repeatOpts(o []PeerOption, n int) [][]PeerOption {
 	return out
 }
 
-// failOnce reports one failed attempt on p, picking until Pick returns it.
-func failOnce(t *testing.T, b Picker, p *Peer) {
+// rrFailOnce reports one failed attempt on p, picking until Pick returns it.
+func rrFailOnce(t *testing.T, b Picker, p *Peer) {
 	t.Helper()
 	for range 1000 {
 		got, err := b.Pick(nil)
@@ -199,11 +199,11 @@ func TestRoundRobin_failWindow(t *testing.T) {
 	assert.Equal(t, 1, bp.State().Fails)
 
 	// Counter 2 c, 3 a, 4 b skipped for c (5 used up), 6 a.
-	assert.Equal(t, "c a c a", pickSeq(t, b, 4))
+	assert.Equal(t, "c a c a", rrPicks(t, b, 4))
 
 	// At exactly fail_timeout b is still out (nginx compares with <=).
 	clk.add(10 * time.Second)
-	assert.Equal(t, "c a", pickSeq(t, b, 2)) // 7 b skipped for c, 9 a
+	assert.Equal(t, "c a", rrPicks(t, b, 2)) // 7 b skipped for c, 9 a
 
 	// Past it, b gets one probe. Counter 10: b.
 	clk.add(time.Second)
@@ -212,20 +212,20 @@ func TestRoundRobin_failWindow(t *testing.T) {
 	require.Same(t, bp, probe)
 	// While the probe is out, b is back inside a fresh window: 11 c, 12 a,
 	// 13 b skipped for c.
-	assert.Equal(t, "c a c", pickSeq(t, b, 3))
+	assert.Equal(t, "c a c", rrPicks(t, b, 3))
 
 	// The probe succeeds: the failures are cleared and b is back (15 a,
 	// 16 b).
 	require.NoError(t, b.Done(probe, Outcome{}))
 	assert.Zero(t, bp.State().Fails)
-	assert.Equal(t, "a b c", pickSeq(t, b, 3))
+	assert.Equal(t, "a b c", rrPicks(t, b, 3))
 }
 
 func TestRoundRobin_probeFails(t *testing.T) {
 	clk := newFakeClock()
 	peers := weighted(1, 1)
 	b := newTestRR(t, clk, peers...)
-	failOnce(t, b, peers[0])
+	rrFailOnce(t, b, peers[0])
 	clk.add(11 * time.Second)
 	b.ctr.Store(1) // the next turn is a's
 	probe, err := b.Pick(nil)
@@ -234,10 +234,10 @@ func TestRoundRobin_probeFails(t *testing.T) {
 	require.NoError(t, b.Done(probe, Outcome{Failed: true}))
 	// Out for another fail_timeout from the failed probe.
 	clk.add(10 * time.Second)
-	assert.Equal(t, "b b b", pickSeq(t, b, 3))
+	assert.Equal(t, "b b b", rrPicks(t, b, 3))
 	clk.add(time.Second)
 	b.ctr.Store(1)
-	assert.Equal(t, "a", pickSeq(t, b, 1))
+	assert.Equal(t, "a", rrPicks(t, b, 1))
 }
 
 func TestRoundRobin_belowMaxFails(t *testing.T) {
@@ -245,16 +245,16 @@ func TestRoundRobin_belowMaxFails(t *testing.T) {
 	clk := newFakeClock()
 	peers := []*Peer{NewPeer("a", MaxFails(3)), NewPeer("b", MaxFails(3))}
 	b := newTestRR(t, clk, peers...)
-	failOnce(t, b, peers[0])
-	failOnce(t, b, peers[0])
+	rrFailOnce(t, b, peers[0])
+	rrFailOnce(t, b, peers[0])
 	b.ctr.Store(1)
-	assert.Equal(t, "a b a b", pickSeq(t, b, 4))
+	assert.Equal(t, "a b a b", rrPicks(t, b, 4))
 	assert.Equal(t, 2, peers[0].State().Fails, "successes inside the window clear nothing")
 	// A success picked after the window has passed answers a check and
 	// clears the failures, as nginx does.
 	clk.add(11 * time.Second)
 	b.ctr.Store(1)
-	assert.Equal(t, "a", pickSeq(t, b, 1))
+	assert.Equal(t, "a", rrPicks(t, b, 1))
 	assert.Zero(t, peers[0].State().Fails)
 }
 
@@ -266,9 +266,9 @@ func TestRoundRobin_maxConns(t *testing.T) {
 	require.NoError(t, err)
 	require.Same(t, peers[0], held)
 	// a is full: 4 b, 5 c, 6 a skipped for b (7 used up), 8 c.
-	assert.Equal(t, "b c b c", pickSeq(t, b, 4))
+	assert.Equal(t, "b c b c", rrPicks(t, b, 4))
 	require.NoError(t, b.Done(held, Outcome{}))
-	assert.Equal(t, "a b c", pickSeq(t, b, 3))
+	assert.Equal(t, "a b c", rrPicks(t, b, 3))
 }
 
 func TestRoundRobin_maxConnsConcurrent(t *testing.T) {
@@ -316,7 +316,7 @@ func TestRoundRobin_request(t *testing.T) {
 			for i, o := range tt.peers {
 				opts[i] = append(o, MaxFails(0)) // failures do not take peers out here
 			}
-			b := newTestRR(t, newFakeClock(), named(opts...)...)
+			b := newTestRR(t, newFakeClock(), rrNamed(opts...)...)
 			var r Request
 			var got []string
 			for range tt.want {
@@ -352,15 +352,15 @@ func TestRoundRobin_retrySkipsTried(t *testing.T) {
 
 func TestRoundRobin_backup(t *testing.T) {
 	clk := newFakeClock()
-	peers := named(nil, nil, []PeerOption{Backup()}, []PeerOption{Backup()})
+	peers := rrNamed(nil, nil, []PeerOption{Backup()}, []PeerOption{Backup()})
 	b := newTestRR(t, clk, peers...)
-	assert.Equal(t, "b a b a", pickSeq(t, b, 4))
+	assert.Equal(t, "b a b a", rrPicks(t, b, 4))
 
 	// Both primaries fail: the backups take turns on their own counter,
 	// which starts at 0, so d (backup slot 1) first.
-	failOnce(t, b, peers[0])
-	failOnce(t, b, peers[1])
-	assert.Equal(t, "d c d c", pickSeq(t, b, 4))
+	rrFailOnce(t, b, peers[0])
+	rrFailOnce(t, b, peers[1])
+	assert.Equal(t, "d c d c", rrPicks(t, b, 4))
 
 	// A request that moved to the backups stays there; a new one starts on
 	// the primaries again.
@@ -391,8 +391,8 @@ func TestRoundRobin_backup(t *testing.T) {
 }
 
 func TestRoundRobin_onlyBackups(t *testing.T) {
-	b := newTestRR(t, newFakeClock(), named([]PeerOption{Backup()}, []PeerOption{Backup()})...)
-	assert.Equal(t, "b a b", pickSeq(t, b, 3))
+	b := newTestRR(t, newFakeClock(), rrNamed([]PeerOption{Backup()}, []PeerOption{Backup()})...)
+	assert.Equal(t, "b a b", rrPicks(t, b, 3))
 }
 
 func TestRoundRobin_weights(t *testing.T) {
@@ -408,7 +408,7 @@ func TestRoundRobin_weights(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newTestRR(t, newFakeClock(), weighted(tt.weights...)...)
-			assert.Equal(t, tt.want, pickSeq(t, b, len(strings.Fields(tt.want))))
+			assert.Equal(t, tt.want, rrPicks(t, b, len(strings.Fields(tt.want))))
 		})
 	}
 
@@ -420,7 +420,7 @@ func TestRoundRobin_weights(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoLivePeer)
 	// SetWeight takes effect on the next pick.
 	require.NoError(t, b.SetWeight(peers[0], 2))
-	assert.Equal(t, "a a", pickSeq(t, b, 2))
+	assert.Equal(t, "a a", rrPicks(t, b, 2))
 }
 
 func TestRoundRobin_singlePeer(t *testing.T) {
@@ -429,22 +429,22 @@ func TestRoundRobin_singlePeer(t *testing.T) {
 	clk := newFakeClock()
 	peers := weighted(1, 1)
 	b := newTestRR(t, clk, peers...)
-	failOnce(t, b, peers[0])
+	rrFailOnce(t, b, peers[0])
 	require.NoError(t, b.Remove(peers[1]))
-	assert.Equal(t, "a a", pickSeq(t, b, 2))
+	assert.Equal(t, "a a", rrPicks(t, b, 2))
 	assert.Zero(t, peers[0].State().Fails, "any report clears a single peer's failures")
 }
 
 func TestRoundRobin_updates(t *testing.T) {
 	peers := weighted(1, 1)
 	b := newTestRR(t, newFakeClock(), peers...)
-	assert.Equal(t, "b a", pickSeq(t, b, 2))
+	assert.Equal(t, "b a", rrPicks(t, b, 2))
 	// The counter carries on over the new list: 3 mod 3 is a.
 	require.NoError(t, b.Add(NewPeer("c")))
-	assert.Equal(t, "a b c a", pickSeq(t, b, 4))
+	assert.Equal(t, "a b c a", rrPicks(t, b, 4))
 	require.NoError(t, b.Remove(peers[0]))
 	// Over b c: 7 mod 2 = 1, c.
-	assert.Equal(t, "c b c", pickSeq(t, b, 3))
+	assert.Equal(t, "c b c", rrPicks(t, b, 3))
 }
 
 func TestRoundRobin_errors(t *testing.T) {
