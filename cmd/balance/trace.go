@@ -32,8 +32,8 @@ func as[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (P, erro
 }
 
 // algos are the -algo values. A seeded picker gets -seed through WithRand
-// (RoundRobin draws where its rotation starts); every picker gets a clock
-// that never moves.
+// (RoundRobin draws where its rotation starts, RandomWeighted every pick);
+// every picker gets a clock that never moves.
 var algos = map[string]struct {
 	new    newPicker
 	seeded bool
@@ -41,6 +41,7 @@ var algos = map[string]struct {
 	"smooth":     {new: as(balancer.NewSmoothWRR)},
 	"classic":    {new: as(balancer.NewClassicWRR)},
 	"roundrobin": {new: as(balancer.NewRoundRobin), seeded: true},
+	"random":     {new: as(balancer.NewRandomWeighted), seeded: true},
 }
 
 // epoch is the time on the clock that never moves. Like nginx in the
@@ -51,43 +52,57 @@ var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 // for a large -n; the picker keeps its state across chunks.
 const chunk = 1 << 12
 
-func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// traceFlags are the flags of balance trace.
+type traceFlags struct {
+	algo, fail string
+	n          int
+	seed       uint64
+	set        map[string]bool // the flags given on the command line
+}
+
+// newTraceFlags defines the flags of balance trace on a new flag set.
+func newTraceFlags(stderr io.Writer) (*flag.FlagSet, *traceFlags) {
 	names := slices.Sorted(maps.Keys(algos))
-	algo := fs.String("algo", "smooth", "balancing algorithm: "+strings.Join(names, ", "))
-	n := fs.Int("n", 0, "number of requests (default one full cycle: the sum of the weights\nof the primary servers that are not down)")
-	fail := fs.String("fail", "", "comma-separated servers that fail every attempt, like a closed port")
-	var seededNames []string
+	var seeded []string
 	for _, name := range names {
 		if algos[name].seeded {
-			seededNames = append(seededNames, name)
+			seeded = append(seeded, name)
 		}
 	}
-	seed := fs.Uint64("seed", 1, "random seed, for -algo "+strings.Join(seededNames, " or "))
+	f := &traceFlags{set: map[string]bool{}}
+	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.algo, "algo", "smooth", "balancing algorithm: "+strings.Join(names, ", "))
+	fs.IntVar(&f.n, "n", 0, "number of requests (default one full cycle: the sum of the weights\nof the primary servers that are not down)")
+	fs.StringVar(&f.fail, "fail", "", "comma-separated servers that fail every attempt, like a closed port")
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed, for -algo "+strings.Join(seeded, " or "))
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: balance trace [-algo %s] [-n N] [-fail ADDR,...] [-seed S] [FILE]\n\n", strings.Join(names, "|"))
 		fmt.Fprintf(stderr, "Reads one nginx upstream block from FILE or standard input (FILE - or none)\nand prints the servers each request tries, as nginx logs $upstream_addr.\n\n")
 		fs.PrintDefaults()
 	}
+	return fs, f
+}
+
+func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs, f := newTraceFlags(stderr)
 	files, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	a, known := algos[*algo]
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	a, known := algos[f.algo]
 	switch {
 	case err != nil:
 		return 2 // the flag package has printed the error and the usage
 	case len(files) > 1:
 		return usageError(fs, "at most one FILE, got %d", len(files))
 	case !known:
-		return usageError(fs, "unknown -algo %q", *algo)
-	case *n < 0:
-		return usageError(fs, "negative -n %d", *n)
-	case set["seed"] && !a.seeded:
-		return usageError(fs, "-seed applies to -algo %s only", strings.Join(seededNames, " or "))
+		return usageError(fs, "unknown -algo %q", f.algo)
+	case f.n < 0:
+		return usageError(fs, "negative -n %d", f.n)
+	case f.set["seed"] && !a.seeded:
+		return usageError(fs, "-seed does not apply to -algo %s", f.algo)
 	}
 
 	name, src, err := readInput(files, stdin)
@@ -100,23 +115,23 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err) // FILE:LINE: message
 		return 1
 	}
-	failing, err := failSet(b, *fail)
+	failing, err := failSet(b, f.fail)
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
 	opts := []balancer.Option{balancer.WithClock(func() time.Time { return epoch })}
 	if a.seeded {
-		opts = append(opts, balancer.WithRand(rand.NewPCG(*seed, 0)))
+		opts = append(opts, balancer.WithRand(rand.NewPCG(f.seed, 0)))
 	}
 	p, err := a.new(b.Peers(), opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "balance trace: %v\n", err)
 		return 1
 	}
-	if !set["n"] {
-		*n = cycle(b)
+	if !f.set["n"] {
+		f.n = cycle(b)
 	}
-	return writeTrace(p, b.Name, *n, failing, stdout, stderr)
+	return writeTrace(p, b.Name, f.n, failing, stdout, stderr)
 }
 
 // parseInterleaved parses flags placed before or after the file name and

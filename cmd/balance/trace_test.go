@@ -155,6 +155,36 @@ func TestTraceRoundRobin(t *testing.T) {
 	}
 }
 
+// TestTraceRandom checks that a seed fixes the sequence and that the shares
+// follow the weights: with {5,1,1} over 7000 requests a gets 5000 on
+// average, with a standard deviation of sqrt(7000·5/7·2/7) ≈ 38, so ±300 is
+// about 8 standard deviations; a failing server never ends a request.
+func TestTraceRandom(t *testing.T) {
+	for _, seed := range []string{"1", "7"} {
+		t.Run("seed="+seed, func(t *testing.T) {
+			args := []string{"trace", "-algo", "random", "-seed", seed, "-n", "7000"}
+			code, out, errOut := exec(args, fiveOneOne)
+			require.Equal(t, 0, code, "stderr: %s", errOut)
+			_, again, _ := exec(args, fiveOneOne)
+			assert.Equal(t, out, again, "same seed, same trace")
+			got := map[string]int{}
+			for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+				got[l]++
+			}
+			assert.Len(t, got, 3)
+			assert.InDelta(t, 5000, got["a"], 300, "a")
+			assert.InDelta(t, 1000, got["b"], 300, "b")
+			assert.InDelta(t, 1000, got["c"], 300, "c")
+
+			// With a failing, every request that picks it goes on to b or c.
+			_, out, _ = exec(append(args, "-fail", "a"), fiveOneOne)
+			for i, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+				assert.Contains(t, []string{"a, b", "a, c", "b", "c"}, l, "request %d", i+1)
+			}
+		})
+	}
+}
+
 func TestTraceErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.conf")
@@ -178,7 +208,7 @@ func TestTraceErrors(t *testing.T) {
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
 		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: negative -n -1\nusage: balance trace ..."},
 		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: unknown -algo "fastest"` + "\n..."},
-		{"-seed without random", []string{"trace", "-algo", "smooth", "-seed", "7"}, "", 2, "balance trace: -seed applies to -algo roundrobin only\n..."},
+		{"-seed with smooth", []string{"trace", "-algo", "smooth", "-seed", "7"}, "", 2, "balance trace: -seed does not apply to -algo smooth\n..."},
 		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
 		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\nusage: balance trace ..."},
 		{"no command", nil, "", 2, "usage: balance COMMAND ..."},
