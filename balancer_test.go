@@ -34,6 +34,7 @@ var pickerCases = []pickerCase{
 	{"ClassicWRR", as(NewClassicWRR)},
 	{"RoundRobin", as(NewRoundRobin)},
 	{"P2CPeakEWMA", as(NewP2CPeakEWMA)},
+	{"RandomWeighted", as(NewRandomWeighted)},
 }
 
 // forEachPicker runs f as a subtest for every picker type.

@@ -194,7 +194,7 @@ type PeerState struct {
 // State returns a consistent snapshot of the peer's state. It takes the
 // owning picker's lock briefly, so it is safe while other goroutines pick.
 func (p *Peer) State() PeerState {
-	cw := p.currentWeight
+	var cw int64
 	if s := p.owner.Load(); s != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -204,6 +204,8 @@ func (p *Peer) State() PeerState {
 				cw = v
 			}
 		}
+	} else {
+		cw = p.currentWeight // no picker holds it: nothing writes it
 	}
 	return PeerState{
 		Weight:          int(p.weight.Load()),
