@@ -1,13 +1,15 @@
-// Command balance shows how a load balancer spreads requests over the
-// servers of an nginx upstream block.
+// Command balance shows how the balancer package's pickers spread requests,
+// over the servers of an nginx upstream block or a simulated cluster.
 //
 // Usage:
 //
 //	balance trace [-algo smooth|classic|roundrobin|random] [-n N] [-fail ADDR,...] [-seed S] [FILE]
+//	balance sim [flags]
 //
 // trace reads one `upstream NAME { ... }` block from FILE or standard input
 // and prints, for each request, the servers it tried, joined by ", ", as
-// nginx logs $upstream_addr. Run "balance trace -h" for the flags.
+// nginx logs $upstream_addr. sim compares the pickers on simulated clusters
+// with a virtual clock. Run "balance COMMAND -h" for a command's flags.
 package main
 
 import (
@@ -24,6 +26,7 @@ const usage = `usage: balance COMMAND [flags] [args]
 
 commands:
   trace   print the servers each request tries, as nginx logs $upstream_addr
+  sim     compare the pickers on simulated clusters with a virtual clock
 
 Run "balance COMMAND -h" for a command's flags.
 `
