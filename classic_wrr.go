@@ -86,6 +86,7 @@ func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
 		return nil, err
 	}
 	s := &ClassicWRR{}
+	s.currentWeight = s.impliedLocked
 	if err := s.init(peers, cfg, s.changedLocked); err != nil {
 		return nil, err
 	}
@@ -257,19 +258,23 @@ func sortByWeight(peers []*Peer) []*Peer {
 	return sorted
 }
 
-// closeLocked hands the sequence back to the scan. A cycle that served k
-// picks of a round left peer i at w_i − c_i, where c_i counts i's picks
-// among the first k mod W: each pick lowers the winner's current weight by
-// one, and at k mod W = 0 every peer is back at its weight, the start of a
-// round.
+// closeLocked hands the sequence back to the scan. A cycle that served
+// k > 0 picks left peer i at w_i − c_i, where c_i counts i's picks among the
+// first j = (k−1) mod W + 1, the picks of the round under way: each pick
+// lowers the winner's current weight by one, and a round ends with all of
+// them at 0, as in nginx, whose next pick starts a new round. A cycle that
+// served nothing leaves the state it opened on.
 func (s *ClassicWRR) closeLocked() {
 	c := s.cycle.Swap(nil)
 	if c == nil {
 		return
 	}
-	k := (c.ctr.Or(closedBit) &^ closedBit) % c.w
+	k := c.ctr.Or(closedBit) &^ closedBit
+	if k == 0 {
+		return
+	}
 	clear(c.counts)
-	for _, i := range c.seq[:k] {
+	for _, i := range c.seq[:(k-1)%c.w+1] {
 		c.counts[i]++
 	}
 	// Down peers have weight 0 in the cycle and no picks: they get 0,
@@ -277,6 +282,26 @@ func (s *ClassicWRR) closeLocked() {
 	for i, p := range c.list.primary {
 		p.currentWeight = c.weights[i] - c.counts[i]
 	}
+}
+
+// impliedLocked returns p's current weight while the cycle stands for it, by
+// the formula closeLocked uses, in O(W).
+func (s *ClassicWRR) impliedLocked(p *Peer) (int64, bool) {
+	c := s.cycle.Load()
+	if c == nil || p.backup || p.index >= len(c.list.primary) || c.list.primary[p.index] != p {
+		return 0, false
+	}
+	k := c.ctr.Load()
+	if k == 0 {
+		return p.currentWeight, true
+	}
+	var picked int64
+	for _, i := range c.seq[:(k-1)%c.w+1] {
+		if int(i) == p.index {
+			picked++
+		}
+	}
+	return c.weights[p.index] - picked, true
 }
 
 // maybeOpenLocked starts serving from the cycle when the exact state is the
