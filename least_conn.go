@@ -1,0 +1,195 @@
+package balancer
+
+// LeastConn is nginx's least_conn (ngx_http_upstream_least_conn_module.c,
+// from nginx 1.3.1/1.2.2 on): each pick goes to the eligible peer with the
+// fewest attempts in flight per unit of weight, the first such peer in order
+// winning, and when several peers share that lowest load, smooth weighted
+// round-robin chooses among them. Choose it when requests vary widely in
+// how long they take, so that a slow peer should get fewer of them.
+//
+// The in-flight count of a peer (Peer.InFlight, nginx's conns) counts the
+// attempts Pick returned and Done has not yet reported. Loads are compared
+// by cross multiplication, as nginx does, so no division rounds them:
+// p is less loaded than q when p.conns·q.weight < q.conns·p.weight. For
+// example a (weight 2, 3 in flight) against b (weight 1, 1 in flight): 1·2 <
+// 3·1, so b. When peers tie with the lowest load, the tied ones, from the
+// first of them onward, go through one full step of nginx's smooth
+// round-robin (each adds its effective weight to its current weight, the
+// largest wins, the first on a tie, and gives back the total; see
+// SmoothWRR); with no tie, current and effective weights are left alone.
+// A peer of weight 0 is chosen only when no eligible peer has a weight,
+// since cross multiplication says nothing about it.
+//
+// Eligibility, failures (max_fails, fail_timeout, the effective weight a
+// failure lowers and later ties restore), backup and down peers,
+// max_conns, per-request tries and the single-server rule all follow
+// nginx's round-robin module, which least_conn shares; see Peer and
+// Request.
+//
+// Cost of a pick: O(n) in the number of peers, under the picker's lock,
+// since the choice depends on every in-flight count.
+//
+// The zero value is not usable; use NewLeastConn. LeastConn is safe for
+// concurrent use by multiple goroutines.
+type LeastConn struct {
+	peerSet
+}
+
+var _ Picker = (*LeastConn)(nil)
+
+// NewLeastConn returns a LeastConn over peers. It accepts WithClock.
+func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
+	cfg, err := newConfig("LeastConn", optClock, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &LeastConn{}
+	if err := b.init(peers, cfg, nil); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Pick returns the least loaded eligible peer and counts the attempt in
+// flight until Done. It is O(n) in the number of peers.
+func (b *LeastConn) Pick(r *Request) (*Peer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.load()
+	if l.empty() {
+		return nil, ErrNoPeers
+	}
+	var once Request
+	if r == nil {
+		r = &once
+	}
+	if !r.begin(l) {
+		return nil, ErrTriesExhausted
+	}
+	now := b.now()
+	var p *Peer
+	switch {
+	case l.single:
+		// nginx hands a single server to round-robin, which checks only
+		// down and max_conns.
+		if q := l.primary[0]; !q.down.Load() && !q.full() {
+			p = q
+		}
+	case !r.backup:
+		p = scanLeastConn(l.primary, r, now)
+		if p == nil && len(l.backup) > 0 {
+			r.switchToBackup()
+		}
+	}
+	if p == nil && r.backup {
+		p = scanLeastConn(l.backup, r, now)
+	}
+	if p == nil {
+		return nil, ErrNoLivePeer
+	}
+	p.conns.Add(1)
+	r.record(p.index)
+	return p, nil
+}
+
+// scanLeastConn is nginx's ngx_http_upstream_get_least_conn_peer over one
+// list: the first peer with the lowest load, then the smooth round-robin
+// step among the peers tied with it. Requires the owner's lock.
+//
+// Done lowers in-flight counts without the lock, so each count is read once
+// per comparison and the tied peers are matched against the winner's count
+// as first read; a count that drops meanwhile can only make a peer look
+// busier than it is for this one pick.
+func scanLeastConn(peers []*Peer, r *Request, now int64) *Peer {
+	var least *Peer
+	var at int         // least's position in peers
+	var conns, w int64 // least's in-flight count and weight, as read
+	var many bool      // another peer ties with least
+	for i, p := range peers {
+		if r.isTried(i) || !p.available(now) {
+			continue
+		}
+		pc, pw := p.conns.Load(), p.weight.Load()
+		if least == nil {
+			least, at, conns, w, many = p, i, pc, pw, false
+			continue
+		}
+		switch c := compareLoad(pc, pw, conns, w); {
+		case c < 0:
+			least, at, conns, w, many = p, i, pc, pw, false
+		case c == 0:
+			many = true
+		}
+	}
+	if least == nil {
+		return nil
+	}
+	best := least
+	if many {
+		// nginx's smooth step, restricted to the tied peers; least is
+		// among them whatever its count reads now.
+		var total int64
+		for i := at; i < len(peers); i++ {
+			p := peers[i]
+			if r.isTried(i) || !p.available(now) {
+				continue
+			}
+			if p != least && compareLoad(p.conns.Load(), p.weight.Load(), conns, w) != 0 {
+				continue
+			}
+			p.currentWeight += p.effectiveWeight
+			total += p.effectiveWeight
+			if p.effectiveWeight < p.weight.Load() {
+				p.effectiveWeight++
+			}
+			if p.currentWeight > best.currentWeight {
+				best = p
+			}
+		}
+		best.currentWeight -= total
+	}
+	best.checkLocked(now)
+	return best
+}
+
+// compareLoad compares the load of a peer with pc attempts in flight and
+// weight pw with that of one with qc and qw: negative when the first is
+// less loaded, 0 when equal. Loads are conns/weight, compared as
+// pc·qw against qc·pw; both factors stay below 2^30 (MaxWeightSum) times
+// the in-flight count, far from overflow. A peer of weight 0 is more
+// loaded than any peer with weight, and two of them compare by count.
+func compareLoad(pc, pw, qc, qw int64) int {
+	switch {
+	case pw == 0 && qw == 0:
+		pw, qw = 1, 1
+	case pw == 0:
+		return 1
+	case qw == 0:
+		return -1
+	}
+	switch a, b := pc*qw, qc*pw; {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Done reports the outcome of an attempt on p, which ends its in-flight
+// count. A success on a peer with no failures on record takes no lock.
+func (b *LeastConn) Done(p *Peer, o Outcome) error {
+	if err := b.release(p, o); err != nil {
+		return err
+	}
+	if !o.Failed && !p.needsLockOnSuccess() {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.owner.Load() != &b.peerSet {
+		return nil // removed while in flight
+	}
+	b.doneLocked(b.load(), p, o)
+	return nil
+}

@@ -1,0 +1,308 @@
+package balancer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// holdPicks returns n picks and reports none of them, so the attempts stay
+// in flight.
+func holdPicks(t *testing.T, p Picker, n int) string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		peer, err := p.Pick(nil)
+		require.NoError(t, err)
+		out[i] = peer.Addr()
+	}
+	return strings.Join(out, " ")
+}
+
+// cwOf returns the current weight of each peer, in the order added.
+func cwOf(peers []*Peer) []int {
+	cw := make([]int, len(peers))
+	for i, p := range peers {
+		cw[i] = p.State().CurrentWeight
+	}
+	return cw
+}
+
+func TestCompareLoad(t *testing.T) {
+	tests := []struct {
+		name           string
+		pc, pw, qc, qw int64
+		want           int
+	}{
+		// nginx.md section 7: a(w=2, 3 in flight) against b(w=1, 1):
+		// b·a = 1·2 < a·b = 3·1, so b is less loaded.
+		{"doc example", 1, 1, 3, 2, -1},
+		{"doc example reversed", 3, 2, 1, 1, 1},
+		// 2/4 against 1/2: 2·2 = 1·4.
+		{"equal ratios", 2, 4, 1, 2, 0},
+		{"both idle", 0, 5, 0, 1, 0},
+		// 5/3 against 2/1: 5·1 = 5 < 2·3 = 6.
+		{"weighted", 5, 3, 2, 1, -1},
+		// Weight 0 ranks behind any weight, however busy.
+		{"zero weight idle", 0, 0, 100, 1, 1},
+		{"weight against zero", 100, 1, 0, 0, -1},
+		{"two zero weights", 1, 0, 2, 0, -1},
+		{"two zero weights equal", 2, 0, 2, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, compareLoad(tt.pc, tt.pw, tt.qc, tt.qw))
+		})
+	}
+}
+
+// TestLeastConn_lowestLoad sets in-flight counts and checks which peer the
+// first scan picks, derived by cross multiplication.
+func TestLeastConn_lowestLoad(t *testing.T) {
+	tests := []struct {
+		name    string
+		weights []int
+		conns   []int64
+		want    string
+	}{
+		// nginx.md section 7: 1·2 < 3·1.
+		{"doc example", []int{2, 1}, []int64{3, 1}, "b"},
+		// a: 2/1, b: 5/3; b·a = 5·1 = 5 < a·b = 2·3 = 6.
+		{"weighted", []int{1, 3}, []int64{2, 5}, "b"},
+		// a 2/2 and b 1/1 tie at 1, c 0/1 is lower and alone.
+		{"first minimum", []int{2, 1, 1}, []int64{2, 1, 0}, "c"},
+		// a 4/2 = 2, b 3/1 = 3, c 5/3 < 2 (5·2 = 10 < 4·3 = 12).
+		{"fractional", []int{2, 1, 3}, []int64{4, 3, 5}, "c"},
+		// The weight-0 peer is idle but ranks behind b.
+		{"zero weight", []int{0, 1}, []int64{0, 5}, "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			peers := weighted(tt.weights...)
+			for i, c := range tt.conns {
+				peers[i].conns.Store(c)
+			}
+			b, err := NewLeastConn(peers)
+			require.NoError(t, err)
+			p, err := b.Pick(nil)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, p.Addr())
+			assert.Equal(t, make([]int, len(peers)), cwOf(peers), "no tie: current weights untouched")
+		})
+	}
+}
+
+// TestLeastConn_ties: with nothing in flight every peer ties, so each pick
+// is one full smooth round-robin step over all of them, and {5,1,1} gives
+// the sequence of the commit that introduced smooth WRR (nginx.md section
+// 6): (5,1,1) a (−2,1,1); (3,2,2) a (−4,2,2); (1,3,3) b (1,−4,3);
+// (6,−3,4) a (−1,−3,4); (4,−2,5) c (4,−2,−2); (9,−1,−1) a (2,−1,−1);
+// (7,0,0) a (0,0,0).
+func TestLeastConn_ties(t *testing.T) {
+	peers := weighted(5, 1, 1)
+	b, err := NewLeastConn(peers)
+	require.NoError(t, err)
+	want := []struct {
+		pick string
+		cw   []int
+	}{
+		{"a", []int{-2, 1, 1}},
+		{"a", []int{-4, 2, 2}},
+		{"b", []int{1, -4, 3}},
+		{"a", []int{-1, -3, 4}},
+		{"c", []int{4, -2, -2}},
+		{"a", []int{2, -1, -1}},
+		{"a", []int{0, 0, 0}},
+	}
+	for step, w := range want {
+		assert.Equal(t, w.pick, picks(t, b, 1), "step %d", step)
+		assert.Equal(t, w.cw, cwOf(peers), "step %d", step)
+	}
+}
+
+// TestLeastConn_tieAmongSome: only the peers tied at the lowest load take
+// the smooth step; the others' current weights stay where they are.
+func TestLeastConn_tieAmongSome(t *testing.T) {
+	peers := weighted(1, 1, 1)
+	b, err := NewLeastConn(peers)
+	require.NoError(t, err)
+	// All idle: [1 1 1] → a, which gives back 3: [−2 1 1]. a stays in
+	// flight.
+	a, err := b.Pick(nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", a.Addr())
+	assert.Equal(t, []int{-2, 1, 1}, cwOf(peers))
+	// b and c tie at 0 in flight, a has 1. Steps over b and c only, each
+	// giving back 2: [−2 2 2] b [−2 0 2]; [−2 1 3] c [−2 1 1];
+	// [−2 2 2] b [−2 0 2].
+	assert.Equal(t, "b c b", picks(t, b, 3))
+	assert.Equal(t, []int{-2, 0, 2}, cwOf(peers))
+	require.NoError(t, b.Done(a, Outcome{}))
+	// All idle again: [−1 1 3] → c, giving back 3: [−1 1 0].
+	assert.Equal(t, "c", picks(t, b, 1))
+	assert.Equal(t, []int{-1, 1, 0}, cwOf(peers))
+}
+
+// TestLeastConn_inFlight: with every attempt left in flight the choice
+// follows the in-flight counts, weighted.
+func TestLeastConn_inFlight(t *testing.T) {
+	peers := weighted(3, 1)
+	b, err := NewLeastConn(peers)
+	require.NoError(t, err)
+	// 1. 0/3 and 0/1 tie: [3 1] → a, giving back 4: [−1 1].
+	// 2. a 1/3, b 0/1: b (0·3 < 1·1).
+	// 3. a 1/3, b 1/1: a (1·1 < 1·3). 4. a 2/3: a (2 < 3).
+	// 5. a 3/3, b 1/1 tie: [2 2] → a, the first: [−2 2].
+	// 6. a 4/3, b 1/1: b (1·3 < 4·1).
+	assert.Equal(t, "a b a a a b", holdPicks(t, b, 6))
+	assert.Equal(t, []int{-2, 2}, cwOf(peers))
+	assert.Equal(t, 4, peers[0].InFlight())
+	assert.Equal(t, 2, peers[1].InFlight())
+
+	// Reporting ends the attempts: a 0/3 against b 2/1.
+	for range 4 {
+		require.NoError(t, b.Done(peers[0], Outcome{}))
+	}
+	assert.Equal(t, "a", holdPicks(t, b, 1))
+	require.NoError(t, b.Done(peers[1], Outcome{}))
+	require.NoError(t, b.Done(peers[1], Outcome{}))
+	assert.ErrorIs(t, b.Done(peers[1], Outcome{}), ErrNotInFlight)
+}
+
+// TestLeastConn_failWindow: a failed peer is out for fail_timeout however
+// idle it is, comes back with effective weight 0, loses the ties while it
+// recovers, and is then picked as the probe.
+func TestLeastConn_failWindow(t *testing.T) {
+	clk := newFakeClock() // t=100
+	peers := weighted(1, 1)
+	b, err := NewLeastConn(peers, WithClock(clk.now))
+	require.NoError(t, err)
+	// Tie: [1 1] → a, giving back 2: [−1 1].
+	a, err := b.Pick(nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", a.Addr())
+	require.NoError(t, b.Done(a, Outcome{Failed: true}))
+	assert.Equal(t, 0, a.State().EffectiveWeight, "1 − 1/1")
+
+	for clk.t.Unix() <= 110 {
+		// b alone is eligible: no tie, current weights untouched.
+		assert.Equal(t, "b b", picks(t, b, 2), "at t=%d", clk.t.Unix())
+		clk.add(time.Second)
+	}
+	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	// t=111, both idle, a tie each time:
+	// a −1+0 (ew 0 → 1), b 1+1: total 1, b, [−1 1].
+	// a −1+1, b 1+1: total 2, b, [0 0].
+	// a 0+1, b 0+1: a, the first, [−1 1]: the probe.
+	assert.Equal(t, "b b a", picks(t, b, 3))
+	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, 0, a.State().Fails, "the successful probe cleared fails")
+	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+}
+
+// TestLeastConn_failureLowersEffectiveWeight: below max_fails a failed peer
+// stays eligible, and the lowered effective weight costs it ties until it
+// recovers by one per tie.
+func TestLeastConn_failureLowersEffectiveWeight(t *testing.T) {
+	peers := []*Peer{NewPeer("a", Weight(2), MaxFails(2)), NewPeer("b", Weight(2), MaxFails(2))}
+	b, err := NewLeastConn(peers)
+	require.NoError(t, err)
+	// Tie: [2 2] → a, giving back 4: [−2 2]; a fails: ew 2 − 2/2 = 1.
+	a, err := b.Pick(nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", a.Addr())
+	require.NoError(t, b.Done(a, Outcome{Failed: true}))
+	// a −2+1 (ew → 2), b 2+2: total 3, b, [−1 1].
+	// a −1+2, b 1+2: total 4, b, [1 −1].
+	// a 1+2, b −1+2: a, [−1 1].
+	assert.Equal(t, "b b a", picks(t, b, 3))
+	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, 2, a.State().EffectiveWeight)
+}
+
+// TestLeastConn_backup: the backups are used, by least connections, once no
+// primary is eligible, and a retry moves on to them.
+func TestLeastConn_backup(t *testing.T) {
+	clk := newFakeClock()
+	a := NewPeer("a")
+	bk1, bk2 := NewPeer("b", Backup()), NewPeer("c", Backup())
+	b, err := NewLeastConn([]*Peer{a, bk1, bk2}, WithClock(clk.now))
+	require.NoError(t, err)
+	assert.Equal(t, "a a", picks(t, b, 2))
+
+	var r Request
+	p, err := b.Pick(&r)
+	require.NoError(t, err)
+	require.Same(t, a, p)
+	require.NoError(t, b.Done(p, Outcome{Failed: true}))
+	// The retry: a is tried, so the backups, idle and tied: [1 1] → b.
+	p, err = b.Pick(&r)
+	require.NoError(t, err)
+	assert.Same(t, bk1, p)
+	// b still in flight: c is the least loaded backup for a new request.
+	assert.Equal(t, "c", picks(t, b, 1))
+	require.NoError(t, b.Done(p, Outcome{}))
+	p, err = b.Pick(&r)
+	require.NoError(t, err)
+	assert.Same(t, bk2, p, "b is tried")
+	require.NoError(t, b.Done(p, Outcome{}))
+	_, err = b.Pick(&r)
+	assert.ErrorIs(t, err, ErrTriesExhausted, "three peers, three tries")
+
+	clk.add(11 * time.Second)
+	assert.Equal(t, "a a", picks(t, b, 2), "the primary is back")
+}
+
+func TestLeastConn_singlePeer(t *testing.T) {
+	a := NewPeer("a", MaxConns(1))
+	b, err := NewLeastConn([]*Peer{a})
+	require.NoError(t, err)
+	for range 3 {
+		p, err := b.Pick(nil)
+		require.NoError(t, err)
+		require.NoError(t, b.Done(p, Outcome{Failed: true}))
+		assert.Equal(t, 0, a.State().Fails, "the single server is never out")
+	}
+	// The single-server rule still checks max_conns.
+	p, err := b.Pick(nil)
+	require.NoError(t, err)
+	_, err = b.Pick(nil)
+	assert.ErrorIs(t, err, ErrNoLivePeer)
+	require.NoError(t, b.Done(p, Outcome{}))
+}
+
+func TestLeastConn_maxConns(t *testing.T) {
+	peers := []*Peer{NewPeer("a", Weight(10), MaxConns(1)), NewPeer("b")}
+	b, err := NewLeastConn(peers)
+	require.NoError(t, err)
+	// a: tie at 0, [10 1] → a. Then a is full, so b however loaded.
+	assert.Equal(t, "a b b b", holdPicks(t, b, 4))
+}
+
+func TestLeastConn_pickAllocs(t *testing.T) {
+	for _, n := range []int{3, 64, 100} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			ws := make([]int, n)
+			for i := range ws {
+				ws[i] = 1 + i%7
+			}
+			b, err := NewLeastConn(weighted(ws...))
+			require.NoError(t, err)
+			var r Request
+			allocs := testing.AllocsPerRun(1000, func() {
+				p, _ := b.Pick(nil)
+				_ = b.Done(p, Outcome{})
+				r.Reset()
+				p, _ = b.Pick(&r)
+				_ = b.Done(p, Outcome{})
+				p, _ = b.Pick(&r)
+				_ = b.Done(p, Outcome{})
+			})
+			assert.Zero(t, allocs)
+		})
+	}
+}
