@@ -104,14 +104,83 @@ func (r *Result) Share(i, a, b int) (share float64, total int) {
 	return float64(mine) / float64(total), total
 }
 
-// percentile returns the nearest-rank q-quantile of sorted: the smallest
-// value with at least a fraction q of the values at or below it.
+// rank returns the index of the nearest-rank q-quantile among n sorted
+// values: the smallest value with at least a fraction q of the values at
+// or below it is the ⌈q·n⌉-th.
+func rank(n int, q float64) int {
+	return min(max(int(math.Ceil(q*float64(n)))-1, 0), n-1)
+}
+
+// percentile returns the nearest-rank q-quantile of sorted.
 func percentile(sorted []int64, q float64) int64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	k := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(k, 0), len(sorted)-1)]
+	return sorted[rank(len(sorted), q)]
+}
+
+// quantiles returns the nearest-rank quantiles qs, ascending, of a, which
+// it reorders: selection instead of a full sort, O(n) for a few quantiles.
+func quantiles(a []int64, qs ...float64) []int64 {
+	out := make([]int64, len(qs))
+	if len(a) == 0 {
+		return out
+	}
+	lo := 0 // a[:lo] holds only values at or below every later quantile
+	for i, q := range qs {
+		k := rank(len(a), q)
+		if k >= lo {
+			nth(a[lo:], k-lo)
+			lo = k
+		}
+		out[i] = a[k]
+	}
+	return out
+}
+
+// nth reorders a so that a[k] is the value that sorting would put there,
+// with nothing larger before it and nothing smaller after: Hoare's
+// quickselect with a median-of-three pivot, which keeps equal values (many
+// requests end exactly at a timeout) from degrading it.
+func nth(a []int64, k int) {
+	lo, hi := 0, len(a)-1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if a[mid] < a[lo] {
+			a[mid], a[lo] = a[lo], a[mid]
+		}
+		if a[hi] < a[lo] {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if a[hi] < a[mid] {
+			a[hi], a[mid] = a[mid], a[hi]
+		}
+		pivot := a[mid]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < pivot {
+				i++
+			}
+			for a[j] > pivot {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		// Now a[lo..j] <= pivot <= a[i..hi], and everything strictly
+		// between j and i equals the pivot.
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return
+		}
+	}
 }
 
 func (w *world) result(policy string, seed uint64) *Result {
@@ -131,7 +200,6 @@ func (w *world) result(policy string, seed uint64) *Result {
 		ProbeRate:      math.NaN(),
 	}
 	lat := w.lat
-	slices.Sort(lat)
 	var sum float64
 	for _, v := range lat {
 		sum += float64(v)
@@ -139,15 +207,14 @@ func (w *world) result(policy string, seed uint64) *Result {
 	if len(lat) > 0 {
 		r.Mean = time.Duration(math.Round(sum / float64(len(lat))))
 	}
-	r.P50 = time.Duration(percentile(lat, 0.5))
-	r.P99 = time.Duration(percentile(lat, 0.99))
-	r.P999 = time.Duration(percentile(lat, 0.999))
+	q := quantiles(lat, 0.5, 0.99, 0.999)
+	r.P50, r.P99, r.P999 = time.Duration(q[0]), time.Duration(q[1]), time.Duration(q[2])
 	if w.steadyN > 0 {
 		r.SteadyMean = time.Duration(math.Round(w.steadySum / float64(w.steadyN)))
 	}
 	if len(w.herd) > 0 {
 		slices.Sort(w.herd)
-		r.Herd = w.herd[min(max(int(math.Ceil(0.99*float64(len(w.herd))))-1, 0), len(w.herd)-1)]
+		r.Herd = w.herd[rank(len(w.herd), 0.99)]
 	}
 	r.Churn = churn(r)
 	if from, to, ok := w.sc.Degraded(); ok {

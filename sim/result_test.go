@@ -2,6 +2,8 @@ package sim
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,6 +33,43 @@ func TestPercentile(t *testing.T) {
 		})
 	}
 	assert.Zero(t, percentile(nil, 0.5))
+}
+
+// TestQuantiles: selection gives what a full sort gives, on random values
+// with many ties and on sorted, reversed and constant input.
+func TestQuantiles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]int64, 10007)
+	for i := range random {
+		random[i] = rng.Int64N(500)
+	}
+	sorted := make([]int64, 1000)
+	for i := range sorted {
+		sorted[i] = int64(i)
+	}
+	reversed := slices.Clone(sorted)
+	slices.Reverse(reversed)
+	tests := []struct {
+		name string
+		v    []int64
+	}{
+		{"random with ties", random},
+		{"sorted", sorted},
+		{"reversed", reversed},
+		{"constant", make([]int64, 333)},
+		{"one", []int64{7}},
+	}
+	qs := []float64{0, 0.5, 0.9, 0.99, 0.999, 1}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := slices.Sorted(slices.Values(tt.v))
+			got := quantiles(slices.Clone(tt.v), qs...)
+			for i, q := range qs {
+				assert.Equal(t, percentile(want, q), got[i], "q=%v", q)
+			}
+		})
+	}
+	assert.Equal(t, []int64{0, 0}, quantiles(nil, 0.5, 0.99))
 }
 
 // picks builds a two-backend Result of n buckets of 10 attempts each, where
