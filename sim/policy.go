@@ -42,6 +42,7 @@ func Pickers() []Policy {
 		{Name: "RoundRobin", New: clockedRand(balancer.NewRoundRobin)},
 		{Name: "SmoothWRR", New: clocked(balancer.NewSmoothWRR)},
 		{Name: "RandomWeighted", New: clockedRand(balancer.NewRandomWeighted)},
+		{Name: "LeastConn", New: clocked(balancer.NewLeastConn)},
 		{Name: "P2CPeakEWMA", New: clockedRand(balancer.NewP2CPeakEWMA)},
 	}
 }
