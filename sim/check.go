@@ -83,8 +83,7 @@ func (r *Report) Checks(candidate, baseline string, tau time.Duration) ([]Check,
 				"%s attempts/s per client in [%v, %v)", num(perClient, 2), (from+to)/2, to)
 		}
 
-		if degraded {
-			rd := c.Readmit.Mean
+		if rd := c.Readmit.Mean; degraded && !math.IsNaN(rd) {
 			add(fmt.Sprintf("readmission within 3τ (τ=%v)", tau), rd <= 3*tau.Seconds(),
 				"%s s = %s τ after recovery at %v", num(rd, 1), num(rd/tau.Seconds(), 2), to)
 		}

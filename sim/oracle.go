@@ -164,9 +164,12 @@ func (o *split) redo() {
 // Done ignores the outcome.
 func (o *split) Done(*balancer.Peer, balancer.Outcome) error { return nil }
 
-// TStar returns the analytic mean T* of the best static split of s and the
-// pooled lower bound, with ok false unless s is made of M/M/1 backends
-// (MM1), the only case where they are exact.
+// TStar returns the analytic mean T* of the best static random split of s
+// and the pooled lower bound, with ok false unless s is made of M/M/1
+// backends (MM1), the only case where they are exact. T* bounds pickers
+// that draw each backend independently with fixed probabilities; a smooth
+// round robin with fixed weights spreads each backend's arrivals more
+// evenly than Poisson and can beat it.
 func TStar(s *Scenario) (tstar, pooled float64, ok bool) {
 	if !s.MM1() {
 		return 0, 0, false

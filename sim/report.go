@@ -13,6 +13,9 @@ import (
 )
 
 // Options controls Compare.
+//
+// The zero value runs one seed, seed 0, on GOMAXPROCS goroutines. Options
+// is a plain value, safe to share.
 type Options struct {
 	// Seeds is the number of runs per scenario and policy, with seeds
 	// Seed, Seed+1, ...; 0 means 1.
@@ -27,6 +30,9 @@ type Options struct {
 // half-width of its 95% confidence interval (Student's t over the per-seed
 // values; 0 with one seed). A NaN mean means the metric does not apply; an
 // infinite one that some seed never met its condition.
+//
+// The zero value is a mean of 0 without an interval. A Stat is a plain
+// value, safe to share.
 type Stat struct {
 	Mean, CI float64
 }

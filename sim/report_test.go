@@ -25,7 +25,7 @@ func shortReport(t *testing.T, names []string, pols []Policy, seeds int) *Report
 
 func TestChecks(t *testing.T) {
 	wrr := policy(t, "SmoothWRR")
-	rep := shortReport(t, []string{"uniform", "brownout", "blackhole-fast", "herd"}, []Policy{wrr}, 2)
+	rep := shortReport(t, []string{"hetero", "uniform", "brownout", "blackhole-fast", "herd"}, []Policy{wrr}, 2)
 	// A picker against itself: every paired difference is exactly 0.
 	checks, err := rep.Checks("SmoothWRR", "SmoothWRR", 10*time.Second)
 	require.NoError(t, err)
@@ -50,10 +50,14 @@ func TestChecks(t *testing.T) {
 			assert.Equal(t, v, got, k)
 		}
 	}
-	for _, k := range []string{"blackhole-fast: no sinkhole", "blackhole-fast: probe floor", "brownout: readmission within 3τ (τ=10s)"} {
+	for _, k := range []string{"blackhole-fast: no sinkhole", "blackhole-fast: probe floor", "hetero: readmission within 3τ (τ=10s)"} {
 		_, ok := verdicts[k]
 		assert.True(t, ok, "missing check %q", k)
 	}
+	// The 20 s runs end before the brownout's recovery at 45 s: nothing
+	// to readmit.
+	_, ok := verdicts["brownout: readmission within 3τ (τ=10s)"]
+	assert.False(t, ok, "readmission checked before the recovery")
 
 	var b bytes.Buffer
 	require.NoError(t, WriteChecks(&b, checks))

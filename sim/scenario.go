@@ -9,6 +9,8 @@ import (
 )
 
 // Dist is the family of a backend's service-time distribution.
+//
+// The zero value is Exponential. A Dist is a plain value, safe to share.
 type Dist uint8
 
 const (
@@ -22,6 +24,9 @@ const (
 )
 
 // FaultMode is how a failing backend treats an attempt.
+//
+// The zero value is no mode, which Run rejects in a Fault. A FaultMode is a
+// plain value, safe to share.
 type FaultMode uint8
 
 const (
@@ -38,6 +43,9 @@ const FastErrorDelay = time.Millisecond
 
 // Phase multiplies a backend's mean service time by Factor over [From, To).
 // Overlapping phases multiply.
+//
+// The zero value is not usable: Factor must be positive. A Phase is a plain
+// value, safe to share.
 type Phase struct {
 	From, To time.Duration
 	Factor   float64
@@ -45,6 +53,9 @@ type Phase struct {
 
 // Fault makes a backend fail each attempt that reaches it during [From, To)
 // with probability Prob, in the given Mode.
+//
+// The zero value is not usable: Mode must be set. A Fault is a plain value,
+// safe to share.
 type Fault struct {
 	From, To time.Duration
 	Mode     FaultMode
@@ -55,6 +66,8 @@ type Fault struct {
 // drawn from an exponential distribution of mean Every, each backend's mean
 // becomes its nominal Mean times a factor drawn uniformly from [Lo, Hi]
 // (C3's time-varying service rates). Every == 0 disables it.
+//
+// The zero value is no jitter. A Jitter is a plain value, safe to share.
 type Jitter struct {
 	Every  time.Duration
 	Lo, Hi float64
