@@ -80,12 +80,12 @@ func (r *Report) Checks(candidate, baseline string, tau time.Duration) ([]Check,
 		if degraded && failsAll(sc) {
 			perClient := c.ProbeRate.Mean / float64(orDefault(sc.Clients, 1))
 			add("probe floor", perClient > 0 && perClient <= 1,
-				"%s attempts/s per client in [%v, %v)", num(perClient, 2), (from+to)/2, to)
+				"%s attempts/s per client in [%s, %s)", num(perClient, 2), span((from+to)/2), span(to))
 		}
 
 		if rd := c.Readmit.Mean; degraded && !math.IsNaN(rd) {
 			add(fmt.Sprintf("readmission within 3τ (τ=%v)", tau), rd <= 3*tau.Seconds(),
-				"%s s = %s τ after recovery at %v", num(rd, 1), num(rd/tau.Seconds(), 2), to)
+				"%s s = %s τ after recovery at %s", num(rd, 1), num(rd/tau.Seconds(), 2), span(to))
 		}
 
 		if orDefault(sc.Clients, 1) > 1 {

@@ -279,14 +279,14 @@ func (r *Report) describe(s *Scenario) string {
 	if s.Rate > 0 {
 		fmt.Fprintf(&b, "%.0f requests/s", rate)
 	} else {
-		fmt.Fprintf(&b, "load %.2f (%.0f requests/s)", s.Load, rate)
+		fmt.Fprintf(&b, "Load %.2f (%.0f requests/s)", s.Load, rate)
 	}
 	k := orDefault(s.Clients, 1)
 	clients := "1 client"
 	if k > 1 {
 		clients = fmt.Sprintf("%d clients", k)
 	}
-	fmt.Fprintf(&b, " for %v, %s, timeout %v", s.Duration, clients, orDefault(s.Timeout, DefaultTimeout))
+	fmt.Fprintf(&b, " for %s, %s, timeout %s", span(s.Duration), clients, span(orDefault(s.Timeout, DefaultTimeout)))
 	if s.Tries == 1 {
 		b.WriteString(", no retry")
 	}
@@ -299,9 +299,18 @@ func (r *Report) describe(s *Scenario) string {
 		fmt.Fprintf(&b, " T* = %.2f ms (best random static split, square-root rule), pooled bound %.2f ms.", 1000*t, 1000*pooled)
 	}
 	if s.Steady > 0 {
-		fmt.Fprintf(&b, " Steady: requests arriving after %v.", s.Steady)
+		fmt.Fprintf(&b, " Steady: requests arriving after %s.", span(s.Steady))
 	}
 	return b.String()
+}
+
+// span formats d in seconds, or milliseconds below one second: "60 s",
+// "500 ms".
+func span(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%g ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%g s", d.Seconds())
 }
 
 // Legend explains the report's columns; the markdown report ends with it.
