@@ -152,7 +152,11 @@ func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 		p.checkLocked(now)
 	}
 	p.conns.Add(1)
-	r.record(p.index)
+	if r != &once {
+		// A nil request is never retried: its tried set would only
+		// cost an allocation past 64 peers.
+		r.record(p.index)
+	}
 	s.maybeOpenLocked(l)
 	return p, nil
 }

@@ -3,6 +3,7 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -420,6 +421,207 @@ func TestClassicWRR_pickAllocs(t *testing.T) {
 			})
 			assert.Zero(t, allocs, "scan")
 			require.Nil(t, s.cycle.Load())
+
+			// Only the last peer up, so every pick records its index:
+			// past 64 the tried set lives outside the Request.
+			peers = weighted(ws...)
+			for _, p := range peers[:n-1] {
+				Down()(p)
+			}
+			MaxConns(1 << 20)(peers[n-1])
+			s, err = NewClassicWRR(peers)
+			require.NoError(t, err)
+			allocs = testing.AllocsPerRun(1000, func() {
+				r.Reset()
+				p, _ := s.Pick(&r)
+				_ = s.Done(p, Outcome{})
+				p, _ = s.Pick(nil)
+				_ = s.Done(p, Outcome{})
+			})
+			assert.Zero(t, allocs, "last peer")
 		})
+	}
+}
+
+// TestClassicWRR_matchesModel drives ClassicWRR and classicModel (below), a
+// plain transcription of the rules in ClassicWRR's doc, with the same random
+// operations (picks with retries, failures, successes, the clock moving) and
+// checks that every pick and every peer's state agree. This covers the
+// switches between the cycle and the exact scan under failures.
+func TestClassicWRR_matchesModel(t *testing.T) {
+	for seed := range uint64(200) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			clk := newFakeClock()
+			n := 1 + rng.IntN(6)
+			var peers []*Peer
+			model := &classicModel{}
+			for i := range n {
+				w, mf, ft := rng.IntN(7), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+				backup := i > 0 && rng.IntN(5) == 0
+				down := rng.IntN(8) == 0
+				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
+				if backup {
+					opts = append(opts, Backup())
+				}
+				if down {
+					opts = append(opts, Down())
+				}
+				addr := string(rune('a' + i))
+				peers = append(peers, NewPeer(addr, opts...))
+				model.add(addr, w, mf, int64(ft), backup, down)
+			}
+			if len(model.primary) == 0 {
+				t.Skip("no primary")
+			}
+			s, err := NewClassicWRR(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			byAddr := map[string]*Peer{}
+			for _, p := range peers {
+				byAddr[p.Addr()] = p
+			}
+			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
+			for step := range 200 {
+				if rng.IntN(10) == 0 {
+					clk.add(time.Duration(rng.IntN(3)) * time.Second)
+				}
+				now := clk.t.UnixNano()
+				var r Request
+				model.begin()
+				for {
+					want := model.pick(now)
+					got, err := s.Pick(&r)
+					if want == nil {
+						require.Error(t, err, "step %d: model found no peer", step)
+						if model.exhausted() {
+							assert.ErrorIs(t, err, ErrTriesExhausted)
+						} else {
+							assert.ErrorIs(t, err, ErrNoLivePeer)
+						}
+						break
+					}
+					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
+					require.Equal(t, want.addr, got.Addr(), "step %d", step)
+					failed := rng.Float64() < failProb
+					model.free(want, failed, now)
+					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
+					if !failed {
+						break
+					}
+				}
+				for _, m := range model.all() {
+					st := byAddr[m.addr].State()
+					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
+					require.Equal(t, m.w, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
+					// A down peer's current weight is never read.
+					if !model.single && !m.down {
+						require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+					}
+				}
+			}
+		})
+	}
+}
+
+// classicModel is the classic selector as ClassicWRR's doc states it, on
+// ngxModel's request bookkeeping (tries, the tried set, the switch to
+// backups): plain slices, no cycle, no sharing with the code under test.
+type classicModel struct{ ngxModel }
+
+func (m *classicModel) pick(now int64) *ngxPeer {
+	if m.exhausted() {
+		return nil
+	}
+	if m.single {
+		p := m.primary[0]
+		if p.down {
+			return nil
+		}
+		m.triesLeft--
+		return p
+	}
+	var p *ngxPeer
+	if !m.onBackup {
+		p = m.getPeer(m.primary, now)
+		if p == nil && len(m.backup) > 0 {
+			m.onBackup = true
+			m.tried = map[*ngxPeer]bool{}
+		}
+	}
+	if p == nil && m.onBackup {
+		p = m.getPeer(m.backup, now)
+	}
+	if p != nil {
+		m.tried[p] = true
+		m.triesLeft--
+	}
+	return p
+}
+
+// getPeer is nginx 1.2.0's selector over the peers sorted by weight
+// (stable), with the peers this request may not use left out, plus the
+// caller's cw--.
+func (m *classicModel) getPeer(list []*ngxPeer, now int64) *ngxPeer {
+	var peers []*ngxPeer
+	for _, p := range list {
+		if m.tried[p] || p.down {
+			continue
+		}
+		if p.maxFails != 0 && p.fails >= p.maxFails && now-p.checked <= p.failTimeout {
+			continue
+		}
+		peers = append(peers, p)
+	}
+	if len(peers) == 0 {
+		return nil
+	}
+	sort.SliceStable(peers, func(i, j int) bool { return peers[i].w > peers[j].w })
+	for reset := 0; ; reset++ {
+		n := -1
+		for i, p := range peers {
+			if p.cw <= 0 {
+				continue
+			}
+			if n >= 0 && peers[n].cw*1000/p.cw > peers[n].w*1000/p.w {
+				break
+			}
+			n = i
+		}
+		if n >= 0 {
+			best := peers[n]
+			best.cw--
+			if now-best.checked > best.failTimeout {
+				best.checked = now
+			}
+			return best
+		}
+		if reset == 1 {
+			best := peers[0]
+			if now-best.checked > best.failTimeout {
+				best.checked = now
+			}
+			return best
+		}
+		for _, p := range list {
+			p.cw = p.w
+		}
+	}
+}
+
+func (m *classicModel) free(p *ngxPeer, failed bool, now int64) {
+	if m.single {
+		p.fails = 0
+		return
+	}
+	if failed {
+		p.fails++
+		p.accessed, p.checked = now, now
+		if p.maxFails != 0 {
+			p.cw = max(0, p.cw-p.w/p.maxFails)
+		}
+		return
+	}
+	if p.accessed < p.checked {
+		p.fails = 0
 	}
 }

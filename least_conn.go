@@ -88,7 +88,11 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 		return nil, ErrNoLivePeer
 	}
 	p.conns.Add(1)
-	r.record(p.index)
+	if r != &once {
+		// A nil request is never retried: its tried set would only
+		// cost an allocation past 64 peers.
+		r.record(p.index)
+	}
 	return p, nil
 }
 

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -303,6 +304,208 @@ func TestLeastConn_pickAllocs(t *testing.T) {
 				_ = b.Done(p, Outcome{})
 			})
 			assert.Zero(t, allocs)
+
+			// Only the last peer up, so every pick records its index:
+			// past 64 the tried set lives outside the Request.
+			peers := weighted(ws...)
+			for _, p := range peers[:n-1] {
+				Down()(p)
+			}
+			b, err = NewLeastConn(peers)
+			require.NoError(t, err)
+			allocs = testing.AllocsPerRun(1000, func() {
+				r.Reset()
+				p, _ := b.Pick(&r)
+				_ = b.Done(p, Outcome{})
+				p, _ = b.Pick(nil)
+				_ = b.Done(p, Outcome{})
+			})
+			assert.Zero(t, allocs, "last peer")
 		})
 	}
+}
+
+// TestLeastConn_matchesModel drives LeastConn and lcModel (below), a plain
+// transcription of nginx's least_conn, with the same random operations:
+// requests with retries, attempts left in flight and reported later,
+// failures, the clock moving. Every pick and every peer's state must agree.
+func TestLeastConn_matchesModel(t *testing.T) {
+	for seed := range uint64(200) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			clk := newFakeClock()
+			n := 1 + rng.IntN(6)
+			var peers []*Peer
+			model := &lcModel{conns: map[*ngxPeer]int64{}}
+			for i := range n {
+				w, mf, ft := 1+rng.IntN(4), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+				backup := i > 0 && rng.IntN(5) == 0
+				down := rng.IntN(8) == 0
+				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
+				if backup {
+					opts = append(opts, Backup())
+				}
+				if down {
+					opts = append(opts, Down())
+				}
+				addr := string(rune('a' + i))
+				peers = append(peers, NewPeer(addr, opts...))
+				model.add(addr, w, mf, int64(ft), backup, down)
+			}
+			if len(model.primary) == 0 {
+				t.Skip("no primary")
+			}
+			b, err := NewLeastConn(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			byAddr := map[string]*Peer{}
+			for _, p := range peers {
+				byAddr[p.Addr()] = p
+			}
+			type attempt struct {
+				peer  *Peer
+				model *ngxPeer
+			}
+			var held []attempt
+			done := func(a attempt, failed bool) {
+				model.done(a.model, failed, clk.t.UnixNano())
+				require.NoError(t, b.Done(a.peer, Outcome{Failed: failed}))
+			}
+			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
+			for step := range 300 {
+				if rng.IntN(10) == 0 {
+					clk.add(time.Duration(rng.IntN(3)) * time.Second)
+				}
+				if len(held) > 0 && rng.IntN(2) == 0 {
+					k := rng.IntN(len(held))
+					done(held[k], rng.Float64() < failProb)
+					held = append(held[:k], held[k+1:]...)
+					continue
+				}
+				var r Request
+				model.begin()
+				for {
+					want := model.pick(clk.t.UnixNano())
+					got, err := b.Pick(&r)
+					if want == nil {
+						require.Error(t, err, "step %d: model found no peer", step)
+						if model.exhausted() {
+							assert.ErrorIs(t, err, ErrTriesExhausted)
+						} else {
+							assert.ErrorIs(t, err, ErrNoLivePeer)
+						}
+						break
+					}
+					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
+					require.Equal(t, want.addr, got.Addr(), "step %d", step)
+					a := attempt{got, want}
+					if rng.Float64() < failProb {
+						done(a, true)
+						continue
+					}
+					if rng.IntN(2) == 0 {
+						held = append(held, a)
+					} else {
+						done(a, false)
+					}
+					break
+				}
+				for _, m := range model.all() {
+					st := byAddr[m.addr].State()
+					require.Equal(t, model.conns[m], int64(st.InFlight), "step %d peer %s in flight", step, m.addr)
+					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
+					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
+					require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+				}
+			}
+			for _, a := range held {
+				done(a, false)
+			}
+		})
+	}
+}
+
+// lcModel is nginx's least_conn selection (nginx.md section 7) on
+// ngxModel's request bookkeeping and accounting, with each peer's
+// in-flight count kept beside it.
+type lcModel struct {
+	ngxModel
+	conns map[*ngxPeer]int64
+}
+
+func (m *lcModel) pick(now int64) *ngxPeer {
+	if m.exhausted() {
+		return nil
+	}
+	var p *ngxPeer
+	switch {
+	case m.single:
+		if q := m.primary[0]; !q.down {
+			p = q
+		}
+	case !m.onBackup:
+		p = m.getPeer(m.primary, now)
+		if p == nil && len(m.backup) > 0 {
+			m.onBackup = true
+			m.tried = map[*ngxPeer]bool{}
+		}
+	}
+	if p == nil && m.onBackup {
+		p = m.getPeer(m.backup, now)
+	}
+	if p != nil {
+		m.tried[p] = true
+		m.triesLeft--
+		m.conns[p]++
+	}
+	return p
+}
+
+func (m *lcModel) getPeer(peers []*ngxPeer, now int64) *ngxPeer {
+	eligible := func(p *ngxPeer) bool {
+		return !m.tried[p] && !p.down &&
+			!(p.maxFails != 0 && p.fails >= p.maxFails && now-p.checked <= p.failTimeout)
+	}
+	var best *ngxPeer
+	var at int
+	many := false
+	for i, p := range peers {
+		if !eligible(p) {
+			continue
+		}
+		switch {
+		case best == nil || m.conns[p]*best.w < m.conns[best]*p.w:
+			best, at, many = p, i, false
+		case m.conns[p]*best.w == m.conns[best]*p.w:
+			many = true
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	if many {
+		var total int64
+		for _, p := range peers[at:] {
+			if !eligible(p) || m.conns[p]*best.w != m.conns[best]*p.w {
+				continue
+			}
+			p.cw += p.ew
+			total += p.ew
+			if p.ew < p.w {
+				p.ew++
+			}
+			if p.cw > best.cw {
+				best = p
+			}
+		}
+		best.cw -= total
+	}
+	if now-best.checked > best.failTimeout {
+		best.checked = now
+	}
+	return best
+}
+
+func (m *lcModel) done(p *ngxPeer, failed bool, now int64) {
+	m.conns[p]--
+	m.free(p, failed, now)
 }
