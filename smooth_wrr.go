@@ -1,6 +1,11 @@
 package balancer
 
-import "sync/atomic"
+import (
+	"cmp"
+	"math/bits"
+	"slices"
+	"sync/atomic"
+)
 
 // SmoothWRR is nginx's smooth weighted round-robin, as nginx 1.22 runs it
 // (ngx_http_upstream_get_peer in ngx_http_upstream_round_robin.c, from nginx
@@ -13,14 +18,17 @@ import "sync/atomic"
 //
 // Cost of a pick. While every primary peer is healthy at full weight, the
 // sequence is periodic with period W, the sum of the weights, so SmoothWRR
-// serves it from a precomputed cycle: one atomic add, no lock, O(1). The
-// cycle is built once per peer-list change, holds W entries of 4 bytes, and
-// is used only when W <= MaxCycle and building it costs at most
-// maxCycleWork steps. Anything that breaks the period (a failure, a
-// retry, a recovering effective weight, max_conns) turns the cycle back into
-// the exact current weights it stands for, in O(W) once, and SmoothWRR
-// runs nginx's O(n) scan under a lock until every peer is back at full
-// health and every current weight is 0, where the cycle resumes.
+// serves it from a precomputed cycle: one atomic add on a shared counter,
+// its reduction modulo W by two multiplications, one table read and the
+// peer's in-flight increment; no lock, O(1). The cycle is built once per
+// peer-list change in O(W·d), d the number of distinct weights, holds W
+// entries of 4 bytes plus W/n·n checkpoint counts of 4 bytes, and is used
+// only when W <= MaxCycle and W·d <= maxCycleWork. Anything that breaks the
+// period (a failure, a retry, a recovering effective weight, max_conns)
+// turns the cycle back into the exact current weights it stands for, in
+// O(n) from the nearest checkpoint, and SmoothWRR runs nginx's O(n) scan
+// under a lock until every peer is back at full health and every current
+// weight is 0, where the cycle resumes.
 //
 // The zero value is not usable; use NewSmoothWRR. SmoothWRR is safe for
 // concurrent use by multiple goroutines.
@@ -36,13 +44,20 @@ var _ Picker = (*SmoothWRR)(nil)
 // (4 bytes an entry): with weights summing past it, every pick runs the scan.
 const MaxCycle = 1 << 16
 
-// maxCycleWork bounds the work of building a cycle (W picks of an n-peer
-// scan): about 10 ms here.
+// maxCycleWork bounds the work of building a cycle: W steps, each comparing
+// the d distinct weights of the live primaries (buildCycle), about 10 ms at
+// the bound.
 const maxCycleWork = 1 << 23
 
 // closedBit marks a cycle's counter closed: a fast pick that finds it set
 // takes the locked path instead.
 const closedBit = 1 << 63
+
+// cycleFoldAt is where a cycle's counter folds back to a small value
+// congruent to it modulo W, so that the fast path can reduce it with
+// cycle.mod. It is far below closedBit, so one comparison with it also
+// catches a closed counter.
+const cycleFoldAt = 1 << 31
 
 // cycle is one period of the smooth sequence for a fixed set of weights,
 // starting from all current weights at 0.
@@ -53,6 +68,99 @@ type cycle struct {
 	w       uint64  // len(seq), the sum of weights
 	counts  []int64 // scratch for close; guarded by the owner's mu
 	ctr     atomic.Uint64
+
+	// Set by newCycle; cycles built otherwise leave them zero and must
+	// reduce their counter with % and count picks from seq alone.
+	m     uint64  // ⌈2^64/w⌉, for mod
+	marks []int32 // marks[(j-1)·n+i]: picks of primary i in seq[:j·n], n = len(list.primary)
+}
+
+// newCycle returns a cycle over seq, the period of list's primaries with the
+// given weights, ready for next and countLocked.
+func newCycle(l *peerList, seq []int32, weights []int64) *cycle {
+	n := len(l.primary)
+	c := &cycle{
+		list:    l,
+		seq:     seq,
+		weights: weights,
+		w:       uint64(len(seq)),
+		counts:  make([]int64, n),
+		m:       ^uint64(0)/uint64(len(seq)) + 1,
+	}
+	// A checkpoint of every peer's count each n picks: W/n·n <= W entries,
+	// no more than seq, so that counting the picks in any prefix reads one
+	// checkpoint and fewer than n entries of seq.
+	if n > 0 && len(seq) >= n {
+		c.marks = make([]int32, len(seq)/n*n)
+		run := make([]int32, n)
+		for k, i := range seq[:len(c.marks)] {
+			run[i]++
+			if (k+1)%n == 0 {
+				copy(c.marks[k+1-n:], run)
+			}
+		}
+	}
+	return c
+}
+
+// reopen returns a copy of c with a fresh counter: a cycle that opens again
+// restarts at its first pick.
+func (c *cycle) reopen() *cycle {
+	return &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts, m: c.m, marks: c.marks}
+}
+
+// mod returns v mod w for v < 2^32 by Lemire's fastmod (Lemire, Kaser and
+// Kurz, "Faster Remainder by Direct Computation", 2019): the low 64 bits of
+// m·v are the fraction v/w scaled by 2^64, and multiplying that fraction by
+// w leaves the remainder in the high 64 bits. Exact for every 32-bit v and
+// w; two multiplications where % is a 64-bit division, the slowest step of
+// the fast path after its two atomic adds.
+func (c *cycle) mod(v uint64) uint64 {
+	hi, _ := bits.Mul64(c.m*uint64(uint32(v)), c.w)
+	return hi
+}
+
+// next takes the next pick of the sequence: the primary's index, or false if
+// the cycle is closed.
+func (c *cycle) next() (int32, bool) {
+	v := c.ctr.Add(1)
+	if v <= cycleFoldAt {
+		return c.seq[c.mod(v-1)], true
+	}
+	return c.fold(v)
+}
+
+// fold is next's rare path, past cycleFoldAt: the slot by division, and the
+// counter folded to v mod w. The fold succeeds only if no other pick moved
+// the counter since v (nor closed it); if one did, a later pick folds it,
+// long before it could reach 2^32. Since v and v mod w are congruent, every
+// later slot, and the current weights closeLocked derives from the counter,
+// are the same as without the fold.
+func (c *cycle) fold(v uint64) (int32, bool) {
+	if v&closedBit != 0 {
+		return 0, false
+	}
+	c.ctr.CompareAndSwap(v, v%c.w)
+	return c.seq[(v-1)%c.w], true
+}
+
+// countLocked sets c.counts[i] to the picks of primary i among the first k
+// of the sequence, k < w: from the last checkpoint at or before k, in O(n).
+// Requires the owner's mu, which guards counts.
+func (c *cycle) countLocked(k uint64) {
+	n := uint64(len(c.list.primary))
+	from := uint64(0)
+	if j := k / n; j > 0 && j*n <= uint64(len(c.marks)) {
+		from = j * n
+		for i, m := range c.marks[from-n : from] {
+			c.counts[i] = int64(m)
+		}
+	} else {
+		clear(c.counts)
+	}
+	for _, i := range c.seq[from:k] {
+		c.counts[i]++
+	}
 }
 
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
@@ -74,8 +182,7 @@ func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 	if r.fresh() {
 		if c := s.cycle.Load(); c != nil {
-			if v := c.ctr.Add(1); v&closedBit == 0 {
-				i := c.seq[(v-1)%c.w]
+			if i, ok := c.next(); ok {
 				p := c.list.primary[i]
 				p.conns.Add(1)
 				if r != nil {
@@ -86,6 +193,12 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			}
 		}
 	}
+	return s.pickSlow(r)
+}
+
+// pickSlow is Pick's exact scan, kept out of Pick so that the lock and its
+// deferred release stay off the cycle's path.
+func (s *SmoothWRR) pickSlow(r *Request) (*Peer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pickLocked(r)
@@ -96,11 +209,9 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 	if l.empty() {
 		return nil, ErrNoPeers
 	}
-	var once Request
-	if r == nil {
-		r = &once
-	}
-	if !r.begin(l) {
+	// A nil r is a request that will not be retried: it needs no tried
+	// set, which past 64 peers would have to grow.
+	if r != nil && !r.begin(l) {
 		return nil, ErrTriesExhausted
 	}
 	s.closeLocked()
@@ -114,39 +225,46 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 
 // pickSmoothLocked is nginx's ngx_http_upstream_get_round_robin_peer: the
 // single-server shortcut, then the primaries, then the backups once no
-// primary is eligible. It records the pick in r and counts it in flight.
+// primary is eligible. It records the pick in r, if r is not nil, and counts
+// it in flight.
 func pickSmoothLocked(l *peerList, r *Request, now int64) *Peer {
 	var p *Peer
+	backup := r != nil && r.backup
 	switch {
 	case l.single:
 		// nginx checks only down and max_conns here (RR.c 626-638).
 		if q := l.primary[0]; !q.down.Load() && !q.full() {
 			p = q
 		}
-	case !r.backup:
+	case !backup:
 		p = scanSmooth(l.primary, r, now)
 		if p == nil && len(l.backup) > 0 {
-			r.switchToBackup()
+			backup = true
+			if r != nil {
+				r.switchToBackup()
+			}
 		}
 	}
-	if p == nil && r.backup {
+	if p == nil && backup {
 		p = scanSmooth(l.backup, r, now)
 	}
 	if p == nil {
 		return nil
 	}
 	p.conns.Add(1)
-	r.record(p.index)
+	if r != nil {
+		r.record(p.index)
+	}
 	return p
 }
 
 // scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
-// 721-774). Requires the owner's lock.
+// 721-774); a nil r has tried nothing. Requires the owner's lock.
 func scanSmooth(peers []*Peer, r *Request, now int64) *Peer {
 	var best *Peer
 	var total int64
 	for i, p := range peers {
-		if r.isTried(i) || !p.available(now) {
+		if r != nil && r.isTried(i) || !p.available(now) {
 			continue
 		}
 		p.currentWeight += p.effectiveWeight
@@ -205,10 +323,7 @@ func (s *SmoothWRR) closeLocked() {
 		return
 	}
 	k := (c.ctr.Or(closedBit) &^ closedBit) % c.w
-	clear(c.counts)
-	for _, i := range c.seq[:k] {
-		c.counts[i]++
-	}
+	c.countLocked(k)
 	// Down peers have weight 0 in the cycle and no picks: they stay at 0,
 	// where the list change that preceded the cycle left them.
 	for i, p := range c.list.primary {
@@ -217,20 +332,15 @@ func (s *SmoothWRR) closeLocked() {
 }
 
 // impliedLocked returns p's current weight while the cycle stands for it,
-// by the formula closeLocked uses, in O(W).
+// by the formula closeLocked uses, in O(n).
 func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
 	c := s.cycle.Load()
 	if c == nil || p.backup || c.list.primary[p.index] != p {
 		return 0, false
 	}
 	k := c.ctr.Load() % c.w
-	var picked int64
-	for _, i := range c.seq[:k] {
-		if int(i) == p.index {
-			picked++
-		}
-	}
-	return int64(k)*c.weights[p.index] - int64(c.w)*picked, true
+	c.countLocked(k)
+	return int64(k)*c.weights[p.index] - int64(c.w)*c.counts[p.index], true
 }
 
 // maybeOpenLocked starts serving from the cycle when the exact state is the
@@ -251,50 +361,86 @@ func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
 		}
 		w += p.weight.Load()
 	}
-	if w == 0 || w > MaxCycle || w*int64(len(l.primary)) > maxCycleWork {
+	if w == 0 || w > MaxCycle {
 		return
 	}
 	c := s.built
 	if c == nil || c.list != l {
-		c = buildCycle(l, w)
+		if c = buildCycle(l, w); c == nil {
+			return
+		}
 		s.built = c
 	}
-	// A fresh counter per opening: the cycle restarts at its first pick.
-	open := &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts}
-	s.cycle.Store(open)
+	s.cycle.Store(c.reopen())
 }
 
-// buildCycle runs nginx's scan W times from all-zero current weights on
-// private copies, recording the winners: the period, exact by construction.
+// buildCycle computes one period of nginx's scan from all-zero current
+// weights over the live primaries, or returns nil if that costs more than
+// maxCycleWork. W runs of the scan would cost W·n; grouping the peers by
+// weight makes it W·d, d the number of distinct weights, which at most
+// about sqrt(2W) (d distinct positive weights sum to at least d(d+1)/2).
+//
+// Why the groups give the scan's answer exactly. Peers of equal weight w
+// start level and receive the same additions, so their current weights
+// differ only by W times the difference of their pick counts; the scan
+// takes the largest, the first in list order on a tie. So within a group
+// the next winner is always the member with the fewest picks, the first in
+// order among those: by induction the group's members are picked in turn,
+// in list order, and after P picks of the group its leading member is the
+// (P mod size)-th, at t·w − W·⌊P/size⌋ at step t, no member below it in
+// order standing higher. The scan's winner is the highest of the groups'
+// leaders, and on a tie the first in list order. Peers of weight 0 never
+// win (the current weights sum to W > 0 after the additions, so the
+// maximum is positive) and are left out; down peers are skipped, as the
+// scan skips them.
 func buildCycle(l *peerList, w int64) *cycle {
 	n := len(l.primary)
-	c := &cycle{
-		list:    l,
-		seq:     make([]int32, w),
-		weights: make([]int64, n),
-		w:       uint64(w),
-		counts:  make([]int64, n),
-	}
-	live := make([]bool, n)
+	weights := make([]int64, n)
+	var order []int32 // live primaries of positive weight, by weight, then index
 	for i, p := range l.primary {
-		if live[i] = !p.down.Load(); live[i] {
-			c.weights[i] = p.weight.Load()
-		}
-	}
-	cw := make([]int64, n)
-	for k := range c.seq {
-		best := -1
-		for i, wi := range c.weights {
-			if !live[i] {
-				continue
-			}
-			cw[i] += wi
-			if best < 0 || cw[i] > cw[best] {
-				best = i
+		if !p.down.Load() {
+			weights[i] = p.weight.Load()
+			if weights[i] > 0 {
+				order = append(order, int32(i))
 			}
 		}
-		cw[best] -= w
-		c.seq[k] = int32(best)
 	}
-	return c
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(weights[a], weights[b]) })
+	type group struct {
+		w      int64
+		member []int32 // in list order
+		rounds int64   // ⌊P/size⌋ for the group's P picks so far
+		pos    int     // P mod size: the leader
+	}
+	var groups []group
+	for k := 0; k < len(order); {
+		j := k
+		for j < len(order) && weights[order[j]] == weights[order[k]] {
+			j++
+		}
+		groups = append(groups, group{w: weights[order[k]], member: order[k:j]})
+		k = j
+	}
+	if w*int64(len(groups)) > maxCycleWork {
+		return nil
+	}
+	seq := make([]int32, w)
+	for t := range seq {
+		best, bestCW := -1, int64(0)
+		for g := range groups {
+			gr := &groups[g]
+			cw := int64(t+1)*gr.w - w*gr.rounds
+			if best < 0 || cw > bestCW ||
+				cw == bestCW && gr.member[gr.pos] < groups[best].member[groups[best].pos] {
+				best, bestCW = g, cw
+			}
+		}
+		gr := &groups[best]
+		seq[t] = gr.member[gr.pos]
+		if gr.pos++; gr.pos == len(gr.member) {
+			gr.pos = 0
+			gr.rounds++
+		}
+	}
+	return newCycle(l, seq, weights)
 }
