@@ -35,6 +35,7 @@ var pickerCases = []pickerCase{
 	{"RoundRobin", as(NewRoundRobin)},
 	{"P2CPeakEWMA", as(NewP2CPeakEWMA)},
 	{"RandomWeighted", as(NewRandomWeighted)},
+	{"LeastConn", as(NewLeastConn)},
 }
 
 // forEachPicker runs f as a subtest for every picker type.
@@ -358,7 +359,7 @@ func TestContract_concurrent(t *testing.T) {
 
 func TestContract_pickAllocs(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
-		for _, n := range []int{2, 10, 64} {
+		for _, n := range []int{2, 10, 64, 1000} {
 			peers := make([]*Peer, n)
 			for i := range peers {
 				// MaxFails(0): failures are accounted but never take a

@@ -121,9 +121,7 @@ func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	var once Request
-	if r == nil {
-		r = &once
-	}
+	r = r.orOneShot(&once)
 	if !r.begin(l) {
 		return nil, ErrTriesExhausted
 	}
@@ -152,11 +150,7 @@ func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 		p.checkLocked(now)
 	}
 	p.conns.Add(1)
-	if r != &once {
-		// A nil request is never retried: its tried set would only
-		// cost an allocation past 64 peers.
-		r.record(p.index)
-	}
+	r.record(p.index)
 	s.maybeOpenLocked(l)
 	return p, nil
 }

@@ -60,9 +60,7 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	var once Request
-	if r == nil {
-		r = &once
-	}
+	r = r.orOneShot(&once)
 	if !r.begin(l) {
 		return nil, ErrTriesExhausted
 	}
@@ -88,11 +86,7 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 		return nil, ErrNoLivePeer
 	}
 	p.conns.Add(1)
-	if r != &once {
-		// A nil request is never retried: its tried set would only
-		// cost an allocation past 64 peers.
-		r.record(p.index)
-	}
+	r.record(p.index)
 	return p, nil
 }
 

@@ -166,9 +166,7 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	}
 	l := t.list
 	var once Request
-	if r == nil {
-		r = &once
-	}
+	r = r.orOneShot(&once)
 	if !r.begin(l) {
 		return nil, ErrTriesExhausted
 	}

@@ -378,7 +378,8 @@ func TestP2CPeakEWMA_doneErrors(t *testing.T) {
 
 	q := mustPick(t, b, nil)
 	require.NoError(t, b.Remove(q))
-	assert.ErrorIs(t, b.Done(q, Outcome{}), ErrUnknownPeer, "removed while in flight")
+	assert.NoError(t, b.Done(q, Outcome{}), "removed while in flight: ends the attempt")
+	assert.ErrorIs(t, b.Done(q, Outcome{}), ErrUnknownPeer, "reported twice after removal")
 }
 
 func TestP2CPeakEWMA_pickAllocs(t *testing.T) {

@@ -48,8 +48,7 @@ type Peer struct {
 	accessed atomic.Int64 // unix nanoseconds of the last failure
 	checked  atomic.Int64 // unix nanoseconds of the last failure or probe
 
-	owner   atomic.Pointer[peerSet]
-	removed atomic.Pointer[peerSet] // the picker that last removed it
+	owner atomic.Pointer[peerSet]
 
 	// Guarded by owner.mu.
 	effectiveWeight int64

@@ -91,7 +91,6 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	now := s.now()
 	for _, p := range peers {
 		p.owner.Store(s)
-		p.removed.Store(nil)
 		p.effectiveWeight = p.weight.Load()
 		p.added = now
 	}
@@ -101,8 +100,8 @@ func (s *peerSet) Add(peers ...*Peer) error {
 
 // Remove takes p out of the picker. Attempts on p still in flight may still
 // be reported: Done then only ends them. p may be added to a picker again,
-// best once nothing is in flight on it, since its in-flight count moves with
-// it. Remove returns ErrUnknownPeer if the picker does not hold p.
+// best once nothing is in flight on it: its in-flight count moves with it,
+// and reports to the old picker are then refused with ErrUnknownPeer. Remove returns ErrUnknownPeer if the picker does not hold p.
 func (s *peerSet) Remove(p *Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -117,7 +116,6 @@ func (s *peerSet) Remove(p *Peer) error {
 		}
 	}
 	p.owner.Store(nil)
-	p.removed.Store(s)
 	p.currentWeight = 0
 	s.publishLocked(all)
 	return nil
@@ -202,23 +200,24 @@ func (s *peerSet) publishLocked(all []*Peer) {
 }
 
 // release validates a report on p and ends its in-flight attempt. A report on
-// a peer removed from this picker while in flight is accepted and only ends
-// the attempt: callers account the outcome only if p.owner is still s,
-// checked under s.mu.
+// a peer removed while in flight, and not yet added to another picker, is
+// accepted and only ends the attempt: callers account the outcome only if
+// p.owner is still s, checked under s.mu. One atomic read of the owner
+// decides, so a concurrent Remove or Add cannot make a report get lost.
 func (s *peerSet) release(p *Peer, o Outcome) error {
 	if p == nil {
 		return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
 	}
-	held := p.owner.Load() == s
-	if !held && p.removed.Load() != s {
+	owner := p.owner.Load()
+	if owner != nil && owner != s {
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
 	}
 	if o.Latency < 0 {
 		return fmt.Errorf("balancer: Done(%q): latency %v: %w", p.addr, o.Latency, ErrInvalidLatency)
 	}
 	if !p.release() {
-		if !held {
-			return fmt.Errorf("balancer: Done(%q): removed: %w", p.addr, ErrUnknownPeer)
+		if owner == nil {
+			return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
 		}
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrNotInFlight)
 	}

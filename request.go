@@ -18,6 +18,18 @@ type Request struct {
 	attempts int
 	limit    int
 	backup   bool
+	oneShot  bool // stands in for a nil *Request: never retried
+}
+
+// orOneShot returns r, or, for a nil r, buf made into a request that will
+// not be retried, whose tried set is therefore never recorded (recording it
+// would allocate past 64 peers for nothing).
+func (r *Request) orOneShot(buf *Request) *Request {
+	if r != nil {
+		return r
+	}
+	*buf = Request{oneShot: true}
+	return buf
 }
 
 // Reset makes r a fresh request, keeping its storage.
@@ -83,6 +95,8 @@ func (r *Request) switchToBackup() {
 
 // record notes that peer i of the current list was returned.
 func (r *Request) record(i int) {
-	r.markTried(i)
+	if !r.oneShot {
+		r.markTried(i)
+	}
 	r.attempts++
 }
