@@ -172,6 +172,7 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	}
 	now := b.now()
 	var p *Peer
+	i := 0
 	switch {
 	case l.single:
 		// nginx checks only down and max_conns for a single server.
@@ -179,18 +180,18 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 			p = q
 		}
 	case !r.backup:
-		p = b.choose(l.primary, &t.primary, r, now)
+		p, i = b.choose(l.primary, &t.primary, r, now)
 		if p == nil && len(l.backup) > 0 {
 			r.switchToBackup()
 		}
 	}
 	if p == nil && r.backup {
-		p = b.choose(l.backup, &t.backup, r, now)
+		p, i = b.choose(l.backup, &t.backup, r, now)
 	}
 	if p == nil {
 		return nil, ErrNoLivePeer
 	}
-	r.record(p.index)
+	r.record(i)
 	return p, nil
 }
 
@@ -213,9 +214,10 @@ func acquire(p *Peer) bool {
 }
 
 // choose returns the winner of a pair of distinct eligible peers of one
-// list, with its attempt already counted in flight, or nil if no peer of
-// the list is eligible.
-func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) *Peer {
+// list and its index there, with its attempt already counted in flight, or
+// nil if no peer of the list is eligible. The index comes from the list, not
+// from Peer.index, which a concurrent change may already have renumbered.
+func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) (*Peer, int) {
 	for range p2cEffort + 1 {
 		a, c := -1, -1
 		for try := 0; try < p2cEffort; try++ {
@@ -229,7 +231,7 @@ func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) 
 			// The draws keep missing: draw exactly among the eligible.
 			a, c = b.drawEligible(peers, r, now)
 			if a < 0 {
-				return nil
+				return nil, -1
 			}
 		}
 		// Take the cheaper; if another pick claimed its probe or filled
@@ -238,15 +240,15 @@ func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) 
 			a, c = c, a
 		}
 		if p := peers[a]; p.claimProbe(now) && acquire(p) {
-			return p
+			return p, a
 		}
 		if c >= 0 {
 			if p := peers[c]; p.claimProbe(now) && acquire(p) {
-				return p
+				return p, c
 			}
 		}
 	}
-	return nil
+	return nil, -1
 }
 
 // eligibleAt reports whether peer i of peers may take r's next attempt at
