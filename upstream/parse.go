@@ -75,6 +75,12 @@ func (p *parser) block() (*Block, *ParseError) {
 			}
 			return nil, p.errorf(end.line, ErrSyntax, "unexpected %v", end)
 		}
+		if ignored[words[0].text] && end.kind == tokSemi {
+			continue
+		}
+		if balancingMethod[words[0].text] {
+			return nil, p.errorf(words[0].line, ErrSyntax, "%v selects another balancing method; remove it and choose one with -algo", words[0])
+		}
 		s, err := p.server(words, end)
 		if err != nil {
 			return nil, err
@@ -88,6 +94,22 @@ func (p *parser) block() (*Block, *ParseError) {
 		return nil, p.errorf(t.line, ErrSyntax, "unexpected %v after the upstream block", t)
 	}
 	return b, p.check(b)
+}
+
+// ignored lists the upstream directives that tune connections, not the
+// choice of server, so a block copied from a real configuration parses
+// unchanged; their arguments are not checked.
+var ignored = map[string]bool{
+	"keepalive": true, "keepalive_requests": true, "keepalive_time": true,
+	"keepalive_timeout": true, "zone": true, "ntlm": true,
+	"resolver": true, "resolver_timeout": true,
+}
+
+// balancingMethod lists the directives that replace round-robin: tracing
+// such a block with round-robin would silently show the wrong order.
+var balancingMethod = map[string]bool{
+	"least_conn": true, "hash": true, "ip_hash": true, "random": true,
+	"least_time": true, "sticky": true,
 }
 
 // check rejects what nginx rejects once the block is read: no server, or

@@ -77,6 +77,11 @@ upstream back {
 			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 1, func(s *Server) { s.Weight = 3 })}},
 		},
 		{
+			name: "connection directives are skipped",
+			src:  "upstream back {\n zone back 64k;\n server a;\n keepalive 32;\n keepalive_timeout 60s;\n server b;\n}",
+			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 3), srv("b", 6)}},
+		},
+		{
 			name: "every primary down, with a backup",
 			src:  "upstream back {\n server a down;\n server b backup;\n}",
 			want: Block{Name: "back", Line: 1, Servers: []Server{
@@ -118,7 +123,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate server", "upstream back {\n  server a;\n  server b;\n  server a backup;\n}\n", 4, `duplicate server "a", first on line 2`, balancer.ErrDuplicatePeer},
 		{"backup only", "upstream back {\n  server a backup;\n  server b backup;\n}\n", 2, `backup server "a" but no primary server in upstream "back"`, ErrNoServers},
 		{"empty block", "# nothing\nupstream back {\n  # server a;\n}\n", 2, `no servers in upstream "back"`, ErrNoServers},
-		{"unknown directive", "upstream back {\n  server a;\n  keepalive 16;\n}\n", 3, `unknown directive "keepalive", only "server" is supported`, ErrSyntax},
+		{"unknown directive", "upstream back {\n  server a;\n  weight 16;\n}\n", 3, `unknown directive "weight", only "server" is supported`, ErrSyntax},
+		{"balancing method", "upstream back {\n  least_conn;\n  server a;\n}\n", 2, `"least_conn" selects another balancing method; remove it and choose one with -algo`, ErrSyntax},
 		{"trailing directive", "upstream back { server a; }\nserver b;\n", 2, `unexpected "server" after the upstream block`, ErrSyntax},
 		{"trailing }", "upstream back { server a; }\n}\n", 2, `unexpected "}" after the upstream block`, ErrSyntax},
 		{"empty file", "", 1, `unexpected end of file, expecting "upstream"`, ErrSyntax},
