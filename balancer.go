@@ -108,7 +108,7 @@ const (
 	optRand
 	optWarmup
 	optLatency // WithDecay, WithFailurePenalty
-	optFastest // WithBand, WithExponent, WithFloor
+	optFastest // WithBand, WithExponent, WithFloor, WithTolerance
 )
 
 func (s optionSet) String() string {
@@ -122,7 +122,7 @@ func (s optionSet) String() string {
 	case optLatency:
 		return "WithDecay/WithFailurePenalty"
 	case optFastest:
-		return "WithBand/WithExponent/WithFloor"
+		return "WithBand/WithExponent/WithFloor/WithTolerance"
 	}
 	return fmt.Sprintf("option(%d)", uint8(s))
 }

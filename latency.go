@@ -35,6 +35,7 @@ type latencyConfig struct {
 	band     float64
 	exponent float64
 	floor    int
+	tol      float64
 	given    latencyKnob
 }
 
@@ -46,6 +47,7 @@ const (
 	knobBand
 	knobExponent
 	knobFloor
+	knobTolerance
 )
 
 // WithDecay sets the decay time τ of the peak EWMA of latency: a sample
@@ -107,6 +109,8 @@ type latencyStats struct {
 	since  int64   // unix ns: last completion, or when the peer last became busy
 	base   int64   // configured weight; the peer's weight field holds the derived one
 	lo, hi float64 // band (ns) the current weight was set for
+	est    float64 // scratch of a recompute: the estimate (ns)
+	share  float64 // scratch of a recompute: the unscaled weight
 }
 
 // reset forgets every sample: a peer new to the picker starts unmeasured.

@@ -1,0 +1,623 @@
+package balancer
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// newTestFF returns a FastestFirst over peers on clk.
+func newTestFF(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *FastestFirst {
+	t.Helper()
+	f, err := NewFastestFirst(peers, append([]Option{WithClock(clk.now)}, opts...)...)
+	require.NoError(t, err)
+	return f
+}
+
+// reply is what a test backend answers at a given time.
+type reply struct {
+	lat    time.Duration
+	failed bool
+}
+
+// ffLoop drives picker p on clk as a closed loop that keeps outstanding
+// attempts in flight: whenever the earliest attempt answers, the clock
+// moves to that instant, Done reports it, and a new attempt is picked.
+// answer gives the reply of peer i to an attempt picked at a time. It
+// returns how many attempts each peer got, and calls each (if not nil)
+// after every pick.
+type ffLoop struct {
+	t      *testing.T
+	p      Picker
+	clk    *fakeClock
+	peers  []*Peer
+	answer func(i int, at time.Duration) reply
+	start  time.Time
+	out    []flight
+}
+
+type flight struct {
+	peer *Peer
+	at   time.Time // when the reply arrives
+	r    reply
+}
+
+func newLoop(t *testing.T, p Picker, clk *fakeClock, peers []*Peer, answer func(int, time.Duration) reply) *ffLoop {
+	return &ffLoop{t: t, p: p, clk: clk, peers: peers, answer: answer, start: clk.now()}
+}
+
+// elapsed returns the loop's time since it started.
+func (l *ffLoop) elapsed() time.Duration { return l.clk.now().Sub(l.start) }
+
+// run keeps outstanding attempts in flight until the loop's clock reaches
+// until, and returns the attempts each peer got meanwhile.
+func (l *ffLoop) run(outstanding int, until time.Duration) []int {
+	l.t.Helper()
+	got := make([]int, len(l.peers))
+	for {
+		for len(l.out) < outstanding {
+			p := mustPick(l.t, l.p, nil)
+			i := slices.Index(l.peers, p)
+			got[i]++
+			r := l.answer(i, l.elapsed())
+			l.out = append(l.out, flight{p, l.clk.now().Add(r.lat), r})
+		}
+		k := 0
+		for j := range l.out {
+			if l.out[j].at.Before(l.out[k].at) {
+				k = j
+			}
+		}
+		next := l.out[k]
+		if next.at.Sub(l.start) > until {
+			return got
+		}
+		l.clk.t = next.at
+		l.out = slices.Delete(l.out, k, k+1)
+		require.NoError(l.t, l.p.Done(next.peer, Outcome{Latency: next.r.lat, Failed: next.r.failed}))
+	}
+}
+
+// fixed answers every attempt on peer i in lat[i].
+func fixed(lat ...time.Duration) func(int, time.Duration) reply {
+	return func(i int, _ time.Duration) reply { return reply{lat: lat[i]} }
+}
+
+// weights returns the derived weight of every peer.
+func weights(peers []*Peer) []int {
+	w := make([]int, len(peers))
+	for i, p := range peers {
+		w[i] = p.State().Weight
+	}
+	return w
+}
+
+// expectedWeights derives the weights of law 1 by hand from steady
+// latencies: the fastest latency m, s_i = min(1, tol·m/lat_i)², scaled to
+// 100 for the largest and rounded, at least 1.
+func expectedWeights(tol float64, lat ...time.Duration) []int {
+	m := slices.Min(lat)
+	w := make([]int, len(lat))
+	for i, l := range lat {
+		s := math.Min(1, tol*float64(m)/float64(l))
+		w[i] = max(1, int(math.Round(100*s*s)))
+	}
+	return w
+}
+
+func TestFastestFirst_law1_slowerGetsLess(t *testing.T) {
+	tests := []struct {
+		name string
+		lat  []time.Duration
+	}{
+		// Beyond the tolerance the weight falls as (3·10/lat)²: 100, 56, 14.
+		{"beyond the tolerance", []time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}},
+		// Within it the weights stay equal, and the slower peers get less
+		// because their attempts stay in flight longer.
+		{"within the tolerance", []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 25 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := weighted(1, 1, 1)
+			f := newTestFF(t, clk, peers)
+			loop := newLoop(t, f, clk, peers, fixed(tt.lat...))
+			loop.run(16, time.Second)
+			got := loop.run(16, 10*time.Second)
+			want := expectedWeights(DefaultTolerance, tt.lat...)
+			for i, w := range weights(peers) {
+				// ±1: an estimate read between two replies has decayed a
+				// little toward the fastest.
+				assert.InDelta(t, want[i], w, 1, "weights %v, want %v", weights(peers), want)
+			}
+			assert.Greater(t, got[0], got[1], "attempts %v", got)
+			assert.Greater(t, got[1], got[2], "attempts %v", got)
+		})
+	}
+}
+
+func TestFastestFirst_law2_failingFloorsAndRecovers(t *testing.T) {
+	const fail, heal = 10 * time.Second, 60 * time.Second
+	tests := []struct {
+		name     string
+		maxFails int
+	}{
+		{"nginx defaults: out for fail_timeout, then probed", DefaultMaxFails},
+		{"max_fails=0: never out, still probed", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := []*Peer{NewPeer("a", MaxFails(tt.maxFails)), NewPeer("b", MaxFails(tt.maxFails)), NewPeer("c", MaxFails(tt.maxFails))}
+			f := newTestFF(t, clk, peers)
+			// b fails in 1 ms during [fail, heal); everyone else, and b
+			// outside that interval, answers in 20 ms.
+			loop := newLoop(t, f, clk, peers, func(i int, at time.Duration) reply {
+				if i == 1 && at >= fail && at < heal {
+					return reply{lat: time.Millisecond, failed: true}
+				}
+				return reply{lat: 20 * time.Millisecond}
+			})
+			healthy := loop.run(4, fail)
+			require.Equal(t, []int{100, 100, 100}, weights(peers))
+
+			failing := loop.run(4, heal)
+			assert.Equal(t, DefaultFloor, peers[1].State().Weight, "b's weight is at the floor")
+			assert.Contains(t, f.Peers(), peers[1], "b is not removed")
+			// A failure is answered within one fail_timeout by a probe,
+			// and probes come at most once per fail_timeout: from the
+			// failures on record it is at least 1, and at most one per
+			// window, plus the attempts that saw the first failure.
+			windows := int((heal - fail) / DefaultFailTimeout)
+			assert.GreaterOrEqual(t, failing[1], windows-1, "b keeps being probed: %v", failing)
+			assert.LessOrEqual(t, failing[1], windows+5, "b gets little more than its probes: %v", failing)
+
+			// Recovered: the next probe succeeds within a fail_timeout
+			// and b's weight and share come back.
+			loop.run(4, heal+DefaultFailTimeout+time.Second)
+			assert.Equal(t, 100, peers[1].State().Weight)
+			recovered := loop.run(4, heal+DefaultFailTimeout+11*time.Second)
+			assert.InDelta(t, float64(healthy[1])/float64(healthy[0]), float64(recovered[1])/float64(recovered[0]), 0.1,
+				"b's share relative to a: healthy %v, recovered %v", healthy, recovered)
+		})
+	}
+}
+
+func TestFastestFirst_law3_stableInsideBand(t *testing.T) {
+	clk := newFakeClock()
+	peers := weighted(1, 1, 1)
+	f := newTestFF(t, clk, peers)
+	// a and b jitter within the tolerance of each other; c, beyond it,
+	// alternates by 10%, inside its band.
+	slow := 40 * time.Millisecond
+	n := 0
+	loop := newLoop(t, f, clk, peers, func(i int, _ time.Duration) reply {
+		n++
+		jitter := time.Duration(n%3) * time.Millisecond
+		switch i {
+		case 0:
+			return reply{lat: 10*time.Millisecond + jitter}
+		case 1:
+			return reply{lat: 14*time.Millisecond + jitter}
+		}
+		if n%2 == 0 {
+			return reply{lat: slow}
+		}
+		return reply{lat: slow * 11 / 10}
+	})
+	loop.run(16, 5*time.Second)
+	before, recomputes := weights(peers), f.recomputes
+	got := loop.run(16, 60*time.Second)
+	assert.Equal(t, before, weights(peers))
+	assert.Equal(t, recomputes, f.recomputes, "no recompute inside the bands")
+	assert.Positive(t, got[2], "c keeps traffic")
+
+	// A real change, c twice slower: its weight drops, then holds again.
+	slow *= 2
+	loop.run(16, 61*time.Second)
+	after, recomputes := weights(peers), f.recomputes
+	assert.Less(t, after[2], before[2], "c's weight drops")
+	loop.run(16, 120*time.Second)
+	assert.Equal(t, after, weights(peers))
+	assert.Equal(t, recomputes, f.recomputes, "no recompute after the change")
+}
+
+func TestFastestFirst_law4_refindsFastest(t *testing.T) {
+	tests := []struct {
+		name        string
+		outstanding int
+	}{
+		// One attempt at a time: b, at the floor, gets nothing; only the
+		// decay of its estimate toward the fastest brings it back.
+		{"idle", 1},
+		{"loaded", 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := weighted(1, 1)
+			f := newTestFF(t, clk, peers)
+			const change = 10 * time.Second
+			loop := newLoop(t, f, clk, peers, func(i int, at time.Duration) reply {
+				switch {
+				case i == 0:
+					return reply{lat: 20 * time.Millisecond}
+				case at < change:
+					return reply{lat: 400 * time.Millisecond}
+				}
+				return reply{lat: 5 * time.Millisecond}
+			})
+			slow := loop.run(tt.outstanding, change)
+			require.Greater(t, slow[0], 10*slow[1], "b is slow: attempts %v", slow)
+
+			// b becomes the fastest: it must win its weight back within a
+			// few decay times and, once its estimate has followed, take
+			// most of the traffic.
+			for weights(peers)[1] < 100 {
+				loop.run(tt.outstanding, loop.elapsed()+100*time.Millisecond)
+				require.Less(t, loop.elapsed()-change, 3*DefaultFastestDecay, "b still at %v", weights(peers))
+			}
+			loop.run(tt.outstanding, change+5*DefaultFastestDecay)
+			got := loop.run(tt.outstanding, change+7*DefaultFastestDecay)
+			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, weights(peers), peers[0].lat.estimate(), peers[1].lat.estimate())
+		})
+	}
+}
+
+// A stalled peer loses weight before its first slow reply: its silence
+// raises its estimate.
+func TestFastestFirst_stallShowsBeforeItsReply(t *testing.T) {
+	clk := newFakeClock()
+	peers := weighted(1, 1, 1)
+	f := newTestFF(t, clk, peers)
+	const stall = 5 * time.Second
+	loop := newLoop(t, f, clk, peers, func(i int, at time.Duration) reply {
+		if i == 2 && at >= stall {
+			return reply{lat: time.Minute}
+		}
+		return reply{lat: 10 * time.Millisecond}
+	})
+	loop.run(6, stall)
+	got := loop.run(6, stall+time.Second)
+	assert.Equal(t, DefaultFloor, peers[2].State().Weight, "no reply yet, weight at the floor")
+	assert.LessOrEqual(t, got[2], 3, "attempts sent into the stall: %v", got)
+}
+
+// A fast failure counts as a latency that puts the peer at the floor, and
+// at least the penalty.
+func TestFastestFirst_failurePenalty(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+		want time.Duration
+	}{
+		// The fastest is 10 ms: the floor estimate is 3·10 ms·√100·1.25.
+		{"floor estimate above the default penalty", nil, DefaultFailurePenalty},
+		{"floor estimate above a small penalty", []Option{WithFailurePenalty(time.Millisecond)}, 375 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0))}
+			f := newTestFF(t, clk, peers, tt.opts...)
+			loop := newLoop(t, f, clk, peers, fixed(10*time.Millisecond, 10*time.Millisecond))
+			loop.run(2, time.Second)
+			p := peers[1]
+			p.conns.Add(1) // an attempt on b, as Pick would count it
+			require.NoError(t, f.Done(p, Outcome{Failed: true, Latency: time.Millisecond}))
+			assert.InDelta(t, float64(tt.want), p.lat.estimate(), float64(time.Microsecond))
+			assert.Equal(t, DefaultFloor, p.State().Weight)
+		})
+	}
+}
+
+func TestFastestFirst_options(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []Option
+		ok   bool
+	}{
+		{"defaults", nil, true},
+		{"all of them", []Option{WithClock(time.Now), WithDecay(time.Second), WithFailurePenalty(time.Second),
+			WithBand(1.5), WithExponent(1), WithFloor(5), WithTolerance(2)}, true},
+		{"exponent 0 ignores latency", []Option{WithExponent(0)}, true},
+		{"rand is not used", []Option{WithRand(rand.NewPCG(1, 2))}, false},
+		{"warm-up is not used", []Option{WithWarmup(time.Second)}, false},
+		{"zero decay", []Option{WithDecay(0)}, false},
+		{"negative penalty", []Option{WithFailurePenalty(-1)}, false},
+		{"band 1", []Option{WithBand(1)}, false},
+		{"band NaN", []Option{WithBand(math.NaN())}, false},
+		{"exponent 9", []Option{WithExponent(9)}, false},
+		{"floor 0", []Option{WithFloor(0)}, false},
+		{"floor 101", []Option{WithFloor(101)}, false},
+		{"tolerance below 1", []Option{WithTolerance(0.5)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewFastestFirst(weighted(1, 1), tt.opts...)
+			if tt.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, ErrInvalidConfig)
+			}
+		})
+	}
+	t.Run("P2CPeakEWMA rejects FastestFirst's tuning", func(t *testing.T) {
+		_, err := NewP2CPeakEWMA(weighted(1, 1), WithBand(2))
+		assert.ErrorIs(t, err, ErrInvalidConfig)
+	})
+	t.Run("SmoothWRR rejects the latency options", func(t *testing.T) {
+		_, err := NewSmoothWRR(weighted(1, 1), WithDecay(time.Second))
+		assert.ErrorIs(t, err, ErrInvalidConfig)
+	})
+}
+
+// Configured weights scale the derived ones, SetWeight changes them, and
+// Remove gives a peer its configured weight back.
+func TestFastestFirst_configuredWeights(t *testing.T) {
+	clk := newFakeClock()
+	peers := weighted(4, 2, 0)
+	f := newTestFF(t, clk, peers)
+	assert.Equal(t, []int{100, 50, 0}, weights(peers), "100 for the largest, 0 stays 0")
+
+	require.NoError(t, f.SetWeight(peers[1], 8))
+	assert.Equal(t, []int{50, 100, 0}, weights(peers))
+	assert.ErrorIs(t, f.SetWeight(peers[1], -1), ErrInvalidConfig)
+	assert.ErrorIs(t, f.SetWeight(NewPeer("x"), 1), ErrUnknownPeer)
+
+	require.NoError(t, f.Remove(peers[1]))
+	assert.Equal(t, 8, peers[1].Weight(), "configured weight given back")
+	assert.Equal(t, []int{100, 0}, weights(f.Peers()))
+
+	for range 10 {
+		assert.Equal(t, "a", mustPick(t, f, nil).Addr(), "weight 0 is never chosen while another has weight")
+	}
+}
+
+func TestFastestFirst_failureModel(t *testing.T) {
+	t.Run("backup when no primary is eligible", func(t *testing.T) {
+		clk := newFakeClock()
+		peers := []*Peer{NewPeer("a"), NewPeer("b", Backup())}
+		f := newTestFF(t, clk, peers)
+		var r Request
+		p := mustPick(t, f, &r)
+		require.Equal(t, "a", p.Addr())
+		require.NoError(t, f.Done(p, Outcome{Failed: true}))
+		assert.Equal(t, "b", mustPick(t, f, &r).Addr())
+		_, err := f.Pick(&r)
+		assert.ErrorIs(t, err, ErrTriesExhausted)
+	})
+	t.Run("fail window, then one probe", func(t *testing.T) {
+		clk := newFakeClock()
+		peers := weighted(1, 1)
+		f := newTestFF(t, clk, peers)
+		require.NoError(t, f.SetDown(peers[0], true))
+		p := mustPick(t, f, nil)
+		require.NoError(t, f.Done(p, Outcome{Failed: true}))
+		clk.add(DefaultFailTimeout)
+		_, err := f.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoLivePeer, "inside the window")
+		clk.add(time.Second)
+		probe := mustPick(t, f, nil)
+		_, err = f.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoLivePeer, "while the probe is out")
+		require.NoError(t, f.Done(probe, Outcome{Latency: time.Millisecond}))
+		assert.Equal(t, probe, mustPick(t, f, nil))
+	})
+	t.Run("single peer ignores max_fails", func(t *testing.T) {
+		clk := newFakeClock()
+		f := newTestFF(t, clk, []*Peer{NewPeer("a")})
+		p := mustPick(t, f, nil)
+		require.NoError(t, f.Done(p, Outcome{Failed: true}))
+		assert.Equal(t, p, mustPick(t, f, nil))
+	})
+	t.Run("no peers", func(t *testing.T) {
+		f := newTestFF(t, newFakeClock(), nil)
+		_, err := f.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoPeers)
+	})
+	t.Run("done errors", func(t *testing.T) {
+		f := newTestFF(t, newFakeClock(), weighted(1, 1))
+		p := mustPick(t, f, nil)
+		assert.ErrorIs(t, f.Done(p, Outcome{Latency: -1}), ErrInvalidLatency)
+		require.NoError(t, f.Done(p, Outcome{}))
+		assert.ErrorIs(t, f.Done(p, Outcome{}), ErrNotInFlight)
+	})
+}
+
+func TestFastestFirst_leastExpectedDelay(t *testing.T) {
+	t.Run("idle: the heaviest, equal weights in smooth order", func(t *testing.T) {
+		f := newTestFF(t, newFakeClock(), weighted(5, 1, 1, 1))
+		require.Equal(t, []int{100, 20, 20, 20}, weights(f.Peers()))
+		// Nothing in flight: a's 1/100 beats 1/20 every time.
+		assert.Equal(t, "a a a a", picks(t, f, 4))
+
+		g := newTestFF(t, newFakeClock(), weighted(1, 1, 1))
+		// All tied at 1/100: nginx's smooth order over equal weights.
+		assert.Equal(t, "a b c a b c", picks(t, g, 6))
+	})
+	t.Run("in flight: (in flight + 1)/weight", func(t *testing.T) {
+		f := newTestFF(t, newFakeClock(), weighted(5, 1))
+		require.Equal(t, []int{100, 20}, weights(f.Peers()))
+		// Attempts left in flight: a takes the next while (n_a+1)/100 is
+		// below (n_b+1)/20, that is n_a+1 < 5(n_b+1); ties go to the
+		// smooth step over the tied peers, whose effective weights are
+		// 100 and 20.
+		var want []string
+		var na, nb, cwa, cwb int
+		for range 12 {
+			switch {
+			case (na+1)*20 < (nb+1)*100:
+				want, na = append(want, "a"), na+1
+			case (na+1)*20 > (nb+1)*100:
+				want, nb = append(want, "b"), nb+1
+			default:
+				cwa, cwb = cwa+100, cwb+20
+				if cwa >= cwb {
+					want, na, cwa = append(want, "a"), na+1, cwa-120
+				} else {
+					want, nb, cwb = append(want, "b"), nb+1, cwb-120
+				}
+			}
+		}
+		var got []string
+		for range 12 {
+			got = append(got, mustPick(t, f, nil).Addr())
+		}
+		assert.Equal(t, want, got)
+	})
+}
+
+func TestFastestFirst_pickAllocs(t *testing.T) {
+	clk := newFakeClock()
+	var peers []*Peer
+	for i := range 5 {
+		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(i+1), MaxFails(0)))
+	}
+	f := newTestFF(t, clk, peers)
+	var r Request
+	k := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		k++
+		clk.add(time.Millisecond)
+		r.Reset()
+		p, err := f.Pick(&r)
+		if err == nil {
+			// Latencies that keep leaving the bands, so that the
+			// recomputes are measured too.
+			err = f.Done(p, Outcome{Latency: time.Duration(1+k%50) * time.Millisecond, Failed: k%97 == 0})
+		}
+		if err != nil {
+			panic(err)
+		}
+	})
+	assert.Zero(t, allocs)
+	assert.Positive(t, f.recomputes)
+}
+
+// Run with -race: picks and reports from many goroutines.
+func TestFastestFirst_concurrent(t *testing.T) {
+	var peers []*Peer
+	for i, w := range []int{1, 1, 2, 3} {
+		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(w), MaxFails(0)))
+	}
+	f, err := NewFastestFirst(peers)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range 500 {
+				p, err := f.Pick(nil)
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.NoError(t, f.Done(p, Outcome{Latency: time.Duration(k%7+g) * time.Millisecond, Failed: k%50 == g}))
+			}
+		})
+		wg.Go(func() {
+			for range 50 {
+				_ = peers[g].State()
+			}
+		})
+	}
+	wg.Wait()
+	for _, p := range f.Peers() {
+		assert.Zero(t, p.InFlight())
+	}
+}
+
+// toyDone is a reply due at a time, in a toy simulation's event queue.
+type toyDone struct {
+	at   time.Duration
+	peer *Peer
+	lat  time.Duration
+}
+
+type toyQueue []toyDone
+
+func (q toyQueue) Len() int           { return len(q) }
+func (q toyQueue) Less(i, j int) bool { return q[i].at < q[j].at }
+func (q toyQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *toyQueue) Push(x any)        { *q = append(*q, x.(toyDone)) }
+func (q *toyQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// toyBrownout runs a small open-loop brownout: five single-server FIFO
+// backends of 10 ms mean exponential service at 70% load, backend 2 ten
+// times slower during [10 s, 20 s) of 30 s. Arrivals and request sizes come
+// from a fixed seed, so every picker sees the same workload. It returns the
+// 99th percentile of the request latencies.
+func toyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) time.Duration {
+	t.Helper()
+	const (
+		backends = 5
+		mean     = 10 * time.Millisecond
+		rate     = 0.7 * backends / 0.010 // requests per second
+		length   = 30 * time.Second
+	)
+	clk := newFakeClock()
+	start := clk.now()
+	p := newPicker(clk.now)
+	peers := p.(interface{ Peers() []*Peer }).Peers()
+	rng := rand.New(rand.NewPCG(7, 8))
+	free := make([]time.Duration, backends) // when each server is next idle
+	var q toyQueue
+	var lats []time.Duration
+	settle := func(until time.Duration) {
+		for q.Len() > 0 && q[0].at <= until {
+			d := heap.Pop(&q).(toyDone)
+			clk.t = start.Add(d.at)
+			require.NoError(t, p.Done(d.peer, Outcome{Latency: d.lat}))
+		}
+	}
+	for now := time.Duration(0); now < length; {
+		now += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		size := rng.ExpFloat64()
+		settle(now)
+		clk.t = start.Add(now)
+		peer := mustPick(t, p, nil)
+		i := slices.Index(peers, peer)
+		service := time.Duration(size * float64(mean))
+		if i == 2 && now >= 10*time.Second && now < 20*time.Second {
+			service *= 10
+		}
+		begin := max(now, free[i])
+		free[i] = begin + service
+		lat := free[i] - now
+		lats = append(lats, lat)
+		heap.Push(&q, toyDone{at: free[i], peer: peer, lat: lat})
+	}
+	settle(math.MaxInt64)
+	slices.Sort(lats)
+	return lats[len(lats)*99/100]
+}
+
+// FastestFirst's in-flight and silence terms must beat the power of two
+// choices on a brownout's tail, as the issue requires; this is the small
+// deterministic version of the simulator's brownout scenario.
+func TestFastestFirst_beatsP2CInToyBrownout(t *testing.T) {
+	peers := func() []*Peer { return weighted(1, 1, 1, 1, 1) }
+	ff := toyBrownout(t, func(now func() time.Time) Picker {
+		f, err := NewFastestFirst(peers(), WithClock(now))
+		require.NoError(t, err)
+		return f
+	})
+	p2c := toyBrownout(t, func(now func() time.Time) Picker {
+		b, err := NewP2CPeakEWMA(peers(), WithClock(now), WithRand(rand.NewPCG(9, 10)))
+		require.NoError(t, err)
+		return b
+	})
+	t.Logf("p99: FastestFirst %v, P2CPeakEWMA %v", ff, p2c)
+	assert.Less(t, ff, p2c)
+}
