@@ -44,6 +44,7 @@ func Pickers() []Policy {
 		{Name: "RandomWeighted", New: clockedRand(balancer.NewRandomWeighted)},
 		{Name: "LeastConn", New: clocked(balancer.NewLeastConn)},
 		{Name: "P2CPeakEWMA", New: clockedRand(balancer.NewP2CPeakEWMA)},
+		{Name: "FastestFirst", New: clocked(balancer.NewFastestFirst)},
 	}
 }
 
