@@ -440,7 +440,7 @@ func blackhole(name, what string, mode FaultMode, prob float64) Scenario {
 func jitter(name string, k int) Scenario {
 	s := Scenario{
 		Name:     name,
-		Title:    fmt.Sprintf("10 M/M/1 backends, mean redrawn from U[10, 30] ms every 0.5 s on average; K=%d clients", k),
+		Title:    fmt.Sprintf("10 M/M/1 backends, mean redrawn from U[10, 30] ms every 0.5 s on average; K=%d", k),
 		Load:     0.7,
 		Clients:  k,
 		Duration: 60 * time.Second,
