@@ -252,9 +252,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	var once Request
-	if r == nil {
-		r = &once
-	}
+	r = r.orOneShot(&once)
 	if !r.begin(l) {
 		return nil, ErrTriesExhausted
 	}

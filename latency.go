@@ -65,7 +65,8 @@ func WithDecay(d time.Duration) Option {
 
 // WithFailurePenalty sets the least latency a failed attempt counts as, so
 // that a peer that fails fast never looks fast: a failure enters the peak
-// EWMA as max(its latency, d). It must be positive. Default:
+// EWMA as max(its latency, d); FastestFirst raises it further, to a latency
+// that puts the peer's weight at its floor. It must be positive. Default:
 // DefaultFailurePenalty. P2CPeakEWMA and FastestFirst accept it.
 func WithFailurePenalty(d time.Duration) Option {
 	return optionFunc(func(c *config) {
