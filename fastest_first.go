@@ -60,11 +60,14 @@ import (
 // Loads are compared by cross multiplication; peers tied at the least load
 // go through nginx's smooth round-robin step among themselves (each adds
 // its effective weight to its current weight, the largest wins, the first
-// on a tie, and gives back the total), so an idle, healthy cluster is
-// served in nginx's smooth weighted order. Picking by weight alone, as the
-// OpenResty original did, ignores queues and loses at the tail to the power
-// of two choices; counting attempts in flight is what lets FastestFirst
-// beat it (see the package's simulator).
+// on a tie, and gives back the total). Idle peers of equal weight are thus
+// served in nginx's smooth order, while of unequal ones the heaviest takes
+// every attempt it can start at once: fastest first. Picking by weight
+// alone, as the OpenResty original did, ignores queues and loses at the
+// tail to the power of two choices (with the sim package's identical
+// backends, smooth round-robin had 1.3 times P2CPeakEWMA's p99 over static
+// weights and 2.6 times over latency-derived ones); counting attempts in
+// flight is what lets FastestFirst beat it.
 //
 // FastestFirst keeps each peer's configured weight aside and writes the
 // weight it derives into the peer: Peer.Weight and Peer.State report the
