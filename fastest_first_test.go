@@ -21,35 +21,35 @@ func newTestFF(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *Fas
 	return f
 }
 
-// reply is what a test backend answers at a given time.
-type reply struct {
+// ffReply is what a test backend answers at a given time.
+type ffReply struct {
 	lat    time.Duration
 	failed bool
 }
 
-// ffLoop drives picker p on clk as a closed loop that keeps outstanding
-// attempts in flight: whenever the earliest attempt answers, the clock
-// moves to that instant, Done reports it, and a new attempt is picked.
-// answer gives the reply of peer i to an attempt picked at a time. It
-// returns how many attempts each peer got, and calls each (if not nil)
-// after every pick.
+// ffLoop drives a picker on a fake clock as a closed loop that keeps a
+// number of attempts in flight: whenever the earliest attempt answers, the
+// clock moves to that instant, Done reports it, and a new attempt is
+// picked. answer gives the reply of peer i to an attempt picked at a time
+// since the loop started.
 type ffLoop struct {
 	t      *testing.T
 	p      Picker
 	clk    *fakeClock
 	peers  []*Peer
-	answer func(i int, at time.Duration) reply
+	answer func(i int, at time.Duration) ffReply
 	start  time.Time
-	out    []flight
+	out    []ffFlight
 }
 
-type flight struct {
+// ffFlight is an attempt in flight in an ffLoop.
+type ffFlight struct {
 	peer *Peer
 	at   time.Time // when the reply arrives
-	r    reply
+	r    ffReply
 }
 
-func newLoop(t *testing.T, p Picker, clk *fakeClock, peers []*Peer, answer func(int, time.Duration) reply) *ffLoop {
+func newFFLoop(t *testing.T, p Picker, clk *fakeClock, peers []*Peer, answer func(int, time.Duration) ffReply) *ffLoop {
 	return &ffLoop{t: t, p: p, clk: clk, peers: peers, answer: answer, start: clk.now()}
 }
 
@@ -63,11 +63,14 @@ func (l *ffLoop) run(outstanding int, until time.Duration) []int {
 	got := make([]int, len(l.peers))
 	for {
 		for len(l.out) < outstanding {
-			p := mustPick(l.t, l.p, nil)
+			p, err := l.p.Pick(nil)
+			if err != nil {
+				l.t.Fatalf("Pick() at %v: %v", l.elapsed(), err)
+			}
 			i := slices.Index(l.peers, p)
 			got[i]++
 			r := l.answer(i, l.elapsed())
-			l.out = append(l.out, flight{p, l.clk.now().Add(r.lat), r})
+			l.out = append(l.out, ffFlight{p, l.clk.now().Add(r.lat), r})
 		}
 		k := 0
 		for j := range l.out {
@@ -81,17 +84,19 @@ func (l *ffLoop) run(outstanding int, until time.Duration) []int {
 		}
 		l.clk.t = next.at
 		l.out = slices.Delete(l.out, k, k+1)
-		require.NoError(l.t, l.p.Done(next.peer, Outcome{Latency: next.r.lat, Failed: next.r.failed}))
+		if err := l.p.Done(next.peer, Outcome{Latency: next.r.lat, Failed: next.r.failed}); err != nil {
+			l.t.Fatalf("Done(%v) at %v: %v", next.peer, l.elapsed(), err)
+		}
 	}
 }
 
 // fixed answers every attempt on peer i in lat[i].
-func fixed(lat ...time.Duration) func(int, time.Duration) reply {
-	return func(i int, _ time.Duration) reply { return reply{lat: lat[i]} }
+func ffFixed(lat ...time.Duration) func(int, time.Duration) ffReply {
+	return func(i int, _ time.Duration) ffReply { return ffReply{lat: lat[i]} }
 }
 
 // weights returns the derived weight of every peer.
-func weights(peers []*Peer) []int {
+func ffWeights(peers []*Peer) []int {
 	w := make([]int, len(peers))
 	for i, p := range peers {
 		w[i] = p.State().Weight
@@ -102,7 +107,7 @@ func weights(peers []*Peer) []int {
 // expectedWeights derives the weights of law 1 by hand from steady
 // latencies: the fastest latency m, s_i = min(1, tol·m/lat_i)², scaled to
 // 100 for the largest and rounded, at least 1.
-func expectedWeights(tol float64, lat ...time.Duration) []int {
+func ffExpectedWeights(tol float64, lat ...time.Duration) []int {
 	m := slices.Min(lat)
 	w := make([]int, len(lat))
 	for i, l := range lat {
@@ -120,7 +125,7 @@ func TestFastestFirst_law1_slowerGetsLess(t *testing.T) {
 		// Beyond the tolerance the weight falls as (3·10/lat)²: 100, 56, 14.
 		{"beyond the tolerance", []time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}},
 		// Within it the weights stay equal, and the slower peers get less
-		// because their attempts stay in flight longer.
+		// because their attempts stay in ffFlight longer.
 		{"within the tolerance", []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 25 * time.Millisecond}},
 	}
 	for _, tt := range tests {
@@ -128,14 +133,14 @@ func TestFastestFirst_law1_slowerGetsLess(t *testing.T) {
 			clk := newFakeClock()
 			peers := weighted(1, 1, 1)
 			f := newTestFF(t, clk, peers)
-			loop := newLoop(t, f, clk, peers, fixed(tt.lat...))
+			loop := newFFLoop(t, f, clk, peers, ffFixed(tt.lat...))
 			loop.run(16, time.Second)
 			got := loop.run(16, 10*time.Second)
-			want := expectedWeights(DefaultTolerance, tt.lat...)
-			for i, w := range weights(peers) {
+			want := ffExpectedWeights(DefaultTolerance, tt.lat...)
+			for i, w := range ffWeights(peers) {
 				// ±1: an estimate read between two replies has decayed a
 				// little toward the fastest.
-				assert.InDelta(t, want[i], w, 1, "weights %v, want %v", weights(peers), want)
+				assert.InDelta(t, want[i], w, 1, "weights %v, want %v", ffWeights(peers), want)
 			}
 			assert.Greater(t, got[0], got[1], "attempts %v", got)
 			assert.Greater(t, got[1], got[2], "attempts %v", got)
@@ -159,14 +164,14 @@ func TestFastestFirst_law2_failingFloorsAndRecovers(t *testing.T) {
 			f := newTestFF(t, clk, peers)
 			// b fails in 1 ms during [fail, heal); everyone else, and b
 			// outside that interval, answers in 20 ms.
-			loop := newLoop(t, f, clk, peers, func(i int, at time.Duration) reply {
+			loop := newFFLoop(t, f, clk, peers, func(i int, at time.Duration) ffReply {
 				if i == 1 && at >= fail && at < heal {
-					return reply{lat: time.Millisecond, failed: true}
+					return ffReply{lat: time.Millisecond, failed: true}
 				}
-				return reply{lat: 20 * time.Millisecond}
+				return ffReply{lat: 20 * time.Millisecond}
 			})
 			healthy := loop.run(4, fail)
-			require.Equal(t, []int{100, 100, 100}, weights(peers))
+			require.Equal(t, []int{100, 100, 100}, ffWeights(peers))
 
 			failing := loop.run(4, heal)
 			assert.Equal(t, DefaultFloor, peers[1].State().Weight, "b's weight is at the floor")
@@ -198,34 +203,34 @@ func TestFastestFirst_law3_stableInsideBand(t *testing.T) {
 	// alternates by 10%, inside its band.
 	slow := 40 * time.Millisecond
 	n := 0
-	loop := newLoop(t, f, clk, peers, func(i int, _ time.Duration) reply {
+	loop := newFFLoop(t, f, clk, peers, func(i int, _ time.Duration) ffReply {
 		n++
 		jitter := time.Duration(n%3) * time.Millisecond
 		switch i {
 		case 0:
-			return reply{lat: 10*time.Millisecond + jitter}
+			return ffReply{lat: 10*time.Millisecond + jitter}
 		case 1:
-			return reply{lat: 14*time.Millisecond + jitter}
+			return ffReply{lat: 14*time.Millisecond + jitter}
 		}
 		if n%2 == 0 {
-			return reply{lat: slow}
+			return ffReply{lat: slow}
 		}
-		return reply{lat: slow * 11 / 10}
+		return ffReply{lat: slow * 11 / 10}
 	})
 	loop.run(16, 5*time.Second)
-	before, recomputes := weights(peers), f.recomputes
+	before, recomputes := ffWeights(peers), f.recomputes
 	got := loop.run(16, 60*time.Second)
-	assert.Equal(t, before, weights(peers))
+	assert.Equal(t, before, ffWeights(peers))
 	assert.Equal(t, recomputes, f.recomputes, "no recompute inside the bands")
 	assert.Positive(t, got[2], "c keeps traffic")
 
 	// A real change, c twice slower: its weight drops, then holds again.
 	slow *= 2
 	loop.run(16, 61*time.Second)
-	after, recomputes := weights(peers), f.recomputes
+	after, recomputes := ffWeights(peers), f.recomputes
 	assert.Less(t, after[2], before[2], "c's weight drops")
 	loop.run(16, 120*time.Second)
-	assert.Equal(t, after, weights(peers))
+	assert.Equal(t, after, ffWeights(peers))
 	assert.Equal(t, recomputes, f.recomputes, "no recompute after the change")
 }
 
@@ -245,14 +250,14 @@ func TestFastestFirst_law4_refindsFastest(t *testing.T) {
 			peers := weighted(1, 1)
 			f := newTestFF(t, clk, peers)
 			const change = 10 * time.Second
-			loop := newLoop(t, f, clk, peers, func(i int, at time.Duration) reply {
+			loop := newFFLoop(t, f, clk, peers, func(i int, at time.Duration) ffReply {
 				switch {
 				case i == 0:
-					return reply{lat: 20 * time.Millisecond}
+					return ffReply{lat: 20 * time.Millisecond}
 				case at < change:
-					return reply{lat: 400 * time.Millisecond}
+					return ffReply{lat: 400 * time.Millisecond}
 				}
-				return reply{lat: 5 * time.Millisecond}
+				return ffReply{lat: 5 * time.Millisecond}
 			})
 			slow := loop.run(tt.outstanding, change)
 			require.Greater(t, slow[0], 10*slow[1], "b is slow: attempts %v", slow)
@@ -260,33 +265,33 @@ func TestFastestFirst_law4_refindsFastest(t *testing.T) {
 			// b becomes the fastest: it must win its weight back within a
 			// few decay times and, once its estimate has followed, take
 			// most of the traffic.
-			for weights(peers)[1] < 100 {
+			for ffWeights(peers)[1] < 100 {
 				loop.run(tt.outstanding, loop.elapsed()+100*time.Millisecond)
-				require.Less(t, loop.elapsed()-change, 3*DefaultFastestDecay, "b still at %v", weights(peers))
+				require.Less(t, loop.elapsed()-change, 3*DefaultFastestDecay, "b still at %v", ffWeights(peers))
 			}
 			loop.run(tt.outstanding, change+5*DefaultFastestDecay)
 			got := loop.run(tt.outstanding, change+7*DefaultFastestDecay)
-			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, weights(peers), peers[0].lat.estimate(), peers[1].lat.estimate())
+			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, ffWeights(peers), peers[0].lat.estimate(), peers[1].lat.estimate())
 		})
 	}
 }
 
-// A stalled peer loses weight before its first slow reply: its silence
+// A stalled peer loses weight before its first slow ffReply: its silence
 // raises its estimate.
 func TestFastestFirst_stallShowsBeforeItsReply(t *testing.T) {
 	clk := newFakeClock()
 	peers := weighted(1, 1, 1)
 	f := newTestFF(t, clk, peers)
 	const stall = 5 * time.Second
-	loop := newLoop(t, f, clk, peers, func(i int, at time.Duration) reply {
+	loop := newFFLoop(t, f, clk, peers, func(i int, at time.Duration) ffReply {
 		if i == 2 && at >= stall {
-			return reply{lat: time.Minute}
+			return ffReply{lat: time.Minute}
 		}
-		return reply{lat: 10 * time.Millisecond}
+		return ffReply{lat: 10 * time.Millisecond}
 	})
 	loop.run(6, stall)
 	got := loop.run(6, stall+time.Second)
-	assert.Equal(t, DefaultFloor, peers[2].State().Weight, "no reply yet, weight at the floor")
+	assert.Equal(t, DefaultFloor, peers[2].State().Weight, "no ffReply yet, weight at the floor")
 	assert.LessOrEqual(t, got[2], 3, "attempts sent into the stall: %v", got)
 }
 
@@ -307,7 +312,7 @@ func TestFastestFirst_failurePenalty(t *testing.T) {
 			clk := newFakeClock()
 			peers := []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0))}
 			f := newTestFF(t, clk, peers, tt.opts...)
-			loop := newLoop(t, f, clk, peers, fixed(10*time.Millisecond, 10*time.Millisecond))
+			loop := newFFLoop(t, f, clk, peers, ffFixed(10*time.Millisecond, 10*time.Millisecond))
 			loop.run(2, time.Second)
 			p := peers[1]
 			p.conns.Add(1) // an attempt on b, as Pick would count it
@@ -365,16 +370,16 @@ func TestFastestFirst_configuredWeights(t *testing.T) {
 	clk := newFakeClock()
 	peers := weighted(4, 2, 0)
 	f := newTestFF(t, clk, peers)
-	assert.Equal(t, []int{100, 50, 0}, weights(peers), "100 for the largest, 0 stays 0")
+	assert.Equal(t, []int{100, 50, 0}, ffWeights(peers), "100 for the largest, 0 stays 0")
 
 	require.NoError(t, f.SetWeight(peers[1], 8))
-	assert.Equal(t, []int{50, 100, 0}, weights(peers))
+	assert.Equal(t, []int{50, 100, 0}, ffWeights(peers))
 	assert.ErrorIs(t, f.SetWeight(peers[1], -1), ErrInvalidConfig)
 	assert.ErrorIs(t, f.SetWeight(NewPeer("x"), 1), ErrUnknownPeer)
 
 	require.NoError(t, f.Remove(peers[1]))
 	assert.Equal(t, 8, peers[1].Weight(), "configured weight given back")
-	assert.Equal(t, []int{100, 0}, weights(f.Peers()))
+	assert.Equal(t, []int{100, 0}, ffWeights(f.Peers()))
 
 	for range 10 {
 		assert.Equal(t, "a", mustPick(t, f, nil).Addr(), "weight 0 is never chosen while another has weight")
@@ -435,18 +440,18 @@ func TestFastestFirst_failureModel(t *testing.T) {
 func TestFastestFirst_leastExpectedDelay(t *testing.T) {
 	t.Run("idle: the heaviest, equal weights in smooth order", func(t *testing.T) {
 		f := newTestFF(t, newFakeClock(), weighted(5, 1, 1, 1))
-		require.Equal(t, []int{100, 20, 20, 20}, weights(f.Peers()))
-		// Nothing in flight: a's 1/100 beats 1/20 every time.
+		require.Equal(t, []int{100, 20, 20, 20}, ffWeights(f.Peers()))
+		// Nothing in ffFlight: a's 1/100 beats 1/20 every time.
 		assert.Equal(t, "a a a a", picks(t, f, 4))
 
 		g := newTestFF(t, newFakeClock(), weighted(1, 1, 1))
 		// All tied at 1/100: nginx's smooth order over equal weights.
 		assert.Equal(t, "a b c a b c", picks(t, g, 6))
 	})
-	t.Run("in flight: (in flight + 1)/weight", func(t *testing.T) {
+	t.Run("in ffFlight: (in ffFlight + 1)/weight", func(t *testing.T) {
 		f := newTestFF(t, newFakeClock(), weighted(5, 1))
-		require.Equal(t, []int{100, 20}, weights(f.Peers()))
-		// Attempts left in flight: a takes the next while (n_a+1)/100 is
+		require.Equal(t, []int{100, 20}, ffWeights(f.Peers()))
+		// Attempts left in ffFlight: a takes the next while (n_a+1)/100 is
 		// below (n_b+1)/20, that is n_a+1 < 5(n_b+1); ties go to the
 		// smooth step over the tied peers, whose effective weights are
 		// 100 and 20.
@@ -533,20 +538,20 @@ func TestFastestFirst_concurrent(t *testing.T) {
 	}
 }
 
-// toyDone is a reply due at a time, in a toy simulation's event queue.
-type toyDone struct {
+// ffToyDone is a ffReply due at a time, in a toy simulation's event queue.
+type ffToyDone struct {
 	at   time.Duration
 	peer *Peer
 	lat  time.Duration
 }
 
-type toyQueue []toyDone
+type ffToyQueue []ffToyDone
 
-func (q toyQueue) Len() int           { return len(q) }
-func (q toyQueue) Less(i, j int) bool { return q[i].at < q[j].at }
-func (q toyQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *toyQueue) Push(x any)        { *q = append(*q, x.(toyDone)) }
-func (q *toyQueue) Pop() any {
+func (q ffToyQueue) Len() int           { return len(q) }
+func (q ffToyQueue) Less(i, j int) bool { return q[i].at < q[j].at }
+func (q ffToyQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *ffToyQueue) Push(x any)        { *q = append(*q, x.(ffToyDone)) }
+func (q *ffToyQueue) Pop() any {
 	old := *q
 	x := old[len(old)-1]
 	*q = old[:len(old)-1]
@@ -558,7 +563,7 @@ func (q *toyQueue) Pop() any {
 // times slower during [10 s, 20 s) of 30 s. Arrivals and request sizes come
 // from a fixed seed, so every picker sees the same workload. It returns the
 // 99th percentile of the request latencies.
-func toyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) time.Duration {
+func ffToyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) time.Duration {
 	t.Helper()
 	const (
 		backends = 5
@@ -572,11 +577,11 @@ func toyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) time
 	peers := p.(interface{ Peers() []*Peer }).Peers()
 	rng := rand.New(rand.NewPCG(7, 8))
 	free := make([]time.Duration, backends) // when each server is next idle
-	var q toyQueue
+	var q ffToyQueue
 	var lats []time.Duration
 	settle := func(until time.Duration) {
 		for q.Len() > 0 && q[0].at <= until {
-			d := heap.Pop(&q).(toyDone)
+			d := heap.Pop(&q).(ffToyDone)
 			clk.t = start.Add(d.at)
 			require.NoError(t, p.Done(d.peer, Outcome{Latency: d.lat}))
 		}
@@ -596,24 +601,24 @@ func toyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) time
 		free[i] = begin + service
 		lat := free[i] - now
 		lats = append(lats, lat)
-		heap.Push(&q, toyDone{at: free[i], peer: peer, lat: lat})
+		heap.Push(&q, ffToyDone{at: free[i], peer: peer, lat: lat})
 	}
 	settle(math.MaxInt64)
 	slices.Sort(lats)
 	return lats[len(lats)*99/100]
 }
 
-// FastestFirst's in-flight and silence terms must beat the power of two
+// FastestFirst's in-ffFlight and silence terms must beat the power of two
 // choices on a brownout's tail, as the issue requires; this is the small
 // deterministic version of the simulator's brownout scenario.
 func TestFastestFirst_beatsP2CInToyBrownout(t *testing.T) {
 	peers := func() []*Peer { return weighted(1, 1, 1, 1, 1) }
-	ff := toyBrownout(t, func(now func() time.Time) Picker {
+	ff := ffToyBrownout(t, func(now func() time.Time) Picker {
 		f, err := NewFastestFirst(peers(), WithClock(now))
 		require.NoError(t, err)
 		return f
 	})
-	p2c := toyBrownout(t, func(now func() time.Time) Picker {
+	p2c := ffToyBrownout(t, func(now func() time.Time) Picker {
 		b, err := NewP2CPeakEWMA(peers(), WithClock(now), WithRand(rand.NewPCG(9, 10)))
 		require.NoError(t, err)
 		return b

@@ -20,9 +20,9 @@ func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2
 	return b
 }
 
-// measure feeds one latency sample for p into its picker's estimate at the
+// p2cMeasure feeds one latency sample for p into its picker's estimate at the
 // clock's time, as a Done would, without an attempt in flight.
-func measure(s *peerSet, p *Peer, at time.Time, lat time.Duration) {
+func p2cMeasure(s *peerSet, p *Peer, at time.Time, lat time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p.lat.observeLocked(at.UnixNano(), float64(lat), float64(DefaultDecay))
@@ -93,7 +93,7 @@ func TestP2CPeakEWMA_lowerCostWins(t *testing.T) {
 	b := newTestP2C(t, clk, peers)
 	lat := []float64{10, 26} // ms; no two products tie over these picks
 	for i, p := range peers {
-		measure(&b.peerSet, p, clk.now(), time.Duration(lat[i]*float64(time.Millisecond)))
+		p2cMeasure(&b.peerSet, p, clk.now(), time.Duration(lat[i]*float64(time.Millisecond)))
 	}
 	var inflight [2]float64
 	for k := range 30 {
@@ -114,9 +114,9 @@ func TestP2CPeakEWMA_idleCostDecays(t *testing.T) {
 	clk := newFakeClock()
 	peers := weighted(1, 1)
 	b := newTestP2C(t, clk, peers)
-	measure(&b.peerSet, peers[1], clk.now(), 20*time.Millisecond)
+	p2cMeasure(&b.peerSet, peers[1], clk.now(), 20*time.Millisecond)
 	clk.add(time.Duration(float64(DefaultDecay) * math.Log(4)))
-	measure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
+	p2cMeasure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
 	_, c := b.cost(peers[1], clk.now().UnixNano())
 	assert.InDelta(t, float64(5*time.Millisecond), c, 1)
 	assert.Equal(t, "b", mustPick(t, b, nil).Addr())
@@ -129,7 +129,7 @@ func TestP2CPeakEWMA_unmeasuredProbedOneAtATime(t *testing.T) {
 	peers := weighted(1, 1)
 	a, nb := peers[0], peers[1]
 	b := newTestP2C(t, clk, peers)
-	measure(&b.peerSet, a, clk.now(), 100*time.Millisecond)
+	p2cMeasure(&b.peerSet, a, clk.now(), 100*time.Millisecond)
 
 	assert.Equal(t, "b", mustPick(t, b, nil).Addr(), "idle unmeasured peer costs 0")
 	for k := range 5 {
@@ -172,8 +172,8 @@ func TestP2CPeakEWMA_fastFailureIsPenalized(t *testing.T) {
 			clk := newFakeClock()
 			peers := []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0))}
 			b := newTestP2C(t, clk, peers, tt.opts...)
-			measure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
-			measure(&b.peerSet, peers[1], clk.now(), 10*time.Millisecond)
+			p2cMeasure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
+			p2cMeasure(&b.peerSet, peers[1], clk.now(), 10*time.Millisecond)
 			peers[1].conns.Add(1) // an attempt on b, as Pick would count it
 			require.NoError(t, b.Done(peers[1], Outcome{Failed: true, Latency: time.Millisecond}))
 			assert.InDelta(t, float64(tt.penalty), peers[1].lat.estimate(), 1)
@@ -245,8 +245,8 @@ func TestP2CPeakEWMA_failureModel(t *testing.T) {
 		clk := newFakeClock()
 		peers := []*Peer{NewPeer("a", MaxConns(1)), NewPeer("b")}
 		b := newTestP2C(t, clk, peers)
-		measure(&b.peerSet, peers[0], clk.now(), time.Millisecond)
-		measure(&b.peerSet, peers[1], clk.now(), time.Second)
+		p2cMeasure(&b.peerSet, peers[0], clk.now(), time.Millisecond)
+		p2cMeasure(&b.peerSet, peers[1], clk.now(), time.Second)
 		assert.Equal(t, "a", mustPick(t, b, nil).Addr())
 		assert.Equal(t, "b", mustPick(t, b, nil).Addr(), "a is full")
 	})
@@ -360,7 +360,7 @@ func TestP2CPeakEWMA_newPeerStartsUnmeasured(t *testing.T) {
 	clk := newFakeClock()
 	peers := weighted(1, 1)
 	b := newTestP2C(t, clk, peers)
-	measure(&b.peerSet, peers[1], clk.now(), time.Second)
+	p2cMeasure(&b.peerSet, peers[1], clk.now(), time.Second)
 	require.NoError(t, b.Remove(peers[1]))
 	require.NoError(t, b.Add(peers[1]))
 	assert.False(t, peers[1].lat.measured.Load())
