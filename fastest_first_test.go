@@ -125,7 +125,7 @@ func TestFastestFirst_law1_slowerGetsLess(t *testing.T) {
 		// Beyond the tolerance the weight falls as (3·10/lat)²: 100, 56, 14.
 		{"beyond the tolerance", []time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}},
 		// Within it the weights stay equal, and the slower peers get less
-		// because their attempts stay in ffFlight longer.
+		// because their attempts stay in flight longer.
 		{"within the tolerance", []time.Duration{10 * time.Millisecond, 15 * time.Millisecond, 25 * time.Millisecond}},
 	}
 	for _, tt := range tests {
@@ -276,7 +276,7 @@ func TestFastestFirst_law4_refindsFastest(t *testing.T) {
 	}
 }
 
-// A stalled peer loses weight before its first slow ffReply: its silence
+// A stalled peer loses weight before its first slow reply: its silence
 // raises its estimate.
 func TestFastestFirst_stallShowsBeforeItsReply(t *testing.T) {
 	clk := newFakeClock()
@@ -441,7 +441,7 @@ func TestFastestFirst_leastExpectedDelay(t *testing.T) {
 	t.Run("idle: the heaviest, equal weights in smooth order", func(t *testing.T) {
 		f := newTestFF(t, newFakeClock(), weighted(5, 1, 1, 1))
 		require.Equal(t, []int{100, 20, 20, 20}, ffWeights(f.Peers()))
-		// Nothing in ffFlight: a's 1/100 beats 1/20 every time.
+		// Nothing in flight: a's 1/100 beats 1/20 every time.
 		assert.Equal(t, "a a a a", picks(t, f, 4))
 
 		g := newTestFF(t, newFakeClock(), weighted(1, 1, 1))
@@ -451,7 +451,7 @@ func TestFastestFirst_leastExpectedDelay(t *testing.T) {
 	t.Run("in ffFlight: (in ffFlight + 1)/weight", func(t *testing.T) {
 		f := newTestFF(t, newFakeClock(), weighted(5, 1))
 		require.Equal(t, []int{100, 20}, ffWeights(f.Peers()))
-		// Attempts left in ffFlight: a takes the next while (n_a+1)/100 is
+		// Attempts left in flight: a takes the next while (n_a+1)/100 is
 		// below (n_b+1)/20, that is n_a+1 < 5(n_b+1); ties go to the
 		// smooth step over the tied peers, whose effective weights are
 		// 100 and 20.
@@ -538,7 +538,7 @@ func TestFastestFirst_concurrent(t *testing.T) {
 	}
 }
 
-// ffToyDone is a ffReply due at a time, in a toy simulation's event queue.
+// ffToyDone is a reply due at a time, in a toy simulation's event queue.
 type ffToyDone struct {
 	at   time.Duration
 	peer *Peer
@@ -608,7 +608,7 @@ func ffToyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) ti
 	return lats[len(lats)*99/100]
 }
 
-// FastestFirst's in-ffFlight and silence terms must beat the power of two
+// FastestFirst's in-flight and silence terms must beat the power of two
 // choices on a brownout's tail, as the issue requires; this is the small
 // deterministic version of the simulator's brownout scenario.
 func TestFastestFirst_beatsP2CInToyBrownout(t *testing.T) {
