@@ -1,0 +1,809 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzPickers runs one program of operations, decoded from the fuzz input,
+// on every picker in pickerCases, and checks the shared contract after every
+// step against a model of what each operation must do. The model knows the
+// peer list, each peer's attempts in flight, nginx's failure accounting
+// (fails, the fail window and the probe after it), each Request's tried
+// set, bound and backup switch, so it knows which peers may take the next
+// attempt; the checks are:
+//
+//   - Pick returns a peer the model finds eligible for that request (never a
+//     down peer, a peer inside its fail window, a full peer, a peer the
+//     request already tried, or a backup while a primary is eligible), or
+//     exactly the sentinel the model expects: ErrNoPeers, ErrTriesExhausted,
+//     or ErrNoLivePeer only when no peer is eligible. Never a nil peer with
+//     a nil error.
+//   - Done returns nil for every attempt Pick handed out, ErrInvalidLatency
+//     for a negative latency, ErrNotInFlight or ErrUnknownPeer for a report
+//     nothing is waiting for, and a rejected report changes nothing.
+//   - Every peer's in-flight count equals the attempts not yet reported, so
+//     it is back to 0 once all are; no count goes negative; the failure
+//     count follows nginx's; 0 <= effective weight <= weight; Peers lists
+//     the model's peers in the model's order.
+//   - The per-picker promises in fuzzTraits: smooth current weights sum to
+//     0 in each list after every step; while the primaries are healthy and
+//     static, every W picks from a list change give each peer exactly its
+//     weight (the round-robins: exactly one turn per n picks); weight-0
+//     peers are skipped as each picker's doc says.
+//
+// Every Add, Remove, SetWeight, SetDown and Done, valid or not, is checked
+// for its exact result. The program is decoded by fuzzMachine.run; the
+// checked-in seeds in testdata/fuzz/FuzzPickers cover healthy cycles,
+// failures and recovery, backups, retries, max_conns, updates in flight
+// and bad reports.
+func FuzzPickers(f *testing.F) {
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		for _, pc := range pickerCases {
+			m := newFuzzMachine(t, pc, prog)
+			if m != nil {
+				m.run()
+			}
+		}
+	})
+}
+
+// fuzzMaxSteps bounds one program, so each input runs in well under a
+// millisecond per picker.
+const fuzzMaxSteps = 300
+
+// How a picker treats peers of weight 0, from each picker's doc.
+const (
+	// zwAny: weight 0 is a weight like any other; SmoothWRR's scan can
+	// pick such a peer when others have run ahead (nginx does too), so
+	// nothing is promised beyond the cycle counts.
+	zwAny = iota
+	// zwStatic: never picked while a peer of the same list has a positive
+	// weight, whether or not that peer is eligible (RoundRobin's rotation,
+	// RandomWeighted's table).
+	zwStatic
+	// zwEligible: never picked while an eligible peer of the same list has
+	// a positive weight.
+	zwEligible
+)
+
+// How a picker spreads picks while every primary is healthy.
+const (
+	cycleNone     = iota
+	cycleWeights  // every W = Σweight picks give each peer its weight
+	cycleRotation // every n picks give each rotation member one turn
+)
+
+// fuzzTrait is what a picker's doc promises beyond the shared contract.
+type fuzzTrait struct {
+	cycle         int
+	zeroWeight    int
+	sumZero       bool // SmoothWRR: Σ current weights of each list is 0
+	cwInRange     bool // ClassicWRR: 0 <= current weight <= weight
+	derivedWeight bool // the picker rewrites Peer.Weight (FastestFirst)
+}
+
+// fuzzTraits holds the promises of each picker by its pickerCases name; a
+// picker not listed gets only the shared contract.
+var fuzzTraits = map[string]fuzzTrait{
+	"SmoothWRR":      {cycle: cycleWeights, zeroWeight: zwAny, sumZero: true},
+	"ClassicWRR":     {cycle: cycleWeights, zeroWeight: zwEligible, cwInRange: true},
+	"RoundRobin":     {cycle: cycleRotation, zeroWeight: zwStatic},
+	"P2CPeakEWMA":    {zeroWeight: zwEligible},
+	"RandomWeighted": {zeroWeight: zwStatic},
+	"LeastConn":      {zeroWeight: zwEligible},
+	"FastestFirst":   {zeroWeight: zwAny, derivedWeight: true},
+}
+
+// fzPeer is the model of one peer, next to the peer itself.
+type fzPeer struct {
+	p        *Peer
+	weight   int64
+	maxFails int64
+	timeout  int64
+	maxConns int64
+	backup   bool
+	down     bool
+	badCfg   bool // NewPeer got an out-of-range weight
+	held     bool // in the picker's list
+	out      int64
+	fails    int64
+	checked  int64 // last failure or probe, unix ns
+	accessed int64 // last failure, unix ns
+}
+
+// fzReq is the model of one Request.
+type fzReq struct {
+	r        Request
+	attempts int
+	limit    int
+	gen      uint64
+	backup   bool
+	tried    map[*fzPeer]bool
+}
+
+func (q *fzReq) reset() {
+	q.r.Reset()
+	q.attempts, q.limit, q.gen, q.backup = 0, 0, 0, false
+	clear(q.tried)
+}
+
+type fuzzMachine struct {
+	t     *testing.T
+	name  string
+	tr    fuzzTrait
+	p     Picker
+	set   updater
+	in    []byte
+	pos   int
+	now   time.Time
+	gen   uint64
+	pool  []*fzPeer // every peer made, in order
+	byPtr map[*Peer]*fzPeer
+	list  []*fzPeer // the picker's peers in the order they were added
+	out   []*fzPeer // one entry per attempt in flight
+	reqs  [3]fzReq
+	log   []string // the steps so far, for failure messages
+
+	// The cycle check: clean while every non-down primary has been
+	// healthy, static and unretried since the last list change.
+	clean  bool
+	w      int64 // picks per cycle
+	k      int64 // picks since the last list change
+	counts map[*fzPeer]int64
+	share  map[*fzPeer]int64 // picks each peer gets per cycle
+}
+
+// fzWeight decodes a weight, mostly small, sometimes out of range or at
+// the limit.
+func fzWeight(b byte) int {
+	switch b {
+	case 255:
+		return MaxWeightSum
+	case 254:
+		return -1
+	case 253:
+		return MaxWeightSum + 1
+	}
+	return int(b % 8)
+}
+
+func (m *fuzzMachine) next() byte {
+	if m.pos >= len(m.in) {
+		return 0
+	}
+	b := m.in[m.pos]
+	m.pos++
+	return b
+}
+
+// newPeer decodes four bytes into a new peer: address, weight, flags
+// (max_fails, backup, down, max_conns) and fail_timeout.
+func (m *fuzzMachine) newPeer(addr string) *fzPeer {
+	w := fzWeight(m.next())
+	flags := m.next()
+	timeout := time.Duration(m.next()%6) * time.Second
+	q := &fzPeer{
+		weight:   int64(w),
+		maxFails: int64(flags & 3),
+		timeout:  int64(timeout),
+		backup:   flags&4 != 0,
+		down:     flags&8 != 0,
+		badCfg:   w < 0 || w > MaxWeightSum,
+	}
+	if mc := flags >> 4 & 7; mc >= 5 {
+		q.maxConns = int64(mc - 4)
+	}
+	opts := []PeerOption{Weight(w), MaxFails(int(q.maxFails)), FailTimeout(timeout), MaxConns(int(q.maxConns))}
+	if q.backup {
+		opts = append(opts, Backup())
+	}
+	if q.down {
+		opts = append(opts, Down())
+	}
+	q.p = NewPeer(addr, opts...)
+	if q.badCfg {
+		q.weight = DefaultWeight // what the peer holds; it is never added
+	}
+	m.pool = append(m.pool, q)
+	m.byPtr[q.p] = q
+	return q
+}
+
+func newFuzzMachine(t *testing.T, pc pickerCase, in []byte) *fuzzMachine {
+	m := &fuzzMachine{
+		t: t, name: pc.name, tr: fuzzTraits[pc.name], in: in,
+		now:    time.Unix(1_700_000_000, 0),
+		byPtr:  map[*Peer]*fzPeer{},
+		counts: map[*fzPeer]int64{},
+		share:  map[*fzPeer]int64{},
+	}
+	for i := range m.reqs {
+		m.reqs[i].tried = map[*fzPeer]bool{}
+	}
+	seed := uint64(m.next())
+	n := int(m.next() % 6)
+	peers := make([]*Peer, 0, n)
+	for i := range n {
+		peers = append(peers, m.newPeer(fmt.Sprint("p", i)).p)
+	}
+	opts := []Option{WithClock(func() time.Time { return m.now })}
+	if _, err := pc.new(nil, WithRand(rand.NewPCG(1, 2))); err == nil {
+		opts = append(opts, WithRand(rand.NewPCG(seed, 0x5eed)))
+	}
+	p, err := pc.new(peers, opts...)
+	want := m.expectAdd(m.pool)
+	if !errors.Is(err, want) || (err == nil) != (want == nil) {
+		m.failf("New(%d peers) = %v, want %v", n, err, want)
+		return nil
+	}
+	if err != nil {
+		return nil
+	}
+	m.p, m.set = p, toSet(p)
+	m.applyAdd(m.pool)
+	m.check()
+	return m
+}
+
+func (m *fuzzMachine) failf(format string, args ...any) {
+	m.t.Helper()
+	steps := m.log
+	if len(steps) > 40 {
+		steps = steps[len(steps)-40:]
+	}
+	m.t.Fatalf("%s, step %d: %s\nrecent steps:\n  %s", m.name, len(m.log), fmt.Sprintf(format, args...), strings.Join(steps, "\n  "))
+}
+
+func (m *fuzzMachine) logf(format string, args ...any) {
+	m.log = append(m.log, fmt.Sprintf(format, args...))
+}
+
+// run decodes and runs the program: one opcode byte per step, followed by
+// its arguments.
+func (m *fuzzMachine) run() {
+	for step := 0; step < fuzzMaxSteps && m.pos < len(m.in); step++ {
+		op, arg := m.next(), m.next()
+		switch op % 13 {
+		case 0:
+			m.pick(-1, false)
+		case 1:
+			m.pick(int(arg%3), false) // the request's next attempt
+		case 2:
+			m.pick(int(arg%3), true) // a new request
+		case 3, 4:
+			if len(m.out) > 0 {
+				m.report(int(arg)%len(m.out), op%13 == 4, m.latency(m.next()))
+			}
+		case 5:
+			if len(m.pool) < 24 {
+				m.add([]*fzPeer{m.newPeer(fmt.Sprint("p", arg%10))})
+			}
+		case 6:
+			if q := m.poolPeer(arg); q != nil {
+				m.add([]*fzPeer{q})
+			}
+		case 7:
+			if q := m.poolPeer(arg); q != nil {
+				m.remove(q)
+			}
+		case 8:
+			if q, w := m.poolPeer(arg), fzWeight(m.next()); q != nil {
+				m.setWeight(q, w)
+			}
+		case 9:
+			if q, down := m.poolPeer(arg), m.next()&1 != 0; q != nil {
+				m.setDown(q, down)
+			}
+		case 10:
+			d := time.Duration(arg%16) * 500 * time.Millisecond
+			if arg >= 240 {
+				d = time.Duration(arg-239) * 10 * time.Second
+			}
+			m.now = m.now.Add(d)
+			m.logf("clock +%v", d)
+		case 11:
+			m.badReport(int(arg))
+		case 12:
+			m.foreignReport()
+		}
+		m.check()
+	}
+	// Report everything still in flight: every count must be back at 0.
+	for len(m.out) > 0 {
+		m.report(0, false, time.Millisecond)
+		m.check()
+	}
+}
+
+// poolPeer returns a peer made so far, chosen by b, or nil if none was.
+func (m *fuzzMachine) poolPeer(b byte) *fzPeer {
+	if len(m.pool) == 0 {
+		return nil
+	}
+	return m.pool[int(b)%len(m.pool)]
+}
+
+func (m *fuzzMachine) latency(b byte) time.Duration {
+	if b == 255 {
+		return math.MaxInt64
+	}
+	return time.Duration(b) * time.Millisecond
+}
+
+func (m *fuzzMachine) primaries() (p, b []*fzPeer) {
+	for _, q := range m.list {
+		if q.backup {
+			b = append(b, q)
+		} else {
+			p = append(p, q)
+		}
+	}
+	return p, b
+}
+
+func (m *fuzzMachine) single() bool {
+	p, b := m.primaries()
+	return len(p) == 1 && len(b) == 0
+}
+
+// failedAt is Peer.failed on the model.
+func (q *fzPeer) failedAt(now int64) bool {
+	return q.maxFails != 0 && q.fails >= q.maxFails && now-q.checked <= q.timeout
+}
+
+// eligible returns the peers of list that may take the next attempt of rq
+// (nil: a request that is never retried).
+func (m *fuzzMachine) eligible(list []*fzPeer, single bool, rq *fzReq) []*fzPeer {
+	now := m.now.UnixNano()
+	positive := slices.ContainsFunc(list, func(q *fzPeer) bool { return q.weight > 0 })
+	var e []*fzPeer
+	for _, q := range list {
+		switch {
+		case q.down, q.maxConns != 0 && q.out >= q.maxConns:
+		case !single && q.failedAt(now):
+		case rq != nil && rq.tried[q]:
+		case m.tr.zeroWeight == zwStatic && q.weight == 0 && positive:
+		default:
+			e = append(e, q)
+		}
+	}
+	return e
+}
+
+// expectPick runs the model's half of a pick: the error Pick must return,
+// or the peers it may return. It updates rq's bound, tried set and backup
+// switch as the picker does before choosing.
+func (m *fuzzMachine) expectPick(rq *fzReq) (error, []*fzPeer) {
+	if len(m.list) == 0 {
+		return ErrNoPeers, nil
+	}
+	if rq != nil {
+		if rq.attempts == 0 {
+			rq.limit = 0
+			for _, q := range m.list {
+				if !q.down {
+					rq.limit++
+				}
+			}
+			rq.gen = m.gen
+		} else {
+			if rq.gen != m.gen {
+				// The list changed: the tried bits no longer name
+				// the same peers and are forgotten.
+				clear(rq.tried)
+				rq.gen = m.gen
+			}
+			if rq.attempts >= rq.limit {
+				return ErrTriesExhausted, nil
+			}
+		}
+	}
+	prim, back := m.primaries()
+	single := len(prim) == 1 && len(back) == 0
+	onBackup := rq != nil && rq.backup
+	var e []*fzPeer
+	if !onBackup {
+		e = m.eligible(prim, single, rq)
+		if len(e) == 0 && len(back) > 0 {
+			onBackup = true
+			if rq != nil {
+				rq.backup = true
+				clear(rq.tried)
+			}
+		}
+	}
+	if onBackup {
+		e = m.eligible(back, false, rq)
+	}
+	if len(e) == 0 {
+		return ErrNoLivePeer, nil
+	}
+	return nil, e
+}
+
+func (m *fuzzMachine) pick(slot int, fresh bool) {
+	var r *Request
+	var rq *fzReq
+	what := "Pick(nil)"
+	if slot >= 0 {
+		rq = &m.reqs[slot]
+		if fresh {
+			rq.reset()
+		}
+		r = &rq.r
+		what = fmt.Sprintf("Pick(req%d, attempt %d)", slot, rq.attempts+1)
+	}
+	retry := rq != nil && rq.attempts > 0
+	want, e := m.expectPick(rq)
+	got, err := m.p.Pick(r)
+	m.logf("%s = %v, %v", what, got, err)
+	switch {
+	case got == nil && err == nil:
+		m.failf("%s = nil, nil", what)
+	case got != nil && err != nil:
+		m.failf("%s = %v, %v: a peer and an error", what, got, err)
+	case want != nil:
+		if !errors.Is(err, want) {
+			m.failf("%s = %v, %v; want %v", what, got, err, want)
+		}
+	case err != nil:
+		m.failf("%s = %v; want one of %v", what, err, fzNames(e))
+	}
+	if err != nil {
+		m.clean = false
+		if rq != nil && rq.attempts == 0 {
+			// A request whose first pick failed is over, as in nginx
+			// (502), and the program starts a new one on this slot.
+			// Picking on it again would reach a corner where the
+			// pickers disagree with themselves: the failed pick moved
+			// it to the backups, which the locked path honors on the
+			// next pick and the lock-free fast path (taken while
+			// attempts is 0) does not.
+			rq.reset()
+		}
+		return
+	}
+	q := m.byPtr[got]
+	if q == nil || !slices.Contains(e, q) {
+		m.failf("%s = %v; want one of %v (state: %s)", what, got, fzNames(e), m.describe())
+	}
+	if m.tr.zeroWeight == zwEligible && q.weight == 0 &&
+		slices.ContainsFunc(e, func(o *fzPeer) bool { return o.weight > 0 }) {
+		m.failf("%s = %v of weight 0; eligible peers with a weight: %v", what, got, fzNames(e))
+	}
+	now := m.now.UnixNano()
+	q.out++
+	if !m.single() && q.fails != 0 && now-q.checked > q.timeout {
+		q.checked = now // the probe after the fail window
+	}
+	m.out = append(m.out, q)
+	if rq != nil {
+		rq.attempts++
+		rq.tried[q] = true
+	}
+	m.countCycle(q, retry)
+}
+
+// countCycle checks the spread of picks while the state is clean.
+func (m *fuzzMachine) countCycle(q *fzPeer, retry bool) {
+	if !m.clean {
+		return
+	}
+	if retry {
+		m.clean = false // a retry moves the sequence off its period
+		return
+	}
+	m.counts[q]++
+	m.k++
+	if m.k%m.w != 0 {
+		return
+	}
+	for _, o := range m.list {
+		if want := m.share[o] * (m.k / m.w); m.counts[o] != want {
+			m.failf("after %d clean picks since the last list change, %v has %d picks, want %d (%d per %d): %s",
+				m.k, o.p, m.counts[o], want, m.share[o], m.w, m.describeCounts())
+		}
+	}
+}
+
+// restartCycle runs after every list change: the smooth and classic
+// sequences restart, and the cycle check restarts with them if every
+// primary that is not down is healthy.
+func (m *fuzzMachine) restartCycle() {
+	m.clean, m.k, m.w = false, 0, 0
+	clear(m.counts)
+	clear(m.share)
+	if m.tr.cycle == cycleNone {
+		return
+	}
+	prim, _ := m.primaries()
+	var ring []*fzPeer
+	for _, q := range prim {
+		if q.down {
+			if m.tr.cycle == cycleRotation {
+				return // a down peer's turn goes to the next peer: not one each
+			}
+			continue
+		}
+		st := q.p.State()
+		if q.fails != 0 || q.maxConns != 0 || int64(st.EffectiveWeight) != q.weight {
+			return
+		}
+		ring = append(ring, q)
+	}
+	switch m.tr.cycle {
+	case cycleWeights:
+		for _, q := range ring {
+			m.share[q] = q.weight
+			m.w += q.weight
+		}
+	case cycleRotation:
+		positive := slices.ContainsFunc(ring, func(q *fzPeer) bool { return q.weight > 0 })
+		for _, q := range ring {
+			if q.weight > 0 || !positive {
+				m.share[q] = 1
+				m.w++
+			}
+		}
+	}
+	m.clean = m.w > 0
+}
+
+func (m *fuzzMachine) report(k int, failed bool, lat time.Duration) {
+	q := m.out[k]
+	err := m.p.Done(q.p, Outcome{Failed: failed, Latency: lat})
+	m.logf("Done(%v, failed=%v, %v) = %v", q.p, failed, lat, err)
+	if err != nil {
+		m.failf("Done(%v) of an attempt in flight = %v, want nil", q.p, err)
+	}
+	m.out = slices.Delete(m.out, k, k+1)
+	q.out--
+	if !q.held {
+		return // removed while in flight: the report only ends the attempt
+	}
+	now := m.now.UnixNano()
+	switch {
+	case m.single() && !q.backup:
+		q.fails = 0 // nginx ignores max_fails for a single server
+	case failed:
+		q.fails++
+		q.accessed, q.checked = now, now
+		if !q.backup {
+			m.clean = false
+		}
+	case q.accessed < q.checked:
+		q.fails = 0 // a success after the probe
+	}
+}
+
+// badReport reports on a peer with nothing in flight, or an attempt in
+// flight with a negative latency; either is rejected and changes nothing.
+func (m *fuzzMachine) badReport(arg int) {
+	if arg&1 != 0 && len(m.out) > 0 {
+		q := m.out[(arg>>1)%len(m.out)]
+		err := m.p.Done(q.p, Outcome{Latency: -time.Duration(arg + 1)})
+		m.logf("Done(%v, negative latency) = %v", q.p, err)
+		if !errors.Is(err, ErrInvalidLatency) {
+			m.failf("Done(%v, latency %v) = %v, want %v", q.p, -time.Duration(arg+1), err, ErrInvalidLatency)
+		}
+		return
+	}
+	q := m.poolPeer(byte(arg >> 1))
+	if q == nil || q.out != 0 {
+		return
+	}
+	want := ErrUnknownPeer
+	if q.held {
+		want = ErrNotInFlight
+	}
+	err := m.p.Done(q.p, Outcome{Failed: arg&2 != 0})
+	m.logf("Done(%v) with nothing in flight = %v", q.p, err)
+	if !errors.Is(err, want) {
+		m.failf("Done(%v) with nothing in flight = %v, want %v", q.p, err, want)
+	}
+}
+
+func (m *fuzzMachine) foreignReport() {
+	for _, p := range []*Peer{nil, NewPeer("foreign")} {
+		if err := m.p.Done(p, Outcome{Failed: true}); !errors.Is(err, ErrUnknownPeer) {
+			m.failf("Done(%v) of a peer never added = %v, want %v", p, err, ErrUnknownPeer)
+		}
+	}
+	m.logf("Done(foreign)")
+}
+
+// expectAdd returns what Add(qs) must return, in Add's order of checks.
+func (m *fuzzMachine) expectAdd(qs []*fzPeer) error {
+	seen := map[string]bool{}
+	var sum int64
+	for _, q := range m.list {
+		seen[q.p.addr] = true
+		sum += q.weight
+	}
+	for _, q := range qs {
+		switch {
+		case q.badCfg:
+			return ErrInvalidConfig
+		case q.held:
+			return ErrPeerInUse
+		case seen[q.p.addr]:
+			return ErrDuplicatePeer
+		}
+		seen[q.p.addr] = true
+	}
+	for _, q := range qs {
+		sum += q.weight
+	}
+	if sum > MaxWeightSum {
+		return ErrInvalidConfig
+	}
+	return nil
+}
+
+func (m *fuzzMachine) applyAdd(qs []*fzPeer) {
+	for _, q := range qs {
+		q.held = true
+		m.list = append(m.list, q)
+	}
+	m.gen++
+	m.restartCycle()
+}
+
+func (m *fuzzMachine) add(qs []*fzPeer) {
+	want := m.expectAdd(qs)
+	err := m.set.Add(qs[0].p)
+	m.logf("Add(%v w=%d mf=%d ft=%v mc=%d backup=%v down=%v) = %v", qs[0].p, qs[0].weight, qs[0].maxFails,
+		time.Duration(qs[0].timeout), qs[0].maxConns, qs[0].backup, qs[0].down, err)
+	if !errors.Is(err, want) || (err == nil) != (want == nil) {
+		m.failf("Add(%v) = %v, want %v", qs[0].p, err, want)
+	}
+	if err == nil {
+		m.applyAdd(qs)
+	}
+}
+
+func (m *fuzzMachine) remove(q *fzPeer) {
+	err := m.set.Remove(q.p)
+	m.logf("Remove(%v) = %v", q.p, err)
+	if !q.held {
+		if !errors.Is(err, ErrUnknownPeer) {
+			m.failf("Remove(%v) of a peer not held = %v, want %v", q.p, err, ErrUnknownPeer)
+		}
+		return
+	}
+	if err != nil {
+		m.failf("Remove(%v) = %v, want nil", q.p, err)
+	}
+	q.held = false
+	m.list = slices.DeleteFunc(m.list, func(o *fzPeer) bool { return o == q })
+	m.gen++
+	m.restartCycle()
+}
+
+func (m *fuzzMachine) setWeight(q *fzPeer, w int) {
+	err := m.set.SetWeight(q.p, w)
+	m.logf("SetWeight(%v, %d) = %v", q.p, w, err)
+	var want error
+	if !q.held {
+		want = ErrUnknownPeer
+	} else if w < 0 || w > MaxWeightSum {
+		want = ErrInvalidConfig
+	} else {
+		sum := int64(w)
+		for _, o := range m.list {
+			if o != q {
+				sum += o.weight
+			}
+		}
+		if sum > MaxWeightSum {
+			want = ErrInvalidConfig
+		}
+	}
+	if !errors.Is(err, want) || (err == nil) != (want == nil) {
+		m.failf("SetWeight(%v, %d) = %v, want %v", q.p, w, err, want)
+	}
+	if err == nil {
+		q.weight = int64(w)
+		m.gen++
+		m.restartCycle()
+	}
+}
+
+func (m *fuzzMachine) setDown(q *fzPeer, down bool) {
+	err := m.set.SetDown(q.p, down)
+	m.logf("SetDown(%v, %v) = %v", q.p, down, err)
+	if !q.held {
+		if !errors.Is(err, ErrUnknownPeer) {
+			m.failf("SetDown(%v) of a peer not held = %v, want %v", q.p, err, ErrUnknownPeer)
+		}
+		return
+	}
+	if err != nil {
+		m.failf("SetDown(%v, %v) = %v, want nil", q.p, down, err)
+	}
+	q.down = down
+	m.gen++
+	m.restartCycle()
+}
+
+// check compares the picker with the model after a step.
+func (m *fuzzMachine) check() {
+	m.t.Helper()
+	prim, back := m.primaries()
+	want := append(slices.Clone(prim), back...)
+	got := m.set.Peers()
+	if len(got) != len(want) || !slices.EqualFunc(got, want, func(p *Peer, q *fzPeer) bool { return p == q.p }) {
+		m.failf("Peers() = %v, want %v", got, fzNames(want))
+	}
+	for _, q := range m.pool {
+		st := q.p.State()
+		switch {
+		case int64(st.InFlight) != q.out || int64(q.p.InFlight()) != q.out:
+			m.failf("%v: %d in flight, want %d", q.p, st.InFlight, q.out)
+		case q.out < 0:
+			m.failf("%v: model in flight %d", q.p, q.out)
+		case int64(st.Fails) != q.fails:
+			m.failf("%v: fails %d, want %d (state: %s)", q.p, st.Fails, q.fails, m.describe())
+		case st.Down != q.down:
+			m.failf("%v: down %v, want %v", q.p, st.Down, q.down)
+		case !m.tr.derivedWeight && int64(st.Weight) != q.weight:
+			m.failf("%v: weight %d, want %d", q.p, st.Weight, q.weight)
+		case st.EffectiveWeight < 0 || st.EffectiveWeight > st.Weight:
+			m.failf("%v: effective weight %d outside [0, %d]", q.p, st.EffectiveWeight, st.Weight)
+		case m.tr.cwInRange && q.held && (st.CurrentWeight < 0 || st.CurrentWeight > st.Weight):
+			m.failf("%v: current weight %d outside [0, %d]", q.p, st.CurrentWeight, st.Weight)
+		}
+	}
+	if m.tr.sumZero {
+		for _, l := range [][]*fzPeer{prim, back} {
+			var sum int
+			for _, q := range l {
+				sum += q.p.State().CurrentWeight
+			}
+			if sum != 0 {
+				m.failf("current weights of %v sum to %d, want 0: %s", fzNames(l), sum, m.describe())
+			}
+		}
+	}
+	for i := range m.reqs {
+		rq := &m.reqs[i]
+		if rq.r.Attempts() != rq.attempts {
+			m.failf("req%d: Attempts() = %d, want %d", i, rq.r.Attempts(), rq.attempts)
+		}
+	}
+}
+
+func fzNames(qs []*fzPeer) []string {
+	s := make([]string, len(qs))
+	for i, q := range qs {
+		s[i] = q.p.addr
+	}
+	return s
+}
+
+func (m *fuzzMachine) describe() string {
+	var b strings.Builder
+	now := m.now.UnixNano()
+	for _, q := range m.list {
+		st := q.p.State()
+		fmt.Fprintf(&b, "[%s w=%d ew=%d cw=%d fails=%d/%d out=%d/%d down=%v backup=%v failed=%v] ",
+			q.p.addr, st.Weight, st.EffectiveWeight, st.CurrentWeight, q.fails, q.maxFails, q.out, q.maxConns,
+			q.down, q.backup, q.failedAt(now))
+	}
+	return b.String()
+}
+
+func (m *fuzzMachine) describeCounts() string {
+	var b strings.Builder
+	for _, q := range m.list {
+		fmt.Fprintf(&b, "%s:%d/%d ", q.p.addr, m.counts[q], m.share[q])
+	}
+	return b.String()
+}
