@@ -1,0 +1,326 @@
+// Package balancerhttp is an HTTP reverse proxy that balances over backends
+// with any balancer.Picker, the way nginx's proxy module balances over an
+// upstream block.
+//
+// Each attempt of a request is bracketed by Pick and Done: Done reports how
+// long the attempt took and whether it failed, where a failure is a
+// transport error (connection refused or reset, a response cut short) or a
+// 5xx status that nginx can be told to treat as one (500, 502, 503, 504; see
+// Proxy.IsFailure). A failed attempt of a request that may be retried goes
+// to the next peer the Picker gives for the same balancer.Request, which
+// never gives a peer twice and stops after as many attempts as there are
+// peers not marked down: nginx's proxy_next_upstream with
+//
+//	proxy_next_upstream error timeout http_500 http_502 http_503 http_504;
+//
+// A request may be retried when resending it is safe, as nginx decides:
+// its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or it
+// carries an Idempotency-Key header, or the failure was a connection that
+// could not be opened, so the backend never saw the request; and its body,
+// if any, could be kept for the replay (see Proxy.MaxReplayBody). When no
+// peer is left, the client gets what nginx sends: the last backend's
+// response if there was one and the tries ran out, and 502 Bad Gateway if
+// every attempt failed without a usable response or the Picker has no live
+// peer.
+package balancerhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"time"
+
+	"github.com/lbgo/balancer"
+)
+
+// DefaultMaxReplayBody is the largest request body Proxy keeps for a
+// retry: 1 MiB. nginx keeps every body (in memory up to
+// client_body_buffer_size, on disk beyond); a proxy without a disk buffer
+// needs a bound.
+const DefaultMaxReplayBody = 1 << 20
+
+// Proxy is an http.Handler that forwards each request to a backend chosen
+// by Picker, retrying the next backend as nginx's proxy_next_upstream does
+// (see the package doc). Backends are the peers' addresses, host:port, and
+// are spoken to in plain HTTP; the request keeps its Host header and gets
+// X-Forwarded-For, X-Forwarded-Host and X-Forwarded-Proto.
+//
+// Set Picker before the first request; the other fields have defaults. The
+// fields must not be changed once the Proxy serves requests; the peers
+// change through the Picker's own update methods, at any time.
+//
+// The zero value is not usable until Picker is set. A Proxy is safe for
+// concurrent use by multiple goroutines.
+type Proxy struct {
+	// Picker chooses the backend of each attempt and learns each
+	// attempt's outcome. Required.
+	Picker balancer.Picker
+
+	// Transport makes each attempt. Default: a clone of
+	// http.DefaultTransport keeping up to 256 idle connections per
+	// backend, so that a busy proxy reuses its connections as nginx's
+	// keepalive does.
+	Transport http.RoundTripper
+
+	// IsFailure reports whether a response counts as a failure of the
+	// backend, reported to the Picker as failed and retried if the
+	// request may be. Default: DefaultIsFailure.
+	IsFailure func(*http.Response) bool
+
+	// MaxTries bounds the attempts of one request (nginx's
+	// proxy_next_upstream_tries). Default 0: only the Picker's bound, one
+	// attempt per peer that is not down.
+	MaxTries int
+
+	// MaxReplayBody is the largest request body kept so that the request
+	// can be retried; a request with a larger body gets one attempt.
+	// Default 0: DefaultMaxReplayBody. Negative: no body is kept.
+	MaxReplayBody int64
+
+	// ErrorLog receives one line per request that ends in 502. Default:
+	// the log package's standard logger.
+	ErrorLog *log.Logger
+
+	once sync.Once
+	rp   *httputil.ReverseProxy
+	tr   http.RoundTripper
+}
+
+// DefaultIsFailure reports whether the status is one nginx's
+// proxy_next_upstream can treat as a failure: 500, 502, 503 or 504.
+func DefaultIsFailure(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// ServeHTTP forwards r and writes the chosen backend's response to w, or
+// 502 Bad Gateway when no backend gave one.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.once.Do(p.init)
+	p.rp.ServeHTTP(w, r)
+}
+
+func (p *Proxy) init() {
+	p.tr = p.Transport
+	if p.tr == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 0 // no total bound; the per-backend one applies
+		t.MaxIdleConnsPerHost = 256
+		p.tr = t
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetXForwarded()
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = "" // set per attempt by the chosen peer
+		},
+		Transport:    (*attempts)(p),
+		ErrorHandler: p.fail,
+		ErrorLog:     p.ErrorLog,
+	}
+}
+
+// fail answers a request that got no response from any backend.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The client went away: nobody reads the answer. nginx logs 499.
+		return
+	}
+	logger := p.ErrorLog
+	if logger == nil {
+		logger = log.Default()
+	}
+	logger.Printf("balancerhttp: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+	http.Error(w, http.StatusText(http.StatusBadGateway), http.StatusBadGateway)
+}
+
+// attempts is the RoundTripper that the ReverseProxy calls once per
+// request; it makes the attempts.
+type attempts Proxy
+
+// idempotent lists the methods nginx and net/http retry: the idempotent
+// methods of RFC 9110, section 9.2.2.
+var idempotent = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true,
+	http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true,
+}
+
+// RoundTrip makes the attempts of one request, each on the peer the Picker
+// gives, until one gets a response that is not a failure, the request may
+// not be retried, or no peer is left.
+func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
+	p := (*Proxy)(a)
+	body, replayable, err := p.keepBody(out)
+	if err != nil {
+		return nil, err
+	}
+	safe := idempotent[out.Method] || out.Header.Get("Idempotency-Key") != "" || out.Header.Get("X-Idempotency-Key") != ""
+	var br balancer.Request
+	var held *http.Response // the last failed response, passed on if the tries run out
+	var lastErr error
+	for n := 0; ; n++ {
+		var peer *balancer.Peer
+		if p.MaxTries > 0 && n >= p.MaxTries {
+			err = balancer.ErrTriesExhausted
+		} else {
+			peer, err = p.Picker.Pick(&br)
+		}
+		if err != nil {
+			if held != nil && errors.Is(err, balancer.ErrTriesExhausted) {
+				return held, nil // nginx passes the last response on
+			}
+			closeBody(held)
+			if lastErr != nil {
+				return nil, fmt.Errorf("%w (after %d attempts, the last: %v)", err, n, lastErr)
+			}
+			return nil, err
+		}
+		closeBody(held)
+		held = nil
+
+		req := *out // a shallow copy per attempt: only URL and Body differ
+		u := *out.URL
+		u.Host = peer.Addr()
+		req.URL = &u
+		req.Body = body()
+		if replayable && req.Body != nil && req.Body != http.NoBody {
+			req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
+		}
+		start := time.Now()
+		resp, err := p.tr.RoundTrip(&req)
+		latency := time.Since(start)
+		if err != nil {
+			if out.Context().Err() != nil {
+				// The client gave up, not the backend.
+				_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
+				return nil, err
+			}
+			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			lastErr = fmt.Errorf("%s: %w", peer.Addr(), err)
+			if !replayable || !(safe || notSent(err)) {
+				return nil, lastErr
+			}
+			continue
+		}
+		failed := p.isFailure(resp)
+		if failed && replayable && safe {
+			// Report now, as nginx frees the peer before it asks for
+			// the next; keep the response in case none is left.
+			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			held = resp
+			lastErr = fmt.Errorf("%s: %s", peer.Addr(), resp.Status)
+			continue
+		}
+		resp.Body = &reportingBody{rc: resp.Body, picker: p.Picker, peer: peer, start: start, failed: failed}
+		return resp, nil
+	}
+}
+
+func (p *Proxy) isFailure(resp *http.Response) bool {
+	if p.IsFailure != nil {
+		return p.IsFailure(resp)
+	}
+	return DefaultIsFailure(resp)
+}
+
+// keepBody returns a function that gives the body of each attempt, and
+// whether the request can be sent more than once. A body up to
+// MaxReplayBody is read whole first, as nginx reads it before it picks a
+// backend; a larger one is streamed to the first attempt only.
+func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) {
+	if out.Body == nil || out.Body == http.NoBody {
+		return func() io.ReadCloser { return out.Body }, true, nil
+	}
+	limit := p.MaxReplayBody
+	if limit == 0 {
+		limit = DefaultMaxReplayBody
+	}
+	if limit < 0 || out.ContentLength > limit {
+		return func() io.ReadCloser { return out.Body }, false, nil
+	}
+	var buf bytes.Buffer
+	if out.ContentLength > 0 {
+		buf.Grow(int(out.ContentLength))
+	}
+	n, err := io.Copy(&buf, io.LimitReader(out.Body, limit+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the request body: %w", err)
+	}
+	if n > limit {
+		// Chunked and larger than the limit: send what was read, then
+		// the rest, once.
+		rest := struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf.Bytes()), out.Body), out.Body}
+		return func() io.ReadCloser { return rest }, false, nil
+	}
+	_ = out.Body.Close()
+	b := buf.Bytes()
+	// Sent with its length from now on, as nginx sends a body it has read.
+	out.ContentLength, out.TransferEncoding = int64(len(b)), nil
+	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, true, nil
+}
+
+// notSent reports whether err is a failure to open a connection, so that
+// the backend never saw the request and even a non-idempotent one may go
+// to the next peer, as nginx does.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func closeBody(resp *http.Response) {
+	if resp != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
+		_ = resp.Body.Close()
+	}
+}
+
+// reportingBody reports the attempt to the Picker when the response has
+// been read or abandoned: the attempt is in flight until then, and its
+// latency is nginx's $upstream_response_time, headers and body. An error
+// reading the body, other than the client going away, is a failure.
+type reportingBody struct {
+	rc     io.ReadCloser
+	picker balancer.Picker
+	peer   *balancer.Peer
+	start  time.Time
+	failed bool
+	once   sync.Once
+}
+
+func (b *reportingBody) Read(buf []byte) (int, error) {
+	n, err := b.rc.Read(buf)
+	switch {
+	case err == io.EOF:
+		b.report(false)
+	case err != nil && !errors.Is(err, context.Canceled):
+		b.report(true)
+	}
+	return n, err
+}
+
+func (b *reportingBody) Close() error {
+	err := b.rc.Close()
+	b.report(false)
+	return err
+}
+
+func (b *reportingBody) report(failed bool) {
+	b.once.Do(func() {
+		o := balancer.Outcome{Failed: b.failed || failed, Latency: time.Since(b.start)}
+		_ = b.picker.Done(b.peer, o)
+	})
+}

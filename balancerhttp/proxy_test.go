@@ -1,0 +1,448 @@
+package balancerhttp_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/balancerhttp"
+)
+
+// backend is a test server on a fixed loopback address that can be stopped
+// and started again on the same address. It answers with its name, the
+// status it is set to, and the length of the body it read.
+type backend struct {
+	name   string
+	addr   string
+	status atomic.Int32 // 0: 200
+	hits   atomic.Int64 // requests answered
+	bodies sync.Map     // request body seen, by X-Req header
+	srv    *httptest.Server
+}
+
+func newBackend(t *testing.T, name string) *backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	b := &backend{name: name, addr: ln.Addr().String()}
+	b.serve(ln)
+	t.Cleanup(b.stop)
+	return b
+}
+
+func (b *backend) serve(ln net.Listener) {
+	b.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if id := r.Header.Get("X-Req"); id != "" {
+			b.bodies.Store(id, string(body))
+		}
+		b.hits.Add(1)
+		status := int(b.status.Load())
+		if status == 0 {
+			status = http.StatusOK
+		}
+		w.WriteHeader(status)
+		fmt.Fprint(w, b.name)
+	}))
+	b.srv.Listener.Close()
+	b.srv.Listener = ln
+	b.srv.Start()
+}
+
+// stop closes the listener and every connection: the backend refuses
+// connections from now on, and attempts in flight on it fail.
+func (b *backend) stop() {
+	if b.srv != nil {
+		b.srv.CloseClientConnections()
+		b.srv.Close()
+		b.srv = nil
+	}
+}
+
+// start listens again on the same address.
+func (b *backend) start(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", b.addr)
+	require.NoError(t, err)
+	b.serve(ln)
+}
+
+// clock is the pickers' virtual clock: the tests move it past fail_timeout
+// instead of sleeping.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// tally wraps a Picker and counts, per backend, the attempts picked, the
+// reports and the failures among them.
+type tally struct {
+	balancer.Picker
+	mu                    sync.Mutex
+	picks, dones, failed  map[string]int
+	negativeOrZeroLatency int
+}
+
+func newTally(p balancer.Picker) *tally {
+	return &tally{Picker: p, picks: map[string]int{}, dones: map[string]int{}, failed: map[string]int{}}
+}
+
+func (t *tally) Pick(r *balancer.Request) (*balancer.Peer, error) {
+	p, err := t.Picker.Pick(r)
+	if err == nil {
+		t.mu.Lock()
+		t.picks[p.Addr()]++
+		t.mu.Unlock()
+	}
+	return p, err
+}
+
+func (t *tally) Done(p *balancer.Peer, o balancer.Outcome) error {
+	err := t.Picker.Done(p, o)
+	if err == nil {
+		t.mu.Lock()
+		t.dones[p.Addr()]++
+		if o.Failed {
+			t.failed[p.Addr()]++
+		}
+		if o.Latency <= 0 {
+			t.negativeOrZeroLatency++
+		}
+		t.mu.Unlock()
+	}
+	return err
+}
+
+func (t *tally) snapshot() (picks, dones, failed map[string]int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cp := func(m map[string]int) map[string]int {
+		c := map[string]int{}
+		for k, v := range m {
+			c[k] = v
+		}
+		return c
+	}
+	return cp(t.picks), cp(t.dones), cp(t.failed)
+}
+
+// algos builds each picker the proxy is tested with, on clock c.
+var algos = []struct {
+	name string
+	new  func(peers []*balancer.Peer, c *clock) (balancer.Picker, error)
+}{
+	{"smooth", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewSmoothWRR(ps, balancer.WithClock(c.now))
+	}},
+	{"classic", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewClassicWRR(ps, balancer.WithClock(c.now))
+	}},
+	{"roundrobin", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewRoundRobin(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
+	}},
+	{"random", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewRandomWeighted(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
+	}},
+	{"leastconn", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewLeastConn(ps, balancer.WithClock(c.now))
+	}},
+	{"p2c", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewP2CPeakEWMA(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
+	}},
+}
+
+// quietLog discards the proxy's 502 lines.
+var quietLog = log.New(io.Discard, "", 0)
+
+// run sends n GET requests from `clients` goroutines through the proxy and
+// returns the status codes seen, counted. halfway, if not nil, runs once
+// when half of the requests have been answered, while the others go on.
+func run(t *testing.T, url string, clients, n int, halfway func()) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var done atomic.Int64
+	var once sync.Once
+	var wg sync.WaitGroup
+	jobs := make(chan int)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				code := -1
+				resp, err := http.Get(url)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+				if done.Add(1) == int64(n/2) && halfway != nil {
+					once.Do(halfway)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return codes
+}
+
+// TestProxy_backendDiesAndRecovers stops one of three backends in the middle
+// of a concurrent run and checks, for every picker: no request is lost
+// (every one gets a 200, the dead backend's attempts going to the next
+// peer), traffic moves away from the dead backend (with max_fails 1 it gets
+// no attempt once a failure is reported, until fail_timeout passes on the
+// picker's clock), and comes back once the backend is up again and the
+// fail window has passed. Every attempt is reported exactly once.
+func TestProxy_backendDiesAndRecovers(t *testing.T) {
+	const clients = 4
+	for _, algo := range algos {
+		t.Run(algo.name, func(t *testing.T) {
+			bs := []*backend{newBackend(t, "a"), newBackend(t, "b"), newBackend(t, "c")}
+			dead := bs[1]
+			clk := newClock()
+			peers := make([]*balancer.Peer, len(bs))
+			for i, b := range bs {
+				peers[i] = balancer.NewPeer(b.addr, balancer.MaxFails(1), balancer.FailTimeout(10*time.Second))
+			}
+			p, err := algo.new(peers, clk)
+			require.NoError(t, err)
+			tl := newTally(p)
+			front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog})
+			defer front.Close()
+
+			// Healthy: every backend serves.
+			codes := run(t, front.URL, clients, 90, nil)
+			assert.Equal(t, map[int]int{200: 90}, codes)
+			for _, b := range bs {
+				assert.Positive(t, b.hits.Load(), "backend %s while healthy", b.name)
+			}
+
+			// b dies halfway through a run: no request is lost.
+			var picksAtStop int
+			codes = run(t, front.URL, clients, 200, func() {
+				dead.stop()
+				picks, _, _ := tl.snapshot()
+				picksAtStop = picks[dead.addr]
+			})
+			assert.Equal(t, map[int]int{200: 200}, codes, "requests while b dies")
+			picks, _, failed := tl.snapshot()
+			assert.Positive(t, failed[dead.addr], "b's failures were reported")
+			// Once its first failure is reported b is out; only attempts
+			// picked before that report (at most one per client) reach it.
+			assert.LessOrEqual(t, picks[dead.addr]-picksAtStop, 2*clients, "attempts on b after it died")
+
+			// While the fail window lasts, b gets nothing.
+			before := picks[dead.addr]
+			codes = run(t, front.URL, clients, 100, nil)
+			assert.Equal(t, map[int]int{200: 100}, codes)
+			picks, _, _ = tl.snapshot()
+			assert.Equal(t, before, picks[dead.addr], "attempts on b inside its fail window")
+
+			// The window passes with b still dead: the probe fails, the
+			// request goes on to the next peer, still no loss.
+			clk.add(11 * time.Second)
+			codes = run(t, front.URL, clients, 100, nil)
+			assert.Equal(t, map[int]int{200: 100}, codes, "requests after the window, b still dead")
+
+			// b comes back; once the window has passed (long enough for
+			// the latency-aware pickers to forget its failure penalty), it
+			// gets traffic again.
+			dead.start(t)
+			hits := dead.hits.Load()
+			clk.add(10 * time.Minute)
+			codes = run(t, front.URL, clients, 200, nil)
+			assert.Equal(t, map[int]int{200: 200}, codes, "requests after b recovered")
+			assert.Greater(t, dead.hits.Load(), hits, "b serves again after it recovered")
+
+			// Every attempt was reported once, nothing is left in flight.
+			picks, dones, _ := tl.snapshot()
+			assert.Equal(t, picks, dones, "attempts picked = attempts reported")
+			for _, q := range peers {
+				assert.Zero(t, q.InFlight(), "in flight on %s", q)
+			}
+			assert.Zero(t, tl.negativeOrZeroLatency, "reports without a latency")
+		})
+	}
+}
+
+// TestProxy_nextUpstream checks when a failed attempt goes on to the next
+// peer, and what the client gets when none is left, as nginx's
+// proxy_next_upstream error timeout http_500 http_502 http_503 http_504
+// behaves. SmoothWRR over equal weights tries the backends in order, a
+// first.
+func TestProxy_nextUpstream(t *testing.T) {
+	big := strings.Repeat("x", 2048)
+	tests := []struct {
+		name     string
+		method   string
+		body     string
+		header   http.Header
+		statuses []int // per backend; -1: stopped
+		maxTries int
+		maxBody  int64
+		want     int
+		wantFrom string // the backend that answered; "" for none
+		attempts int
+	}{
+		{"GET 503 goes to the next", "GET", "", nil, []int{503, 200}, 0, 0, 200, "b", 2},
+		{"GET connection refused goes to the next", "GET", "", nil, []int{-1, 200}, 0, 0, 200, "b", 2},
+		{"GET 404 is an answer", "GET", "", nil, []int{404, 200}, 0, 0, 404, "a", 1},
+		{"GET 501 is an answer", "GET", "", nil, []int{501, 200}, 0, 0, 501, "a", 1},
+		{"GET every backend 503: the last response", "GET", "", nil, []int{503, 500, 502}, 0, 0, 502, "c", 3},
+		{"GET every backend refuses: 502", "GET", "", nil, []int{-1, -1}, 0, 0, 502, "", 2},
+		{"GET refused then 503: the last response", "GET", "", nil, []int{-1, 503}, 0, 0, 503, "b", 2},
+		{"GET 503 then refused: 502", "GET", "", nil, []int{503, -1}, 0, 0, 502, "", 2},
+		{"HEAD 503 goes to the next", "HEAD", "", nil, []int{503, 200}, 0, 0, 200, "", 2},
+		{"MaxTries 1: the first response", "GET", "", nil, []int{503, 200}, 1, 0, 503, "a", 1},
+		{"MaxTries 2 of 3", "GET", "", nil, []int{503, 503, 200}, 2, 0, 503, "b", 2},
+		{"PUT with a body is replayed", "PUT", "payload", nil, []int{503, 200}, 0, 0, 200, "b", 2},
+		{"DELETE goes to the next", "DELETE", "", nil, []int{502, 200}, 0, 0, 200, "b", 2},
+		{"POST 503 is not retried", "POST", "payload", nil, []int{503, 200}, 0, 0, 503, "a", 1},
+		{"POST refused goes to the next with its body", "POST", "payload", nil, []int{-1, 200}, 0, 0, 200, "b", 2},
+		{"POST with Idempotency-Key is retried", "POST", "payload", http.Header{"Idempotency-Key": {"k1"}}, []int{503, 200}, 0, 0, 200, "b", 2},
+		{"PATCH 500 is not retried", "PATCH", "", nil, []int{500, 200}, 0, 0, 500, "a", 1},
+		{"PUT body over MaxReplayBody is not retried", "PUT", big, nil, []int{503, 200}, 0, 1024, 503, "a", 1},
+		{"PUT body at MaxReplayBody is replayed", "PUT", big[:1024], nil, []int{503, 200}, 0, 1024, 200, "b", 2},
+		{"MaxReplayBody -1 keeps no body", "PUT", "payload", nil, []int{503, 200}, 0, -1, 503, "a", 1},
+		{"a body-less PUT with MaxReplayBody -1 is retried", "PUT", "", nil, []int{503, 200}, 0, -1, 200, "b", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var peers []*balancer.Peer
+			bs := map[string]*backend{}
+			for i, st := range tt.statuses {
+				name := string(rune('a' + i))
+				b := newBackend(t, name)
+				if st < 0 {
+					b.stop()
+				} else {
+					b.status.Store(int32(st))
+				}
+				bs[b.addr] = b
+				peers = append(peers, balancer.NewPeer(b.addr))
+			}
+			p, err := balancer.NewSmoothWRR(peers)
+			require.NoError(t, err)
+			tl := newTally(p)
+			front := httptest.NewServer(&balancerhttp.Proxy{
+				Picker: tl, MaxTries: tt.maxTries, MaxReplayBody: tt.maxBody, ErrorLog: quietLog,
+			})
+			defer front.Close()
+
+			req, err := http.NewRequest(tt.method, front.URL+"/x", strings.NewReader(tt.body))
+			require.NoError(t, err)
+			if tt.body == "" {
+				req.Body, req.ContentLength = http.NoBody, 0
+			}
+			for k, v := range tt.header {
+				req.Header[k] = v
+			}
+			req.Header.Set("X-Req", tt.name)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+
+			assert.Equal(t, tt.want, resp.StatusCode)
+			if tt.wantFrom != "" {
+				assert.Equal(t, tt.wantFrom, string(got), "answered by")
+			}
+			picks, dones, failed := tl.snapshot()
+			var n, f int
+			for addr, k := range picks {
+				n += k
+				f += failed[addr]
+			}
+			assert.Equal(t, tt.attempts, n, "attempts")
+			assert.Equal(t, picks, dones, "every attempt reported")
+			wantFailed := tt.attempts
+			if tt.want < 500 || tt.want == 501 {
+				wantFailed-- // the last attempt answered
+			}
+			assert.Equal(t, wantFailed, f, "attempts reported failed")
+			// Every backend that answered saw the whole body.
+			for _, b := range bs {
+				if v, ok := b.bodies.Load(tt.name); ok && tt.method != "HEAD" {
+					assert.Equal(t, tt.body, v, "body seen by %s", b.name)
+				}
+			}
+		})
+	}
+}
+
+// TestProxy_noPeers: a Picker with nothing to give answers 502.
+func TestProxy_noPeers(t *testing.T) {
+	p, err := balancer.NewSmoothWRR(nil)
+	require.NoError(t, err)
+	var logged bytes.Buffer
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: p, ErrorLog: log.New(&logged, "", 0)})
+	defer front.Close()
+	resp, err := http.Get(front.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.Contains(t, logged.String(), balancer.ErrNoPeers.Error())
+}
+
+// TestProxy_chunkedBodyReplayed: a body of unknown length, kept whole, is
+// replayed with its length on the retry.
+func TestProxy_chunkedBodyReplayed(t *testing.T) {
+	a, b := newBackend(t, "a"), newBackend(t, "b")
+	a.status.Store(503)
+	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(a.addr), balancer.NewPeer(b.addr)})
+	require.NoError(t, err)
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: p, ErrorLog: quietLog})
+	defer front.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.WriteString(pw, "chunk one, ")
+		_, _ = io.WriteString(pw, "chunk two")
+		pw.Close()
+	}()
+	req, err := http.NewRequest("PUT", front.URL, pr)
+	require.NoError(t, err)
+	req.Header.Set("X-Req", "chunked")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	got, ok := b.bodies.Load("chunked")
+	require.True(t, ok)
+	assert.Equal(t, "chunk one, chunk two", got)
+}

@@ -1,0 +1,120 @@
+// Command reverseproxy is an HTTP reverse proxy on the balancer library:
+// it forwards every request to one of its backends, chosen by the picker
+// named by -algo, and retries the next backend as nginx's
+// proxy_next_upstream does (see package balancerhttp).
+//
+//	go run ./examples/reverseproxy -listen 127.0.0.1:8080 \
+//	    -backends 127.0.0.1:9001,127.0.0.1:9002=3 -algo smooth
+//
+// A backend is host:port, optionally followed by =weight. -max-fails and
+// -fail-timeout apply to every backend, as nginx's server parameters
+// max_fails and fail_timeout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/balancerhttp"
+)
+
+// algos are the -algo values.
+var algos = map[string]func([]*balancer.Peer) (balancer.Picker, error){
+	"smooth":     func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewSmoothWRR(ps) },
+	"classic":    func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewClassicWRR(ps) },
+	"roundrobin": func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewRoundRobin(ps) },
+	"random":     func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewRandomWeighted(ps) },
+	"leastconn":  func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewLeastConn(ps) },
+	"p2c":        func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewP2CPeakEWMA(ps) },
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "reverseproxy:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	names := slices.Sorted(maps.Keys(algos))
+	fs := flag.NewFlagSet("reverseproxy", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
+	backends := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
+	algo := fs.String("algo", "smooth", "balancing algorithm: "+strings.Join(names, ", "))
+	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
+	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
+	maxTries := fs.Int("max-tries", 0, "attempts per request at most (0: one per backend)")
+	quiet := fs.Bool("quiet", false, "do not log requests that end in 502")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	newPicker, ok := algos[*algo]
+	if !ok {
+		return fmt.Errorf("unknown -algo %q (want one of %s)", *algo, strings.Join(names, ", "))
+	}
+	peers, err := parseBackends(*backends, balancer.MaxFails(*maxFails), balancer.FailTimeout(*failTimeout))
+	if err != nil {
+		return err
+	}
+	picker, err := newPicker(peers)
+	if err != nil {
+		return err
+	}
+	proxy := &balancerhttp.Proxy{Picker: picker, MaxTries: *maxTries}
+	if *quiet {
+		proxy.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	srv := &http.Server{Addr: *listen, Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Printf("reverseproxy: %s over %d backends on http://%s", *algo, len(peers), *listen)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// parseBackends reads host:port[=weight],... into peers with opts.
+func parseBackends(s string, opts ...balancer.PeerOption) ([]*balancer.Peer, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("-backends is required")
+	}
+	var peers []*balancer.Peer
+	for _, item := range strings.Split(s, ",") {
+		addr, w, hasWeight := strings.Cut(strings.TrimSpace(item), "=")
+		o := slices.Clone(opts)
+		if hasWeight {
+			n, err := strconv.Atoi(w)
+			if err != nil {
+				return nil, fmt.Errorf("backend %q: weight %q is not a number", item, w)
+			}
+			o = append(o, balancer.Weight(n))
+		}
+		peers = append(peers, balancer.NewPeer(addr, o...))
+	}
+	return peers, nil
+}
