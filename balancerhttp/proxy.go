@@ -66,7 +66,8 @@ type Proxy struct {
 	// Transport makes each attempt. Default: a clone of
 	// http.DefaultTransport keeping up to 256 idle connections per
 	// backend, so that a busy proxy reuses its connections as nginx's
-	// keepalive does.
+	// keepalive does, and waiting at most 60 s for a response's headers,
+	// nginx's proxy_read_timeout; a timeout is a failure.
 	Transport http.RoundTripper
 
 	// IsFailure reports whether a response counts as a failure of the
@@ -117,6 +118,7 @@ func (p *Proxy) init() {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = 0 // no total bound; the per-backend one applies
 		t.MaxIdleConnsPerHost = 256
+		t.ResponseHeaderTimeout = 60 * time.Second
 		p.tr = t
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -221,6 +223,12 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 			held = resp
 			lastErr = fmt.Errorf("%s: %s", peer.Addr(), resp.Status)
 			continue
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// An upgraded connection (WebSocket, say) lives on outside
+			// the attempt; the ReverseProxy needs its body unwrapped.
+			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			return resp, nil
 		}
 		resp.Body = &reportingBody{rc: resp.Body, picker: p.Picker, peer: peer, start: start, failed: failed}
 		return resp, nil

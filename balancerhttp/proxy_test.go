@@ -446,3 +446,48 @@ func TestProxy_chunkedBodyReplayed(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "chunk one, chunk two", got)
 }
+
+// TestProxy_upgrade: a connection upgrade passes through, and its attempt
+// is reported when the switch succeeds.
+func TestProxy_upgrade(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = rw.Flush()
+		line, _ := rw.ReadString('\n')
+		_, _ = rw.WriteString("echo: " + line)
+		_ = rw.Flush()
+	}))
+	defer up.Close()
+	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(up.Listener.Addr().String())})
+	require.NoError(t, err)
+	tl := newTally(p)
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog})
+	defer front.Close()
+
+	conn, err := net.Dial("tcp", front.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	require.NoError(t, err)
+	buf := make([]byte, 4096)
+	var got strings.Builder
+	for !strings.Contains(got.String(), "\r\n\r\n") {
+		n, err := conn.Read(buf)
+		require.NoError(t, err)
+		got.Write(buf[:n])
+	}
+	assert.True(t, strings.HasPrefix(got.String(), "HTTP/1.1 101 "), got.String())
+	_, err = io.WriteString(conn, "hello\n")
+	require.NoError(t, err)
+	n, err := conn.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "echo: hello\n", string(buf[:n]))
+	picks, dones, failed := tl.snapshot()
+	assert.Equal(t, picks, dones)
+	assert.Empty(t, failed)
+}
