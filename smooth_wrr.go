@@ -215,11 +215,16 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 		return nil, ErrTriesExhausted
 	}
 	s.closeLocked()
-	p := pickSmoothLocked(l, r, s.now())
+	p := pickSmoothLocked(l, r, &rrClock{now: s.now})
 	if p == nil {
 		return nil, ErrNoLivePeer
 	}
-	s.maybeOpenLocked(l)
+	// The cycle can resume only where every live primary is back at 0; a
+	// primary that won with a current weight left is not, and most scans
+	// end so, which spares maybeOpenLocked's O(n) check.
+	if p.backup || p.currentWeight == 0 {
+		s.maybeOpenLocked(l)
+	}
 	return p, nil
 }
 
@@ -227,7 +232,7 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 // single-server shortcut, then the primaries, then the backups once no
 // primary is eligible. It records the pick in r, if r is not nil, and counts
 // it in flight.
-func pickSmoothLocked(l *peerList, r *Request, now int64) *Peer {
+func pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Peer {
 	var p *Peer
 	backup := r != nil && r.backup
 	switch {
@@ -237,7 +242,7 @@ func pickSmoothLocked(l *peerList, r *Request, now int64) *Peer {
 			p = q
 		}
 	case !backup:
-		p = scanSmooth(l.primary, r, now)
+		p = scanSmooth(l.primary, r, clk)
 		if p == nil && len(l.backup) > 0 {
 			backup = true
 			if r != nil {
@@ -246,7 +251,7 @@ func pickSmoothLocked(l *peerList, r *Request, now int64) *Peer {
 		}
 	}
 	if p == nil && backup {
-		p = scanSmooth(l.backup, r, now)
+		p = scanSmooth(l.backup, r, clk)
 	}
 	if p == nil {
 		return nil
@@ -260,11 +265,18 @@ func pickSmoothLocked(l *peerList, r *Request, now int64) *Peer {
 
 // scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
 // 721-774); a nil r has tried nothing. Requires the owner's lock.
-func scanSmooth(peers []*Peer, r *Request, now int64) *Peer {
+//
+// The clock is read only for a peer with failures on record: one without
+// cannot be inside a fail window, and its check time is read by nothing
+// before a failure sets it, so nginx's update of it on selection (RR.c 774)
+// is skipped for it, as the cycle skips it. A clock read costs more than the
+// rest of a scan of a few peers.
+func scanSmooth(peers []*Peer, r *Request, clk *rrClock) *Peer {
 	var best *Peer
 	var total int64
 	for i, p := range peers {
-		if r != nil && r.isTried(i) || !p.available(now) {
+		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
+			p.fails.Load() != 0 && p.failed(clk.get()) {
 			continue
 		}
 		p.currentWeight += p.effectiveWeight
@@ -280,7 +292,9 @@ func scanSmooth(peers []*Peer, r *Request, now int64) *Peer {
 		return nil
 	}
 	best.currentWeight -= total
-	best.checkLocked(now)
+	if best.fails.Load() != 0 {
+		best.checkLocked(clk.get())
+	}
 	return best
 }
 
@@ -318,10 +332,12 @@ func (s *SmoothWRR) changedLocked(l *peerList) {
 // counts i's picks among the first k mod W: each pick adds w_i to every
 // current weight and takes W from the winner's.
 func (s *SmoothWRR) closeLocked() {
-	c := s.cycle.Swap(nil)
-	if c == nil {
+	// Only mu's holders store the pointer: a plain load spares the scan an
+	// atomic swap while no cycle is open.
+	if s.cycle.Load() == nil {
 		return
 	}
+	c := s.cycle.Swap(nil)
 	k := (c.ctr.Or(closedBit) &^ closedBit) % c.w
 	c.countLocked(k)
 	// Down peers have weight 0 in the cycle and no picks: they stay at 0,
