@@ -1,0 +1,486 @@
+// Command report turns the rounds of the comparison benchmarks into
+// BENCHMARKS.md: the median of each benchmark over the rounds, the ratio of
+// each of the library's pickers to every other implementation of its family
+// and to the floor, and the performance targets, met or missed.
+//
+// Every ratio is the median over the rounds of the ratio within one round,
+// so that both sides of it ran minutes, not hours, apart, under the same
+// load. run.sh builds the benchmark binary once, runs it once per round and
+// passes the outputs here, one file per round:
+//
+//	report -out BENCHMARKS.md -cmd 'sh benchmarks/run.sh' -cpu 'AMD EPYC' -cores 2 -go go1.26.8 -date 2026-11-29T22:00Z round1.txt round2.txt ...
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A sample is one benchmark's result in one round.
+type sample struct {
+	ns, allocs float64
+}
+
+// results holds every round: results[key][round].
+type results struct {
+	rounds int
+	procs  string // GOMAXPROCS, from the name suffix
+	data   map[string]map[int]sample
+}
+
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+([0-9.]+) ns/op(?:\s+[0-9.]+ B/op)?(?:\s+([0-9.]+) allocs/op)?`)
+
+func (r *results) parse(round int, in io.Reader) error {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		ns, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			return fmt.Errorf("%q: %w", sc.Text(), err)
+		}
+		var allocs float64
+		if m[4] != "" {
+			if allocs, err = strconv.ParseFloat(m[4], 64); err != nil {
+				return fmt.Errorf("%q: %w", sc.Text(), err)
+			}
+		}
+		if m[2] != "" {
+			r.procs = m[2]
+		}
+		if r.data[m[1]] == nil {
+			r.data[m[1]] = map[int]sample{}
+		}
+		r.data[m[1]][round] = sample{ns, allocs}
+	}
+	return sc.Err()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// ns and allocs return a benchmark's medians over the rounds.
+func (r *results) ns(key string) float64 {
+	var xs []float64
+	for _, s := range r.data[key] {
+		xs = append(xs, s.ns)
+	}
+	return median(xs)
+}
+
+func (r *results) allocs(key string) float64 {
+	var xs []float64
+	for _, s := range r.data[key] {
+		xs = append(xs, s.allocs)
+	}
+	return median(xs)
+}
+
+// ratio returns the median over the rounds of a's time over b's in the same
+// round.
+func (r *results) ratio(a, b string) float64 {
+	var xs []float64
+	for round, sa := range r.data[a] {
+		if sb, ok := r.data[b][round]; ok && sb.ns > 0 {
+			xs = append(xs, sa.ns/sb.ns)
+		}
+	}
+	return median(xs)
+}
+
+var (
+	sizes = []string{"2", "10", "100", "1000", "10000"}
+	modes = []string{"serial", "parallel"}
+)
+
+func key(family, impl, n, mode string) string {
+	return fmt.Sprintf("Compare/%s/%s/peers=%s/%s", family, impl, n, mode)
+}
+
+func floorKey(floor, mode string) string { return fmt.Sprintf("Floor/%s/%s", floor, mode) }
+
+// family describes one table of the report.
+type family struct {
+	name, title, about string
+	floor              string // the floor its ratios are taken to
+}
+
+var familyDocs = []family{
+	{"smooth", "Smooth weighted round robin, static weights", "nginx's smooth order. lbgo.SmoothWRR serves it from its precomputed cycle; kitex.WRR from its precomputed table (atomic counter and an RWMutex read lock per pick); smallnest.SW runs nginx's O(n) scan (serial: bare, as it is not safe for concurrent use; parallel: behind a mutex); kratos.wrr runs the scan over a map under a mutex and calls its done function.", "atomic.Add"},
+	{"smooth-scan", "Smooth weighted round robin, weights in motion", "lbgo.SmoothWRR held in nginx's exact scan (each peer has a max_conns, never reached, which keeps the cycle closed, as a failure or a recovering effective weight would): the lock, the eligibility checks, the effective-weight recovery. smallnest.SW is the bare O(n) scan with none of those, the cost of nginx's scan itself.", "atomic.Add"},
+	{"classic", "Classic (nginx 1.2.0) weighted round robin, static weights", "lbgo.ClassicWRR serves nginx 1.2.0's order from its precomputed cycle when it can. kitex.WRR is the smooth table, the fastest weighted round robin in the set; kitex.IWRR is kitex's interleaved WRR (queues under a mutex); smallnest.RRW is LVS's gcd round robin (parallel: behind a mutex).", "atomic.Add"},
+	{"roundrobin", "Round robin", "lbgo.RoundRobin ignores weights; kitex.RR is kitex's padded-counter round robin, which its weighted balancer uses when all weights are equal (as here).", "atomic.Add"},
+	{"random", "Weighted random", "lbgo.RandomWeighted draws from a Vose alias table; kitex.alias is kitex's alias method (two draws, a float threshold); kitex.random its linear scan; mroth.v2 prefix sums and a binary search.", "rand.Uint64"},
+	{"feedback", "Pickers that learn from outcomes: Pick plus the report", "Each iteration picks a peer and reports a success with a latency. kratos.p2c is kratos's power of two choices over its EWMA nodes, with its done call.", "atomic.Add"},
+}
+
+func (r *results) impls(family string) []string {
+	var out []string
+	seen := map[string]bool{}
+	prefix := "Compare/" + family + "/"
+	for k := range r.data {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			impl, _, _ := strings.Cut(rest, "/")
+			if !seen[impl] {
+				seen[impl] = true
+				out = append(out, impl)
+			}
+		}
+	}
+	// The library's pickers first, then the others, each by name.
+	slices.SortFunc(out, func(a, b string) int {
+		oa, ob := strings.HasPrefix(a, "lbgo."), strings.HasPrefix(b, "lbgo.")
+		if oa != ob {
+			if oa {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return out
+}
+
+func fmtNs(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "–"
+	case x >= 1e6:
+		return fmt.Sprintf("%.2f ms", x/1e6)
+	case x >= 1e4:
+		return fmt.Sprintf("%.1f µs", x/1e3)
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	default:
+		return fmt.Sprintf("%.1f", x)
+	}
+}
+
+func fmtRatio(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "–"
+	case x >= 100:
+		return fmt.Sprintf("%.0f×", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1f×", x)
+	default:
+		return fmt.Sprintf("%.2f×", x)
+	}
+}
+
+func fmtAllocs(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return strconv.FormatFloat(x, 'f', -1, 64)
+}
+
+func (r *results) writeFamily(w io.Writer, f family) {
+	impls := r.impls(f.name)
+	if len(impls) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## %s\n\n%s\n\n", f.title, f.about)
+	fmt.Fprintf(w, "ns/op (allocs/op):\n\n| peers | mode |")
+	for _, im := range impls {
+		fmt.Fprintf(w, " %s |", im)
+	}
+	fmt.Fprintf(w, "\n|---:|---|%s\n", strings.Repeat("---:|", len(impls)))
+	for _, n := range sizes {
+		for _, m := range modes {
+			fmt.Fprintf(w, "| %s | %s |", n, m)
+			for _, im := range impls {
+				k := key(f.name, im, n, m)
+				fmt.Fprintf(w, " %s (%s) |", fmtNs(r.ns(k)), fmtAllocs(r.allocs(k)))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	for _, ours := range impls {
+		if !strings.HasPrefix(ours, "lbgo.") {
+			continue
+		}
+		var others []string
+		for _, im := range impls {
+			if !strings.HasPrefix(im, "lbgo.") {
+				others = append(others, im)
+			}
+		}
+		fmt.Fprintf(w, "\n%s's time as a multiple of the others' (below 1: faster) and of the %s floor:\n\n| peers | mode |", ours, f.floor)
+		for _, o := range others {
+			fmt.Fprintf(w, " ÷ %s |", o)
+		}
+		fmt.Fprintf(w, " ÷ %s |\n|---:|---|%s\n", f.floor, strings.Repeat("---:|", len(others)+1))
+		for _, n := range sizes {
+			for _, m := range modes {
+				k := key(f.name, ours, n, m)
+				fmt.Fprintf(w, "| %s | %s |", n, m)
+				for _, o := range others {
+					fmt.Fprintf(w, " %s |", fmtRatio(r.ratio(k, key(f.name, o, n, m))))
+				}
+				fmt.Fprintf(w, " %s |\n", fmtRatio(r.ratio(k, floorKey(f.floor, m))))
+			}
+		}
+	}
+}
+
+// A target is one of the performance goals, checked on the medians.
+type target struct {
+	text string
+	// check returns whether the target is met and a sentence with the
+	// deciding number and its margin.
+	check func(r *results) (bool, string)
+	// why explains a miss: the cause measured or known from the code.
+	why string
+}
+
+// worst returns the largest median ratio of a to b over the sizes and
+// modes given, and where it occurs.
+func (r *results) worst(fa, a, fb, b string, ns, ms []string, floor bool) (float64, string) {
+	best, at := math.Inf(-1), ""
+	for _, n := range ns {
+		for _, m := range ms {
+			kb := key(fb, b, n, m)
+			if floor {
+				kb = floorKey(b, m)
+			}
+			x := r.ratio(key(fa, a, n, m), kb)
+			if !math.IsNaN(x) && x > best {
+				best, at = x, fmt.Sprintf("%s peers, %s", n, m)
+			}
+		}
+	}
+	return best, at
+}
+
+func ratioTarget(fa, a, fb, b string, limit float64, ns, ms []string, floor bool) func(*results) (bool, string) {
+	return func(r *results) (bool, string) {
+		x, at := r.worst(fa, a, fb, b, ns, ms, floor)
+		if math.IsInf(x, -1) {
+			return false, "not measured"
+		}
+		ok := x <= limit
+		verb := "under"
+		if !ok {
+			verb = "over"
+		}
+		return ok, fmt.Sprintf("worst %s at %s: %s the %s limit by %.0f%%", fmtRatio(x), at, verb, fmtRatio(limit), math.Abs(x/limit-1)*100)
+	}
+}
+
+func zeroAllocs(family string, impls ...string) func(*results) (bool, string) {
+	return func(r *results) (bool, string) {
+		worst, at := 0.0, ""
+		for _, im := range impls {
+			for _, n := range sizes {
+				for _, m := range modes {
+					if a := r.allocs(key(family, im, n, m)); a > worst {
+						worst, at = a, fmt.Sprintf("%s, %s peers, %s", im, n, m)
+					}
+				}
+			}
+		}
+		if worst == 0 {
+			return true, "0 allocs/op everywhere"
+		}
+		return false, fmt.Sprintf("%s allocs/op at %s", fmtAllocs(worst), at)
+	}
+}
+
+// growth checks that going from 1000 to 10000 peers costs well under the
+// tenfold an O(n) pick pays: at most limit times.
+func growth(family, impl string, limit float64) func(*results) (bool, string) {
+	return func(r *results) (bool, string) {
+		worst, at := math.Inf(-1), ""
+		for _, m := range modes {
+			x := r.ratio(key(family, impl, "10000", m), key(family, impl, "1000", m))
+			if x > worst {
+				worst, at = x, m
+			}
+		}
+		ok := worst <= limit
+		return ok, fmt.Sprintf("10000 peers cost %s what 1000 do (%s; O(n) is about 10×, the limit here %s)", fmtRatio(worst), at, fmtRatio(limit))
+	}
+}
+
+// flat checks that a picker costs about the same at every size: its time at
+// any size is at most limit times its time at 10 peers.
+func flat(family, impl string, limit float64) func(*results) (bool, string) {
+	return func(r *results) (bool, string) {
+		worst, at := math.Inf(-1), ""
+		for _, n := range sizes {
+			for _, m := range modes {
+				x := r.ratio(key(family, impl, n, m), key(family, impl, "10", m))
+				if x > worst {
+					worst, at = x, fmt.Sprintf("%s peers, %s", n, m)
+				}
+			}
+		}
+		ok := worst <= limit
+		return ok, fmt.Sprintf("worst %s its time at 10 peers, at %s (limit %s)", fmtRatio(worst), at, fmtRatio(limit))
+	}
+}
+
+var small = []string{"2", "10"}
+
+var targets = []target{
+	{
+		"SmoothWRR, static weights: ≤ 0.5× kitex's table, serial and parallel, at every size",
+		ratioTarget("smooth", "lbgo.SmoothWRR", "smooth", "kitex.WRR", 0.5, sizes, modes, false),
+		"kitex's serial pick is an atomic add, a 64-bit division and an uncontended RWMutex read lock and unlock (two more atomic adds on one line that stays in this core's cache); SmoothWRR's is the atomic add on the shared counter, two multiplications and the atomic add on the chosen peer's in-flight count, which the Picker contract requires (Pick counts attempts in flight until Done). Two atomic adds against three cannot be half; in parallel, both pay for the shared counter's cache line moving between the cores, and SmoothWRR also for the peer's line.",
+	},
+	{
+		"SmoothWRR, static weights: ≤ 1.6× a bare atomic add, serial and parallel",
+		ratioTarget("smooth", "lbgo.SmoothWRR", "", "atomic.Add", 1.6, sizes, modes, true),
+		"the in-flight increment on the chosen peer is a second atomic add, so the floor of this pick is two atomic adds, 2×, before the table read; it can only go if the in-flight count stops being a counter on the peer (see the notes below).",
+	},
+	{
+		"SmoothWRR, static weights: 0 allocs",
+		zeroAllocs("smooth", "lbgo.SmoothWRR"),
+		"",
+	},
+	{
+		"SmoothWRR, weights in motion: no worse than nginx's O(n) scan up to 64 peers",
+		ratioTarget("smooth-scan", "lbgo.SmoothWRR", "smooth-scan", "smallnest.SW", 1.0, small, modes, false),
+		"the bare scan has no lock (serially), no eligibility checks and no atomics; SmoothWRR's scan takes the picker's lock and, per peer, reads down, fails, max_conns and the in-flight count, which are atomics shared with the lock-free readers.",
+	},
+	{
+		"SmoothWRR, weights in motion: better than O(n) for thousands of peers",
+		growth("smooth-scan", "lbgo.SmoothWRR", 3),
+		"while any peer is failing, recovering or under max_conns, every pick runs nginx's exact O(n) scan; nothing sub-linear is implemented for that state yet.",
+	},
+	{
+		"ClassicWRR, static weights: served from a precomputed cycle (flat cost at every size)",
+		flat("classic", "lbgo.ClassicWRR", 3),
+		"the cycle is built by running the O(n) scan W times and is skipped when W·n passes the build budget (2^23): with the workload's weights, at 10000 peers (W·n = 5.5·10^8) every pick runs the O(n) scan under the lock.",
+	},
+	{
+		"RoundRobin: ≤ 1.3× a bare atomic add, serial and parallel",
+		ratioTarget("roundrobin", "lbgo.RoundRobin", "", "atomic.Add", 1.3, sizes, modes, true),
+		"the pick is the shared counter's atomic add plus the chosen peer's in-flight atomic add (the Picker contract) and the fast eligibility reads, so its floor is two atomic adds; in parallel the peer's cache line also moves between the cores.",
+	},
+	{
+		"RandomWeighted: ≤ 0.7× kitex's alias method, serial, at every size",
+		ratioTarget("random", "lbgo.RandomWeighted", "random", "kitex.alias", 0.7, sizes, []string{"serial"}, false),
+		"RandomWeighted's draw (one 64-bit random number, an integer threshold) is cheaper than kitex's two, but it also pays the in-flight atomic add on the chosen peer, which kitex does not count.",
+	},
+	{
+		"LeastConn, Pick plus report: ≤ 0.2× kratos p2c",
+		ratioTarget("feedback", "lbgo.LeastConn", "feedback", "kratos.p2c", 0.2, sizes, modes, false),
+		"nginx's least_conn scans every peer under the lock on each pick (O(n)), where kratos's p2c looks at two.",
+	},
+	{
+		"P2CPeakEWMA, Pick plus report: ≤ 0.2× kratos p2c",
+		ratioTarget("feedback", "lbgo.P2CPeakEWMA", "feedback", "kratos.p2c", 0.2, sizes, modes, false),
+		"each pick reads the clock (for the EWMA's decay and the probe window) and the report takes the picker's lock to fold the latency in; a clock read alone costs tens of nanoseconds here.",
+	},
+	{
+		"FastestFirst, Pick plus report: ≤ 0.2× kratos p2c",
+		ratioTarget("feedback", "lbgo.FastestFirst", "feedback", "kratos.p2c", 0.2, sizes, modes, false),
+		"",
+	},
+	{
+		"Feedback pickers: 0 allocs",
+		zeroAllocs("feedback", "lbgo.LeastConn", "lbgo.P2CPeakEWMA", "lbgo.FastestFirst"),
+		"",
+	},
+}
+
+type meta struct {
+	cmd, cpu, cores, goVersion, date, benchtime string
+}
+
+func (r *results) write(w io.Writer, m meta) {
+	fmt.Fprintf(w, "# Benchmarks\n\n")
+	fmt.Fprintf(w, "The library's pickers side by side with the fastest Go load balancers on the same workloads, and with the physical floor of a pick. Every number below comes from one run of this command, from a clean clone of the repository (Go and the Go module proxy are all it needs):\n\n")
+	fmt.Fprintf(w, "```sh\n%s\n```\n\n", m.cmd)
+	fmt.Fprintf(w, "- Machine: %s, %s cores (GOMAXPROCS %s); a shared machine, so expect noise of 10–30%% between rounds.\n", m.cpu, m.cores, r.procs)
+	fmt.Fprintf(w, "- Go: %s. Date: %s.\n", m.goVersion, m.date)
+	fmt.Fprintf(w, "- Peers: n = 2, 10, 100, 1000, 10000, peer i with weight i%%10+1; all healthy. Versions: see benchmarks/go.mod (kitex v0.16.3, smallnest/weighted 36b780e, mroth/weightedrand/v2 v2.1.0, kratos/v2 v2.9.2).\n")
+	fmt.Fprintf(w, "- Method: the benchmark binary is built once and run %d times (rounds), each round the whole suite with -benchtime %s. A time is the median over the rounds; a ratio is the median over the rounds of the ratio within one round. serial: one goroutine; parallel: b.RunParallel with GOMAXPROCS goroutines, ns/op of wall time per pick over all of them.\n", r.rounds, m.benchtime)
+
+	fmt.Fprintf(w, "\n## Targets\n\n| target | result | margin |\n|---|---|---|\n")
+	var missed []target
+	for _, t := range targets {
+		ok, msg := t.check(r)
+		res := "**met**"
+		if !ok {
+			res = "**missed**"
+			missed = append(missed, t)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", t.text, res, msg)
+	}
+	if len(missed) > 0 {
+		fmt.Fprintf(w, "\nWhy the missed ones are missed:\n\n")
+		for _, t := range missed {
+			if t.why != "" {
+				fmt.Fprintf(w, "- %s: %s\n", t.text, t.why)
+			}
+		}
+	}
+
+	fmt.Fprintf(w, "\n## The floor\n\nA bare atomic add on one shared counter (what any pick that hands out one shared sequence pays; in parallel, the goroutines contend for its cache line) and a bare draw from math/rand/v2's per-thread generator (what a random pick pays; it shares nothing).\n\n| floor | serial ns/op | parallel ns/op |\n|---|---:|---:|\n")
+	for _, f := range []string{"atomic.Add", "rand.Uint64"} {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", f, fmtNs(r.ns(floorKey(f, "serial"))), fmtNs(r.ns(floorKey(f, "parallel"))))
+	}
+	for _, f := range familyDocs {
+		r.writeFamily(w, f)
+	}
+}
+
+func main() {
+	var m meta
+	out := flag.String("out", "BENCHMARKS.md", "file to write")
+	flag.StringVar(&m.cmd, "cmd", "sh benchmarks/run.sh", "the command that produced the rounds")
+	flag.StringVar(&m.cpu, "cpu", "unknown CPU", "CPU model")
+	flag.StringVar(&m.cores, "cores", "?", "number of cores")
+	flag.StringVar(&m.goVersion, "go", "?", "Go version")
+	flag.StringVar(&m.date, "date", "?", "date of the run")
+	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
+	flag.Parse()
+	if flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "report: no round files")
+		os.Exit(2)
+	}
+	r := &results{data: map[string]map[int]sample{}}
+	for i, name := range flag.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+		err = r.parse(i, f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "report: %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		r.rounds++
+	}
+	var b strings.Builder
+	r.write(&b, m)
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
