@@ -94,6 +94,7 @@ for addr in ${backends//,/ } "$proxy_addr" "$nginx_addr"; do
   done
 done
 
+results="$work/results"
 echo "# $(date -u +%FT%TZ) $(nproc) cores; $ROUNDS rounds of ${DUR} (+${WARMUP} warm-up), $CONC in flight, -algo $ALGO, ${SIZE}-byte answers, backend delay $DELAY"
 echo "# $("$nginx_bin" -v 2>&1); $(go version)"
 for i in $(seq "$ROUNDS"); do
@@ -102,6 +103,30 @@ for i in $(seq "$ROUNDS"); do
     [ "$target" = nginx ] && addr=$nginx_addr
     load=$(cut -d' ' -f1-3 /proc/loadavg)
     "$work/loadtest" run -url "http://$addr/" -c "$CONC" -d "$DUR" -warmup "$WARMUP" \
-      -label "round=$i target=$target load=[$load] "
+      -label "round=$i target=$target load=[$load] " | tee -a "$results"
   done
 done
+
+# The median of the rounds, per target: requests per second and p99 (ms).
+awk '
+  function ms(v) {
+    if (v ~ /µs$/) return substr(v, 1, length(v) - 2) / 1000
+    if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
+    if (v ~ /s$/) return substr(v, 1, length(v) - 1) * 1000
+    return v + 0
+  }
+  function median(a, n,    i, j, t) {
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  {
+    for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    t = f["target"]; n[t]++
+    rps[t, n[t]] = f["rps"]; p99[t, n[t]] = ms(f["p99"])
+  }
+  END {
+    for (t in n) {
+      for (i = 1; i <= n[t]; i++) { r[i] = rps[t, i]; q[i] = p99[t, i] }
+      printf "median of %d: target=%s rps=%.0f p99=%.2fms\n", n[t], t, median(r, n[t]), median(q, n[t])
+    }
+  }' "$results"
