@@ -3,7 +3,6 @@ package balancer
 import (
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -12,8 +11,8 @@ import (
 // least expected delay for that weight, nginx's smooth round-robin settling
 // ties. It comes from "fastest first" on OpenResty, which rewrote each
 // nginx upstream server's weight, effective_weight and current_weight from
-// response times and let nginx pick; FastestFirst rewrites the same fields
-// of each Peer. Its four laws:
+// response times and let nginx pick; FastestFirst rewrites the effective
+// and current weights of each Peer (see below). Its four laws:
 //
 //  1. The slower a peer, the less traffic it gets. A peer whose latency
 //     estimate e is more than the tolerance (3×, WithTolerance) above the
@@ -25,13 +24,14 @@ import (
 //  2. A failing peer is not removed: a failure counts as a latency slow
 //     enough to put its weight at the floor (1 of 100, WithFloor), and at
 //     least WithFailurePenalty (5 s), so a peer failing fast never looks
-//     fast. nginx's failure accounting stays as it is: max_fails failures
-//     within fail_timeout take the peer out for fail_timeout. Once that
-//     window has passed, the peer gets the next attempt whenever it has
-//     nothing in flight, nginx's probe, at most one per fail_timeout;
-//     a probe that succeeds clears its failures and restarts its estimate
-//     from that reply, so a recovered peer is not held back by its
-//     penalty.
+//     fast; the penalty takes the place of nginx's cut of the effective
+//     weight. The rest of nginx's failure accounting stays as it is:
+//     max_fails failures within fail_timeout take the peer out for
+//     fail_timeout. Once that window has passed, the peer gets the next
+//     attempt whenever it has nothing in flight, nginx's probe, at most
+//     one per fail_timeout; a probe that succeeds clears its failures and
+//     restarts its estimate from that reply, so a recovered peer is not
+//     held back by its penalty.
 //  3. Weights are recomputed only when some peer's estimate leaves the band
 //     [e/band, e·band] (band 1.25, WithBand) around the estimate its weight
 //     was computed from, or for a peer within the tolerance, only when it
@@ -69,11 +69,14 @@ import (
 // weights and 2.6 times over latency-derived ones); counting attempts in
 // flight is what lets FastestFirst beat it.
 //
-// FastestFirst keeps each peer's configured weight aside and writes the
-// weight it derives into the peer: Peer.Weight and Peer.State report the
-// derived weight, between the floor and 100 (0 for a peer configured with
-// weight 0, never chosen while another peer has a weight). SetWeight sets
-// the configured weight; Remove gives it back to the peer.
+// FastestFirst writes the weight it derives into each peer's effective
+// weight, the field where nginx keeps the weight that failures lower, and
+// picks among tied peers with nginx's current weights: Peer.State reports
+// the derived weight as EffectiveWeight, between the floor and 100 (0 for
+// a peer configured with weight 0, never chosen while another peer has a
+// weight), so unlike nginx's it may exceed the configured weight.
+// Peer.Weight stays the configured weight, which SetWeight changes and
+// Add and SetWeight check as for any picker.
 //
 // Eligibility, failures, backup and down peers, max_conns, per-request
 // tries and the single-server rule follow nginx's round-robin module, as in
@@ -316,7 +319,7 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 		if r.isTried(i) || !p.available(now) {
 			continue
 		}
-		pc, pw := p.conns.Load()+1, p.weight.Load()
+		pc, pw := p.conns.Load()+1, p.effectiveWeight
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
@@ -350,14 +353,14 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 			if r.isTried(i) || !p.available(now) {
 				continue
 			}
-			if p != least && compareDelay(p.conns.Load()+1, p.weight.Load(), conns, w) != 0 {
+			if p != least && compareDelay(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
 				continue
 			}
+			// nginx's step, except that the effective weight, which
+			// FastestFirst derives, does not climb back to the configured
+			// weight.
 			p.currentWeight += p.effectiveWeight
 			total += p.effectiveWeight
-			if p.effectiveWeight < p.weight.Load() {
-				p.effectiveWeight++
-			}
 			if p.currentWeight > best.currentWeight {
 				best = p
 			}
@@ -408,7 +411,11 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	now := f.now()
 	failing := p.fails.Load() != 0
 	first := !p.lat.measured.Load()
+	// nginx lowers the effective weight on a failure; here the penalty
+	// latency does that, through the derived weight.
+	ew := p.effectiveWeight
 	f.doneLocked(l, p, o)
+	p.effectiveWeight = ew
 	cleared := failing && p.fails.Load() == 0
 	if o.Failed {
 		p.lat.observeLocked(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
@@ -494,7 +501,7 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	f.recomputes++
 	m, measured := math.Inf(1), false
 	for _, p := range peers {
-		if p.down.Load() || p.lat.base == 0 || !p.lat.measured.Load() {
+		if p.down.Load() || p.weight.Load() == 0 || !p.lat.measured.Load() {
 			continue
 		}
 		raw := p.lat.estimate()
@@ -511,21 +518,20 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	var top float64
 	for _, p := range peers {
 		p.lat.est, p.lat.share = 0, 0
-		if p.down.Load() || p.lat.base == 0 {
+		if p.down.Load() || p.weight.Load() == 0 {
 			continue
 		}
 		if measured {
 			p.lat.est = f.estimateLocked(p, m, now)
 		}
-		p.lat.share = float64(p.lat.base) * f.ratio(m, p.lat.est)
+		p.lat.share = float64(p.weight.Load()) * f.ratio(m, p.lat.est)
 		top = max(top, p.lat.share)
 	}
 	for _, p := range peers {
-		if p.down.Load() || p.lat.base == 0 {
+		if p.down.Load() || p.weight.Load() == 0 {
 			// A down peer is never picked; a weightless one stays at 0.
 			p.lat.lo, p.lat.hi = 0, math.Inf(1)
-			if p.lat.base == 0 {
-				p.weight.Store(0)
+			if p.weight.Load() == 0 {
 				p.effectiveWeight = 0
 			}
 			continue
@@ -533,11 +539,7 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 		w := int64(math.Round(fastestScale * p.lat.share / top))
 		w = min(max(w, f.floor), fastestScale)
 		f.setBandLocked(p, m, top, w, measured)
-		p.weight.Store(w)
-		// A lower weight applies at once; in the smooth step among tied
-		// peers a higher one is climbed one step per round, as nginx's
-		// effective_weight recovers.
-		p.effectiveWeight = min(p.effectiveWeight, w)
+		p.effectiveWeight = w
 	}
 }
 
@@ -572,74 +574,31 @@ func (f *FastestFirst) setBandLocked(p *Peer, m, top float64, w int64, measured 
 	case w == f.floor && f.exponent > 0 && e > f.tol*m:
 		// The weight leaves the floor when 100·base·(tol·m/e)^α/top
 		// reaches floor + ½.
-		up := f.tol * m * math.Pow(fastestScale*float64(p.lat.base)/(top*(float64(f.floor)+0.5)), 1/f.exponent)
+		up := f.tol * m * math.Pow(fastestScale*float64(p.weight.Load())/(top*(float64(f.floor)+0.5)), 1/f.exponent)
 		p.lat.lo, p.lat.hi = min(e, up)/f.band, math.Inf(1)
 	default:
 		p.lat.lo, p.lat.hi = e/f.band, e*f.band
 	}
 }
 
-// changedLocked takes over the peers new to the picker (their weight is
-// kept aside as the configured weight, and they start unmeasured), gives
-// the configured weight back to the peers removed, and recomputes every
-// weight. Publishing has set every current weight to 0.
+// changedLocked starts the peers new to the picker unmeasured and
+// recomputes every weight. Publishing has set every current weight to 0.
 func (f *FastestFirst) changedLocked(l *peerList) {
 	if f.prev != nil {
 		for _, p := range listPeers(f.prev) {
-			if p.owner.Load() != &f.peerSet && p.lat.owned {
-				p.weight.Store(p.lat.base)
-				p.effectiveWeight = p.lat.base
+			if p.owner.Load() != &f.peerSet {
 				p.lat.owned = false
 			}
 		}
 	}
-	var fresh []*Peer
 	for _, p := range listPeers(l) {
 		if !p.lat.owned {
 			p.lat.reset()
-			p.lat.base = p.weight.Load()
 			p.lat.owned = true
-			fresh = append(fresh, p)
 		}
 	}
 	f.prev = l
 	now := f.now()
 	f.recomputeLocked(l.primary, 0, now)
 	f.recomputeLocked(l.backup, 1, now)
-	for _, p := range fresh {
-		p.effectiveWeight = p.weight.Load() // a new peer starts at its weight
-	}
-}
-
-// SetWeight changes p's configured weight, from which FastestFirst derives
-// the weight it picks with; the weights are recomputed and, as with Add,
-// the smooth sequence restarts. A weight out of [0, MaxWeightSum] or one
-// that makes the sum of configured weights pass MaxWeightSum is rejected
-// with ErrInvalidConfig and changes nothing.
-func (f *FastestFirst) SetWeight(p *Peer, w int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.ownsLocked(p); err != nil {
-		return err
-	}
-	if w < 0 || w > MaxWeightSum {
-		return fmt.Errorf("balancer: peer %q: weight %d out of range [0, %d]: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
-	}
-	l := f.load()
-	all := append(slices.Clip(l.primary), l.backup...)
-	var sum int64
-	for _, q := range all {
-		if q != p {
-			sum += q.lat.base
-		}
-	}
-	if sum+int64(w) > MaxWeightSum {
-		return fmt.Errorf("balancer: peer %q: weight %d makes the sum pass %d: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
-	}
-	p.lat.base = int64(w)
-	f.publishLocked(all)
-	// As SetWeight does for the other pickers, the effective weight starts
-	// full: here the derived weight.
-	p.effectiveWeight = p.weight.Load()
-	return nil
 }

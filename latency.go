@@ -104,11 +104,10 @@ type latencyStats struct {
 	stamp    atomic.Int64  // unix nanoseconds of the last sample
 	measured atomic.Bool   // at least one sample since the picker took the peer
 
-	owned bool // the picker has taken the peer over (FastestFirst: its weight)
+	owned bool // the picker has started the peer's statistics
 
 	// FastestFirst, guarded by its lock.
 	since  int64   // unix ns: last completion, or when the peer last became busy
-	base   int64   // configured weight; the peer's weight field holds the derived one
 	lo, hi float64 // band (ns) the current weight was set for
 	est    float64 // scratch of a recompute: the estimate (ns)
 	share  float64 // scratch of a recompute: the unscaled weight
