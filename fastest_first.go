@@ -61,8 +61,9 @@ import (
 // go through nginx's smooth round-robin step among themselves (each adds
 // its effective weight to its current weight, the largest wins, the first
 // on a tie, and gives back the total). Idle peers of equal weight are thus
-// served in nginx's smooth order, while of unequal ones the heaviest takes
-// every attempt it can start at once: fastest first. Picking by weight
+// served in nginx's smooth order, while among unequal ones the heaviest
+// takes each attempt until its in-flight count tips the balance: fastest
+// first. Picking by weight
 // alone, as the OpenResty original did, ignores queues and loses at the
 // tail to the power of two choices (with the sim package's identical
 // backends, smooth round-robin had 1.3 times P2CPeakEWMA's p99 over static
@@ -75,8 +76,8 @@ import (
 // the derived weight as EffectiveWeight, between the floor and 100 (0 for
 // a peer configured with weight 0, never chosen while another peer has a
 // weight), so unlike nginx's it may exceed the configured weight.
-// Peer.Weight stays the configured weight, which SetWeight changes and
-// Add and SetWeight check as for any picker.
+// Peer.Weight stays the configured weight: SetWeight changes it, and Add
+// and SetWeight check the sum as for any picker.
 //
 // Eligibility, failures, backup and down peers, max_conns, per-request
 // tries and the single-server rule follow nginx's round-robin module, as in
