@@ -26,9 +26,12 @@ import (
 // only when W <= MaxCycle and W·d <= maxCycleWork. Anything that breaks the
 // period (a failure, a retry, a recovering effective weight, max_conns)
 // turns the cycle back into the exact current weights it stands for, in
-// O(n) from the nearest checkpoint, and SmoothWRR runs nginx's O(n) scan
-// under a lock until every peer is back at full health and every current
-// weight is 0, where the cycle resumes.
+// O(n) from the nearest checkpoint, and SmoothWRR runs nginx's scan under
+// a lock until every peer is back at full health and every current weight
+// is 0, where the cycle resumes. The scan is O(n) for short lists; from 16
+// primaries on it keeps the healthy ones grouped by weight (see
+// weightGroups) and costs O(d + k + log n), k the number of peers not at
+// full health, with the same picks and weights as nginx's.
 //
 // The zero value is not usable; use NewSmoothWRR. SmoothWRR is safe for
 // concurrent use by multiple goroutines.
@@ -36,12 +39,21 @@ type SmoothWRR struct {
 	peerSet
 	cycle atomic.Pointer[cycle] // nil while the exact scan is in charge
 	built *cycle                // last cycle built, reused for the same gen; guarded by mu
+
+	// The scan's grouping of the primaries (nil: plain scan), the list it
+	// was decided for since the cycle last closed, and the last one built,
+	// regrouped in place for the same list; guarded by mu.
+	groups      *weightGroups
+	groupedFor  *peerList
+	groupsBuilt *weightGroups
 }
 
 var _ Picker = (*SmoothWRR)(nil)
 
 // MaxCycle bounds the length of the precomputed cycle, and so its memory
-// (4 bytes an entry): with weights summing past it, every pick runs the scan.
+// (8 bytes an entry with its checkpoints): with weights summing past it,
+// every pick runs the scan, which is still exact, and grouped by weight for
+// long lists.
 const MaxCycle = 1 << 16
 
 // maxCycleWork bounds the work of building a cycle: W steps, each comparing
@@ -215,7 +227,7 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 		return nil, ErrTriesExhausted
 	}
 	s.closeLocked()
-	p := pickSmoothLocked(l, r, &rrClock{now: s.now})
+	p := s.pickSmoothLocked(l, r, &rrClock{now: s.now})
 	if p == nil {
 		return nil, ErrNoLivePeer
 	}
@@ -232,7 +244,7 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 // single-server shortcut, then the primaries, then the backups once no
 // primary is eligible. It records the pick in r, if r is not nil, and counts
 // it in flight.
-func pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Peer {
+func (s *SmoothWRR) pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Peer {
 	var p *Peer
 	backup := r != nil && r.backup
 	switch {
@@ -242,7 +254,7 @@ func pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Peer {
 			p = q
 		}
 	case !backup:
-		p = scanSmooth(l.primary, r, clk)
+		p = s.scanPrimaryLocked(l, r, clk)
 		if p == nil && len(l.backup) > 0 {
 			backup = true
 			if r != nil {
@@ -261,6 +273,26 @@ func pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Peer {
 		r.record(p.index)
 	}
 	return p
+}
+
+// scanPrimaryLocked runs the scan over l's primaries, grouped by weight
+// where that is cheaper (see weightGroups), plain otherwise.
+func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *rrClock) *Peer {
+	if s.groupedFor != l {
+		g := s.groupsBuilt
+		if g == nil || g.list != l {
+			g = newWeightGroups(l)
+			s.groupsBuilt = g
+		}
+		if g != nil && !g.regroup() {
+			g = nil
+		}
+		s.groups, s.groupedFor = g, l
+	}
+	if s.groups != nil {
+		return s.groups.scan(r, clk)
+	}
+	return scanSmooth(l.primary, r, clk)
 }
 
 // scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
@@ -313,7 +345,19 @@ func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
 	if o.Failed && !p.backup {
 		s.closeLocked()
 	}
+	g := s.groups
+	if g != nil && (p.backup || g.list != l) {
+		g = nil
+	}
+	if g != nil && g.of[p.index] >= 0 {
+		g.demote(int32(p.index)) // the outcome may make it irregular
+	}
 	s.doneLocked(l, p, o)
+	if g != nil && regular(p) {
+		if k := slices.Index(g.others, int32(p.index)); k >= 0 {
+			g.promote(k)
+		}
+	}
 	s.maybeOpenLocked(l)
 	return nil
 }
@@ -321,6 +365,7 @@ func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
 // changedLocked runs after every peer-list change; publish has set every
 // current weight to 0.
 func (s *SmoothWRR) changedLocked(l *peerList) {
+	s.groups, s.groupedFor, s.groupsBuilt = nil, nil, nil
 	if c := s.cycle.Swap(nil); c != nil {
 		c.ctr.Or(closedBit)
 	}
@@ -347,9 +392,14 @@ func (s *SmoothWRR) closeLocked() {
 	}
 }
 
-// impliedLocked returns p's current weight while the cycle stands for it,
-// by the formula closeLocked uses, in O(n).
+// impliedLocked returns p's current weight where SmoothWRR keeps it
+// implicitly: in a weight group (base + offset), or while the cycle stands
+// for it, by the formula closeLocked uses, in O(n).
 func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
+	if g := s.groups; g != nil && !p.backup && p.index < len(g.of) &&
+		g.list.primary[p.index] == p && g.of[p.index] >= 0 {
+		return g.cw(int32(p.index)), true
+	}
 	c := s.cycle.Load()
 	if c == nil || p.backup || c.list.primary[p.index] != p {
 		return 0, false
@@ -365,6 +415,12 @@ func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
 func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
 	if s.cycle.Load() != nil || l.single {
 		return
+	}
+	if g := s.groups; g != nil {
+		if g.live > 0 {
+			return // a live peer out of the groups is not at full health
+		}
+		g.materializeLocked()
 	}
 	var w int64
 	for _, p := range l.primary {
@@ -388,6 +444,9 @@ func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
 		s.built = c
 	}
 	s.cycle.Store(c.reopen())
+	// The cycle now stands for the current weights; when it closes, it
+	// writes them all back, and the scan groups them afresh.
+	s.groups, s.groupedFor = nil, nil
 }
 
 // buildCycle computes one period of nginx's scan from all-zero current
@@ -459,4 +518,300 @@ func buildCycle(l *peerList, w int64) *cycle {
 		}
 	}
 	return newCycle(l, seq, weights)
+}
+
+// groupedScanMin is the number of primaries from which the scan may keep
+// its healthy peers grouped by weight (weightGroups); below it, nginx's
+// plain scan is as fast.
+const groupedScanMin = 16
+
+// weightGroups is nginx's scan over the primaries in O(d + k + log n) a pick
+// instead of O(n): d the number of distinct weights among the regular peers,
+// k the number of the others, n the number of primaries. A regular peer is
+// one every scan must treat alike by its weight alone: not down, no
+// failures on record, no max_conns (so always eligible) and at full
+// effective weight (so its effective weight no longer moves). Each scan
+// adds w to every regular peer of weight w that the request has not tried,
+// so within a group of equal weight the order of the current weights only
+// changes where a peer is picked or skipped; the group keeps them as a heap
+// of base values under one offset, current weight = base + offset, and a
+// scan moves the offset, reads the top of each heap and compares the d
+// tops, the other peers and their additions exactly as nginx does, ties to
+// the first in list order. The winner gives the total back, its base drops
+// and it sinks in its heap. So the picks, the current and the effective
+// weights are nginx's, with no approximation.
+//
+// A peer leaves its group when it fails (Done) and joins it again when a
+// scan has brought it back to full effective weight with no failures on
+// record. The peers the request has tried are taken out of their heaps for
+// the scan and put back with the current weight they had. While a
+// weightGroups is in use the current weight of a grouped peer is base +
+// offset, and Peer.currentWeight is refreshed only by materializeLocked.
+// Guarded by the owner's mu.
+type weightGroups struct {
+	list   *peerList
+	groups []weightGroup
+	byW    map[int64]int32 // group of each weight, regular or not
+	of     []int32         // of[i]: group of primary i, or -1 if it is scanned one by one
+	base   []int64         // base[i]: current weight of grouped i minus its group's offset
+	pos    []int32         // pos[i]: place of grouped i in its group's heap
+	others []int32         // primaries scanned one by one, in no particular order
+	live   int             // others that are not down: the cycle cannot resume while > 0
+
+	out   []int32 // scratch: tried grouped peers held out of the scan
+	outCW []int64
+}
+
+// weightGroup is the regular peers of one weight: a heap of primary indices,
+// the highest base first, the lower index first on a tie.
+type weightGroup struct {
+	w    int64
+	off  int64
+	heap []int32
+}
+
+// regular reports whether p can be grouped: see weightGroups.
+func regular(p *Peer) bool {
+	return !p.down.Load() && p.fails.Load() == 0 && p.maxConns == 0 &&
+		p.effectiveWeight == p.weight.Load()
+}
+
+// newWeightGroups returns the groups for l's primaries, not yet filled (see
+// regroup), or nil if l is too short for them to pay.
+func newWeightGroups(l *peerList) *weightGroups {
+	n := len(l.primary)
+	if n < groupedScanMin {
+		return nil
+	}
+	g := &weightGroups{
+		list:   l,
+		byW:    map[int64]int32{},
+		of:     make([]int32, n),
+		base:   make([]int64, n),
+		pos:    make([]int32, n),
+		others: make([]int32, 0, n),
+		out:    make([]int32, 0, 64),
+		outCW:  make([]int64, 0, 64),
+	}
+	for _, p := range l.primary {
+		w := p.weight.Load()
+		if _, ok := g.byW[w]; !ok {
+			g.byW[w] = int32(len(g.groups))
+			g.groups = append(g.groups, weightGroup{w: w})
+		}
+	}
+	for _, p := range l.primary {
+		gr := &g.groups[g.byW[p.weight.Load()]]
+		gr.heap = append(gr.heap, 0) // capacity for every peer of its weight
+	}
+	return g
+}
+
+// regroup fills g from the peers' current weights, allocating nothing, and
+// reports whether the groups make the scan cheaper than n steps: d + k at
+// most n/2.
+func (g *weightGroups) regroup() bool {
+	g.others, g.live = g.others[:0], 0
+	for gi := range g.groups {
+		g.groups[gi].off = 0
+		g.groups[gi].heap = g.groups[gi].heap[:0]
+	}
+	for i, p := range g.list.primary {
+		if !regular(p) {
+			g.of[i] = -1
+			g.addOther(i)
+			continue
+		}
+		gi := g.byW[p.weight.Load()]
+		g.of[i] = gi
+		g.base[i] = p.currentWeight
+		g.push(gi, int32(i))
+	}
+	return len(g.groups)+len(g.others) <= len(g.of)/2
+}
+
+func (g *weightGroups) addOther(i int) {
+	g.others = append(g.others, int32(i))
+	if !g.list.primary[i].down.Load() {
+		g.live++
+	}
+}
+
+// less orders a group's heap: higher base first, then lower index.
+func (g *weightGroups) less(a, b int32) bool {
+	return g.base[a] > g.base[b] || g.base[a] == g.base[b] && a < b
+}
+
+func (g *weightGroups) push(gi int32, i int32) {
+	h := &g.groups[gi].heap
+	g.pos[i] = int32(len(*h))
+	*h = append(*h, i)
+	g.up(gi, len(*h)-1)
+}
+
+// remove takes grouped i out of its heap, leaving of[i] as it was.
+func (g *weightGroups) remove(i int32) {
+	gi := g.of[i]
+	h := &g.groups[gi].heap
+	k, last := int(g.pos[i]), len(*h)-1
+	if k != last {
+		(*h)[k] = (*h)[last]
+		g.pos[(*h)[k]] = int32(k)
+	}
+	*h = (*h)[:last]
+	if k != last {
+		g.down(gi, k)
+		g.up(gi, k)
+	}
+}
+
+func (g *weightGroups) up(gi int32, k int) {
+	h := g.groups[gi].heap
+	for k > 0 {
+		parent := (k - 1) / 2
+		if !g.less(h[k], h[parent]) {
+			break
+		}
+		h[k], h[parent] = h[parent], h[k]
+		g.pos[h[k]], g.pos[h[parent]] = int32(k), int32(parent)
+		k = parent
+	}
+}
+
+func (g *weightGroups) down(gi int32, k int) {
+	h := g.groups[gi].heap
+	for {
+		c := 2*k + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && g.less(h[c+1], h[c]) {
+			c++
+		}
+		if !g.less(h[c], h[k]) {
+			return
+		}
+		h[k], h[c] = h[c], h[k]
+		g.pos[h[k]], g.pos[h[c]] = int32(k), int32(c)
+		k = c
+	}
+}
+
+// cw returns the current weight of grouped i.
+func (g *weightGroups) cw(i int32) int64 { return g.base[i] + g.groups[g.of[i]].off }
+
+// demote moves grouped primary i to the peers scanned one by one, with its
+// current weight written back to the peer.
+func (g *weightGroups) demote(i int32) {
+	g.list.primary[i].currentWeight = g.cw(i)
+	g.remove(i)
+	g.of[i] = -1
+	g.addOther(int(i))
+}
+
+// promote moves others[k], which is regular, into its group.
+func (g *weightGroups) promote(k int) {
+	i := g.others[k]
+	p := g.list.primary[i]
+	last := len(g.others) - 1
+	g.others[k] = g.others[last]
+	g.others = g.others[:last]
+	g.live--
+	gi := g.byW[p.weight.Load()]
+	g.of[i] = gi
+	g.base[i] = p.currentWeight - g.groups[gi].off
+	g.push(gi, i)
+}
+
+// materializeLocked writes every grouped peer's current weight to it.
+func (g *weightGroups) materializeLocked() {
+	for i, gi := range g.of {
+		if gi >= 0 {
+			g.list.primary[i].currentWeight = g.cw(int32(i))
+		}
+	}
+}
+
+// scan is scanSmooth over the list's primaries; see weightGroups. It
+// leaves the winner's current weight written to it.
+func (g *weightGroups) scan(r *Request, clk *rrClock) *Peer {
+	peers := g.list.primary
+	g.out, g.outCW = g.out[:0], g.outCW[:0]
+	if r != nil && r.attempts > 0 {
+		g.holdTried(r)
+	}
+	best, bestCW := int32(-1), int64(0)
+	var total int64
+	for gi := range g.groups {
+		gr := &g.groups[gi]
+		if len(gr.heap) == 0 {
+			continue
+		}
+		gr.off += gr.w
+		total += gr.w * int64(len(gr.heap))
+		top := gr.heap[0]
+		if cw := g.base[top] + gr.off; best < 0 || cw > bestCW || cw == bestCW && top < best {
+			best, bestCW = top, cw
+		}
+	}
+	for _, i := range g.others {
+		p := peers[i]
+		if r != nil && r.isTried(int(i)) || p.down.Load() || p.full() ||
+			p.fails.Load() != 0 && p.failed(clk.get()) {
+			continue
+		}
+		p.currentWeight += p.effectiveWeight
+		total += p.effectiveWeight
+		if p.effectiveWeight < p.weight.Load() {
+			p.effectiveWeight++
+		}
+		if cw := p.currentWeight; best < 0 || cw > bestCW || cw == bestCW && i < best {
+			best, bestCW = i, cw
+		}
+	}
+	var winner *Peer
+	if best >= 0 {
+		winner = peers[best]
+		if gi := g.of[best]; gi >= 0 {
+			g.base[best] -= total
+			g.down(gi, int(g.pos[best]))
+			winner.currentWeight = g.cw(best)
+		} else {
+			winner.currentWeight -= total
+			if winner.fails.Load() != 0 {
+				winner.checkLocked(clk.get())
+			}
+		}
+	}
+	for k, i := range g.out {
+		g.base[i] = g.outCW[k] - g.groups[g.of[i]].off
+		g.push(g.of[i], i)
+	}
+	for k := len(g.others) - 1; k >= 0; k-- {
+		if regular(peers[g.others[k]]) {
+			g.promote(k)
+		}
+	}
+	return winner
+}
+
+// holdTried takes the grouped peers r has tried out of their heaps for one
+// scan, noting their current weights in out and outCW.
+func (g *weightGroups) holdTried(r *Request) {
+	n := len(g.of)
+	for w := -1; w < len(r.more); w++ {
+		word, at := r.tried[0], 0
+		if w >= 0 {
+			word, at = r.more[w], 64*(w+1)
+		}
+		for ; word != 0; word &= word - 1 {
+			i := at + bits.TrailingZeros64(word)
+			if i >= n || g.of[i] < 0 {
+				continue
+			}
+			g.out = append(g.out, int32(i))
+			g.outCW = append(g.outCW, g.cw(int32(i)))
+			g.remove(int32(i))
+		}
+	}
 }

@@ -59,8 +59,8 @@ var families = []struct {
 		{"kratos.wrr", kratos(func() selector.Selector { return wrr.New() })},
 	}},
 	// SmoothWRR with weights in motion runs nginx's scan on every pick;
-	// max_conns (never reached here) keeps it there, as a failure or a
-	// recovering effective weight would.
+	// max_conns on one peer (never reached here) keeps it there, as a
+	// failure or a recovering effective weight would.
 	{"smooth-scan", []impl{
 		{"lbgo.SmoothWRR", oursScan},
 		{"smallnest.SW", smallnest(func() weighted.W { return &weighted.SW{} })},
@@ -176,11 +176,17 @@ func ours[P balancer.Picker](newPicker func([]*balancer.Peer, ...balancer.Option
 	}
 }
 
-// oursScan builds a SmoothWRR held in its exact scan.
+// oursScan builds a SmoothWRR held in its exact scan: peer 0 has a
+// max_conns, never reached, which keeps the cycle closed as one failing or
+// recovering peer would.
 func oursScan(n int) runner {
 	peers := make([]*balancer.Peer, n)
 	for i := range peers {
-		peers[i] = balancer.NewPeer(addr(i), balancer.Weight(weight(i)), balancer.MaxConns(1<<30))
+		opts := []balancer.PeerOption{balancer.Weight(weight(i))}
+		if i == 0 {
+			opts = append(opts, balancer.MaxConns(1<<30))
+		}
+		peers[i] = balancer.NewPeer(addr(i), opts...)
 	}
 	p, err := balancer.NewSmoothWRR(peers)
 	if err != nil {

@@ -1,0 +1,180 @@
+package balancer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Tests of SmoothWRR's faster paths, each against nginx's plain scan: the
+// cycle built by weight group, its folded counter, and the scan grouped by
+// weight for large lists.
+
+// TestSmoothWRR_groupedCycleMatchesScan checks buildCycle, which groups peers
+// by weight, against nginx's scan run W times, written out here, on lists
+// with many peers per weight, down peers and peers of weight 0; and the
+// checkpointed pick counts against a count of the sequence.
+func TestSmoothWRR_groupedCycleMatchesScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 60 {
+		n := 2 + rng.IntN(300)
+		distinct := 1 + rng.IntN(8)
+		peers := make([]*Peer, n)
+		for i := range peers {
+			w := 1 + rng.IntN(distinct)
+			if rng.IntN(20) == 0 {
+				w = 0
+			}
+			opts := []PeerOption{Weight(w)}
+			if rng.IntN(10) == 0 {
+				opts = append(opts, Down())
+			}
+			peers[i] = NewPeer(fmt.Sprint("p", i), opts...)
+		}
+		s, err := NewSmoothWRR(peers)
+		require.NoError(t, err)
+		l := s.load()
+		var total int64
+		for _, p := range l.primary {
+			if !p.IsDown() {
+				total += int64(p.Weight())
+			}
+		}
+		if total == 0 {
+			continue
+		}
+		c := buildCycle(l, total)
+		require.NotNil(t, c, "trial %d", trial)
+
+		// nginx's scan: every live peer gains its weight, the first
+		// largest wins and gives back the total.
+		cw := make([]int64, n)
+		want := make([]int32, total)
+		for k := range want {
+			best := -1
+			for i, p := range l.primary {
+				if p.IsDown() {
+					continue
+				}
+				cw[i] += int64(p.Weight())
+				if best < 0 || cw[i] > cw[best] {
+					best = i
+				}
+			}
+			cw[best] -= total
+			want[k] = int32(best)
+		}
+		require.Equal(t, want, c.seq, "trial %d: %d peers", trial, n)
+
+		for range 20 {
+			k := uint64(rng.Int64N(total))
+			c.countLocked(k)
+			counts := make([]int64, n)
+			for _, i := range want[:k] {
+				counts[i]++
+			}
+			require.Equal(t, counts, c.counts, "trial %d: first %d picks", trial, k)
+		}
+	}
+}
+
+// TestSmoothWRR_cycleFold checks that the cycle's counter, folded past
+// cycleFoldAt, carries on with the same slots.
+func TestSmoothWRR_cycleFold(t *testing.T) {
+	s, err := NewSmoothWRR(benchPeers(7))
+	require.NoError(t, err)
+	c := s.cycle.Load()
+	require.NotNil(t, c)
+	start := uint64(cycleFoldAt - 3*c.w)
+	c.ctr.Store(start)
+	for k := range 10 * c.w {
+		i, ok := c.next()
+		require.True(t, ok)
+		assert.Equal(t, c.seq[(start+k)%c.w], i, "pick %d after %d", k, start)
+	}
+	assert.Less(t, c.ctr.Load(), uint64(cycleFoldAt), "folded")
+}
+
+// TestSmoothWRR_groupedScanMatchesModel is TestSmoothWRR_matchesModel on
+// lists long enough for the grouped scan (weightGroups): SmoothWRR and the
+// literal nginx model go through the same random picks, retries, failures
+// and clock moves, and every pick and every peer's state must agree.
+func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			clk := newFakeClock()
+			n := groupedScanMin + rng.IntN(300)
+			distinct := 1 + rng.IntN(6)
+			var peers []*Peer
+			model := &ngxModel{}
+			for i := range n {
+				w, mf, ft := rng.IntN(distinct+1), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+				if w == 0 && rng.IntN(4) != 0 {
+					w = 1
+				}
+				backup := i > 0 && rng.IntN(40) == 0
+				down := rng.IntN(50) == 0
+				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
+				if backup {
+					opts = append(opts, Backup())
+				}
+				if down {
+					opts = append(opts, Down())
+				}
+				addr := fmt.Sprint("p", i)
+				peers = append(peers, NewPeer(addr, opts...))
+				model.add(addr, w, mf, int64(ft), backup, down)
+			}
+			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			byAddr := map[string]*Peer{}
+			for _, p := range peers {
+				byAddr[p.Addr()] = p
+			}
+			failProb := []float64{0.01, 0.05, 0.3}[rng.IntN(3)]
+			grouped := 0
+			for step := range 300 {
+				if rng.IntN(10) == 0 {
+					clk.add(time.Duration(rng.IntN(3)) * time.Second)
+				}
+				now := clk.t.UnixNano()
+				var r Request
+				model.begin()
+				for {
+					want := model.pick(now)
+					got, err := s.Pick(&r)
+					if s.groups != nil {
+						grouped++
+					}
+					if want == nil {
+						require.Error(t, err, "step %d: model found no peer", step)
+						break
+					}
+					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
+					require.Equal(t, want.addr, got.Addr(), "step %d", step)
+					failed := rng.Float64() < failProb
+					model.free(want, failed, now)
+					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
+					if !failed {
+						break
+					}
+				}
+				if step%10 != 0 {
+					continue
+				}
+				for _, m := range model.all() {
+					st := byAddr[m.addr].State()
+					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
+					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
+					require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+				}
+			}
+			t.Logf("%d peers, %d distinct weights: %d picks grouped", n, distinct, grouped)
+		})
+	}
+}
