@@ -42,7 +42,11 @@ import (
 //     cost, so a peer that became fast regains its weight within a few
 //     decay times even while it gets no traffic. It decays toward the
 //     fastest, not toward zero, so a stale estimate can win a peer the top
-//     weight and never more.
+//     weight and never more. A peer whose weight rests on that decay
+//     rather than on its replies, or on the single reply that cleared its
+//     failures, is probed one attempt at a time until three replies in a
+//     row bear its weight out: a stale estimate costs a probe, not a burst
+//     of attempts into a peer still slow.
 //
 // The latency estimate of a peer is the peak EWMA of its replies (a reply
 // slower than the estimate replaces it at once, faster ones are averaged
@@ -153,6 +157,14 @@ const (
 // fastestScale is the weight of the best peer: derived weights are integers
 // in [floor, fastestScale], 1% resolution, as in the OpenResty original.
 const fastestScale = 100
+
+// exploreConfirm is how many replies in a row, each within the band of
+// the estimate its weight assumed, end the probing of a peer whose weight
+// rested on the decay of its estimate, or on a single reply after its
+// failures: one reply can be lucky (a server ten times slower, with
+// exponential service times, answers within 3× the fast ones' time one
+// time in four), three in a row much more rarely.
+const exploreConfirm = 3
 
 // maxExponent bounds WithExponent: beyond it the weights are a switch that
 // no band keeps from flapping.
@@ -317,8 +329,8 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 	var conns, w int64 // least's in-flight count + 1 and weight, as read
 	var many bool      // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.available(now) {
-			continue
+		if r.isTried(i) || !p.available(now) || p.lat.exploring && p.conns.Load() != 0 {
+			continue // a peer being probed has its one attempt out
 		}
 		pc, pw := p.conns.Load()+1, p.effectiveWeight
 		// nginx probes a failed peer on its first selection after the
@@ -351,7 +363,7 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.available(now) {
+			if r.isTried(i) || !p.available(now) || p.lat.exploring && p.conns.Load() != 0 {
 				continue
 			}
 			if p != least && compareDelay(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
@@ -418,10 +430,21 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	f.doneLocked(l, p, o)
 	p.effectiveWeight = ew
 	cleared := failing && p.fails.Load() == 0
+	if p.lat.exploring {
+		// A reply within the band of what the peer's weight assumed
+		// confirms it; exploreConfirm of them in a row end the probing.
+		if !o.Failed && float64(o.Latency) <= f.estimateLocked(p, f.fastest[listOf(p)], now)*f.band {
+			p.lat.confirmed++
+		} else {
+			p.lat.confirmed = 0
+		}
+		p.lat.exploring = p.lat.confirmed < exploreConfirm
+	}
 	if o.Failed {
 		p.lat.observeLocked(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
 	} else if cleared {
 		p.lat.restartLocked(now, float64(o.Latency))
+		p.lat.exploring, p.lat.confirmed = true, 1
 	} else {
 		p.lat.observeLocked(now, float64(o.Latency), f.tau)
 	}
@@ -526,6 +549,10 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 			p.lat.est = f.estimateLocked(p, m, now)
 		}
 		p.lat.share = float64(p.weight.Load()) * f.ratio(m, p.lat.est)
+		if measured && p.lat.measured.Load() && p.lat.estimate() > p.lat.est*f.band {
+			// The weight rests on the decay, not on replies.
+			p.lat.exploring, p.lat.confirmed = true, 0
+		}
 		top = max(top, p.lat.share)
 	}
 	for _, p := range peers {

@@ -40,6 +40,7 @@ type ffLoop struct {
 	answer func(i int, at time.Duration) ffReply
 	start  time.Time
 	out    []ffFlight
+	onPick func(*Peer) // called after every pick, if not nil
 }
 
 // ffFlight is an attempt in flight in an ffLoop.
@@ -69,6 +70,9 @@ func (l *ffLoop) run(outstanding int, until time.Duration) []int {
 			}
 			i := slices.Index(l.peers, p)
 			got[i]++
+			if l.onPick != nil {
+				l.onPick(p)
+			}
 			r := l.answer(i, l.elapsed())
 			l.out = append(l.out, ffFlight{p, l.clk.now().Add(r.lat), r})
 		}
@@ -274,6 +278,36 @@ func TestFastestFirst_law4_refindsFastest(t *testing.T) {
 			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, ffWeights(peers), peers[0].lat.estimate(), peers[1].lat.estimate())
 		})
 	}
+}
+
+// A peer whose weight has grown back through the decay of its estimate is
+// probed one attempt at a time until its replies bear the weight out: c,
+// measured slow a minute ago and silent since, looks as fast as the others
+// now, yet must not get a second attempt before its first slow reply.
+func TestFastestFirst_staleEstimateProbedOneAtATime(t *testing.T) {
+	clk := newFakeClock()
+	peers := weighted(1, 1, 1)
+	f := newTestFF(t, clk, peers)
+	f.mu.Lock()
+	peers[2].lat.observeLocked(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
+	clk.add(time.Minute)
+	for _, p := range peers[:2] {
+		p.lat.observeLocked(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
+	}
+	f.recomputeLocked(f.load().primary, 0, clk.now().UnixNano())
+	f.mu.Unlock()
+	require.Equal(t, []int{100, 100, 100}, ffWeights(peers), "c's estimate has decayed to the others'")
+
+	most := 0
+	loop := newFFLoop(t, f, clk, peers, ffFixed(20*time.Millisecond, 20*time.Millisecond, 400*time.Millisecond))
+	loop.onPick = func(p *Peer) {
+		if p == peers[2] {
+			most = max(most, p.InFlight())
+		}
+	}
+	got := loop.run(16, 10*time.Second)
+	assert.Equal(t, 1, most, "c's attempts in flight at most")
+	assert.Positive(t, got[2], "c is probed")
 }
 
 // A stalled peer loses weight before its first slow reply: its silence

@@ -107,10 +107,12 @@ type latencyStats struct {
 	owned bool // the picker has started the peer's statistics
 
 	// FastestFirst, guarded by its lock.
-	since  int64   // unix ns: last completion, or when the peer last became busy
-	lo, hi float64 // band (ns) the current weight was set for
-	est    float64 // scratch of a recompute: the estimate (ns)
-	share  float64 // scratch of a recompute: the unscaled weight
+	since     int64   // unix ns: last completion, or when the peer last became busy
+	lo, hi    float64 // band (ns) the current weight was set for
+	exploring bool    // probed one attempt at a time: its weight is not borne out by replies
+	confirmed int     // replies in a row that bore out the weight while exploring
+	est       float64 // scratch of a recompute: the estimate (ns)
+	share     float64 // scratch of a recompute: the unscaled weight
 }
 
 // reset forgets every sample: a peer new to the picker starts unmeasured.
@@ -120,6 +122,7 @@ func (s *latencyStats) reset() {
 	s.measured.Store(false)
 	s.since = 0
 	s.lo, s.hi = 0, 0
+	s.exploring, s.confirmed = false, 0
 }
 
 // estimate returns the stored peak EWMA in nanoseconds, undecayed.
