@@ -190,7 +190,8 @@ func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 }
 
 // Pick returns the next peer in nginx's smooth order. It is O(1) and
-// lock-free while the weights are static and r is fresh, O(n) otherwise.
+// lock-free while the weights are static (or there is one peer) and r is
+// fresh; otherwise it runs the scan under the lock.
 func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 	if r.fresh() {
 		if c := s.cycle.Load(); c != nil {
@@ -200,6 +201,16 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 				if r != nil {
 					r.begin(c.list)
 					r.record(int(i))
+				}
+				return p, nil
+			}
+		} else if l := s.load(); l.single {
+			// nginx's single-server rule reads only down and max_conns
+			// and moves no weight (RR.c 626-638): no lock needed.
+			if p := l.primary[0]; !p.down.Load() && acquirePeer(p) {
+				if r != nil {
+					r.begin(l)
+					r.record(0)
 				}
 				return p, nil
 			}
