@@ -36,6 +36,7 @@ var pickerCases = []pickerCase{
 	{"P2CPeakEWMA", as(NewP2CPeakEWMA)},
 	{"RandomWeighted", as(NewRandomWeighted)},
 	{"LeastConn", as(NewLeastConn)},
+	{"FastestFirst", as(NewFastestFirst)},
 }
 
 // forEachPicker runs f as a subtest for every picker type.

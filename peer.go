@@ -56,7 +56,8 @@ type Peer struct {
 	index           int   // position in its list
 	added           int64 // unix nanoseconds when added, for warm-up
 
-	// Latency statistics for latency-aware pickers; guarded by owner.mu.
+	// Latency statistics of the latency-aware pickers; see latencyStats
+	// for which fields are atomic and which the owner's lock guards.
 	lat latencyStats
 }
 

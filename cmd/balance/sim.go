@@ -45,7 +45,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check", false, "print the target checks instead of the tables")
 	candidate := fs.String("candidate", "", "picker measured by -check (default "+strings.Join(simCandidates, ", else ")+")")
 	baseline := fs.String("baseline", "", "picker -check compares with (default "+strings.Join(simBaselines, ", else ")+")")
-	tau := fs.Duration("tau", 10*time.Second, "the candidate's decay constant, for the readmission check")
+	tau := fs.Duration("tau", 0, "the candidate's decay constant, for the readmission check (default its own: 5s for FastestFirst, 10s otherwise)")
 	series := fs.Bool("series", false, "print each backend's share of attempts per 500 ms window, first seed")
 	list := fs.Bool("list", false, "list the scenarios and the policies")
 	parallel := fs.Int("j", 0, "runs at once (default GOMAXPROCS); the output does not depend on it")
@@ -140,6 +140,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case *check:
+		if *tau == 0 {
+			*tau = decayOf(pols[0].Name)
+		}
 		checks, err := rep.Checks(pols[0].Name, pols[1].Name, *tau)
 		if err == nil {
 			fmt.Fprintf(stdout, "candidate %s, baseline %s, %d seeds\n", pols[0].Name, pols[1].Name, *seeds)
@@ -265,4 +268,14 @@ func simSeries(w io.Writer, rep *sim.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// decayOf returns the decay constant a picker runs with by default: the
+// time scale on which it forgets a peer's past latency, and so the unit of
+// the readmission check.
+func decayOf(picker string) time.Duration {
+	if picker == "FastestFirst" {
+		return balancer.DefaultFastestDecay
+	}
+	return balancer.DefaultDecay
 }
