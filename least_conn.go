@@ -177,17 +177,5 @@ func compareLoad(pc, pw, qc, qw int64) int {
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
 func (b *LeastConn) Done(p *Peer, o Outcome) error {
-	if err := b.release(p, o); err != nil {
-		return err
-	}
-	if !o.Failed && !p.needsLockOnSuccess() {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p.owner.Load() != &b.peerSet {
-		return nil // removed while in flight
-	}
-	b.doneLocked(b.load(), p, o)
-	return nil
+	return b.done(p, o)
 }

@@ -224,6 +224,19 @@ func (s *peerSet) release(p *Peer, o Outcome) error {
 	return nil
 }
 
+// done is Done for the pickers whose only per-peer state is nginx's failure
+// accounting: a success on a peer with no failures on record only ends the
+// attempt, without the lock.
+func (s *peerSet) done(p *Peer, o Outcome) error {
+	if err := s.release(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.doneLocked(s.load(), p, o)
+	return nil
+}
+
 // doneLocked applies an outcome to nginx's failure accounting (RR.c
 // 783-863), including the single-peer rule: with one server nginx ignores
 // max_fails and any report clears its failures. Requires s.mu.

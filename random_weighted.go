@@ -456,17 +456,5 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *rrClock, single bool)
 // failures on record takes no lock; anything else runs nginx's failure
 // accounting under the picker's lock.
 func (b *RandomWeighted) Done(p *Peer, o Outcome) error {
-	if err := b.release(p, o); err != nil {
-		return err
-	}
-	if !o.Failed && !p.needsLockOnSuccess() {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p.owner.Load() != &b.peerSet {
-		return nil // removed while in flight
-	}
-	b.doneLocked(b.load(), p, o)
-	return nil
+	return b.done(p, o)
 }

@@ -268,19 +268,7 @@ func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *rrClock, si
 // failures on record takes no lock; anything else runs nginx's failure
 // accounting under the picker's lock.
 func (b *RoundRobin) Done(p *Peer, o Outcome) error {
-	if err := b.release(p, o); err != nil {
-		return err
-	}
-	if !o.Failed && !p.needsLockOnSuccess() {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p.owner.Load() != &b.peerSet {
-		return nil // removed while in flight
-	}
-	b.doneLocked(b.load(), p, o)
-	return nil
+	return b.done(p, o)
 }
 
 // The helpers below are shared by the lock-free pickers, RoundRobin and
