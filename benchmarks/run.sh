@@ -5,12 +5,12 @@
 #	sh benchmarks/run.sh
 #
 # ROUNDS (default 7) is how many times the whole suite runs; BENCHTIME
-# (default 150ms) is each benchmark's -benchtime. The benchmark binary is
+# (default 100ms) is each benchmark's -benchtime. The benchmark binary is
 # built once, so every round times the same code; report/ takes the medians.
 set -eu
 
 ROUNDS=${ROUNDS:-7}
-BENCHTIME=${BENCHTIME:-150ms}
+BENCHTIME=${BENCHTIME:-100ms}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 work=$(mktemp -d)
@@ -28,7 +28,7 @@ while [ "$i" -le "$ROUNDS" ]; do
 done
 
 cmd="sh benchmarks/run.sh"
-if [ "$ROUNDS" != 7 ] || [ "$BENCHTIME" != 150ms ]; then
+if [ "$ROUNDS" != 7 ] || [ "$BENCHTIME" != 100ms ]; then
 	cmd="ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME $cmd"
 fi
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
