@@ -178,3 +178,79 @@ func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
 		})
 	}
 }
+
+// TestSmoothWRR_groupedScanUpdates drives long lists through weight changes,
+// peers going down and up, and reports held in flight and given back out of
+// order, against the nginx model: a list change restarts every current
+// weight (an nginx reload), and the grouped scan must start over from it.
+func TestSmoothWRR_groupedScanUpdates(t *testing.T) {
+	for seed := range uint64(16) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			clk := newFakeClock()
+			n := groupedScanMin + rng.IntN(200)
+			var peers []*Peer
+			model := &ngxModel{}
+			for i := range n {
+				w, mf := 1+rng.IntN(4), rng.IntN(3)
+				addr := fmt.Sprint("p", i)
+				peers = append(peers, NewPeer(addr, Weight(w), MaxFails(mf), FailTimeout(2*time.Second)))
+				model.add(addr, w, mf, int64(2*time.Second), false, false)
+			}
+			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			type held struct {
+				p      *Peer
+				m      *ngxPeer
+				failed bool
+			}
+			var pending []held
+			restart := func() {
+				for _, m := range model.all() {
+					m.cw = 0
+				}
+			}
+			for step := range 400 {
+				switch x := rng.IntN(100); {
+				case x < 3:
+					i, w := rng.IntN(n), rng.IntN(5)
+					require.NoError(t, s.SetWeight(peers[i], w))
+					model.primary[i].w, model.primary[i].ew = int64(w), int64(w)
+					restart()
+				case x < 5:
+					i := rng.IntN(n)
+					down := !model.primary[i].down
+					require.NoError(t, s.SetDown(peers[i], down))
+					model.primary[i].down = down
+					restart()
+				case x < 15:
+					clk.add(time.Second)
+				}
+				now := clk.t.UnixNano()
+				model.begin()
+				want := model.pick(now)
+				got, err := s.Pick(nil)
+				if want == nil {
+					require.Error(t, err, "step %d", step)
+				} else {
+					require.NoError(t, err, "step %d", step)
+					require.Equal(t, want.addr, got.Addr(), "step %d", step)
+					pending = append(pending, held{got, want, rng.IntN(8) == 0})
+				}
+				for len(pending) > 0 && rng.IntN(3) != 0 {
+					k := rng.IntN(len(pending))
+					h := pending[k]
+					pending = append(pending[:k], pending[k+1:]...)
+					model.free(h.m, h.failed, now)
+					require.NoError(t, s.Done(h.p, Outcome{Failed: h.failed}))
+				}
+				for i, m := range model.primary {
+					st := peers[i].State()
+					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
+					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
+					require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+				}
+			}
+		})
+	}
+}
