@@ -218,6 +218,9 @@ func acquire(p *Peer) bool {
 // nil if no peer of the list is eligible. The index comes from the list, not
 // from Peer.index, which a concurrent change may already have renumbered.
 func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) (*Peer, int) {
+	if len(peers) == 0 { // a list of backups only: nothing to draw from the primaries
+		return nil, -1
+	}
 	for range p2cEffort + 1 {
 		a, c := -1, -1
 		for try := 0; try < p2cEffort; try++ {
@@ -323,7 +326,7 @@ func (b *P2CPeakEWMA) drawEligible(peers []*Peer, r *Request, now int64) (int, i
 		return -1, -1
 	}
 	wa := drawWeight(peers[a], unit)
-	if sum == wa {
+	if sum <= wa { // <: a concurrent SetWeight raised a's weight since sum was taken
 		return a, -1
 	}
 	return a, findEligible(peers, b.int64N(sum-wa), a, unit, r, now)
