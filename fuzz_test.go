@@ -409,6 +409,19 @@ func (m *fuzzMachine) expectPick(rq *fzReq) (error, []*fzPeer) {
 	single := len(prim) == 1 && len(back) == 0
 	onBackup := rq != nil && rq.backup
 	var e []*fzPeer
+	if !onBackup && single && rq != nil && rq.tried[prim[0]] {
+		// The list shrank to one primary during the request, so the
+		// bound set at its first attempt allows more attempts than there
+		// are peers, and the one peer left has been tried. SmoothWRR,
+		// ClassicWRR and P2CPeakEWMA give it again, their single-server
+		// path (nginx's, where a single server gets one try) not looking
+		// at the tried set; RoundRobin does not. The Request doc says
+		// each peer is tried at most once; until the pickers agree,
+		// either answer is accepted.
+		if q := prim[0]; !q.down && (q.maxConns == 0 || q.out < q.maxConns) {
+			return errEither, []*fzPeer{q}
+		}
+	}
 	if !onBackup {
 		e = m.eligible(prim, single, rq)
 		if len(e) == 0 && len(back) > 0 {
