@@ -132,17 +132,7 @@ func (c *cycle) mod(v uint64) uint64 {
 	return hi
 }
 
-// next takes the next pick of the sequence: the primary's index, or false if
-// the cycle is closed.
-func (c *cycle) next() (int32, bool) {
-	v := c.ctr.Add(1)
-	if v <= cycleFoldAt {
-		return c.seq[c.mod(v-1)], true
-	}
-	return c.fold(v)
-}
-
-// fold is next's rare path, past cycleFoldAt: the slot by division, and the
+// fold is the rare path of Pick's cycle, past cycleFoldAt: the slot by division, and the
 // counter folded to v mod w. The fold succeeds only if no other pick moved
 // the counter since v (nor closed it); if one did, a later pick folds it,
 // long before it could reach 2^32. Since v and v mod w are congruent, every
@@ -195,7 +185,16 @@ func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 	if r.fresh() {
 		if c := s.cycle.Load(); c != nil {
-			if i, ok := c.next(); ok {
+			// The cycle's next slot, or a closed cycle: written out here
+			// rather than in a method, which would be too large to inline.
+			v, ok := c.ctr.Add(1), true
+			var i int32
+			if v <= cycleFoldAt {
+				i = c.seq[c.mod(v-1)]
+			} else {
+				i, ok = c.fold(v)
+			}
+			if ok {
 				p := c.list.primary[i]
 				p.conns.Add(1)
 				if r != nil {

@@ -92,10 +92,11 @@ func TestSmoothWRR_cycleFold(t *testing.T) {
 	start := uint64(cycleFoldAt - 3*c.w)
 	c.ctr.Store(start)
 	for k := range 10 * c.w {
-		i, ok := c.next()
-		require.True(t, ok)
-		assert.Equal(t, c.seq[(start+k)%c.w], i, "pick %d after %d", k, start)
+		p, err := s.Pick(nil)
+		require.NoError(t, err)
+		assert.Same(t, c.list.primary[c.seq[(start+k)%c.w]], p, "pick %d after %d", k, start)
 	}
+	assert.Same(t, c, s.cycle.Load(), "still the same cycle")
 	assert.Less(t, c.ctr.Load(), uint64(cycleFoldAt), "folded")
 }
 
