@@ -416,3 +416,62 @@ type updater interface {
 }
 
 func toSet(p Picker) updater { return p.(updater) }
+
+func TestContract_peersIsACopy(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		peers := weighted(5, 1, 1)
+		p, err := pc.new(peers)
+		require.NoError(t, err)
+		got := toSet(p).Peers()
+		got[0], got[1] = got[1], got[0]
+		got[2] = nil
+		assert.Equal(t, peers, toSet(p).Peers(), "the caller's slice is not the picker's")
+		for range 10 {
+			require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{}))
+		}
+	})
+}
+
+// A Request whose only Pick found nothing live, not even among the backups,
+// has made no attempt: once a primary is back it must be offered, exactly as
+// to a request that never picked.
+func TestContract_freshRequestStartsOnPrimaries(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		a := NewPeer("a")
+		p, err := pc.new([]*Peer{a, NewPeer("b"), NewPeer("bk", Backup(), Down())}, WithClock(clk.now))
+		require.NoError(t, err)
+		for range 2 {
+			var r Request
+			got := mustPick(t, p, &r)
+			require.NoError(t, p.Done(got, Outcome{Failed: true}))
+		}
+		var r Request
+		_, err = p.Pick(&r)
+		require.ErrorIs(t, err, ErrNoLivePeer)
+		clk.add(11 * time.Second)
+		got, err := p.Pick(&r)
+		require.NoError(t, err, "primaries due for their probe")
+		assert.False(t, got.IsBackup())
+		require.NoError(t, p.Done(got, Outcome{}))
+	})
+}
+
+// Two pickers adding one peer at once: exactly one wins it.
+func TestContract_addRace(t *testing.T) {
+	for range 200 {
+		x := NewPeer("x")
+		a, err := NewSmoothWRR(nil)
+		require.NoError(t, err)
+		b, err := NewRoundRobin(nil)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		wg.Add(2)
+		go func() { defer wg.Done(); errs[0] = a.Add(x) }()
+		go func() { defer wg.Done(); errs[1] = b.Add(x) }()
+		wg.Wait()
+		assert.True(t, (errs[0] == nil) != (errs[1] == nil), "errors %v", errs)
+		assert.Equal(t, 1, len(a.Peers())+len(b.Peers()))
+	}
+}

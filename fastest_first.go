@@ -324,12 +324,24 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 // as first read; a count that drops meanwhile can only make a peer look
 // busier than it is for this one pick.
 func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
+	if p := scanFastestGated(peers, r, now, true); p != nil {
+		return p
+	}
+	// Every eligible peer is being explored and has its attempt out: the
+	// one-at-a-time rule is a preference, and a healthy peer must not be
+	// refused, so the attempt goes to the least loaded of them.
+	return scanFastestGated(peers, r, now, false)
+}
+
+// scanFastestGated is scanFastest's pass; with gate set it skips the peers
+// being explored that have their one attempt out.
+func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
 	var least, probe *Peer
 	var at int         // least's position in peers
 	var conns, w int64 // least's in-flight count + 1 and weight, as read
 	var many bool      // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.available(now) || p.lat.exploring && p.conns.Load() != 0 {
+		if r.isTried(i) || !p.available(now) || gate && p.lat.exploring && p.conns.Load() != 0 {
 			continue // a peer being probed has its one attempt out
 		}
 		pc, pw := p.conns.Load()+1, p.effectiveWeight
@@ -344,7 +356,7 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 			least, at, conns, w, many = p, i, pc, pw, false
 			continue
 		}
-		switch c := compareDelay(pc, pw, conns, w); {
+		switch c := compareLoad(pc, pw, conns, w); {
 		case c < 0:
 			least, at, conns, w, many = p, i, pc, pw, false
 		case c == 0:
@@ -363,10 +375,10 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.available(now) || p.lat.exploring && p.conns.Load() != 0 {
+			if r.isTried(i) || !p.available(now) || gate && p.lat.exploring && p.conns.Load() != 0 {
 				continue
 			}
-			if p != least && compareDelay(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
+			if p != least && compareLoad(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
 				continue
 			}
 			// nginx's step, except that the effective weight, which
@@ -382,29 +394,6 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 	}
 	best.checkLocked(now)
 	return best
-}
-
-// compareDelay compares the expected delay pc/pw (in flight + 1 over
-// weight) of one peer with qc/qw of another: negative when the first is
-// less. Derived weights are at most 100, so the cross products stay far
-// from overflow. A peer of weight 0 is slower than any peer with weight,
-// and two of them compare by count.
-func compareDelay(pc, pw, qc, qw int64) int {
-	switch {
-	case pw == 0 && qw == 0:
-		pw, qw = 1, 1
-	case pw == 0:
-		return 1
-	case qw == 0:
-		return -1
-	}
-	switch a, b := pc*qw, qc*pw; {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Done reports the outcome of an attempt on p: it ends the attempt, applies

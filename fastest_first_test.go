@@ -659,3 +659,31 @@ func TestFastestFirst_beatsP2CInToyBrownout(t *testing.T) {
 	t.Logf("p99: FastestFirst %v, P2CPeakEWMA %v", ff, p2c)
 	assert.Less(t, ff, p2c)
 }
+
+// Exploring peers are probed one attempt at a time, but that is a
+// preference: when every peer is exploring with its attempt out, a pick
+// still gets a peer rather than ErrNoLivePeer.
+func TestFastestFirst_allExploringStillPicks(t *testing.T) {
+	clk := newFakeClock()
+	a, b := NewPeer("a"), NewPeer("b")
+	f, err := NewFastestFirst([]*Peer{a, b}, WithClock(clk.now))
+	require.NoError(t, err)
+	for range 4 {
+		p := mustPick(t, f, nil)
+		require.NoError(t, f.Done(p, Outcome{Latency: 10 * time.Millisecond}))
+	}
+	var r Request
+	for range 2 {
+		p := mustPick(t, f, &r)
+		require.NoError(t, f.Done(p, Outcome{Failed: true, Latency: time.Millisecond}))
+	}
+	clk.add(11 * time.Second)
+	for range 2 {
+		p := mustPick(t, f, nil) // the probes, which succeed
+		require.NoError(t, f.Done(p, Outcome{Latency: 10 * time.Millisecond}))
+	}
+	require.True(t, a.lat.exploring && b.lat.exploring, "setup: both peers exploring")
+	for range 3 {
+		mustPick(t, f, nil) // held in flight
+	}
+}

@@ -176,7 +176,7 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	switch {
 	case l.single:
 		// nginx checks only down and max_conns for a single server.
-		if q := l.primary[0]; !q.down.Load() && acquire(q) {
+		if q := l.primary[0]; !q.down.Load() && acquirePeer(q) {
 			p = q
 		}
 	case !r.backup:
@@ -193,24 +193,6 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	}
 	r.record(i)
 	return p, nil
-}
-
-// acquire counts an attempt in flight on p unless p is at its max_conns,
-// which a concurrent pick may have reached since p was found eligible.
-func acquire(p *Peer) bool {
-	if p.maxConns == 0 {
-		p.conns.Add(1)
-		return true
-	}
-	for {
-		c := p.conns.Load()
-		if c >= p.maxConns {
-			return false
-		}
-		if p.conns.CompareAndSwap(c, c+1) {
-			return true
-		}
-	}
 }
 
 // choose returns the winner of a pair of distinct eligible peers of one
@@ -242,16 +224,29 @@ func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) 
 		if c >= 0 && b.cheaper(peers[c], peers[a], now) {
 			a, c = c, a
 		}
-		if p := peers[a]; p.claimProbe(now) && acquire(p) {
-			return p, a
+		if takeAt(peers[a], now) {
+			return peers[a], a
 		}
-		if c >= 0 {
-			if p := peers[c]; p.claimProbe(now) && acquire(p) {
-				return p, c
-			}
+		if c >= 0 && takeAt(peers[c], now) {
+			return peers[c], c
 		}
 	}
 	return nil, -1
+}
+
+// takeAt counts an attempt on p in flight if p is still eligible at now:
+// the connection slot first, by compare-and-swap against max_conns, then
+// the probe, so that a probe is never spent on a peer a concurrent pick
+// has just filled.
+func takeAt(p *Peer, now int64) bool {
+	if !acquirePeer(p) {
+		return false
+	}
+	if !p.claimProbe(now) {
+		p.release()
+		return false
+	}
+	return true
 }
 
 // eligibleAt reports whether peer i of peers may take r's next attempt at

@@ -19,13 +19,17 @@ type peerList struct {
 
 func (l *peerList) empty() bool { return len(l.primary)+len(l.backup) == 0 }
 
+// listGen numbers every peer list of every picker, so that a Request
+// carried from one picker to another, or across a change, never mistakes
+// one list's tried bits for another's.
+var listGen atomic.Uint64
+
 // peerSet holds a picker's peers and implements the update methods every
 // picker shares. Its exported methods are promoted into each picker.
 type peerSet struct {
 	mu   sync.Mutex // serializes changes; the smooth pickers pick under it too
 	list atomic.Pointer[peerList]
 	now  func() int64
-	gen  uint64 // guarded by mu
 
 	// changed runs with mu held after every change, so a picker can
 	// rebuild what it derives from the peer list.
@@ -48,10 +52,10 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 func (s *peerSet) load() *peerList { return s.list.Load() }
 
 // Peers returns the picker's peers, primaries then backups, in the order
-// they were added.
+// they were added, in a new slice the caller may keep and change.
 func (s *peerSet) Peers() []*Peer {
 	l := s.load()
-	return append(slices.Clip(l.primary), l.backup...)
+	return slices.Concat(l.primary, l.backup) // a copy: the list is shared with Pick
 }
 
 // Add adds peers to the picker. It checks every peer first and adds none if
@@ -88,9 +92,18 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	if err := checkWeightSum(all); err != nil {
 		return err
 	}
+	// Claim each peer by compare-and-swap: another picker adding the same
+	// peer concurrently passed the check above too, and only one may win.
+	for i, p := range peers {
+		if !p.owner.CompareAndSwap(nil, s) {
+			for _, q := range peers[:i] {
+				q.owner.Store(nil)
+			}
+			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
+		}
+	}
 	now := s.now()
 	for _, p := range peers {
-		p.owner.Store(s)
 		p.effectiveWeight = p.weight.Load()
 		p.added = now
 	}
@@ -177,8 +190,7 @@ func (s *peerSet) ownsLocked(p *Peer) error {
 // publishLocked builds and stores a new list from all, in order, and lets the
 // picker rebuild. Requires s.mu.
 func (s *peerSet) publishLocked(all []*Peer) {
-	s.gen++
-	l := &peerList{gen: s.gen}
+	l := &peerList{gen: listGen.Add(1)}
 	for _, p := range all {
 		p.currentWeight = 0
 		if p.backup {

@@ -49,6 +49,10 @@ func (r *Request) Attempts() int { return r.attempts }
 // name the same peers, so they are forgotten; the bound still holds.
 func (r *Request) begin(l *peerList) bool {
 	if r.attempts == 0 {
+		// A request that has not made an attempt starts afresh, even if
+		// an earlier Pick moved it to the backups and found none live.
+		r.clearTried()
+		r.backup = false
 		r.limit = l.tries
 		r.gen = l.gen
 	} else if r.gen != l.gen {
