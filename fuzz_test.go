@@ -87,6 +87,16 @@ type fuzzTrait struct {
 	sumZero      bool // SmoothWRR: Σ current weights of each list is 0
 	cwInRange    bool // ClassicWRR: 0 <= current weight <= weight
 	ownEffective bool // FastestFirst derives effective weights, up to 100 whatever the weight
+
+	// FastestFirst probes a peer whose weight no reply bears out one
+	// attempt at a time (its doc, law 4): such a peer with an attempt in
+	// flight is passed over while another peer of its list is eligible,
+	// and is a single server's turn as ever. The model reads the flag
+	// from the peer.
+	exploreOne bool
+	// FastestFirst takes a peer due for its probe (failures on record,
+	// fail_timeout passed) before any other, whatever its weight.
+	probeFirst bool
 }
 
 // fuzzTraits holds the promises of each picker by its pickerCases name; a
@@ -98,7 +108,7 @@ var fuzzTraits = map[string]fuzzTrait{
 	"P2CPeakEWMA":    {zeroWeight: zwEligible},
 	"RandomWeighted": {zeroWeight: zwStatic},
 	"LeastConn":      {zeroWeight: zwEligible},
-	"FastestFirst":   {zeroWeight: zwEligible, ownEffective: true},
+	"FastestFirst":   {zeroWeight: zwEligible, ownEffective: true, exploreOne: true, probeFirst: true},
 }
 
 // fzPeer is the model of one peer, next to the peer itself.
@@ -374,6 +384,12 @@ func (m *fuzzMachine) eligible(list []*fzPeer, single bool, rq *fzReq) []*fzPeer
 			e = append(e, q)
 		}
 	}
+	if m.tr.exploreOne && !single {
+		idle := slices.DeleteFunc(slices.Clone(e), func(q *fzPeer) bool { return q.p.lat.exploring && q.out > 0 })
+		if len(idle) > 0 {
+			e = idle
+		}
+	}
 	return e
 }
 
@@ -506,9 +522,9 @@ func (m *fuzzMachine) pick(slot int, fresh bool) {
 	if q == nil || !slices.Contains(e, q) {
 		m.failf("%s = %v; want one of %v (state: %s)", what, got, fzNames(e), m.describe())
 	}
-	if m.tr.zeroWeight == zwEligible && q.weight == 0 &&
+	if m.tr.zeroWeight == zwEligible && q.weight == 0 && !(m.tr.probeFirst && q.fails != 0) &&
 		slices.ContainsFunc(e, func(o *fzPeer) bool { return o.weight > 0 }) {
-		m.failf("%s = %v of weight 0; eligible peers with a weight: %v", what, got, fzNames(e))
+		m.failf("%s = %v of weight 0 while an eligible peer has a weight (state: %s)", what, got, m.describe())
 	}
 	now := m.now.UnixNano()
 	q.out++
