@@ -27,8 +27,11 @@ import (
 // period (a failure, a retry, a recovering effective weight, max_conns)
 // turns the cycle back into the exact current weights it stands for, in
 // O(n) from the nearest checkpoint, and SmoothWRR runs nginx's scan under
-// a lock until every peer is back at full health and every current weight
-// is 0, where the cycle resumes. The scan is O(n) for short lists; from 16
+// a lock until every peer is back at full health. From there the cycle
+// resumes: at once if every current weight is 0, else after the scan has
+// recorded one period, W picks, from the state it found (healthy peers
+// repeat every W picks, but a retry or a failure leaves them on another
+// orbit than the one from 0), which is then served as a cycle of its own. The scan is O(n) for short lists; from 16
 // primaries on it keeps the healthy ones grouped by weight (see
 // weightGroups) and costs O(d + k + log n), k the number of peers not at
 // full health, with the same picks and weights as nginx's.
@@ -46,6 +49,20 @@ type SmoothWRR struct {
 	groups      *weightGroups
 	groupedFor  *peerList
 	groupsBuilt *weightGroups
+
+	// The orbit recorder. Healthy peers whose current weights are not all
+	// 0 (after a retry or a recovered failure) repeat a period of W picks
+	// that the cycle built from 0 does not hold, so the scan records its
+	// picks from such a state, recBase; once W picks later the state is
+	// recBase again, the record is that period and is served as a cycle.
+	// recFor is the list being recorded for, nil when not recording.
+	// Guarded by mu.
+	rec     []int32
+	recBase []int64
+	recW    int64 // the period: the live primaries' weights summed
+	recFor  *peerList
+
+	sinceCheck int // scan picks since maybeOpenLocked last ran; guarded by mu
 }
 
 var _ Picker = (*SmoothWRR)(nil)
@@ -80,6 +97,7 @@ type cycle struct {
 	w       uint64  // len(seq), the sum of weights
 	counts  []int64 // scratch for close; guarded by the owner's mu
 	ctr     atomic.Uint64
+	base    []int64 // current weights at the cycle's start; nil: all 0
 
 	// Set by newCycle; cycles built otherwise leave them zero and must
 	// reduce their counter with % and count picks from seq alone.
@@ -118,7 +136,7 @@ func newCycle(l *peerList, seq []int32, weights []int64) *cycle {
 // reopen returns a copy of c with a fresh counter: a cycle that opens again
 // restarts at its first pick.
 func (c *cycle) reopen() *cycle {
-	return &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts, m: c.m, marks: c.marks}
+	return &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts, m: c.m, marks: c.marks, base: c.base}
 }
 
 // mod returns v mod w for v < 2^32 by Lemire's fastmod (Lemire, Kaser and
@@ -231,6 +249,7 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 	if l.empty() {
 		return nil, ErrNoPeers
 	}
+	fresh := r.fresh()
 	// A nil r is a request that will not be retried: it needs no tried
 	// set, which past 64 peers would have to grow.
 	if r != nil && !r.begin(l) {
@@ -239,15 +258,72 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 	s.closeLocked()
 	p := s.pickSmoothLocked(l, r, &rrClock{now: s.now})
 	if p == nil {
+		s.recFor = nil
 		return nil, ErrNoLivePeer
 	}
-	// The cycle can resume only where every live primary is back at 0; a
-	// primary that won with a current weight left is not, and most scans
-	// end so, which spares maybeOpenLocked's O(n) check.
-	if p.backup || p.currentWeight == 0 {
-		s.maybeOpenLocked(l)
+	switch {
+	case s.recFor != l:
+		// Not recording: see whether the cycle can resume, or recording
+		// start. That check is O(n), so it is made when the winner lands
+		// at 0 and otherwise once every n picks: amortized O(1).
+		s.sinceCheck++
+		if p.backup || p.currentWeight == 0 || s.sinceCheck >= len(l.primary) {
+			s.sinceCheck = 0
+			s.maybeOpenLocked(l)
+		}
+	case fresh && !p.backup:
+		s.recordLocked(l, p)
+	default:
+		s.recFor = nil // a retry or a backup is not a step of the period
 	}
 	return p, nil
+}
+
+// recordLocked adds the pick of p to the record, and at W picks turns it
+// into a cycle if the state came back to where recording began.
+func (s *SmoothWRR) recordLocked(l *peerList, p *Peer) {
+	s.rec = append(s.rec, int32(p.index))
+	if int64(len(s.rec)) < s.recW {
+		return
+	}
+	if g := s.groups; g != nil {
+		g.materializeLocked()
+	}
+	same := true
+	for i, q := range l.primary {
+		if q.currentWeight != s.recBase[i] {
+			same = false
+			break
+		}
+	}
+	if !same {
+		// Not back yet (or not periodic from there): record afresh from
+		// here, which costs the scan nothing more.
+		s.startRecordLocked(l, s.recW)
+		return
+	}
+	weights := make([]int64, len(l.primary))
+	for i, q := range l.primary {
+		if !q.down.Load() {
+			weights[i] = q.weight.Load()
+		}
+	}
+	c := newCycle(l, slices.Clone(s.rec), weights)
+	c.base = slices.Clone(s.recBase)
+	s.recFor = nil
+	s.cycle.Store(c)
+	s.groups, s.groupedFor = nil, nil
+}
+
+// startRecordLocked starts recording the period from the current state.
+// Requires every grouped weight to be materialized.
+func (s *SmoothWRR) startRecordLocked(l *peerList, w int64) {
+	s.recFor, s.recW = l, w
+	s.rec = s.rec[:0]
+	s.recBase = s.recBase[:0]
+	for _, q := range l.primary {
+		s.recBase = append(s.recBase, q.currentWeight)
+	}
 }
 
 // pickSmoothLocked is nginx's ngx_http_upstream_get_round_robin_peer: the
@@ -259,10 +335,16 @@ func (s *SmoothWRR) pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Pee
 	backup := r != nil && r.backup
 	switch {
 	case l.single:
-		// nginx checks only down and max_conns here (RR.c 626-638).
-		if q := l.primary[0]; !q.down.Load() && !q.full() {
-			p = q
+		// nginx checks only down and max_conns here (RR.c 626-638). The
+		// lock-free path takes single peers too, so the slot is taken by
+		// compare-and-swap, not by a check and a later add.
+		if q := l.primary[0]; !q.down.Load() && acquirePeer(q) {
+			if r != nil {
+				r.record(0)
+			}
+			return q
 		}
+		return nil
 	case !backup:
 		p = s.scanPrimaryLocked(l, r, clk)
 		if p == nil && len(l.backup) > 0 {
@@ -354,6 +436,7 @@ func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
 	l := s.load()
 	if o.Failed && !p.backup {
 		s.closeLocked()
+		s.recFor = nil
 	}
 	g := s.groups
 	if g != nil && (p.backup || g.list != l) {
@@ -376,6 +459,7 @@ func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
 // current weight to 0.
 func (s *SmoothWRR) changedLocked(l *peerList) {
 	s.groups, s.groupedFor, s.groupsBuilt = nil, nil, nil
+	s.recFor = nil
 	if c := s.cycle.Swap(nil); c != nil {
 		c.ctr.Or(closedBit)
 	}
@@ -383,7 +467,7 @@ func (s *SmoothWRR) changedLocked(l *peerList) {
 }
 
 // closeLocked hands the sequence back to the scan. A cycle that served k
-// picks from all-zero current weights left peer i at k·w_i − W·c_i, where c_i
+// picks from current weights b_i left peer i at b_i + k·w_i − W·c_i, where c_i
 // counts i's picks among the first k mod W: each pick adds w_i to every
 // current weight and takes W from the winner's.
 func (s *SmoothWRR) closeLocked() {
@@ -398,8 +482,16 @@ func (s *SmoothWRR) closeLocked() {
 	// Down peers have weight 0 in the cycle and no picks: they stay at 0,
 	// where the list change that preceded the cycle left them.
 	for i, p := range c.list.primary {
-		p.currentWeight = int64(k)*c.weights[i] - int64(c.w)*c.counts[i]
+		p.currentWeight = c.baseOf(i) + int64(k)*c.weights[i] - int64(c.w)*c.counts[i]
 	}
+}
+
+// baseOf returns primary i's current weight at the cycle's start.
+func (c *cycle) baseOf(i int) int64 {
+	if c.base == nil {
+		return 0
+	}
+	return c.base[i]
 }
 
 // impliedLocked returns p's current weight where SmoothWRR keeps it
@@ -416,14 +508,15 @@ func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
 	}
 	k := c.ctr.Load() % c.w
 	c.countLocked(k)
-	return int64(k)*c.weights[p.index] - int64(c.w)*c.counts[p.index], true
+	return c.baseOf(p.index) + int64(k)*c.weights[p.index] - int64(c.w)*c.counts[p.index], true
 }
 
 // maybeOpenLocked starts serving from the cycle when the exact state is the
 // start of one: every primary that is not down is at full effective weight,
-// has no failures on record, no max_conns, and a current weight of 0.
+// has no failures on record, no max_conns, and a current weight of 0. If
+// all that holds but the current weights are not 0, it starts the recorder.
 func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
-	if s.cycle.Load() != nil || l.single {
+	if s.cycle.Load() != nil || l.single || s.recFor == l {
 		return
 	}
 	if g := s.groups; g != nil {
@@ -433,17 +526,23 @@ func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
 		g.materializeLocked()
 	}
 	var w int64
+	zero := true
 	for _, p := range l.primary {
 		if p.down.Load() {
 			continue
 		}
-		if p.currentWeight != 0 || p.effectiveWeight != p.weight.Load() ||
-			p.fails.Load() != 0 || p.maxConns != 0 {
+		if p.effectiveWeight != p.weight.Load() || p.fails.Load() != 0 || p.maxConns != 0 {
 			return
 		}
+		zero = zero && p.currentWeight == 0
 		w += p.weight.Load()
 	}
 	if w == 0 || w > MaxCycle {
+		return
+	}
+	if !zero {
+		// Healthy, but on another orbit than the one from 0: record it.
+		s.startRecordLocked(l, w)
 		return
 	}
 	c := s.built

@@ -411,3 +411,46 @@ func TestSmoothWRR_period(t *testing.T) {
 		}
 	}
 }
+
+// TestSmoothWRR_cycleResumes checks that the lock-free cycle comes back
+// after what takes the scan in charge: a retry that failed nothing (a 404
+// sent to the next upstream) or a failure that has since healed. Healthy
+// peers repeat every W picks but, after such a disturbance, usually on
+// another orbit than the one from all-zero current weights; the scan
+// records that orbit and serves it. TestSmoothWRR_matchesModel checks that
+// the picks stay nginx's all the while.
+func TestSmoothWRR_cycleResumes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	disturbed := 0
+	for trial := range 200 {
+		clk := newFakeClock()
+		n := 2 + rng.IntN(6)
+		ws := make([]int, n)
+		total := 0
+		for i := range ws {
+			ws[i] = 1 + rng.IntN(9)
+			total += ws[i]
+		}
+		s, err := NewSmoothWRR(weighted(ws...), WithClock(clk.now))
+		require.NoError(t, err)
+		picks(t, s, rng.IntN(total))
+		var r Request
+		if trial%2 == 0 {
+			p := mustPick(t, s, &r)
+			require.NoError(t, s.Done(p, Outcome{}))
+			p = mustPick(t, s, &r) // the retry
+			require.NoError(t, s.Done(p, Outcome{}))
+		} else {
+			p := mustPick(t, s, &r)
+			require.NoError(t, s.Done(p, Outcome{Failed: true}))
+			clk.add(11 * time.Second)
+		}
+		if s.cycle.Load() == nil {
+			disturbed++ // else the retry happened to land on the orbit from 0
+		}
+		// Recovery of effective weights, a probe, and up to two periods.
+		picks(t, s, 3*total+12*n)
+		assert.NotNil(t, s.cycle.Load(), "trial %d weights %v: cycle not back", trial, ws)
+	}
+	assert.Greater(t, disturbed, 100, "trials that left the cycle")
+}
