@@ -48,7 +48,7 @@ servers=""
 for b in ${backends//,/ }; do
   servers+="    server $b max_fails=1 fail_timeout=10s;"$'\n'
 done
-mkdir -p "$work/nginx/conf" "$work/nginx/logs" "$work/nginx/tmp"
+mkdir -p "$work/nginx/conf" "$work/nginx/logs" "$work/nginx/temp"
 cat >"$work/nginx/conf/nginx.conf" <<EOF
 worker_processes $WORKERS;
 pid $work/nginx/logs/nginx.pid;
@@ -56,11 +56,11 @@ error_log $work/nginx/logs/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
-  client_body_temp_path $work/nginx/tmp/body;
-  proxy_temp_path $work/nginx/tmp/proxy;
-  fastcgi_temp_path $work/nginx/tmp/fastcgi;
-  uwsgi_temp_path $work/nginx/tmp/uwsgi;
-  scgi_temp_path $work/nginx/tmp/scgi;
+  client_body_temp_path $work/nginx/temp/body;
+  proxy_temp_path $work/nginx/temp/proxy;
+  fastcgi_temp_path $work/nginx/temp/fastcgi;
+  uwsgi_temp_path $work/nginx/temp/uwsgi;
+  scgi_temp_path $work/nginx/temp/scgi;
   upstream app {
 $servers    keepalive 256;
   }
