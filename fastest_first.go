@@ -108,7 +108,6 @@ type FastestFirst struct {
 	tol      float64
 
 	// Guarded by mu.
-	prev       *peerList  // last list seen by changedLocked
 	fastest    [2]float64 // fastest estimate (ns) of the primary and backup lists at their last recompute
 	cursor     int        // the peer the next Pick checks besides its own
 	recomputes uint64     // weight recomputations, for tests
@@ -601,20 +600,6 @@ func (f *FastestFirst) setBandLocked(p *Peer, m, top float64, w int64, measured 
 // changedLocked starts the peers new to the picker unmeasured and
 // recomputes every weight. Publishing has set every current weight to 0.
 func (f *FastestFirst) changedLocked(l *peerList) {
-	if f.prev != nil {
-		for _, p := range listPeers(f.prev) {
-			if p.owner.Load() != &f.peerSet {
-				p.lat.owned = false
-			}
-		}
-	}
-	for _, p := range listPeers(l) {
-		if !p.lat.owned {
-			p.lat.reset()
-			p.lat.owned = true
-		}
-	}
-	f.prev = l
 	now := f.now()
 	f.recomputeLocked(l.primary, 0, now)
 	f.recomputeLocked(l.backup, 1, now)

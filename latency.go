@@ -104,8 +104,6 @@ type latencyStats struct {
 	stamp    atomic.Int64  // unix nanoseconds of the last sample
 	measured atomic.Bool   // at least one sample since the picker took the peer
 
-	owned bool // the picker has started the peer's statistics
-
 	// FastestFirst, guarded by its lock.
 	since     int64   // unix ns: last completion, or when the peer last became busy
 	lo, hi    float64 // band (ns) the current weight was set for

@@ -66,7 +66,6 @@ type P2CPeakEWMA struct {
 
 	rmu  sync.Mutex // serializes rnd
 	draw atomic.Pointer[drawTable]
-	prev *peerList // last list seen by changedLocked; guarded by mu
 }
 
 var _ Picker = (*P2CPeakEWMA)(nil)
@@ -131,29 +130,7 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 // changedLocked rebuilds the draw table after a change and starts every
 // peer new to the picker unmeasured.
 func (b *P2CPeakEWMA) changedLocked(l *peerList) {
-	if b.prev != nil {
-		for _, p := range listPeers(b.prev) {
-			if p.owner.Load() != &b.peerSet {
-				p.lat.owned = false
-			}
-		}
-	}
-	for _, p := range listPeers(l) {
-		if !p.lat.owned {
-			p.lat.reset()
-			p.lat.owned = true
-		}
-	}
-	b.prev = l
 	b.draw.Store(&drawTable{list: l, primary: newDrawList(l.primary), backup: newDrawList(l.backup)})
-}
-
-// listPeers returns l's primaries followed by its backups.
-func listPeers(l *peerList) []*Peer {
-	if len(l.backup) == 0 {
-		return l.primary
-	}
-	return append(append(make([]*Peer, 0, len(l.primary)+len(l.backup)), l.primary...), l.backup...)
 }
 
 // Pick draws two distinct eligible peers and returns the one with the lower

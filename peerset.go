@@ -106,6 +106,7 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	for _, p := range peers {
 		p.effectiveWeight = p.weight.Load()
 		p.added = now
+		p.lat.reset() // latency measured for another picker says nothing here
 	}
 	s.publishLocked(all)
 	return nil
