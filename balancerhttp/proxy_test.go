@@ -177,6 +177,9 @@ var algos = []struct {
 	{"p2c", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
 		return balancer.NewP2CPeakEWMA(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
 	}},
+	{"fastest", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+		return balancer.NewFastestFirst(ps, balancer.WithClock(c.now))
+	}},
 }
 
 // quietLog discards the proxy's 502 lines.

@@ -40,6 +40,7 @@ var algos = map[string]func([]*balancer.Peer) (balancer.Picker, error){
 	"random":     func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewRandomWeighted(ps) },
 	"leastconn":  func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewLeastConn(ps) },
 	"p2c":        func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewP2CPeakEWMA(ps) },
+	"fastest":    func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewFastestFirst(ps) },
 }
 
 func main() {
