@@ -402,6 +402,10 @@ func (m *fuzzMachine) expectPick(rq *fzReq) (error, []*fzPeer) {
 	}
 	if rq != nil {
 		if rq.attempts == 0 {
+			// A request with no attempt starts afresh, even if a
+			// failed Pick moved it to the backups.
+			rq.backup = false
+			clear(rq.tried)
 			rq.limit = 0
 			for _, q := range m.list {
 				if !q.down {
@@ -506,16 +510,6 @@ func (m *fuzzMachine) pick(slot int, fresh bool) {
 	}
 	if err != nil {
 		m.clean = false
-		if rq != nil && rq.attempts == 0 {
-			// A request whose first pick failed is over, as in nginx
-			// (502), and the program starts a new one on this slot.
-			// Picking on it again would reach a corner where the
-			// pickers disagree with themselves: the failed pick moved
-			// it to the backups, which the locked path honors on the
-			// next pick and the lock-free fast path (taken while
-			// attempts is 0) does not.
-			rq.reset()
-		}
 		return
 	}
 	q := m.byPtr[got]
