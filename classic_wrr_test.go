@@ -453,33 +453,13 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 11))
 			clk := newFakeClock()
-			n := 1 + rng.IntN(6)
-			var peers []*Peer
 			model := &classicModel{}
-			for i := range n {
-				w, mf, ft := rng.IntN(7), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
-				backup := i > 0 && rng.IntN(5) == 0
-				down := rng.IntN(8) == 0
-				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
-				if backup {
-					opts = append(opts, Backup())
-				}
-				if down {
-					opts = append(opts, Down())
-				}
-				addr := string(rune('a' + i))
-				peers = append(peers, NewPeer(addr, opts...))
-				model.add(addr, w, mf, int64(ft), backup, down)
-			}
+			peers, byAddr := randomCluster(rng, &model.ngxModel, func() int { return rng.IntN(7) })
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
 			s, err := NewClassicWRR(peers, WithClock(clk.now))
 			require.NoError(t, err)
-			byAddr := map[string]*Peer{}
-			for _, p := range peers {
-				byAddr[p.Addr()] = p
-			}
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
 			for step := range 200 {
 				if rng.IntN(10) == 0 {
@@ -490,18 +470,10 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 				model.begin()
 				for {
 					want := model.pick(now)
-					got, err := s.Pick(&r)
-					if want == nil {
-						require.Error(t, err, "step %d: model found no peer", step)
-						if model.exhausted() {
-							assert.ErrorIs(t, err, ErrTriesExhausted)
-						} else {
-							assert.ErrorIs(t, err, ErrNoLivePeer)
-						}
+					got := pickAsModel(t, s, &r, want, model.exhausted(), step)
+					if got == nil {
 						break
 					}
-					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
-					require.Equal(t, want.addr, got.Addr(), "step %d", step)
 					failed := rng.Float64() < failProb
 					model.free(want, failed, now)
 					require.NoError(t, s.Done(got, Outcome{Failed: failed}))

@@ -334,33 +334,13 @@ func TestLeastConn_matchesModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
 			clk := newFakeClock()
-			n := 1 + rng.IntN(6)
-			var peers []*Peer
 			model := &lcModel{conns: map[*ngxPeer]int64{}}
-			for i := range n {
-				w, mf, ft := 1+rng.IntN(4), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
-				backup := i > 0 && rng.IntN(5) == 0
-				down := rng.IntN(8) == 0
-				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
-				if backup {
-					opts = append(opts, Backup())
-				}
-				if down {
-					opts = append(opts, Down())
-				}
-				addr := string(rune('a' + i))
-				peers = append(peers, NewPeer(addr, opts...))
-				model.add(addr, w, mf, int64(ft), backup, down)
-			}
+			peers, byAddr := randomCluster(rng, &model.ngxModel, func() int { return 1 + rng.IntN(4) })
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
 			b, err := NewLeastConn(peers, WithClock(clk.now))
 			require.NoError(t, err)
-			byAddr := map[string]*Peer{}
-			for _, p := range peers {
-				byAddr[p.Addr()] = p
-			}
 			type attempt struct {
 				peer  *Peer
 				model *ngxPeer
@@ -385,18 +365,10 @@ func TestLeastConn_matchesModel(t *testing.T) {
 				model.begin()
 				for {
 					want := model.pick(clk.t.UnixNano())
-					got, err := b.Pick(&r)
-					if want == nil {
-						require.Error(t, err, "step %d: model found no peer", step)
-						if model.exhausted() {
-							assert.ErrorIs(t, err, ErrTriesExhausted)
-						} else {
-							assert.ErrorIs(t, err, ErrNoLivePeer)
-						}
+					got := pickAsModel(t, b, &r, want, model.exhausted(), step)
+					if got == nil {
 						break
 					}
-					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
-					require.Equal(t, want.addr, got.Addr(), "step %d", step)
 					a := attempt{got, want}
 					if rng.Float64() < failProb {
 						done(a, true)

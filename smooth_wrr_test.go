@@ -174,33 +174,13 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			clk := newFakeClock()
-			n := 1 + rng.IntN(6)
-			var peers []*Peer
 			model := &ngxModel{}
-			for i := range n {
-				w, mf, ft := 1+rng.IntN(6), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
-				backup := i > 0 && rng.IntN(5) == 0
-				down := rng.IntN(8) == 0
-				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
-				if backup {
-					opts = append(opts, Backup())
-				}
-				if down {
-					opts = append(opts, Down())
-				}
-				addr := string(rune('a' + i))
-				peers = append(peers, NewPeer(addr, opts...))
-				model.add(addr, w, mf, int64(ft), backup, down)
-			}
+			peers, byAddr := randomCluster(rng, model, func() int { return 1 + rng.IntN(6) })
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
 			s, err := NewSmoothWRR(peers, WithClock(clk.now))
 			require.NoError(t, err)
-			byAddr := map[string]*Peer{}
-			for _, p := range peers {
-				byAddr[p.Addr()] = p
-			}
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
 			for step := range 200 {
 				if rng.IntN(10) == 0 {
@@ -211,18 +191,10 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 				model.begin()
 				for {
 					want := model.pick(now)
-					got, err := s.Pick(&r)
-					if want == nil {
-						require.Error(t, err, "step %d: model found no peer", step)
-						if model.exhausted() {
-							assert.ErrorIs(t, err, ErrTriesExhausted)
-						} else {
-							assert.ErrorIs(t, err, ErrNoLivePeer)
-						}
+					got := pickAsModel(t, s, &r, want, model.exhausted(), step)
+					if got == nil {
 						break
 					}
-					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
-					require.Equal(t, want.addr, got.Addr(), "step %d", step)
 					failed := rng.Float64() < failProb
 					model.free(want, failed, now)
 					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
@@ -246,6 +218,51 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomCluster adds to model, and returns as Peers, 1 to 6 random servers:
+// weights from weight, max_fails 0 to 2, fail_timeout 1 to 5 s, and now and
+// then a backup or a down server. byAddr maps each address to its Peer.
+func randomCluster(rng *rand.Rand, model *ngxModel, weight func() int) (peers []*Peer, byAddr map[string]*Peer) {
+	byAddr = map[string]*Peer{}
+	for i := range 1 + rng.IntN(6) {
+		w, mf, ft := weight(), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+		backup := i > 0 && rng.IntN(5) == 0
+		down := rng.IntN(8) == 0
+		opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
+		if backup {
+			opts = append(opts, Backup())
+		}
+		if down {
+			opts = append(opts, Down())
+		}
+		addr := string(rune('a' + i))
+		p := NewPeer(addr, opts...)
+		peers = append(peers, p)
+		byAddr[addr] = p
+		model.add(addr, w, mf, int64(ft), backup, down)
+	}
+	return peers, byAddr
+}
+
+// pickAsModel makes one Pick of r and checks it against the model's choice
+// want (nil: the model found none, exhausted telling why). It returns the
+// picked peer, nil exactly when want is nil.
+func pickAsModel(t *testing.T, p Picker, r *Request, want *ngxPeer, exhausted bool, step int) *Peer {
+	t.Helper()
+	got, err := p.Pick(r)
+	if want == nil {
+		require.Error(t, err, "step %d: model found no peer", step)
+		if exhausted {
+			assert.ErrorIs(t, err, ErrTriesExhausted)
+		} else {
+			assert.ErrorIs(t, err, ErrNoLivePeer)
+		}
+		return nil
+	}
+	require.NoError(t, err, "step %d: model picked %s", step, want.addr)
+	require.Equal(t, want.addr, got.Addr(), "step %d", step)
+	return got
 }
 
 // ngxModel is a literal transcription of nginx 1.22's round-robin peer
