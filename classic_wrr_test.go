@@ -500,35 +500,7 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 // backups): plain slices, no cycle, no sharing with the code under test.
 type classicModel struct{ ngxModel }
 
-func (m *classicModel) pick(now int64) *ngxPeer {
-	if m.exhausted() {
-		return nil
-	}
-	if m.single {
-		p := m.primary[0]
-		if p.down {
-			return nil
-		}
-		m.triesLeft--
-		return p
-	}
-	var p *ngxPeer
-	if !m.onBackup {
-		p = m.getPeer(m.primary, now)
-		if p == nil && len(m.backup) > 0 {
-			m.onBackup = true
-			m.tried = map[*ngxPeer]bool{}
-		}
-	}
-	if p == nil && m.onBackup {
-		p = m.getPeer(m.backup, now)
-	}
-	if p != nil {
-		m.tried[p] = true
-		m.triesLeft--
-	}
-	return p
-}
+func (m *classicModel) pick(now int64) *ngxPeer { return m.pickWith(now, m.getPeer) }
 
 // getPeer is nginx 1.2.0's selector over the peers sorted by weight
 // (stable), with the peers this request may not use left out, plus the

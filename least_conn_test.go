@@ -405,28 +405,8 @@ type lcModel struct {
 }
 
 func (m *lcModel) pick(now int64) *ngxPeer {
-	if m.exhausted() {
-		return nil
-	}
-	var p *ngxPeer
-	switch {
-	case m.single:
-		if q := m.primary[0]; !q.down {
-			p = q
-		}
-	case !m.onBackup:
-		p = m.getPeer(m.primary, now)
-		if p == nil && len(m.backup) > 0 {
-			m.onBackup = true
-			m.tried = map[*ngxPeer]bool{}
-		}
-	}
-	if p == nil && m.onBackup {
-		p = m.getPeer(m.backup, now)
-	}
+	p := m.pickWith(now, m.getPeer)
 	if p != nil {
-		m.tried[p] = true
-		m.triesLeft--
 		m.conns[p]++
 	}
 	return p

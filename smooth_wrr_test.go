@@ -315,7 +315,13 @@ func (m *ngxModel) begin() {
 // checks tries before it asks for another peer, never before the first.
 func (m *ngxModel) exhausted() bool { return m.triesLeft <= 0 && m.triesLeft != m.tries }
 
-func (m *ngxModel) pick(now int64) *ngxPeer {
+func (m *ngxModel) pick(now int64) *ngxPeer { return m.pickWith(now, m.getPeer) }
+
+// pickWith is ngx_http_upstream_get_round_robin_peer around a selector:
+// the single-server shortcut, the primaries, then the backups, the tried
+// set and the tries. The models of the other nginx balancers reuse it with
+// their own selector.
+func (m *ngxModel) pickWith(now int64, getPeer func([]*ngxPeer, int64) *ngxPeer) *ngxPeer {
 	if m.exhausted() {
 		return nil
 	}
@@ -329,14 +335,14 @@ func (m *ngxModel) pick(now int64) *ngxPeer {
 	}
 	var p *ngxPeer
 	if !m.onBackup {
-		p = m.getPeer(m.primary, now)
+		p = getPeer(m.primary, now)
 		if p == nil && len(m.backup) > 0 {
 			m.onBackup = true
 			m.tried = map[*ngxPeer]bool{}
 		}
 	}
 	if p == nil && m.onBackup {
-		p = m.getPeer(m.backup, now)
+		p = getPeer(m.backup, now)
 	}
 	if p != nil {
 		m.tried[p] = true
