@@ -116,33 +116,16 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 }
 
 func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
-	l := s.load()
-	if l.empty() {
-		return nil, ErrNoPeers
-	}
 	var once Request
-	r = r.orOneShot(&once)
-	if !r.begin(l) {
-		return nil, ErrTriesExhausted
+	l, r, err := s.beginLocked(r, &once)
+	if err != nil {
+		return nil, err
 	}
 	s.closeLocked()
 	now := s.now()
-	var p *Peer
-	switch {
-	case l.single:
-		// nginx checks only down and max_conns here.
-		if q := l.primary[0]; !q.down.Load() && !q.full() {
-			p = q
-		}
-	case !r.backup:
-		p = scanClassic(s.primary, r, now)
-		if p == nil && len(l.backup) > 0 {
-			r.switchToBackup()
-		}
-	}
-	if p == nil && r.backup {
-		p = scanClassic(s.backup, r, now)
-	}
+	p := chooseLocked(l, r, s.primary, s.backup, func(peers []*Peer) *Peer {
+		return scanClassic(peers, r, now)
+	})
 	if p == nil {
 		return nil, ErrNoLivePeer
 	}

@@ -265,32 +265,15 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l := f.load()
-	if l.empty() {
-		return nil, ErrNoPeers
-	}
 	var once Request
-	r = r.orOneShot(&once)
-	if !r.begin(l) {
-		return nil, ErrTriesExhausted
+	l, r, err := f.beginLocked(r, &once)
+	if err != nil {
+		return nil, err
 	}
 	now := f.now()
-	var p *Peer
-	switch {
-	case l.single:
-		// nginx checks only down and max_conns for a single server.
-		if q := l.primary[0]; !q.down.Load() && !q.full() {
-			p = q
-		}
-	case !r.backup:
-		p = scanFastest(l.primary, r, now)
-		if p == nil && len(l.backup) > 0 {
-			r.switchToBackup()
-		}
-	}
-	if p == nil && r.backup {
-		p = scanFastest(l.backup, r, now)
-	}
+	p := chooseLocked(l, r, l.primary, l.backup, func(peers []*Peer) *Peer {
+		return scanFastest(peers, r, now)
+	})
 	if p == nil {
 		return nil, ErrNoLivePeer
 	}

@@ -55,33 +55,16 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	l := b.load()
-	if l.empty() {
-		return nil, ErrNoPeers
-	}
 	var once Request
-	r = r.orOneShot(&once)
-	if !r.begin(l) {
-		return nil, ErrTriesExhausted
+	l, r, err := b.beginLocked(r, &once)
+	if err != nil {
+		return nil, err
 	}
 	now := b.now()
-	var p *Peer
-	switch {
-	case l.single:
-		// nginx hands a single server to round-robin, which checks only
-		// down and max_conns.
-		if q := l.primary[0]; !q.down.Load() && !q.full() {
-			p = q
-		}
-	case !r.backup:
-		p = scanLeastConn(l.primary, r, now)
-		if p == nil && len(l.backup) > 0 {
-			r.switchToBackup()
-		}
-	}
-	if p == nil && r.backup {
-		p = scanLeastConn(l.backup, r, now)
-	}
+	// nginx hands a single server to round-robin (chooseLocked's rule).
+	p := chooseLocked(l, r, l.primary, l.backup, func(peers []*Peer) *Peer {
+		return scanLeastConn(peers, r, now)
+	})
 	if p == nil {
 		return nil, ErrNoLivePeer
 	}
