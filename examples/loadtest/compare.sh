@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 DUR=${DUR:-10s}
 WARMUP=${WARMUP:-2s}
 CONC=${CONC:-32}
