@@ -96,13 +96,19 @@ type cycle struct {
 	weights []int64 // weight of each primary; 0 for down peers
 	w       uint64  // len(seq), the sum of weights
 	counts  []int64 // scratch for close; guarded by the owner's mu
-	ctr     atomic.Uint64
 	base    []int64 // current weights at the cycle's start; nil: all 0
 
 	// Set by newCycle; cycles built otherwise leave them zero and must
 	// reduce their counter with % and count picks from seq alone.
 	m     uint64  // ⌈2^64/w⌉, for mod
 	marks []int32 // marks[(j-1)·n+i]: picks of primary i in seq[:j·n], n = len(list.primary)
+
+	// The counter every pick writes, alone on its cache line: sharing one
+	// with the fields above, which every pick reads, would make the other
+	// core's add steal them between this core's add and its reads.
+	_   [64]byte
+	ctr atomic.Uint64
+	_   [56]byte
 }
 
 // newCycle returns a cycle over seq, the period of list's primaries with the
