@@ -350,7 +350,7 @@ var targets = []target{
 	{
 		"SmoothWRR, static weights: ≤ 0.5× kitex's table, serial and parallel, at every size",
 		ratioTarget("smooth", "lbgo.SmoothWRR", "smooth", "kitex.WRR", 0.5, sizes, modes, false),
-		"kitex's serial pick is an atomic add, a 64-bit division and an uncontended RWMutex read lock and unlock (two more atomic adds on one line that stays in this core's cache); SmoothWRR's is the atomic add on the shared counter, two multiplications and the atomic add on the chosen peer's in-flight count, which the Picker contract requires (Pick counts attempts in flight until Done). Two atomic adds against three cannot be half; in parallel, both pay for the shared counter's cache line moving between the cores, and SmoothWRR also for the peer's line.",
+		"kitex's serial pick is an atomic add, a 64-bit division and an uncontended RWMutex read lock and unlock (two more atomic adds); SmoothWRR's is the atomic add on the shared counter, two multiplications, two dependent loads and the atomic add on the chosen peer's in-flight count, which the Picker contract requires (Pick counts attempts in flight until Done). Two locked adds in a dependent chain against three leave the two about level serially; half of kitex would be less than one atomic add plus a table read. In parallel both pay for cache lines moving between the cores on every pick: kitex for its counter and its RWMutex's reader count, SmoothWRR for its counter and the chosen peer's in-flight count; with 2 peers both cores write the same two peer lines all the time, and with 10000 the peer's line is also a cache miss.",
 	},
 	{
 		"SmoothWRR, static weights: ≤ 1.6× a bare atomic add, serial and parallel",
@@ -385,7 +385,7 @@ var targets = []target{
 	{
 		"RandomWeighted: ≤ 0.7× kitex's alias method, serial, at every size",
 		ratioTarget("random", "lbgo.RandomWeighted", "random", "kitex.alias", 0.7, sizes, []string{"serial"}, false),
-		"RandomWeighted's draw (one 64-bit random number, an integer threshold) is cheaper than kitex's two, but it also pays the in-flight atomic add on the chosen peer, which kitex does not count.",
+		"kitex draws twice from the runtime's wyrand (bytedance/gopkg links to runtime.cheaprand, a nanosecond or two a draw); RandomWeighted draws once from math/rand/v2, the standard library's only lock-free per-thread source, whose ChaCha8 costs what the rand.Uint64 floor above shows, and then pays the in-flight atomic add on the chosen peer, which kitex does not count. The draw and the add alone are about kitex's whole pick.",
 	},
 	{
 		"LeastConn, Pick plus report: ≤ 0.2× kratos p2c",
@@ -400,7 +400,7 @@ var targets = []target{
 	{
 		"FastestFirst, Pick plus report: ≤ 0.2× kratos p2c",
 		ratioTarget("feedback", "lbgo.FastestFirst", "feedback", "kratos.p2c", 0.2, sizes, modes, false),
-		"",
+		"each pick scans every peer under the lock (O(n)) for the least expected delay, and each report folds the latency into the peer's estimate under the lock, reading the clock; kratos's p2c looks at two peers.",
 	},
 	{
 		"Feedback pickers: 0 allocs",
@@ -463,8 +463,8 @@ const notes = `
   peer, and which peer depends on the shared counter's value, so a cycle or
   round-robin pick is two atomic adds in sequence, and on x86 a locked
   instruction lets nothing after it start before it completes. That is why
-  SmoothWRR, ClassicWRR and RoundRobin sit near twice the atomic-add floor
-  or above, and why RandomWeighted pays an atomic add that kitex's alias
+  SmoothWRR, ClassicWRR and RoundRobin sit at several times the atomic-add
+  floor, and why RandomWeighted pays an atomic add that kitex's alias
   method does not. What would remove it from the cycle's picks: derive the
   count from the cycle's counter (peer i's picks after k cycle picks are
   ⌊k/W⌋·w_i plus its picks in the first k mod W, which the checkpoints give
