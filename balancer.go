@@ -33,9 +33,10 @@ type Outcome struct {
 	// (proxy_next_upstream). A 404 is usually not a failure.
 	Failed bool
 
-	// Latency is how long the attempt took. Pickers that do not use
-	// latency ignore it; the others reject a negative value with
-	// ErrInvalidLatency.
+	// Latency is how long the attempt took. Only the latency-aware pickers
+	// use it, but every picker rejects a negative value with
+	// ErrInvalidLatency, so that a caller's bug shows whichever picker it
+	// runs.
 	Latency time.Duration
 }
 

@@ -330,7 +330,9 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
-		if p.fails.Load() != 0 && pc == 1 && now-p.checked.Load() > p.failTimeout &&
+		// A peer of weight 0 is never chosen while another has weight,
+		// probe or not.
+		if p.fails.Load() != 0 && p.weight.Load() != 0 && pc == 1 && now-p.checked.Load() > p.failTimeout &&
 			(probe == nil || p.checked.Load() < probe.checked.Load()) {
 			probe = p
 		}

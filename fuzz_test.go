@@ -516,7 +516,7 @@ func (m *fuzzMachine) pick(slot int, fresh bool) {
 	if q == nil || !slices.Contains(e, q) {
 		m.failf("%s = %v; want one of %v (state: %s)", what, got, fzNames(e), m.describe())
 	}
-	if m.tr.zeroWeight == zwEligible && q.weight == 0 && !(m.tr.probeFirst && q.fails != 0) &&
+	if m.tr.zeroWeight == zwEligible && q.weight == 0 &&
 		slices.ContainsFunc(e, func(o *fzPeer) bool { return o.weight > 0 }) {
 		m.failf("%s = %v of weight 0 while an eligible peer has a weight (state: %s)", what, got, m.describe())
 	}

@@ -46,7 +46,9 @@ func (r *Request) Attempts() int { return r.attempts }
 // first peer, and fixes the bound on retries: the number of peers that are
 // not down, primaries and backups together (nginx's pc->tries). If
 // the peer list changed since the previous attempt, the tried bits no longer
-// name the same peers, so they are forgotten; the bound still holds.
+// name the same peers, so they are forgotten: a peer tried before the change
+// may be tried again (nginx has no such case: its lists change only on a
+// reload, which starts new requests). The bound on attempts still holds.
 func (r *Request) begin(l *peerList) bool {
 	if r.attempts == 0 {
 		// A request that has not made an attempt starts afresh, even if
