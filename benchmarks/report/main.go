@@ -350,7 +350,7 @@ var targets = []target{
 	{
 		"SmoothWRR, static weights: ≤ 0.5× kitex's table, serial and parallel, at every size",
 		ratioTarget("smooth", "lbgo.SmoothWRR", "smooth", "kitex.WRR", 0.5, sizes, modes, false),
-		"kitex's serial pick is an atomic add, a 64-bit division and an uncontended RWMutex read lock and unlock (two more atomic adds); SmoothWRR's is the atomic add on the shared counter, two multiplications, two dependent loads and the atomic add on the chosen peer's in-flight count, which the Picker contract requires (Pick counts attempts in flight until Done). Two locked adds in a dependent chain against three leave the two about level serially; half of kitex would be less than one atomic add plus a table read. In parallel both pay for cache lines moving between the cores on every pick: kitex for its counter and its RWMutex's reader count, SmoothWRR for its counter and the chosen peer's in-flight count; with 2 peers both cores write the same two peer lines all the time, and with 10000 the peer's line is also a cache miss.",
+		"kitex's serial pick is an atomic add, a 64-bit division and an uncontended RWMutex read lock and unlock (two more atomic adds); SmoothWRR's is the atomic add on the shared counter, two multiplications, two dependent loads and the atomic add on the chosen peer's in-flight count, which the Picker contract requires (Pick counts attempts in flight until Done). Two locked adds in a dependent chain against three leave the two about level serially; half of kitex would be less than one atomic add plus a table read. In parallel SmoothWRR is ahead: both move the shared counter's cache line between the cores on every pick, kitex also its RWMutex's reader count, written twice a pick, where SmoothWRR moves the chosen peer's line once, and keeps its counter alone on its line.",
 	},
 	{
 		"SmoothWRR, static weights: ≤ 1.6× a bare atomic add, serial and parallel",
@@ -385,7 +385,7 @@ var targets = []target{
 	{
 		"RandomWeighted: ≤ 0.7× kitex's alias method, serial, at every size",
 		ratioTarget("random", "lbgo.RandomWeighted", "random", "kitex.alias", 0.7, sizes, []string{"serial"}, false),
-		"kitex draws twice from the runtime's wyrand (bytedance/gopkg links to runtime.cheaprand, a nanosecond or two a draw); RandomWeighted draws once from math/rand/v2, the standard library's only lock-free per-thread source, whose ChaCha8 costs what the rand.Uint64 floor above shows, and then pays the in-flight atomic add on the chosen peer, which kitex does not count. The draw and the add alone are about kitex's whole pick.",
+		"kitex draws twice from the runtime's wyrand (bytedance/gopkg links to runtime.cheaprand, a nanosecond or two a draw); RandomWeighted draws once from math/rand/v2, the standard library's only lock-free per-thread source, whose ChaCha8 costs what the rand.Uint64 floor above shows, and then pays the in-flight atomic add on the chosen peer, which kitex does not count. The draw and the add alone are about kitex's whole pick. The add is also the one write the pick shares between cores: with few peers the cores write the same peer lines, so the parallel rows do not halve as kitex's do.",
 	},
 	{
 		"LeastConn, Pick plus report: ≤ 0.2× kratos p2c",
