@@ -41,9 +41,26 @@
 // gives c b a a a a a, the heavy peer bunched. It exists for conformance
 // with old nginx configurations and to compare against.
 //
-// [RoundRobin] is Ribbon's lock-free round robin: one atomic add per pick,
-// weights ignored, unavailable peers skipped. Choose it for equal peers and
+// [RoundRobin] is Ribbon's lock-free round robin: an atomic add on a shared
+// counter per pick, weights ignored, unavailable peers skipped. Choose it for equal peers and
 // the cheapest pick there is.
+//
+// [RandomWeighted] is Dubbo's weighted random, with its optional warm-up
+// ramp ([WithWarmup]): each peer in exact proportion to its weight, O(1) by
+// an alias table, with no write shared between goroutines but the peer's
+// in-flight count. Choose it for many uncoordinated clients.
+//
+// [LeastConn] is nginx's least_conn: the peer with the fewest attempts in
+// flight per unit of weight, nginx's smooth round-robin among ties. A pick
+// is O(n) under a lock. Choose it for long or uneven requests.
+//
+// [FastestFirst] derives nginx's weights from measured latency: slower
+// peers get less, failing peers drop to a floor and are probed back, weights
+// move only when a peer's latency leaves a band, and an idle peer's estimate
+// decays so the fastest peer is always found again. Attempts go to the
+// least (in flight + 1)/weight, nginx's smooth order breaking ties; O(n)
+// under a lock. Choose it for latency-sensitive traffic when nginx's failure
+// model and smooth order matter.
 //
 // [P2CPeakEWMA] is Finagle's and Linkerd's power of two choices: of two
 // random peers, the one with the lower peak-EWMA latency × (in-flight + 1).
