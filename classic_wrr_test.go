@@ -466,21 +466,7 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
 				now := clk.t.UnixNano()
-				var r Request
-				model.begin()
-				for {
-					want := model.pick(now)
-					got := pickAsModel(t, s, &r, want, model.exhausted(), step)
-					if got == nil {
-						break
-					}
-					failed := rng.Float64() < failProb
-					model.free(want, failed, now)
-					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
-					if !failed {
-						break
-					}
-				}
+				requestAsModel(t, rng, s, &model.ngxModel, model.pick, model.free, failProb, now, step)
 				for _, m := range model.all() {
 					st := byAddr[m.addr].State()
 					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)

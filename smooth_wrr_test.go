@@ -187,21 +187,7 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
 				now := clk.t.UnixNano()
-				var r Request
-				model.begin()
-				for {
-					want := model.pick(now)
-					got := pickAsModel(t, s, &r, want, model.exhausted(), step)
-					if got == nil {
-						break
-					}
-					failed := rng.Float64() < failProb
-					model.free(want, failed, now)
-					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
-					if !failed {
-						break
-					}
-				}
+				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, now, step)
 				// nginx's invariant: each scan hands out what it takes back,
 				// so the current weights always sum to zero.
 				sum := 0
@@ -243,6 +229,29 @@ func randomCluster(rng *rand.Rand, model *ngxModel, weight func() int) (peers []
 		model.add(addr, w, mf, int64(ft), backup, down)
 	}
 	return peers, byAddr
+}
+
+// requestAsModel serves one request on p and on model, attempt by attempt,
+// each failing with probability failProb, and checks every pick; pick and
+// free are the model's selection and accounting (ngxModel's or a variant's).
+func requestAsModel(t *testing.T, rng *rand.Rand, p Picker, model *ngxModel,
+	pick func(int64) *ngxPeer, free func(*ngxPeer, bool, int64), failProb float64, now int64, step int) {
+	t.Helper()
+	var r Request
+	model.begin()
+	for {
+		want := pick(now)
+		got := pickAsModel(t, p, &r, want, model.exhausted(), step)
+		if got == nil {
+			return
+		}
+		failed := rng.Float64() < failProb
+		free(want, failed, now)
+		require.NoError(t, p.Done(got, Outcome{Failed: failed}))
+		if !failed {
+			return
+		}
+	}
 }
 
 // pickAsModel makes one Pick of r and checks it against the model's choice
