@@ -118,11 +118,7 @@ func scanLeastConn(peers []*Peer, r *Request, now int64) *Peer {
 			if p != least && compareLoad(p.conns.Load(), p.weight.Load(), conns, w) != 0 {
 				continue
 			}
-			p.currentWeight += p.effectiveWeight
-			total += p.effectiveWeight
-			if p.effectiveWeight < p.weight.Load() {
-				p.effectiveWeight++
-			}
+			total += smoothStep(p)
 			if p.currentWeight > best.currentWeight {
 				best = p
 			}

@@ -393,6 +393,27 @@ func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *rrClock) *Pe
 	return scanSmooth(l.primary, r, clk)
 }
 
+// smoothEligible is nginx's eligibility test (RR.c 728-743) for peer i of
+// the list being scanned; the clock is read only for a peer with failures
+// on record (see scanSmooth).
+func smoothEligible(p *Peer, r *Request, i int, clk *rrClock) bool {
+	return !(r != nil && r.isTried(i) || p.down.Load() || p.full() ||
+		p.fails.Load() != 0 && p.failed(clk.get()))
+}
+
+// smoothStep is nginx's step for one eligible peer (RR.c 747-750): its
+// current weight grows by its effective weight, which then recovers by one
+// toward its weight. It returns what the peer adds to the round's total,
+// the effective weight before the recovery. Requires the owner's lock.
+func smoothStep(p *Peer) int64 {
+	ew := p.effectiveWeight
+	p.currentWeight += ew
+	if ew < p.weight.Load() {
+		p.effectiveWeight++
+	}
+	return ew
+}
+
 // scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
 // 721-774); a nil r has tried nothing. Requires the owner's lock.
 //
@@ -405,15 +426,10 @@ func scanSmooth(peers []*Peer, r *Request, clk *rrClock) *Peer {
 	var best *Peer
 	var total int64
 	for i, p := range peers {
-		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.failed(clk.get()) {
+		if !smoothEligible(p, r, i, clk) {
 			continue
 		}
-		p.currentWeight += p.effectiveWeight
-		total += p.effectiveWeight
-		if p.effectiveWeight < p.weight.Load() {
-			p.effectiveWeight++
-		}
+		total += smoothStep(p)
 		if best == nil || p.currentWeight > best.currentWeight {
 			best = p
 		}
@@ -871,15 +887,10 @@ func (g *weightGroups) scan(r *Request, clk *rrClock) *Peer {
 	}
 	for _, i := range g.others {
 		p := peers[i]
-		if r != nil && r.isTried(int(i)) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.failed(clk.get()) {
+		if !smoothEligible(p, r, int(i), clk) {
 			continue
 		}
-		p.currentWeight += p.effectiveWeight
-		total += p.effectiveWeight
-		if p.effectiveWeight < p.weight.Load() {
-			p.effectiveWeight++
-		}
+		total += smoothStep(p)
 		if cw := p.currentWeight; best < 0 || cw > bestCW || cw == bestCW && i < best {
 			best, bestCW = i, cw
 		}
