@@ -393,14 +393,6 @@ func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *rrClock) *Pe
 	return scanSmooth(l.primary, r, clk)
 }
 
-// smoothEligible is nginx's eligibility test (RR.c 728-743) for peer i of
-// the list being scanned; the clock is read only for a peer with failures
-// on record (see scanSmooth).
-func smoothEligible(p *Peer, r *Request, i int, clk *rrClock) bool {
-	return !(r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-		p.fails.Load() != 0 && p.failed(clk.get()))
-}
-
 // smoothStep is nginx's step for one eligible peer (RR.c 747-750): its
 // current weight grows by its effective weight, which then recovers by one
 // toward its weight. It returns what the peer adds to the round's total,
@@ -426,8 +418,9 @@ func scanSmooth(peers []*Peer, r *Request, clk *rrClock) *Peer {
 	var best *Peer
 	var total int64
 	for i, p := range peers {
-		if !smoothEligible(p, r, i, clk) {
-			continue
+		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
+			p.fails.Load() != 0 && p.failed(clk.get()) {
+			continue // ineligible (RR.c 728-743)
 		}
 		total += smoothStep(p)
 		if best == nil || p.currentWeight > best.currentWeight {
@@ -887,8 +880,9 @@ func (g *weightGroups) scan(r *Request, clk *rrClock) *Peer {
 	}
 	for _, i := range g.others {
 		p := peers[i]
-		if !smoothEligible(p, r, int(i), clk) {
-			continue
+		if r != nil && r.isTried(int(i)) || p.down.Load() || p.full() ||
+			p.fails.Load() != 0 && p.failed(clk.get()) {
+			continue // ineligible, as in scanSmooth
 		}
 		total += smoothStep(p)
 		if cw := p.currentWeight; best < 0 || cw > bestCW || cw == bestCW && i < best {
