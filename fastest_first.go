@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -169,79 +168,20 @@ const exploreConfirm = 3
 // no band keeps from flapping.
 const maxExponent = 8
 
-// WithBand sets FastestFirst's hysteresis factor h: a peer's weight is
-// computed from its estimate e, and the weights are recomputed only when
-// some estimate leaves its [e/h, e·h]. h must be in (1, 16]. Default:
-// DefaultBand.
-func WithBand(h float64) Option {
-	return optionFunc(func(c *config) {
-		c.lat.band, c.lat.given = h, c.lat.given|knobBand
-		c.set |= optFastest
-	})
-}
-
-// WithExponent sets α in FastestFirst's weight ∝ configured weight ×
-// (tolerance·fastest/estimate)^α: 0 ignores latency, 1 weighs in inverse
-// proportion to latency, higher values favor the fastest more. α must be in
-// [0, 8]. Default: DefaultExponent.
-func WithExponent(a float64) Option {
-	return optionFunc(func(c *config) {
-		c.lat.exponent, c.lat.given = a, c.lat.given|knobExponent
-		c.set |= optFastest
-	})
-}
-
-// WithFloor sets the least weight FastestFirst gives a peer configured with
-// a weight, out of 100 for the best one. w must be in [1, 100]. Default:
-// DefaultFloor.
-func WithFloor(w int) Option {
-	return optionFunc(func(c *config) {
-		c.lat.floor, c.lat.given = w, c.lat.given|knobFloor
-		c.set |= optFastest
-	})
-}
-
-// WithTolerance sets how many times slower than the fastest peer a peer may
-// look before FastestFirst lowers its weight. x must be in [1, 100].
-// Default: DefaultTolerance.
-func WithTolerance(x float64) Option {
-	return optionFunc(func(c *config) {
-		c.lat.tol, c.lat.given = x, c.lat.given|knobTolerance
-		c.set |= optFastest
-	})
-}
-
 // NewFastestFirst returns a FastestFirst over peers. It accepts WithClock,
 // WithDecay, WithFailurePenalty, WithBand, WithExponent, WithFloor and
 // WithTolerance.
 func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
-	cfg, err := newConfig("FastestFirst", optClock|optLatency|optFastest, opts)
+	cfg, err := newConfig("FastestFirst", optClock|fastestOptions, opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &cfg.lat
-	if err := c.checkShared("FastestFirst", DefaultFastestDecay); err != nil {
+	c := &cfg
+	if err := c.checkLatency("FastestFirst", DefaultFastestDecay); err != nil {
 		return nil, err
 	}
-	if c.given&knobBand == 0 {
-		c.band = DefaultBand
-	} else if !(c.band > 1 && c.band <= 16) {
-		return nil, fmt.Errorf("balancer: FastestFirst: WithBand(%v): out of (1, 16]: %w", c.band, ErrInvalidConfig)
-	}
-	if c.given&knobExponent == 0 {
-		c.exponent = DefaultExponent
-	} else if !(c.exponent >= 0 && c.exponent <= maxExponent) {
-		return nil, fmt.Errorf("balancer: FastestFirst: WithExponent(%v): out of [0, %d]: %w", c.exponent, maxExponent, ErrInvalidConfig)
-	}
-	if c.given&knobFloor == 0 {
-		c.floor = DefaultFloor
-	} else if c.floor < 1 || c.floor > fastestScale {
-		return nil, fmt.Errorf("balancer: FastestFirst: WithFloor(%d): out of [1, %d]: %w", c.floor, fastestScale, ErrInvalidConfig)
-	}
-	if c.given&knobTolerance == 0 {
-		c.tol = DefaultTolerance
-	} else if !(c.tol >= 1 && c.tol <= 100) {
-		return nil, fmt.Errorf("balancer: FastestFirst: WithTolerance(%v): out of [1, 100]: %w", c.tol, ErrInvalidConfig)
+	if err := c.checkFastest(); err != nil {
+		return nil, err
 	}
 	f := &FastestFirst{
 		tau:      float64(c.decay),

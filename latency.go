@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -26,70 +25,6 @@ const (
 	// response unless the real one is higher.
 	DefaultFailurePenalty = 5 * time.Second
 )
-
-// latencyConfig holds the latency options. A field whose bit in given is
-// clear takes the picker's default.
-type latencyConfig struct {
-	decay    time.Duration
-	penalty  time.Duration
-	band     float64
-	exponent float64
-	floor    int
-	tol      float64
-	given    latencyKnob
-}
-
-type latencyKnob uint8
-
-const (
-	knobDecay latencyKnob = 1 << iota
-	knobPenalty
-	knobBand
-	knobExponent
-	knobFloor
-	knobTolerance
-)
-
-// WithDecay sets the decay time τ of the peak EWMA of latency: a sample
-// older by Δt weighs exp(−Δt/τ) as much as a new one, so an estimate
-// forgets a peak in a few τ. A shorter τ follows changes faster and
-// readmits a recovered peer sooner; a longer one is steadier. It must be
-// positive. Default: DefaultDecay for P2CPeakEWMA, DefaultFastestDecay for
-// FastestFirst, the two pickers that accept it.
-func WithDecay(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		c.lat.decay, c.lat.given = d, c.lat.given|knobDecay
-		c.set |= optLatency
-	})
-}
-
-// WithFailurePenalty sets the least latency a failed attempt counts as, so
-// that a peer that fails fast never looks fast: a failure enters the peak
-// EWMA as max(its latency, d); FastestFirst raises it further, to a latency
-// that puts the peer's weight at its floor. It must be positive. Default:
-// DefaultFailurePenalty. P2CPeakEWMA and FastestFirst accept it.
-func WithFailurePenalty(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		c.lat.penalty, c.lat.given = d, c.lat.given|knobPenalty
-		c.set |= optLatency
-	})
-}
-
-// checkShared validates the options both latency-aware pickers accept and
-// fills in their defaults, decay being the picker's own.
-func (c *latencyConfig) checkShared(picker string, decay time.Duration) error {
-	if c.given&knobDecay == 0 {
-		c.decay = decay
-	} else if c.decay <= 0 {
-		return fmt.Errorf("balancer: %s: WithDecay(%v): not positive: %w", picker, c.decay, ErrInvalidConfig)
-	}
-	if c.given&knobPenalty == 0 {
-		c.penalty = DefaultFailurePenalty
-	} else if c.penalty <= 0 {
-		return fmt.Errorf("balancer: %s: WithFailurePenalty(%v): not positive: %w", picker, c.penalty, ErrInvalidConfig)
-	}
-	return nil
-}
 
 // latencyStats is the per-peer latency state of the latency-aware pickers.
 //

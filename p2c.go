@@ -110,14 +110,14 @@ func newDrawList(peers []*Peer) drawList {
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
 // WithRand, WithDecay and WithFailurePenalty.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
-	cfg, err := newConfig("P2CPeakEWMA", optClock|optRand|optLatency, opts)
+	cfg, err := newConfig("P2CPeakEWMA", optClock|optRand|latencyOptions, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.lat.checkShared("P2CPeakEWMA", DefaultDecay); err != nil {
+	if err := cfg.checkLatency("P2CPeakEWMA", DefaultDecay); err != nil {
 		return nil, err
 	}
-	b := &P2CPeakEWMA{tau: float64(cfg.lat.decay), penalty: float64(cfg.lat.penalty)}
+	b := &P2CPeakEWMA{tau: float64(cfg.decay), penalty: float64(cfg.penalty)}
 	if cfg.src != nil {
 		b.rnd = rand.New(cfg.src)
 	}
