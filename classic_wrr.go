@@ -98,8 +98,7 @@ func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
 func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 	if r.fresh() {
 		if c := s.cycle.Load(); c != nil {
-			if v := c.ctr.Add(1); v&closedBit == 0 {
-				i := c.seq[(v-1)%c.w]
+			if i, ok := c.slot(c.ctr.Add(1)); ok {
 				p := c.list.primary[i]
 				p.conns.Add(1)
 				if r != nil {
@@ -116,26 +115,26 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 }
 
 func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
-	var once Request
-	l, r, err := s.beginLocked(r, &once)
-	if err != nil {
-		return nil, err
-	}
-	s.closeLocked()
-	now := s.now()
-	p := chooseLocked(l, r, s.primary, s.backup, func(peers []*Peer) *Peer {
-		return scanClassic(peers, r, now)
+	l := s.load()
+	clk := lazyClock{now: s.now}
+	p, err := pickFrame(l, r, func(_ []*Peer, backup bool) int {
+		s.closeLocked()
+		sorted := s.primary
+		if backup {
+			sorted = s.backup
+		}
+		p := scanClassic(sorted, r, &clk)
+		if p == nil {
+			return -1
+		}
+		p.probeLocked(clk.get())
+		p.conns.Add(1)
+		return p.index
 	})
-	if p == nil {
-		return nil, ErrNoLivePeer
+	if err == nil {
+		s.maybeOpenLocked(l)
 	}
-	if !l.single {
-		p.checkLocked(now)
-	}
-	p.conns.Add(1)
-	r.record(p.index)
-	s.maybeOpenLocked(l)
-	return p, nil
+	return p, err
 }
 
 // scanClassic is nginx 1.2.0's ngx_http_upstream_get_peer over peers, sorted
@@ -146,11 +145,11 @@ func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 // weight, a pick lowers a positive one by one, a failure lowers it clamped
 // at 0, and any list change sets it to 0. So a peer with current weight
 // above 0 has a weight above 0 and the divisions are safe.
-func scanClassic(peers []*Peer, r *Request, now int64) *Peer {
+func scanClassic(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 	for reset := false; ; reset = true {
 		var first, best *Peer
 		for _, p := range peers {
-			if r.isTried(p.index) || !p.available(now) {
+			if r.isTried(p.index) || !p.eligible(clk) {
 				continue
 			}
 			if first == nil {
@@ -189,7 +188,7 @@ func scanClassic(peers []*Peer, r *Request, now int64) *Peer {
 // Done reports the outcome of an attempt on p. A success on a peer with no
 // failures on record takes no lock.
 func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
-	if err := s.release(p, o); err != nil {
+	if err := s.finish(p, o); err != nil {
 		return err
 	}
 	if !o.Failed && !p.needsLockOnSuccess() {
@@ -316,9 +315,7 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 		}
 		s.built = c
 	}
-	// A fresh counter per opening: the cycle restarts at its first pick.
-	open := &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts}
-	s.cycle.Store(open)
+	s.cycle.Store(c.reopen()) // a fresh counter: the cycle restarts at its first pick
 }
 
 // buildCycleLocked records one round by running scanClassic itself W times
@@ -329,27 +326,20 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 // of a round, so the build leaves the exact state where it found it. The
 // peers are all healthy with no max_conns, so the clock plays no part.
 func (s *ClassicWRR) buildCycleLocked(l *peerList, w int64) *cycle {
-	n := len(l.primary)
-	c := &cycle{
-		list:    l,
-		seq:     make([]int32, w),
-		weights: make([]int64, n),
-		w:       uint64(w),
-		counts:  make([]int64, n),
-	}
+	weights := make([]int64, len(l.primary))
 	for i, p := range l.primary {
 		if !p.down.Load() {
-			c.weights[i] = p.weight.Load()
+			weights[i] = p.weight.Load()
 		}
 	}
-	var fresh Request
-	now := s.now()
-	for k := range c.seq {
-		p := scanClassic(s.primary, &fresh, now)
+	seq := make([]int32, w)
+	clk := lazyClock{now: s.now}
+	for k := range seq {
+		p := scanClassic(s.primary, nil, &clk)
 		if p == nil {
 			return nil // unreachable: maybeOpenLocked found weight to pick
 		}
-		c.seq[k] = int32(p.index)
+		seq[k] = int32(p.index)
 	}
-	return c
+	return newCycle(l, seq, weights)
 }

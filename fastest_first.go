@@ -205,23 +205,18 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var once Request
-	l, r, err := f.beginLocked(r, &once)
+	l := f.load()
+	now := f.now()
+	p, err := pickFrame(l, r, func(peers []*Peer, _ bool) int {
+		return scanFastest(peers, r, now)
+	})
 	if err != nil {
 		return nil, err
 	}
-	now := f.now()
-	p := chooseLocked(l, r, l.primary, l.backup, func(peers []*Peer) *Peer {
-		return scanFastest(peers, r, now)
-	})
-	if p == nil {
-		return nil, ErrNoLivePeer
+	if l.single && p.conns.Load() == 1 {
+		p.lat.since = now // as in scanFastest, for the frame's single peer
 	}
-	if p.conns.Add(1) == 1 {
-		p.lat.since = now // idle until now: its silence starts here
-	}
-	r.record(p.index)
-	f.checkLocked(l, p, now, false)
+	f.reweighLocked(l, p, now, false)
 	// Peers that are not picked must be checked too, or a silent stall or
 	// an idle peer's decaying estimate would never move its weight: one
 	// more peer per pick, in turn, so each is checked every n picks.
@@ -229,9 +224,9 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 		f.cursor = (f.cursor + 1) % all
 		q := f.cursor
 		if q < len(l.primary) {
-			f.checkLocked(l, l.primary[q], now, false)
+			f.reweighLocked(l, l.primary[q], now, false)
 		} else {
-			f.checkLocked(l, l.backup[q-len(l.primary)], now, false)
+			f.reweighLocked(l, l.backup[q-len(l.primary)], now, false)
 		}
 	}
 	return p, nil
@@ -245,9 +240,9 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 // per comparison and the tied peers are matched against the winner's count
 // as first read; a count that drops meanwhile can only make a peer look
 // busier than it is for this one pick.
-func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
-	if p := scanFastestGated(peers, r, now, true); p != nil {
-		return p
+func scanFastest(peers []*Peer, r *Request, now int64) int {
+	if i := scanFastestGated(peers, r, now, true); i >= 0 {
+		return i
 	}
 	// Every eligible peer is being explored and has its attempt out: the
 	// one-at-a-time rule is a preference, and a healthy peer must not be
@@ -257,13 +252,14 @@ func scanFastest(peers []*Peer, r *Request, now int64) *Peer {
 
 // scanFastestGated is scanFastest's pass; with gate set it skips the peers
 // being explored that have their one attempt out.
-func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
+func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
+	clk := clockAt(now)
 	var least, probe *Peer
-	var at int         // least's position in peers
-	var conns, w int64 // least's in-flight count + 1 and weight, as read
-	var many bool      // another peer ties with least
+	var at, probeAt int // least's position in peers
+	var conns, w int64  // least's in-flight count + 1 and weight, as read
+	var many bool       // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.available(now) || gate && p.lat.exploring && p.conns.Load() != 0 {
+		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring && p.conns.Load() != 0 {
 			continue // a peer being probed has its one attempt out
 		}
 		pc, pw := p.conns.Load()+1, p.effectiveWeight
@@ -274,7 +270,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
 		// probe or not.
 		if p.fails.Load() != 0 && p.weight.Load() != 0 && pc == 1 && now-p.checked.Load() > p.failTimeout &&
 			(probe == nil || p.checked.Load() < probe.checked.Load()) {
-			probe = p
+			probe, probeAt = p, i
 		}
 		if least == nil {
 			least, at, conns, w, many = p, i, pc, pw, false
@@ -288,18 +284,19 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
 		}
 	}
 	if probe != nil {
-		probe.checkLocked(now)
-		return probe
+		probe.probeLocked(now)
+		takeFastest(probe, now)
+		return probeAt
 	}
 	if least == nil {
-		return nil
+		return -1
 	}
-	best := least
+	best, bestAt := least, at
 	if many {
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.available(now) || gate && p.lat.exploring && p.conns.Load() != 0 {
+			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring && p.conns.Load() != 0 {
 				continue
 			}
 			if p != least && compareLoad(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
@@ -311,13 +308,22 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
 			p.currentWeight += p.effectiveWeight
 			total += p.effectiveWeight
 			if p.currentWeight > best.currentWeight {
-				best = p
+				best, bestAt = p, i
 			}
 		}
 		best.currentWeight -= total
 	}
-	best.checkLocked(now)
-	return best
+	best.probeLocked(now)
+	takeFastest(best, now)
+	return bestAt
+}
+
+// takeFastest counts an attempt on p in flight; a peer idle until now starts
+// its silence now. Requires the owner's lock.
+func takeFastest(p *Peer, now int64) {
+	if p.conns.Add(1) == 1 {
+		p.lat.since = now
+	}
 }
 
 // Done reports the outcome of an attempt on p: it ends the attempt, applies
@@ -325,7 +331,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) *Peer {
 // the penalty) into p's estimate. O(1) under the picker's lock, and O(n)
 // when the estimate leaves its band.
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
-	if err := f.release(p, o); err != nil {
+	if err := f.finish(p, o); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -362,7 +368,7 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		p.lat.observeLocked(now, float64(o.Latency), f.tau)
 	}
 	p.lat.since = now // an answer ends the silence
-	f.checkLocked(l, p, now, first || cleared)
+	f.reweighLocked(l, p, now, first || cleared)
 	return nil
 }
 
@@ -403,9 +409,9 @@ func (f *FastestFirst) estimateLocked(p *Peer, m float64, now int64) float64 {
 	return e
 }
 
-// checkLocked recomputes the weights of p's list when p's estimate has left
+// reweighLocked recomputes the weights of p's list when p's estimate has left
 // its band, or when force is set. Requires f.mu.
-func (f *FastestFirst) checkLocked(l *peerList, p *Peer, now int64, force bool) {
+func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool) {
 	if l.single {
 		return // a single server is picked whatever its weight
 	}

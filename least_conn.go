@@ -55,39 +55,28 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var once Request
-	l, r, err := b.beginLocked(r, &once)
-	if err != nil {
-		return nil, err
-	}
-	now := b.now()
-	// nginx hands a single server to round-robin (chooseLocked's rule).
-	p := chooseLocked(l, r, l.primary, l.backup, func(peers []*Peer) *Peer {
-		return scanLeastConn(peers, r, now)
+	clk := lazyClock{now: b.now}
+	return pickFrame(b.load(), r, func(peers []*Peer, _ bool) int {
+		return scanLeastConn(peers, r, &clk)
 	})
-	if p == nil {
-		return nil, ErrNoLivePeer
-	}
-	p.conns.Add(1)
-	r.record(p.index)
-	return p, nil
 }
 
 // scanLeastConn is nginx's ngx_http_upstream_get_least_conn_peer over one
 // list: the first peer with the lowest load, then the smooth round-robin
-// step among the peers tied with it. Requires the owner's lock.
+// step among the peers tied with it. It returns the winner's index with its
+// attempt counted in flight, or -1. Requires the owner's lock.
 //
 // Done lowers in-flight counts without the lock, so each count is read once
 // per comparison and the tied peers are matched against the winner's count
 // as first read; a count that drops meanwhile can only make a peer look
 // busier than it is for this one pick.
-func scanLeastConn(peers []*Peer, r *Request, now int64) *Peer {
+func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock) int {
 	var least *Peer
 	var at int         // least's position in peers
 	var conns, w int64 // least's in-flight count and weight, as read
 	var many bool      // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.available(now) {
+		if r.isTried(i) || !p.eligible(clk) {
 			continue
 		}
 		pc, pw := p.conns.Load(), p.weight.Load()
@@ -103,16 +92,16 @@ func scanLeastConn(peers []*Peer, r *Request, now int64) *Peer {
 		}
 	}
 	if least == nil {
-		return nil
+		return -1
 	}
-	best := least
+	best, bestAt := least, at
 	if many {
 		// nginx's smooth step, restricted to the tied peers; least is
 		// among them whatever its count reads now.
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.available(now) {
+			if r.isTried(i) || !p.eligible(clk) {
 				continue
 			}
 			if p != least && compareLoad(p.conns.Load(), p.weight.Load(), conns, w) != 0 {
@@ -120,13 +109,14 @@ func scanLeastConn(peers []*Peer, r *Request, now int64) *Peer {
 			}
 			total += smoothStep(p)
 			if p.currentWeight > best.currentWeight {
-				best = p
+				best, bestAt = p, i
 			}
 		}
 		best.currentWeight -= total
 	}
-	best.checkLocked(now)
-	return best
+	best.probeLocked(clk.get())
+	best.conns.Add(1)
+	return bestAt
 }
 
 // compareLoad compares the load of a peer with pc attempts in flight and

@@ -138,48 +138,26 @@ func (b *P2CPeakEWMA) changedLocked(l *peerList) {
 // weights and O(log n) otherwise, without a lock.
 func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	t := b.draw.Load()
-	if t == nil || t.list.empty() {
+	if t == nil {
 		return nil, ErrNoPeers
 	}
-	l := t.list
-	var once Request
-	r = r.orOneShot(&once)
-	if !r.begin(l) {
-		return nil, ErrTriesExhausted
-	}
 	now := b.now()
-	var p *Peer
-	i := 0
-	switch {
-	case l.single:
-		// nginx checks only down and max_conns for a single server.
-		if q := l.primary[0]; !q.down.Load() && acquirePeer(q) {
-			p = q
+	return pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
+		if backup {
+			return b.choose(peers, &t.backup, r, now)
 		}
-	case !r.backup:
-		p, i = b.choose(l.primary, &t.primary, r, now)
-		if p == nil && len(l.backup) > 0 {
-			r.switchToBackup()
-		}
-	}
-	if p == nil && r.backup {
-		p, i = b.choose(l.backup, &t.backup, r, now)
-	}
-	if p == nil {
-		return nil, ErrNoLivePeer
-	}
-	r.record(i)
-	return p, nil
+		return b.choose(peers, &t.primary, r, now)
+	})
 }
 
-// choose returns the winner of a pair of distinct eligible peers of one
-// list and its index there, with its attempt already counted in flight, or
-// nil if no peer of the list is eligible. The index comes from the list, not
-// from Peer.index, which a concurrent change may already have renumbered.
-func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) (*Peer, int) {
+// choose returns the index of the winner of a pair of distinct eligible
+// peers of one list, with its attempt already counted in flight, or -1 if
+// no peer of the list is eligible.
+func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) int {
 	if len(peers) == 0 { // a list of backups only: nothing to draw from the primaries
-		return nil, -1
+		return -1
 	}
+	clk := clockAt(now)
 	for range p2cEffort + 1 {
 		a, c := -1, -1
 		for try := 0; try < p2cEffort; try++ {
@@ -193,7 +171,7 @@ func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) 
 			// The draws keep missing: draw exactly among the eligible.
 			a, c = b.drawEligible(peers, r, now)
 			if a < 0 {
-				return nil, -1
+				return -1
 			}
 		}
 		// Take the cheaper; if another pick claimed its probe or filled
@@ -201,35 +179,21 @@ func (b *P2CPeakEWMA) choose(peers []*Peer, d *drawList, r *Request, now int64) 
 		if c >= 0 && b.cheaper(peers[c], peers[a], now) {
 			a, c = c, a
 		}
-		if takeAt(peers[a], now) {
-			return peers[a], a
+		if peers[a].take(&clk) {
+			return a
 		}
-		if c >= 0 && takeAt(peers[c], now) {
-			return peers[c], c
+		if c >= 0 && peers[c].take(&clk) {
+			return c
 		}
 	}
-	return nil, -1
-}
-
-// takeAt counts an attempt on p in flight if p is still eligible at now:
-// the connection slot first, by compare-and-swap against max_conns, then
-// the probe, so that a probe is never spent on a peer a concurrent pick
-// has just filled.
-func takeAt(p *Peer, now int64) bool {
-	if !acquirePeer(p) {
-		return false
-	}
-	if !p.claimProbe(now) {
-		p.release()
-		return false
-	}
-	return true
+	return -1
 }
 
 // eligibleAt reports whether peer i of peers may take r's next attempt at
 // now.
 func eligibleAt(peers []*Peer, i int, r *Request, now int64) bool {
-	return !r.isTried(i) && peers[i].available(now)
+	clk := clockAt(now)
+	return !r.isTried(i) && peers[i].eligible(&clk)
 }
 
 // drawPair draws two distinct indices of a list of n peers, each in
@@ -371,7 +335,7 @@ func (b *P2CPeakEWMA) cost(p *Peer, now int64) (probing bool, c float64) {
 // its latency (or the failure penalty, if higher) into p's estimate and
 // applies nginx's failure accounting. O(1) under the picker's lock.
 func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
-	if err := b.release(p, o); err != nil {
+	if err := b.finish(p, o); err != nil {
 		return err
 	}
 	b.mu.Lock()

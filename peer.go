@@ -71,7 +71,7 @@ type PeerOption func(*Peer)
 func Weight(w int) PeerOption {
 	return func(p *Peer) {
 		if w < 0 || w > MaxWeightSum {
-			p.fail(fmt.Errorf("balancer: peer %q: weight %d out of range [0, %d]: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig))
+			p.invalid(fmt.Errorf("balancer: peer %q: weight %d out of range [0, %d]: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig))
 			return
 		}
 		p.weight.Store(int64(w))
@@ -85,7 +85,7 @@ func Weight(w int) PeerOption {
 func MaxFails(n int) PeerOption {
 	return func(p *Peer) {
 		if n < 0 {
-			p.fail(fmt.Errorf("balancer: peer %q: negative max_fails %d: %w", p.addr, n, ErrInvalidConfig))
+			p.invalid(fmt.Errorf("balancer: peer %q: negative max_fails %d: %w", p.addr, n, ErrInvalidConfig))
 			return
 		}
 		p.maxFails = n
@@ -97,7 +97,7 @@ func MaxFails(n int) PeerOption {
 func FailTimeout(d time.Duration) PeerOption {
 	return func(p *Peer) {
 		if d < 0 {
-			p.fail(fmt.Errorf("balancer: peer %q: negative fail_timeout %v: %w", p.addr, d, ErrInvalidConfig))
+			p.invalid(fmt.Errorf("balancer: peer %q: negative fail_timeout %v: %w", p.addr, d, ErrInvalidConfig))
 			return
 		}
 		p.failTimeout = int64(d)
@@ -109,7 +109,7 @@ func FailTimeout(d time.Duration) PeerOption {
 func MaxConns(n int) PeerOption {
 	return func(p *Peer) {
 		if n < 0 {
-			p.fail(fmt.Errorf("balancer: peer %q: negative max_conns %d: %w", p.addr, n, ErrInvalidConfig))
+			p.invalid(fmt.Errorf("balancer: peer %q: negative max_conns %d: %w", p.addr, n, ErrInvalidConfig))
 			return
 		}
 		p.maxConns = int64(n)
@@ -135,7 +135,7 @@ func NewPeer(addr string, opts ...PeerOption) *Peer {
 	}
 	p.weight.Store(DefaultWeight)
 	if addr == "" {
-		p.fail(fmt.Errorf("balancer: empty peer address: %w", ErrInvalidConfig))
+		p.invalid(fmt.Errorf("balancer: empty peer address: %w", ErrInvalidConfig))
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -146,7 +146,7 @@ func NewPeer(addr string, opts ...PeerOption) *Peer {
 	return p
 }
 
-func (p *Peer) fail(err error) {
+func (p *Peer) invalid(err error) {
 	if p.configErr == nil {
 		p.configErr = err
 	}
@@ -224,94 +224,6 @@ func unixTime(ns int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, ns)
-}
-
-// failed reports whether the peer is inside its fail window at now: it has
-// max_fails failures and the last failure or probe was at most fail_timeout
-// ago (RR.c 736). Like nginx we compare with <=, so a peer that failed at t
-// with fail_timeout 10s stays out through t+10s; nginx reads whole seconds,
-// this reads the injected clock at full resolution.
-func (p *Peer) failed(now int64) bool {
-	return p.maxFails != 0 && p.fails.Load() >= int64(p.maxFails) &&
-		now-p.checked.Load() <= p.failTimeout
-}
-
-// full reports whether the peer is at its max_conns limit.
-func (p *Peer) full() bool {
-	return p.maxConns != 0 && p.conns.Load() >= p.maxConns
-}
-
-// available reports whether the peer may be chosen at now, not counting a
-// request's tried set: nginx's eligibility test, RR.c 732-743.
-func (p *Peer) available(now int64) bool {
-	return !p.down.Load() && !p.failed(now) && !p.full()
-}
-
-// checkLocked starts a new fail_timeout window when a peer whose window has
-// passed is selected: this selection is the probe, and if it fails too the
-// peer is out for another fail_timeout (RR.c 774). Requires the owner's lock.
-func (p *Peer) checkLocked(now int64) {
-	if now-p.checked.Load() > p.failTimeout {
-		p.checked.Store(now)
-	}
-}
-
-// claimProbe is checkLocked for lock-free pickers. When the peer's window has
-// passed and it is eligible only as a probe, concurrent pickers race for the
-// probe by compare-and-swap and the losers report false and look elsewhere.
-func (p *Peer) claimProbe(now int64) bool {
-	for {
-		c := p.checked.Load()
-		if now-c <= p.failTimeout {
-			// Inside the window: a probe is claimed only past it, so this
-			// peer is eligible only because it is below max_fails.
-			return !p.failed(now)
-		}
-		if p.checked.CompareAndSwap(c, now) {
-			return true
-		}
-	}
-}
-
-// failLocked applies a failed attempt (RR.c 819-839): fails++, both times set
-// to now, and effective_weight lowered by weight/max_fails in integer
-// division, clamped at 0. Requires the owner's lock.
-func (p *Peer) failLocked(now int64) {
-	p.fails.Add(1)
-	p.accessed.Store(now)
-	p.checked.Store(now)
-	if p.maxFails != 0 {
-		p.effectiveWeight -= p.weight.Load() / int64(p.maxFails)
-		if p.effectiveWeight < 0 {
-			p.effectiveWeight = 0
-		}
-	}
-}
-
-// succeedLocked applies a successful attempt (RR.c 847): the failure count is
-// cleared only when the peer has been checked since its last failure, that
-// is, when this success answers a probe. Requires the owner's lock.
-func (p *Peer) succeedLocked() {
-	if p.accessed.Load() < p.checked.Load() {
-		p.fails.Store(0)
-	}
-}
-
-// needsLockOnSuccess reports whether a success on p can change more than the
-// in-flight count, so that a lock-free Done can skip the lock.
-func (p *Peer) needsLockOnSuccess() bool { return p.fails.Load() != 0 }
-
-// release ends one in-flight attempt and reports whether there was one.
-func (p *Peer) release() bool {
-	for {
-		c := p.conns.Load()
-		if c <= 0 {
-			return false
-		}
-		if p.conns.CompareAndSwap(c, c-1) {
-			return true
-		}
-	}
 }
 
 // checkWeightSum returns an error if the weights of peers overflow MaxWeightSum.

@@ -212,12 +212,12 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	}
 }
 
-// release validates a report on p and ends its in-flight attempt. A report on
+// finish validates a report on p and ends its in-flight attempt. A report on
 // a peer removed while in flight, and not yet added to another picker, is
 // accepted and only ends the attempt: callers account the outcome only if
 // p.owner is still s, checked under s.mu. One atomic read of the owner
 // decides, so a concurrent Remove or Add cannot make a report get lost.
-func (s *peerSet) release(p *Peer, o Outcome) error {
+func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if p == nil {
 		return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
 	}
@@ -237,47 +237,11 @@ func (s *peerSet) release(p *Peer, o Outcome) error {
 	return nil
 }
 
-// beginLocked starts a locked pick for r: it returns the current list and r
-// itself or, for a nil r, once made a one-shot request, or the error Pick
-// returns when there is nothing to pick or no try left. Requires s.mu.
-func (s *peerSet) beginLocked(r, once *Request) (*peerList, *Request, error) {
-	l := s.load()
-	if l.empty() {
-		return nil, nil, ErrNoPeers
-	}
-	r = r.orOneShot(once)
-	if !r.begin(l) {
-		return nil, nil, ErrTriesExhausted
-	}
-	return l, r, nil
-}
-
-// chooseLocked is the frame of nginx's ngx_http_upstream_get_round_robin_peer
-// around a picker's selector: the single-server rule (only down and
-// max_conns count), then the primaries, then the backups once no primary is
-// eligible for r. It returns the peer chosen, not yet counted in flight nor
-// recorded in r, or nil. Requires the owner's lock.
-func chooseLocked(l *peerList, r *Request, primary, backup []*Peer, scan func([]*Peer) *Peer) *Peer {
-	switch {
-	case l.single:
-		if q := l.primary[0]; !q.down.Load() && !q.full() {
-			return q
-		}
-		return nil
-	case !r.backup:
-		if p := scan(primary); p != nil || len(backup) == 0 {
-			return p
-		}
-		r.switchToBackup()
-	}
-	return scan(backup)
-}
-
 // done is Done for the pickers whose only per-peer state is nginx's failure
 // accounting: a success on a peer with no failures on record only ends the
 // attempt, without the lock.
 func (s *peerSet) done(p *Peer, o Outcome) error {
-	if err := s.release(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
+	if err := s.finish(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
 		return err
 	}
 	s.mu.Lock()

@@ -316,7 +316,7 @@ func (b *RandomWeighted) rand64() uint64 {
 // Pick allocates.
 func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	st := b.state.Load()
-	clk := rrClock{now: b.now}
+	clk := lazyClock{now: b.now}
 	if st.warming {
 		st = b.rewarm(st, &clk)
 	}
@@ -342,7 +342,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 
 // rewarm rebuilds the tables if the warm-up schedule says so and no other
 // goroutine holds the lock (it, or the next Pick, will).
-func (b *RandomWeighted) rewarm(st *rwState, clk *rrClock) *rwState {
+func (b *RandomWeighted) rewarm(st *rwState, clk *lazyClock) *rwState {
 	now := clk.get()
 	if now < st.next || !b.mu.TryLock() {
 		return st
@@ -355,65 +355,43 @@ func (b *RandomWeighted) rewarm(st *rwState, clk *rrClock) *rwState {
 	return st
 }
 
-// pickSlow checks the request's bound, then picks among the primaries
-// (starting with draw first, if not negative), then among the backups.
-func (b *RandomWeighted) pickSlow(st *rwState, r *Request, clk *rrClock, first int) (*Peer, error) {
-	l := st.list
-	if l.empty() {
-		return nil, ErrNoPeers
-	}
-	// As in RoundRobin: a fresh request over down peers gets ErrNoLivePeer.
-	if r != nil && !r.begin(l) && r.attempts > 0 {
-		return nil, ErrTriesExhausted
-	}
-	if r == nil || !r.backup {
-		if p := b.pickFrom(&st.primary, r, clk, first, l.single); p != nil {
-			return p, nil
+// pickSlow runs the frame: the primaries' table (starting with draw first,
+// if not negative), then the backups'.
+func (b *RandomWeighted) pickSlow(st *rwState, r *Request, clk *lazyClock, first int) (*Peer, error) {
+	return pickFrame(st.list, r, func(_ []*Peer, backup bool) int {
+		if backup {
+			return b.pickFrom(&st.backup, r, clk, -1)
 		}
-		if len(l.backup) == 0 {
-			return nil, ErrNoLivePeer
-		}
-		if r != nil {
-			r.switchToBackup()
-		}
-	}
-	if p := b.pickFrom(&st.backup, r, clk, -1, false); p != nil {
-		return p, nil
-	}
-	return nil, ErrNoLivePeer
+		return b.pickFrom(&st.primary, r, clk, first)
+	})
 }
 
 // pickFrom draws from t until an eligible peer comes up, at most rwDraws
-// times (the first draw is first, if not negative), then scans.
-func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *rrClock, first int, single bool) *Peer {
+// times (the first draw is first, if not negative), then scans. It returns
+// the index of the peer taken, or -1.
+func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *lazyClock, first int) int {
 	if t.n == 0 {
-		return nil
+		return -1
 	}
 	for k := range rwDraws {
 		i := first
 		if k > 0 || i < 0 {
 			i = t.draw(b.rand64())
 		}
-		if r != nil && r.isTried(i) {
-			continue
-		}
-		if p := t.peers[i]; takePeer(p, clk, single) {
-			if r != nil {
-				r.record(i)
-			}
-			return p
+		if !r.isTried(i) && t.peers[i].take(clk) {
+			return i
 		}
 	}
-	return b.scan(t, r, clk, single)
+	return b.scan(t, r, clk)
 }
 
 // scan draws by weight among the eligible peers of t: one pass sums their
 // weights, a draw below the sum picks one in a second pass. If the peer it
 // lands on stopped being eligible in between (a concurrent Pick took its
 // probe or its last connection), the first eligible peer after it is taken.
-func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *rrClock, single bool) *Peer {
+func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 	ok := func(i int) bool {
-		return t.w[i] != 0 && (r == nil || !r.isTried(i)) && eligiblePeer(t.peers[i], clk, single)
+		return t.w[i] != 0 && !r.isTried(i) && t.peers[i].eligible(clk)
 	}
 	var sum uint64
 	for i := range t.peers {
@@ -422,7 +400,7 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *rrClock, single bool)
 		}
 	}
 	if sum == 0 {
-		return nil
+		return -1
 	}
 	x, _ := bits.Mul64(b.rand64(), sum)
 	start := 0
@@ -442,14 +420,11 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *rrClock, single bool)
 		if i >= n {
 			i -= n
 		}
-		if ok(i) && takePeer(t.peers[i], clk, single) {
-			if r != nil {
-				r.record(i)
-			}
-			return t.peers[i]
+		if ok(i) && t.peers[i].take(clk) {
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 // Done reports the outcome of an attempt on p. A success on a peer with no

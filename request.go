@@ -18,18 +18,6 @@ type Request struct {
 	attempts int
 	limit    int
 	backup   bool
-	oneShot  bool // stands in for a nil *Request: never retried
-}
-
-// orOneShot returns r, or, for a nil r, buf made into a request that will
-// not be retried, whose tried set is therefore never recorded (recording it
-// would allocate past 64 peers for nothing).
-func (r *Request) orOneShot(buf *Request) *Request {
-	if r != nil {
-		return r
-	}
-	*buf = Request{oneShot: true}
-	return buf
 }
 
 // Reset makes r a fresh request, keeping its storage.
@@ -67,7 +55,12 @@ func (r *Request) begin(l *peerList) bool {
 // fresh reports whether r has not made an attempt yet (a nil r is fresh).
 func (r *Request) fresh() bool { return r == nil || r.attempts == 0 }
 
+// isTried reports whether r has tried peer i of the current list; a nil r
+// has tried nothing.
 func (r *Request) isTried(i int) bool {
+	if r == nil {
+		return false
+	}
 	if i < 64 {
 		return r.tried[0]&(1<<uint(i)) != 0
 	}
@@ -101,8 +94,6 @@ func (r *Request) switchToBackup() {
 
 // record notes that peer i of the current list was returned.
 func (r *Request) record(i int) {
-	if !r.oneShot {
-		r.markTried(i)
-	}
+	r.markTried(i)
 	r.attempts++
 }

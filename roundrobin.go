@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
 )
@@ -54,13 +53,6 @@ type RoundRobin struct {
 
 var _ Picker = (*RoundRobin)(nil)
 
-// rrFoldAt is where a rotation counter folds back to a small value congruent
-// to it modulo the list length. Keeping counters below 2^32 lets the fast path
-// reduce them with a multiplication instead of a 64-bit division, and folding
-// keeps the rotation exact where a counter that wrapped at 2^64 (or, as in
-// Ribbon's issue 259, went negative at 2^31) would jump.
-const rrFoldAt = 1 << 31
-
 // rrTable is an immutable snapshot of the rotations, derived from one peer
 // list.
 type rrTable struct {
@@ -74,7 +66,7 @@ type rrTable struct {
 type rrRing struct {
 	slots []rrSlot
 	n     uint64 // len(slots)
-	m     uint64 // ⌈2^64/n⌉, for rrRing.mod
+	mod   fastMod
 }
 
 // rrSlot is one peer in a rotation and its index in its list, which names it
@@ -128,29 +120,15 @@ func newRRRing(peers []*Peer) rrRing {
 		}
 	}
 	g.n = uint64(len(g.slots))
-	if g.n != 0 {
-		g.m = ^uint64(0)/g.n + 1
-	}
+	g.mod = newFastMod(g.n)
 	return g
-}
-
-// mod returns v mod n for v < 2^32 by Lemire's fastmod (Lemire, Kaser and
-// Kurz, "Faster Remainder by Direct Computation", 2019): with m = ⌈2^64/n⌉,
-// the low 64 bits of m·v are the fraction v/n scaled by 2^64, and multiplying
-// that fraction by n keeps the remainder in the high 64 bits. It is exact for
-// every 32-bit v and n; for a larger n (not a list a process can hold) it
-// still returns an index below n. Two multiplications instead of a 64-bit
-// division, the slowest step of the pick after its two atomic operations.
-func (g *rrRing) mod(v uint64) uint64 {
-	hi, _ := bits.Mul64(g.m*uint64(uint32(v)), g.n)
-	return hi
 }
 
 // next advances counter c by one and returns the slot it lands on.
 func (g *rrRing) next(c *atomic.Uint64) uint64 {
 	v := c.Add(1)
-	if v < rrFoldAt {
-		return g.mod(v)
+	if v < foldAt {
+		return g.mod.reduce(v)
 	}
 	return rrFold(c, v, g.n)
 }
@@ -199,43 +177,26 @@ func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 	return b.pickSlow(t, r, -1)
 }
 
-// pickSlow checks the request's bound, then scans the primaries from slot
-// first (or from a fresh turn if first < 0), then the backups.
+// pickSlow runs the frame: the primaries' rotation from slot first (or from
+// a fresh turn if first < 0), then the backups' on a counter of their own.
 func (b *RoundRobin) pickSlow(t *rrTable, r *Request, first int) (*Peer, error) {
-	l := t.list
-	if l.empty() {
-		return nil, ErrNoPeers
-	}
-	// A fresh request over a list of down peers has a bound of 0; it gets
-	// ErrNoLivePeer from the scan below, which is what it ran into.
-	if r != nil && !r.begin(l) && r.attempts > 0 {
-		return nil, ErrTriesExhausted
-	}
-	clk := rrClock{now: b.now}
-	if r == nil || !r.backup {
-		if p := scanRR(&t.primary, &b.ctr, r, first, &clk, l.single); p != nil {
-			return p, nil
+	clk := lazyClock{now: b.now}
+	return pickFrame(t.list, r, func(_ []*Peer, backup bool) int {
+		if backup {
+			return scanRR(&t.backup, &b.bctr, r, -1, &clk)
 		}
-		if len(l.backup) == 0 {
-			return nil, ErrNoLivePeer
-		}
-		if r != nil {
-			r.switchToBackup()
-		}
-	}
-	if p := scanRR(&t.backup, &b.bctr, r, -1, &clk, false); p != nil {
-		return p, nil
-	}
-	return nil, ErrNoLivePeer
+		return scanRR(&t.primary, &b.ctr, r, first, &clk)
+	})
 }
 
 // scanRR takes the first eligible peer of ring g from slot first (or from
-// the next turn of c if first < 0), visiting each slot at most once. The
-// slots it skips are turns used up: it advances c past them, so that
-// serially the rotation is Ribbon's, where each try advances the counter.
-func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *rrClock, single bool) *Peer {
+// the next turn of c if first < 0), visiting each slot at most once, and
+// returns its index in its list, or -1. The slots it skips are turns used
+// up: it advances c past them, so that serially the rotation is Ribbon's,
+// where each try advances the counter.
+func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *lazyClock) int {
 	if g.n == 0 {
-		return nil
+		return -1
 	}
 	start := uint64(first)
 	if first < 0 {
@@ -247,21 +208,15 @@ func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *rrClock, si
 			j -= g.n
 		}
 		s := &g.slots[j]
-		if r != nil && r.isTried(s.i) {
-			continue
-		}
-		if !takePeer(s.p, clk, single) {
+		if r.isTried(s.i) || !s.p.take(clk) {
 			continue
 		}
 		if k != 0 {
 			c.Add(k)
 		}
-		if r != nil {
-			r.record(s.i)
-		}
-		return s.p
+		return s.i
 	}
-	return nil
+	return -1
 }
 
 // Done reports the outcome of an attempt on p. A success on a peer with no
@@ -269,73 +224,4 @@ func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *rrClock, si
 // accounting under the picker's lock.
 func (b *RoundRobin) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
-}
-
-// The helpers below are shared by the lock-free pickers, RoundRobin and
-// RandomWeighted.
-
-// rrClock reads the picker's clock at most once per Pick, and only if a
-// peer with failures on record needs it: most picks never read it.
-type rrClock struct {
-	now func() int64
-	t   int64
-	ok  bool
-}
-
-func (c *rrClock) get() int64 {
-	if !c.ok {
-		c.t, c.ok = c.now(), true
-	}
-	return c.t
-}
-
-// takePeer checks that p is eligible and, if so, counts an attempt on it in
-// flight, lock-free: nginx's eligibility test (RR.c 732-743) followed by its
-// check of the chosen peer (RR.c 774). The in-flight count is taken first,
-// by compare-and-swap against max_conns so that concurrent picks never push
-// p past it; then, for a peer with failures on record, claimProbe both
-// excludes a peer inside its fail window and, past the window, lets exactly
-// one concurrent Pick have the probe. Claiming the probe last means a probe
-// is never used up on a peer that turned out to be full. With single set
-// (one primary and no backup), nginx checks only down and max_conns.
-func takePeer(p *Peer, clk *rrClock, single bool) bool {
-	if p.down.Load() {
-		return false
-	}
-	if !acquirePeer(p) {
-		return false
-	}
-	if !single && p.fails.Load() != 0 && !p.claimProbe(clk.get()) {
-		// release, not Add(-1): it never takes the count below 0, even if a
-		// stray duplicate Done consumed this attempt in between.
-		p.release()
-		return false
-	}
-	return true
-}
-
-// acquirePeer counts an attempt on p in flight unless p is at max_conns.
-func acquirePeer(p *Peer) bool {
-	if p.maxConns == 0 {
-		p.conns.Add(1)
-		return true
-	}
-	for {
-		c := p.conns.Load()
-		if c >= p.maxConns {
-			return false
-		}
-		if p.conns.CompareAndSwap(c, c+1) {
-			return true
-		}
-	}
-}
-
-// eligiblePeer is takePeer's test without its effects: it reports whether p
-// could be taken now.
-func eligiblePeer(p *Peer, clk *rrClock, single bool) bool {
-	if p.down.Load() || p.full() {
-		return false
-	}
-	return single || p.fails.Load() == 0 || !p.failed(clk.get())
 }

@@ -141,7 +141,7 @@ func TestRoundRobin_counterWrap(t *testing.T) {
 	// Starting just below the fold, just below 2^32 (a counter no fold has
 	// caught) and just below 2^64, the rotation must go on unbroken.
 	for _, n := range []int{3, 5, 8} {
-		for _, start := range []uint64{rrFoldAt - 3, 1<<32 - 3, math.MaxUint64 - 3} {
+		for _, start := range []uint64{foldAt - 3, 1<<32 - 3, math.MaxUint64 - 3} {
 			t.Run(fmt.Sprintf("n=%d/start=%#x", n, start), func(t *testing.T) {
 				ws := make([]int, n)
 				for i := range ws {
@@ -159,7 +159,7 @@ func TestRoundRobin_counterWrap(t *testing.T) {
 					got = append(got, p.Addr())
 				}
 				assert.Equal(t, want, got)
-				assert.Less(t, b.ctr.Load(), uint64(rrFoldAt), "the counter was folded")
+				assert.Less(t, b.ctr.Load(), uint64(foldAt), "the counter was folded")
 			})
 		}
 	}
@@ -174,10 +174,10 @@ func TestRoundRobin_fastMod(t *testing.T) {
 		ns = append(ns, uint64(rng.Uint32N(1<<20)+1))
 	}
 	for _, n := range ns {
-		g := rrRing{n: n, m: ^uint64(0)/n + 1}
+		f := newFastMod(n)
 		for _, v := range vs {
-			if g.mod(v) != v%n {
-				assert.Equal(t, v%n, g.mod(v), "%d mod %d", v, n)
+			if f.reduce(v) != v%n {
+				assert.Equal(t, v%n, f.reduce(v), "%d mod %d", v, n)
 			}
 		}
 	}

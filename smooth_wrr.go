@@ -1,8 +1,6 @@
 package balancer
 
 import (
-	"cmp"
-	"math/bits"
 	"slices"
 	"sync/atomic"
 )
@@ -67,128 +65,6 @@ type SmoothWRR struct {
 
 var _ Picker = (*SmoothWRR)(nil)
 
-// MaxCycle bounds the length of the precomputed cycle, and so its memory
-// (8 bytes an entry with its checkpoints): with weights summing past it,
-// every pick runs the scan, which is still exact, and grouped by weight for
-// long lists.
-const MaxCycle = 1 << 16
-
-// maxCycleWork bounds the work of building a cycle: W steps, each comparing
-// the d distinct weights of the live primaries (buildCycle), about 10 ms at
-// the bound.
-const maxCycleWork = 1 << 23
-
-// closedBit marks a cycle's counter closed: a fast pick that finds it set
-// takes the locked path instead.
-const closedBit = 1 << 63
-
-// cycleFoldAt is where a cycle's counter folds back to a small value
-// congruent to it modulo W, so that the fast path can reduce it with
-// cycle.mod. It is far below closedBit, so one comparison with it also
-// catches a closed counter.
-const cycleFoldAt = 1 << 31
-
-// cycle is one period of the smooth sequence for a fixed set of weights,
-// starting from all current weights at 0.
-type cycle struct {
-	list    *peerList
-	seq     []int32 // seq[k]: index in list.primary of pick k
-	weights []int64 // weight of each primary; 0 for down peers
-	w       uint64  // len(seq), the sum of weights
-	counts  []int64 // scratch for close; guarded by the owner's mu
-	base    []int64 // current weights at the cycle's start; nil: all 0
-
-	// Set by newCycle; cycles built otherwise leave them zero and must
-	// reduce their counter with % and count picks from seq alone.
-	m     uint64  // ⌈2^64/w⌉, for mod
-	marks []int32 // marks[(j-1)·n+i]: picks of primary i in seq[:j·n], n = len(list.primary)
-
-	// The counter every pick writes, alone on its cache line: sharing one
-	// with the fields above, which every pick reads, would make the other
-	// core's add steal them between this core's add and its reads.
-	_   [64]byte
-	ctr atomic.Uint64
-	_   [56]byte
-}
-
-// newCycle returns a cycle over seq, the period of list's primaries with the
-// given weights, ready for next and countLocked.
-func newCycle(l *peerList, seq []int32, weights []int64) *cycle {
-	n := len(l.primary)
-	c := &cycle{
-		list:    l,
-		seq:     seq,
-		weights: weights,
-		w:       uint64(len(seq)),
-		counts:  make([]int64, n),
-		m:       ^uint64(0)/uint64(len(seq)) + 1,
-	}
-	// A checkpoint of every peer's count each n picks: W/n·n <= W entries,
-	// no more than seq, so that counting the picks in any prefix reads one
-	// checkpoint and fewer than n entries of seq.
-	if n > 0 && len(seq) >= n {
-		c.marks = make([]int32, len(seq)/n*n)
-		run := make([]int32, n)
-		for k, i := range seq[:len(c.marks)] {
-			run[i]++
-			if (k+1)%n == 0 {
-				copy(c.marks[k+1-n:], run)
-			}
-		}
-	}
-	return c
-}
-
-// reopen returns a copy of c with a fresh counter: a cycle that opens again
-// restarts at its first pick.
-func (c *cycle) reopen() *cycle {
-	return &cycle{list: c.list, seq: c.seq, weights: c.weights, w: c.w, counts: c.counts, m: c.m, marks: c.marks, base: c.base}
-}
-
-// mod returns v mod w for v < 2^32 by Lemire's fastmod (Lemire, Kaser and
-// Kurz, "Faster Remainder by Direct Computation", 2019): the low 64 bits of
-// m·v are the fraction v/w scaled by 2^64, and multiplying that fraction by
-// w leaves the remainder in the high 64 bits. Exact for every 32-bit v and
-// w; two multiplications where % is a 64-bit division, the slowest step of
-// the fast path after its two atomic adds.
-func (c *cycle) mod(v uint64) uint64 {
-	hi, _ := bits.Mul64(c.m*uint64(uint32(v)), c.w)
-	return hi
-}
-
-// fold is the rare path of Pick's cycle, past cycleFoldAt: the slot by division, and the
-// counter folded to v mod w. The fold succeeds only if no other pick moved
-// the counter since v (nor closed it); if one did, a later pick folds it,
-// long before it could reach 2^32. Since v and v mod w are congruent, every
-// later slot, and the current weights closeLocked derives from the counter,
-// are the same as without the fold.
-func (c *cycle) fold(v uint64) (int32, bool) {
-	if v&closedBit != 0 {
-		return 0, false
-	}
-	c.ctr.CompareAndSwap(v, v%c.w)
-	return c.seq[(v-1)%c.w], true
-}
-
-// countLocked sets c.counts[i] to the picks of primary i among the first k
-// of the sequence, k < w: from the last checkpoint at or before k, in O(n).
-// Requires the owner's mu, which guards counts.
-func (c *cycle) countLocked(k uint64) {
-	n := uint64(len(c.list.primary))
-	from := uint64(0)
-	if j := k / n; j > 0 && j*n <= uint64(len(c.marks)) {
-		from = j * n
-		for i, m := range c.marks[from-n : from] {
-			c.counts[i] = int64(m)
-		}
-	} else {
-		clear(c.counts)
-	}
-	for _, i := range c.seq[from:k] {
-		c.counts[i]++
-	}
-}
-
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 	cfg, err := newConfig("SmoothWRR", optClock, opts)
@@ -211,14 +87,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 		if c := s.cycle.Load(); c != nil {
 			// The cycle's next slot, or a closed cycle: written out here
 			// rather than in a method, which would be too large to inline.
-			v, ok := c.ctr.Add(1), true
-			var i int32
-			if v <= cycleFoldAt {
-				i = c.seq[c.mod(v-1)]
-			} else {
-				i, ok = c.fold(v)
-			}
-			if ok {
+			if i, ok := c.slot(c.ctr.Add(1)); ok {
 				p := c.list.primary[i]
 				p.conns.Add(1)
 				if r != nil {
@@ -230,7 +99,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 		} else if l := s.load(); l.single {
 			// nginx's single-server rule reads only down and max_conns
 			// and moves no weight (RR.c 626-638): no lock needed.
-			if p := l.primary[0]; !p.down.Load() && acquirePeer(p) {
+			if p := l.primary[0]; !p.down.Load() && p.acquire() {
 				if r != nil {
 					r.begin(l)
 					r.record(0)
@@ -252,20 +121,27 @@ func (s *SmoothWRR) pickSlow(r *Request) (*Peer, error) {
 
 func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
-	if l.empty() {
-		return nil, ErrNoPeers
-	}
 	fresh := r.fresh()
-	// A nil r is a request that will not be retried: it needs no tried
-	// set, which past 64 peers would have to grow.
-	if r != nil && !r.begin(l) {
-		return nil, ErrTriesExhausted
-	}
-	s.closeLocked()
-	p := s.pickSmoothLocked(l, r, &rrClock{now: s.now})
-	if p == nil {
-		s.recFor = nil
-		return nil, ErrNoLivePeer
+	clk := lazyClock{now: s.now}
+	p, err := pickFrame(l, r, func(peers []*Peer, backup bool) int {
+		s.closeLocked()
+		var p *Peer
+		if backup {
+			p = scanSmooth(peers, r, &clk)
+		} else {
+			p = s.scanPrimaryLocked(l, r, &clk)
+		}
+		if p == nil {
+			return -1
+		}
+		p.conns.Add(1)
+		return p.index
+	})
+	if err != nil {
+		if err == ErrNoLivePeer {
+			s.recFor = nil // the scan ran and moved weights: not a step of the period
+		}
+		return nil, err
 	}
 	switch {
 	case s.recFor != l:
@@ -332,50 +208,9 @@ func (s *SmoothWRR) startRecordLocked(l *peerList, w int64) {
 	}
 }
 
-// pickSmoothLocked is nginx's ngx_http_upstream_get_round_robin_peer: the
-// single-server shortcut, then the primaries, then the backups once no
-// primary is eligible. It records the pick in r, if r is not nil, and counts
-// it in flight.
-func (s *SmoothWRR) pickSmoothLocked(l *peerList, r *Request, clk *rrClock) *Peer {
-	var p *Peer
-	backup := r != nil && r.backup
-	switch {
-	case l.single:
-		// nginx checks only down and max_conns here (RR.c 626-638). The
-		// lock-free path takes single peers too, so the slot is taken by
-		// compare-and-swap, not by a check and a later add.
-		if q := l.primary[0]; !q.down.Load() && acquirePeer(q) {
-			if r != nil {
-				r.record(0)
-			}
-			return q
-		}
-		return nil
-	case !backup:
-		p = s.scanPrimaryLocked(l, r, clk)
-		if p == nil && len(l.backup) > 0 {
-			backup = true
-			if r != nil {
-				r.switchToBackup()
-			}
-		}
-	}
-	if p == nil && backup {
-		p = scanSmooth(l.backup, r, clk)
-	}
-	if p == nil {
-		return nil
-	}
-	p.conns.Add(1)
-	if r != nil {
-		r.record(p.index)
-	}
-	return p
-}
-
 // scanPrimaryLocked runs the scan over l's primaries, grouped by weight
 // where that is cheaper (see weightGroups), plain otherwise.
-func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *rrClock) *Peer {
+func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *Peer {
 	if s.groupedFor != l {
 		g := s.groupsBuilt
 		if g == nil || g.list != l {
@@ -414,12 +249,12 @@ func smoothStep(p *Peer) int64 {
 // before a failure sets it, so nginx's update of it on selection (RR.c 774)
 // is skipped for it, as the cycle skips it. A clock read costs more than the
 // rest of a scan of a few peers.
-func scanSmooth(peers []*Peer, r *Request, clk *rrClock) *Peer {
+func scanSmooth(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 	var best *Peer
 	var total int64
 	for i, p := range peers {
 		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.failed(clk.get()) {
+			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
 			continue // ineligible (RR.c 728-743)
 		}
 		total += smoothStep(p)
@@ -432,7 +267,7 @@ func scanSmooth(peers []*Peer, r *Request, clk *rrClock) *Peer {
 	}
 	best.currentWeight -= total
 	if best.fails.Load() != 0 {
-		best.checkLocked(clk.get())
+		best.probeLocked(clk.get())
 	}
 	return best
 }
@@ -440,7 +275,7 @@ func scanSmooth(peers []*Peer, r *Request, clk *rrClock) *Peer {
 // Done reports the outcome of an attempt on p. A success on a peer with no
 // failures on record takes no lock.
 func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
-	if err := s.release(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
+	if err := s.finish(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
 		return err
 	}
 	s.mu.Lock()
@@ -499,14 +334,6 @@ func (s *SmoothWRR) closeLocked() {
 	for i, p := range c.list.primary {
 		p.currentWeight = c.baseOf(i) + int64(k)*c.weights[i] - int64(c.w)*c.counts[i]
 	}
-}
-
-// baseOf returns primary i's current weight at the cycle's start.
-func (c *cycle) baseOf(i int) int64 {
-	if c.base == nil {
-		return 0
-	}
-	return c.base[i]
 }
 
 // impliedLocked returns p's current weight where SmoothWRR keeps it
@@ -571,367 +398,4 @@ func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
 	// The cycle now stands for the current weights; when it closes, it
 	// writes them all back, and the scan groups them afresh.
 	s.groups, s.groupedFor = nil, nil
-}
-
-// buildCycle computes one period of nginx's scan from all-zero current
-// weights over the live primaries, or returns nil if that costs more than
-// maxCycleWork. W runs of the scan would cost W·n; grouping the peers by
-// weight makes it W·d, d the number of distinct weights, which at most
-// about sqrt(2W) (d distinct positive weights sum to at least d(d+1)/2).
-//
-// Why the groups give the scan's answer exactly. Peers of equal weight w
-// start level and receive the same additions, so their current weights
-// differ only by W times the difference of their pick counts; the scan
-// takes the largest, the first in list order on a tie. So within a group
-// the next winner is always the member with the fewest picks, the first in
-// order among those: by induction the group's members are picked in turn,
-// in list order, and after P picks of the group its leading member is the
-// (P mod size)-th, at t·w − W·⌊P/size⌋ at step t, no member below it in
-// order standing higher. The scan's winner is the highest of the groups'
-// leaders, and on a tie the first in list order. Peers of weight 0 never
-// win (the current weights sum to W > 0 after the additions, so the
-// maximum is positive) and are left out; down peers are skipped, as the
-// scan skips them.
-func buildCycle(l *peerList, w int64) *cycle {
-	n := len(l.primary)
-	weights := make([]int64, n)
-	var order []int32 // live primaries of positive weight, by weight, then index
-	for i, p := range l.primary {
-		if !p.down.Load() {
-			weights[i] = p.weight.Load()
-			if weights[i] > 0 {
-				order = append(order, int32(i))
-			}
-		}
-	}
-	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(weights[a], weights[b]) })
-	type group struct {
-		w      int64
-		member []int32 // in list order
-		rounds int64   // ⌊P/size⌋ for the group's P picks so far
-		pos    int     // P mod size: the leader
-	}
-	var groups []group
-	for k := 0; k < len(order); {
-		j := k
-		for j < len(order) && weights[order[j]] == weights[order[k]] {
-			j++
-		}
-		groups = append(groups, group{w: weights[order[k]], member: order[k:j]})
-		k = j
-	}
-	if w*int64(len(groups)) > maxCycleWork {
-		return nil
-	}
-	seq := make([]int32, w)
-	for t := range seq {
-		best, bestCW := -1, int64(0)
-		for g := range groups {
-			gr := &groups[g]
-			cw := int64(t+1)*gr.w - w*gr.rounds
-			if best < 0 || cw > bestCW ||
-				cw == bestCW && gr.member[gr.pos] < groups[best].member[groups[best].pos] {
-				best, bestCW = g, cw
-			}
-		}
-		gr := &groups[best]
-		seq[t] = gr.member[gr.pos]
-		if gr.pos++; gr.pos == len(gr.member) {
-			gr.pos = 0
-			gr.rounds++
-		}
-	}
-	return newCycle(l, seq, weights)
-}
-
-// groupedScanMin is the number of primaries from which the scan may keep
-// its healthy peers grouped by weight (weightGroups); below it, nginx's
-// plain scan is as fast.
-const groupedScanMin = 16
-
-// weightGroups is nginx's scan over the primaries in O(d + k + log n) a pick
-// instead of O(n): d the number of distinct weights among the regular peers,
-// k the number of the others, n the number of primaries. A regular peer is
-// one every scan must treat alike by its weight alone: not down, no
-// failures on record, no max_conns (so always eligible) and at full
-// effective weight (so its effective weight no longer moves). Each scan
-// adds w to every regular peer of weight w that the request has not tried,
-// so within a group of equal weight the order of the current weights only
-// changes where a peer is picked or skipped; the group keeps them as a heap
-// of base values under one offset, current weight = base + offset, and a
-// scan moves the offset, reads the top of each heap and compares the d
-// tops, the other peers and their additions exactly as nginx does, ties to
-// the first in list order. The winner gives the total back, its base drops
-// and it sinks in its heap. So the picks, the current and the effective
-// weights are nginx's, with no approximation.
-//
-// A peer leaves its group when it fails (Done) and joins it again when a
-// scan has brought it back to full effective weight with no failures on
-// record. The peers the request has tried are taken out of their heaps for
-// the scan and put back with the current weight they had. While a
-// weightGroups is in use the current weight of a grouped peer is base +
-// offset, and Peer.currentWeight is refreshed only by materializeLocked.
-// Guarded by the owner's mu.
-type weightGroups struct {
-	list   *peerList
-	groups []weightGroup
-	byW    map[int64]int32 // group of each weight, regular or not
-	of     []int32         // of[i]: group of primary i, or -1 if it is scanned one by one
-	base   []int64         // base[i]: current weight of grouped i minus its group's offset
-	pos    []int32         // pos[i]: place of grouped i in its group's heap
-	others []int32         // primaries scanned one by one, in no particular order
-	live   int             // others that are not down: the cycle cannot resume while > 0
-
-	out   []int32 // scratch: tried grouped peers held out of the scan
-	outCW []int64
-}
-
-// weightGroup is the regular peers of one weight: a heap of primary indices,
-// the highest base first, the lower index first on a tie.
-type weightGroup struct {
-	w    int64
-	off  int64
-	heap []int32
-}
-
-// regular reports whether p can be grouped: see weightGroups.
-func regular(p *Peer) bool {
-	return !p.down.Load() && p.fails.Load() == 0 && p.maxConns == 0 &&
-		p.effectiveWeight == p.weight.Load()
-}
-
-// newWeightGroups returns the groups for l's primaries, not yet filled (see
-// regroup), or nil if l is too short for them to pay.
-func newWeightGroups(l *peerList) *weightGroups {
-	n := len(l.primary)
-	if n < groupedScanMin {
-		return nil
-	}
-	g := &weightGroups{
-		list:   l,
-		byW:    map[int64]int32{},
-		of:     make([]int32, n),
-		base:   make([]int64, n),
-		pos:    make([]int32, n),
-		others: make([]int32, 0, n),
-		out:    make([]int32, 0, 64),
-		outCW:  make([]int64, 0, 64),
-	}
-	for _, p := range l.primary {
-		w := p.weight.Load()
-		if _, ok := g.byW[w]; !ok {
-			g.byW[w] = int32(len(g.groups))
-			g.groups = append(g.groups, weightGroup{w: w})
-		}
-	}
-	for _, p := range l.primary {
-		gr := &g.groups[g.byW[p.weight.Load()]]
-		gr.heap = append(gr.heap, 0) // capacity for every peer of its weight
-	}
-	return g
-}
-
-// regroup fills g from the peers' current weights, allocating nothing, and
-// reports whether the groups make the scan cheaper than n steps: d + k at
-// most n/2.
-func (g *weightGroups) regroup() bool {
-	g.others, g.live = g.others[:0], 0
-	for gi := range g.groups {
-		g.groups[gi].off = 0
-		g.groups[gi].heap = g.groups[gi].heap[:0]
-	}
-	for i, p := range g.list.primary {
-		if !regular(p) {
-			g.of[i] = -1
-			g.addOther(i)
-			continue
-		}
-		gi := g.byW[p.weight.Load()]
-		g.of[i] = gi
-		g.base[i] = p.currentWeight
-		g.push(gi, int32(i))
-	}
-	return len(g.groups)+len(g.others) <= len(g.of)/2
-}
-
-func (g *weightGroups) addOther(i int) {
-	g.others = append(g.others, int32(i))
-	if !g.list.primary[i].down.Load() {
-		g.live++
-	}
-}
-
-// less orders a group's heap: higher base first, then lower index.
-func (g *weightGroups) less(a, b int32) bool {
-	return g.base[a] > g.base[b] || g.base[a] == g.base[b] && a < b
-}
-
-func (g *weightGroups) push(gi int32, i int32) {
-	h := &g.groups[gi].heap
-	g.pos[i] = int32(len(*h))
-	*h = append(*h, i)
-	g.up(gi, len(*h)-1)
-}
-
-// remove takes grouped i out of its heap, leaving of[i] as it was.
-func (g *weightGroups) remove(i int32) {
-	gi := g.of[i]
-	h := &g.groups[gi].heap
-	k, last := int(g.pos[i]), len(*h)-1
-	if k != last {
-		(*h)[k] = (*h)[last]
-		g.pos[(*h)[k]] = int32(k)
-	}
-	*h = (*h)[:last]
-	if k != last {
-		g.down(gi, k)
-		g.up(gi, k)
-	}
-}
-
-func (g *weightGroups) up(gi int32, k int) {
-	h := g.groups[gi].heap
-	for k > 0 {
-		parent := (k - 1) / 2
-		if !g.less(h[k], h[parent]) {
-			break
-		}
-		h[k], h[parent] = h[parent], h[k]
-		g.pos[h[k]], g.pos[h[parent]] = int32(k), int32(parent)
-		k = parent
-	}
-}
-
-func (g *weightGroups) down(gi int32, k int) {
-	h := g.groups[gi].heap
-	for {
-		c := 2*k + 1
-		if c >= len(h) {
-			return
-		}
-		if c+1 < len(h) && g.less(h[c+1], h[c]) {
-			c++
-		}
-		if !g.less(h[c], h[k]) {
-			return
-		}
-		h[k], h[c] = h[c], h[k]
-		g.pos[h[k]], g.pos[h[c]] = int32(k), int32(c)
-		k = c
-	}
-}
-
-// cw returns the current weight of grouped i.
-func (g *weightGroups) cw(i int32) int64 { return g.base[i] + g.groups[g.of[i]].off }
-
-// demote moves grouped primary i to the peers scanned one by one, with its
-// current weight written back to the peer.
-func (g *weightGroups) demote(i int32) {
-	g.list.primary[i].currentWeight = g.cw(i)
-	g.remove(i)
-	g.of[i] = -1
-	g.addOther(int(i))
-}
-
-// promote moves others[k], which is regular, into its group.
-func (g *weightGroups) promote(k int) {
-	i := g.others[k]
-	p := g.list.primary[i]
-	last := len(g.others) - 1
-	g.others[k] = g.others[last]
-	g.others = g.others[:last]
-	g.live--
-	gi := g.byW[p.weight.Load()]
-	g.of[i] = gi
-	g.base[i] = p.currentWeight - g.groups[gi].off
-	g.push(gi, i)
-}
-
-// materializeLocked writes every grouped peer's current weight to it.
-func (g *weightGroups) materializeLocked() {
-	for i, gi := range g.of {
-		if gi >= 0 {
-			g.list.primary[i].currentWeight = g.cw(int32(i))
-		}
-	}
-}
-
-// scan is scanSmooth over the list's primaries; see weightGroups. It
-// leaves the winner's current weight written to it.
-func (g *weightGroups) scan(r *Request, clk *rrClock) *Peer {
-	peers := g.list.primary
-	g.out, g.outCW = g.out[:0], g.outCW[:0]
-	if r != nil && r.attempts > 0 {
-		g.holdTried(r)
-	}
-	best, bestCW := int32(-1), int64(0)
-	var total int64
-	for gi := range g.groups {
-		gr := &g.groups[gi]
-		if len(gr.heap) == 0 {
-			continue
-		}
-		gr.off += gr.w
-		total += gr.w * int64(len(gr.heap))
-		top := gr.heap[0]
-		if cw := g.base[top] + gr.off; best < 0 || cw > bestCW || cw == bestCW && top < best {
-			best, bestCW = top, cw
-		}
-	}
-	for _, i := range g.others {
-		p := peers[i]
-		if r != nil && r.isTried(int(i)) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.failed(clk.get()) {
-			continue // ineligible, as in scanSmooth
-		}
-		total += smoothStep(p)
-		if cw := p.currentWeight; best < 0 || cw > bestCW || cw == bestCW && i < best {
-			best, bestCW = i, cw
-		}
-	}
-	var winner *Peer
-	if best >= 0 {
-		winner = peers[best]
-		if gi := g.of[best]; gi >= 0 {
-			g.base[best] -= total
-			g.down(gi, int(g.pos[best]))
-			winner.currentWeight = g.cw(best)
-		} else {
-			winner.currentWeight -= total
-			if winner.fails.Load() != 0 {
-				winner.checkLocked(clk.get())
-			}
-		}
-	}
-	for k, i := range g.out {
-		g.base[i] = g.outCW[k] - g.groups[g.of[i]].off
-		g.push(g.of[i], i)
-	}
-	for k := len(g.others) - 1; k >= 0; k-- {
-		if regular(peers[g.others[k]]) {
-			g.promote(k)
-		}
-	}
-	return winner
-}
-
-// holdTried takes the grouped peers r has tried out of their heaps for one
-// scan, noting their current weights in out and outCW.
-func (g *weightGroups) holdTried(r *Request) {
-	n := len(g.of)
-	for w := -1; w < len(r.more); w++ {
-		word, at := r.tried[0], 0
-		if w >= 0 {
-			word, at = r.more[w], 64*(w+1)
-		}
-		for ; word != 0; word &= word - 1 {
-			i := at + bits.TrailingZeros64(word)
-			if i >= n || g.of[i] < 0 {
-				continue
-			}
-			g.out = append(g.out, int32(i))
-			g.outCW = append(g.outCW, g.cw(int32(i)))
-			g.remove(int32(i))
-		}
-	}
 }

@@ -83,13 +83,13 @@ func TestSmoothWRR_groupedCycleMatchesScan(t *testing.T) {
 }
 
 // TestSmoothWRR_cycleFold checks that the cycle's counter, folded past
-// cycleFoldAt, carries on with the same slots.
+// foldAt, carries on with the same slots.
 func TestSmoothWRR_cycleFold(t *testing.T) {
 	s, err := NewSmoothWRR(benchPeers(7))
 	require.NoError(t, err)
 	c := s.cycle.Load()
 	require.NotNil(t, c)
-	start := uint64(cycleFoldAt - 3*c.w)
+	start := uint64(foldAt - 3*c.w)
 	c.ctr.Store(start)
 	for k := range 10 * c.w {
 		p, err := s.Pick(nil)
@@ -97,7 +97,7 @@ func TestSmoothWRR_cycleFold(t *testing.T) {
 		assert.Same(t, c.list.primary[c.seq[(start+k)%c.w]], p, "pick %d after %d", k, start)
 	}
 	assert.Same(t, c, s.cycle.Load(), "still the same cycle")
-	assert.Less(t, c.ctr.Load(), uint64(cycleFoldAt), "folded")
+	assert.Less(t, c.ctr.Load(), uint64(foldAt), "folded")
 }
 
 // TestSmoothWRR_groupedScanMatchesModel is TestSmoothWRR_matchesModel on

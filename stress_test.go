@@ -286,7 +286,7 @@ func stressUpdaters(set updater, fixed, extras []*Peer, errs *stressErrs, stop c
 }
 
 // TestStress_roundRobinWrap runs concurrent picks on RoundRobin through the
-// places its counter folds: from just below rrFoldAt, where the fast path
+// places its counter folds: from just below foldAt, where the fast path
 // hands over to rrFold, and from just below 2^32, which no fold has caught
 // (the fast path's 32-bit reduction would go wrong there). Every pick takes
 // the next value of the one counter, so over a multiple of n picks each of
@@ -297,7 +297,7 @@ func stressUpdaters(set updater, fixed, extras []*Peer, errs *stressErrs, stop c
 func TestStress_roundRobinWrap(t *testing.T) {
 	const goroutines, each = 4, 1500 // 6000 picks: a multiple of 3 and 5
 	for _, n := range []int{3, 5} {
-		for _, start := range []uint64{rrFoldAt - 100, 1<<32 - 100} {
+		for _, start := range []uint64{foldAt - 100, 1<<32 - 100} {
 			t.Run(fmt.Sprintf("n=%d/start=%#x", n, start), func(t *testing.T) {
 				ws := make([]int, n)
 				for i := range ws {
@@ -333,7 +333,7 @@ func TestStress_roundRobinWrap(t *testing.T) {
 					assert.Equal(t, int64(goroutines*each/n), tally.picks[p].Load(), "peer %s", p)
 					assert.Zero(t, p.InFlight())
 				}
-				assert.Less(t, b.ctr.Load(), uint64(rrFoldAt), "the counter was folded")
+				assert.Less(t, b.ctr.Load(), uint64(foldAt), "the counter was folded")
 			})
 		}
 	}

@@ -1,0 +1,167 @@
+package balancer
+
+// nginx's eligibility test and the per-peer steps around a pick, in one
+// place and under one set of names (RR.c is ngx_http_upstream_round_robin.c
+// of nginx 1.22):
+//
+//   - eligible: may the peer take an attempt now (down, fail window,
+//     max_conns; RR.c 732-743). A request's tried set is checked by the
+//     caller, which knows the peer's index in its list.
+//   - acquire: count an attempt in flight, respecting max_conns.
+//   - take: eligible and acquire as one lock-free step, claiming the probe
+//     of a peer whose fail window has passed (RR.c 774).
+//   - probeLocked: RR.c 774 under the picker's lock.
+//   - failLocked, succeedLocked: the report's accounting (RR.c 819-847).
+//   - release: end an attempt in flight.
+//
+// Hot scans (the smooth scans, RoundRobin's and RandomWeighted's first
+// draw) write the test out inline where a call would not inline; each such
+// place says so.
+
+// lazyClock reads a picker's clock at most once per pick, and only if a
+// peer with failures on record needs it: most picks never read it. A
+// locked picker that has read the time already sets t and ok.
+type lazyClock struct {
+	now func() int64
+	t   int64
+	ok  bool
+}
+
+func (c *lazyClock) get() int64 {
+	if !c.ok {
+		c.t, c.ok = c.now(), true
+	}
+	return c.t
+}
+
+// clockAt returns a clock that has read now.
+func clockAt(now int64) lazyClock { return lazyClock{t: now, ok: true} }
+
+// inFailWindow reports whether the peer is inside its fail window at now:
+// it has max_fails failures and the last failure or probe was at most
+// fail_timeout ago (RR.c 736). Like nginx we compare with <=, so a peer
+// that failed at t with fail_timeout 10s stays out through t+10s; nginx
+// reads whole seconds, this reads the injected clock at full resolution.
+func (p *Peer) inFailWindow(now int64) bool {
+	return p.maxFails != 0 && p.fails.Load() >= int64(p.maxFails) &&
+		now-p.checked.Load() <= p.failTimeout
+}
+
+// full reports whether the peer is at its max_conns limit.
+func (p *Peer) full() bool {
+	return p.maxConns != 0 && p.conns.Load() >= p.maxConns
+}
+
+// eligible reports whether the peer may take an attempt now, not counting
+// a request's tried set: nginx's test, RR.c 732-743. The clock is read only
+// for a peer with failures on record.
+func (p *Peer) eligible(clk *lazyClock) bool {
+	return !p.down.Load() && !p.full() && (p.fails.Load() == 0 || !p.inFailWindow(clk.get()))
+}
+
+// acquire counts an attempt on p in flight unless p is at max_conns, by
+// compare-and-swap when p has a limit, so that concurrent picks never push
+// it past the limit.
+func (p *Peer) acquire() bool {
+	if p.maxConns == 0 {
+		p.conns.Add(1)
+		return true
+	}
+	for {
+		c := p.conns.Load()
+		if c >= p.maxConns {
+			return false
+		}
+		if p.conns.CompareAndSwap(c, c+1) {
+			return true
+		}
+	}
+}
+
+// take checks that p is eligible and, if so, counts an attempt on it in
+// flight, lock-free: eligible followed by nginx's step on the chosen peer
+// (RR.c 774). The slot is acquired first; then, for a peer with failures on
+// record, claimProbe both excludes a peer inside its fail window and, past
+// the window, lets exactly one concurrent pick have the probe. Claiming the
+// probe last means a probe is never used up on a peer that was full.
+func (p *Peer) take(clk *lazyClock) bool {
+	if p.down.Load() || !p.acquire() {
+		return false
+	}
+	if p.fails.Load() != 0 && !p.claimProbe(clk.get()) {
+		// release, not Add(-1): it never takes the count below 0, even if a
+		// stray duplicate Done consumed this attempt in between.
+		p.release()
+		return false
+	}
+	return true
+}
+
+// probeLocked starts a new fail_timeout window when a peer whose window has
+// passed is selected: this selection is the probe, and if it fails too the
+// peer is out for another fail_timeout (RR.c 774). Requires the owner's
+// lock.
+func (p *Peer) probeLocked(now int64) {
+	if now-p.checked.Load() > p.failTimeout {
+		p.checked.Store(now)
+	}
+}
+
+// claimProbe is probeLocked for lock-free pickers. When the peer's window
+// has passed and it is eligible only as a probe, concurrent pickers race for
+// the probe by compare-and-swap and the losers report false and look
+// elsewhere.
+func (p *Peer) claimProbe(now int64) bool {
+	for {
+		c := p.checked.Load()
+		if now-c <= p.failTimeout {
+			// Inside the window: a probe is claimed only past it, so this
+			// peer is eligible only because it is below max_fails.
+			return !p.inFailWindow(now)
+		}
+		if p.checked.CompareAndSwap(c, now) {
+			return true
+		}
+	}
+}
+
+// failLocked applies a failed attempt (RR.c 819-839): fails++, both times set
+// to now, and effective_weight lowered by weight/max_fails in integer
+// division, clamped at 0. Requires the owner's lock.
+func (p *Peer) failLocked(now int64) {
+	p.fails.Add(1)
+	p.accessed.Store(now)
+	p.checked.Store(now)
+	if p.maxFails != 0 {
+		p.effectiveWeight -= p.weight.Load() / int64(p.maxFails)
+		if p.effectiveWeight < 0 {
+			p.effectiveWeight = 0
+		}
+	}
+}
+
+// succeedLocked applies a successful attempt (RR.c 847): the failure count is
+// cleared only when the peer has been checked since its last failure, that
+// is, when this success answers a probe. Requires the owner's lock.
+func (p *Peer) succeedLocked() {
+	if p.accessed.Load() < p.checked.Load() {
+		p.fails.Store(0)
+	}
+}
+
+// needsLockOnSuccess reports whether a success on p can change more than the
+// in-flight count, so that a lock-free Done can skip the lock.
+func (p *Peer) needsLockOnSuccess() bool { return p.fails.Load() != 0 }
+
+// release ends one in-flight attempt and reports whether there was one.
+func (p *Peer) release() bool {
+	for {
+		c := p.conns.Load()
+		if c <= 0 {
+			return false
+		}
+		if p.conns.CompareAndSwap(c, c-1) {
+			return true
+		}
+	}
+}

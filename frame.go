@@ -1,0 +1,59 @@
+package balancer
+
+// pickFrame is the frame of nginx's ngx_http_upstream_get_round_robin_peer
+// (RR.c 601-700), which every picker runs around its own choice of peer:
+//
+//  1. no peers: ErrNoPeers;
+//  2. a request past its bound on attempts: ErrTriesExhausted (the first
+//     attempt always proceeds, and fixes the bound; see Request.begin);
+//  3. one primary and no backup: nginx's single-server rule, which reads
+//     only down and max_conns and ignores failures and weights;
+//  4. the primaries, unless the request has moved to the backups;
+//  5. the backups, once no primary is eligible: the request moves to them
+//     for the rest of its attempts;
+//  6. nothing eligible: ErrNoLivePeer.
+//
+// choose picks among one list, primaries or backups, skipping the peers r
+// has tried (r.isTried is false for a nil r): it returns the index in peers
+// of the peer chosen, with its attempt already counted in flight, or -1.
+// The index comes from the list the frame was given, not from Peer.index,
+// which a concurrent change may already have renumbered. pickFrame records
+// the attempt in r; a nil r is a request that is never retried, so it has
+// nothing to record.
+//
+// Lock-free pickers call it with no lock; locked pickers with theirs held.
+// A picker's fast path (a precomputed cycle, a first draw) may run ahead of
+// the frame where a benchmark shows the frame's cost; each says so.
+func pickFrame(l *peerList, r *Request, choose func(peers []*Peer, backup bool) int) (*Peer, error) {
+	if l.empty() {
+		return nil, ErrNoPeers
+	}
+	if r != nil && !r.begin(l) {
+		return nil, ErrTriesExhausted
+	}
+	peers, i := l.primary, -1
+	switch {
+	case l.single:
+		if p := l.primary[0]; !p.down.Load() && p.acquire() {
+			i = 0
+		}
+	case r == nil || !r.backup:
+		if i = choose(peers, false); i >= 0 || len(l.backup) == 0 {
+			break
+		}
+		if r != nil {
+			r.switchToBackup()
+		}
+		fallthrough
+	default:
+		peers = l.backup
+		i = choose(peers, true)
+	}
+	if i < 0 {
+		return nil, ErrNoLivePeer
+	}
+	if r != nil {
+		r.record(i)
+	}
+	return peers[i], nil
+}
