@@ -98,7 +98,7 @@ func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
 func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 	if r.fresh() {
 		if c := s.cycle.Load(); c != nil {
-			if i, ok := c.slot(c.ctr.Add(1)); ok {
+			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.conns.Add(1)
 				if r != nil {

@@ -86,13 +86,13 @@ func (c *cycle) reopen() *cycle {
 }
 
 // slot returns the sequence's entry for counter value v (the v-th pick, from
-// 1), or false for a closed cycle. Small enough to inline into each
-// picker's fast path.
-func (c *cycle) slot(v uint64) (int32, bool) {
-	if v <= foldAt { // also false for a closed counter: closedBit is far above
-		return c.seq[c.mod.reduce(v-1)], true
+// 1), or -1 for a closed cycle. Small enough to inline into each picker's
+// fast path.
+func (c *cycle) slot(v uint64) int32 {
+	if v > foldAt { // also true for a closed counter: closedBit is far above
+		return c.fold(v)
 	}
-	return c.fold(v)
+	return c.seq[c.mod.reduce(v-1)]
 }
 
 // fold is slot's rare path, past foldAt: the entry by division, and the
@@ -102,12 +102,12 @@ func (c *cycle) slot(v uint64) (int32, bool) {
 // long before it could reach 2^32. Since v and v mod w are congruent, every
 // later slot, and the current weights closeLocked derives from the counter,
 // are the same as without the fold.
-func (c *cycle) fold(v uint64) (int32, bool) {
+func (c *cycle) fold(v uint64) int32 {
 	if v&closedBit != 0 {
-		return 0, false
+		return -1
 	}
 	c.ctr.CompareAndSwap(v, v%c.w+c.w)
-	return c.seq[(v-1)%c.w], true
+	return c.seq[(v-1)%c.w]
 }
 
 // countLocked sets c.counts[i] to the picks of primary i among the first k

@@ -87,7 +87,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 		if c := s.cycle.Load(); c != nil {
 			// The cycle's next slot, or a closed cycle: written out here
 			// rather than in a method, which would be too large to inline.
-			if i, ok := c.slot(c.ctr.Add(1)); ok {
+			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.conns.Add(1)
 				if r != nil {
