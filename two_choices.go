@@ -1,0 +1,263 @@
+package balancer
+
+import (
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// loadCost is the seam between the power of two choices and what it
+// compares: P2CPeakEWMA hands it the peak-EWMA cost; another cost (least
+// request, weighted least request) is another small type.
+type loadCost interface {
+	// cost returns p's load at now. A peer reported as probing (sent its
+	// first attempt, no reply yet) loses to any peer that is not; two
+	// probing peers, or two that are not, compare by c per unit of weight.
+	cost(p *Peer, now int64) (probing bool, c float64)
+}
+
+// twoChoices is the power of two choices (Mitzenmacher 2001; Finagle's
+// P2CPick, tower's balance::p2c) over a picker's peers: draw two distinct
+// eligible peers in proportion to their weights and take the one of lower
+// cost, the first drawn on a tie. The pick is lock-free: the draw tables
+// are an immutable snapshot rebuilt on every change, and the attempt is
+// counted by take.
+type twoChoices struct {
+	peerSet
+	rnd  *rand.Rand // immutable; nil: math/rand/v2's top-level functions
+	rmu  sync.Mutex // serializes rnd
+	draw atomic.Pointer[drawTable]
+}
+
+// p2cEffort is how many pairs a pick draws before it counts the eligible
+// peers and draws among them exactly: Finagle's older P2C re-picked up to
+// maxEffort = 5 times.
+const p2cEffort = 5
+
+// drawTable is what the draws need for one peer list, rebuilt on every
+// change.
+type drawTable struct {
+	list    *peerList
+	primary drawList
+	backup  drawList
+}
+
+// drawList holds the cumulative weights of one list: cum[i] is the sum of
+// the weights of peers 0..i.
+type drawList struct {
+	cum     []int64
+	uniform bool // every weight equal: draw indices directly
+}
+
+func newDrawList(peers []*Peer) drawList {
+	d := drawList{cum: make([]int64, len(peers)), uniform: true}
+	var sum int64
+	for i, p := range peers {
+		w := p.weight.Load()
+		sum += w
+		d.cum[i] = sum
+		if w != peers[0].weight.Load() {
+			d.uniform = false
+		}
+	}
+	if sum == 0 {
+		d.uniform = true // all weights 0: every peer counts as one
+	}
+	return d
+}
+
+// initDraws sets up the peer set, the source of the draws and the draw
+// tables.
+func (b *twoChoices) initDraws(peers []*Peer, cfg config) error {
+	if cfg.src != nil {
+		b.rnd = rand.New(cfg.src)
+	}
+	return b.init(peers, cfg, b.changedLocked)
+}
+
+// changedLocked rebuilds the draw table after a change and starts every
+// peer new to the picker unmeasured.
+func (b *twoChoices) changedLocked(l *peerList) {
+	b.draw.Store(&drawTable{list: l, primary: newDrawList(l.primary), backup: newDrawList(l.backup)})
+}
+
+// pick runs the frame around the two-choice rule with cost c at now.
+func (b *twoChoices) pick(r *Request, c loadCost, now int64) (*Peer, error) {
+	t := b.draw.Load()
+	if t == nil {
+		return nil, ErrNoPeers
+	}
+	return pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
+		if backup {
+			return b.choose(peers, &t.backup, r, c, now)
+		}
+		return b.choose(peers, &t.primary, r, c, now)
+	})
+}
+
+// choose returns the index of the winner of a pair of distinct eligible
+// peers of one list, with its attempt already counted in flight, or -1 if
+// no peer of the list is eligible.
+func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCost, now int64) int {
+	if len(peers) == 0 { // a list of backups only: nothing to draw from the primaries
+		return -1
+	}
+	clk := clockAt(now)
+	for range p2cEffort + 1 {
+		a, c := -1, -1
+		for try := 0; try < p2cEffort; try++ {
+			a, c = b.drawPair(d, len(peers))
+			if eligibleAt(peers, a, r, now) && (c < 0 || eligibleAt(peers, c, r, now)) {
+				break
+			}
+			a, c = -1, -1
+		}
+		if a < 0 {
+			// The draws keep missing: draw exactly among the eligible.
+			a, c = b.drawEligible(peers, r, now)
+			if a < 0 {
+				return -1
+			}
+		}
+		// Take the cheaper; if another pick claimed its probe or filled
+		// its max_conns meanwhile, the other one; if both went, draw again.
+		if c >= 0 && cheaper(cost, peers[c], peers[a], now) {
+			a, c = c, a
+		}
+		if peers[a].take(&clk) {
+			return a
+		}
+		if c >= 0 && peers[c].take(&clk) {
+			return c
+		}
+	}
+	return -1
+}
+
+// eligibleAt reports whether peer i of peers may take r's next attempt at
+// now.
+func eligibleAt(peers []*Peer, i int, r *Request, now int64) bool {
+	clk := clockAt(now)
+	return !r.isTried(i) && peers[i].eligible(&clk)
+}
+
+// drawPair draws two distinct indices of a list of n peers, each in
+// proportion to its weight. The second is -1 when only the first can be
+// drawn: a list of one peer, or one peer holding all the weight, the
+// others being of weight 0.
+func (b *twoChoices) drawPair(d *drawList, n int) (int, int) {
+	if n == 1 {
+		return 0, -1
+	}
+	if d.uniform {
+		a := int(b.int64N(int64(n)))
+		c := int(b.int64N(int64(n - 1)))
+		if c >= a {
+			c++ // one draw over the n-1 others: unbiased, always distinct
+		}
+		return a, c
+	}
+	total := d.cum[n-1]
+	a := search(d.cum, b.int64N(total))
+	start, w := d.cum[a]-d.weight(a), d.weight(a)
+	if total == w {
+		return a, -1 // only a has weight: the others wait for the exact draw
+	}
+	// Draw over the total without a's range, then step over it.
+	y := b.int64N(total - w)
+	if y >= start {
+		y += w
+	}
+	return a, search(d.cum, y)
+}
+
+func (d *drawList) weight(i int) int64 {
+	if i == 0 {
+		return d.cum[0]
+	}
+	return d.cum[i] - d.cum[i-1]
+}
+
+// search returns the peer whose cumulative range holds x: the first i with
+// cum[i] > x.
+func search(cum []int64, x int64) int {
+	return sort.Search(len(cum), func(i int) bool { return cum[i] > x })
+}
+
+// drawEligible counts the eligible peers and draws two distinct ones among
+// them in proportion to their weights, or uniformly when none of them has
+// a weight. It returns -1 for a peer it cannot draw. O(n).
+func (b *twoChoices) drawEligible(peers []*Peer, r *Request, now int64) (int, int) {
+	var sum, count int64
+	for i, p := range peers {
+		if eligibleAt(peers, i, r, now) {
+			sum += p.weight.Load()
+			count++
+		}
+	}
+	if count == 0 {
+		return -1, -1
+	}
+	unit := sum == 0 // only weightless peers: each counts as one
+	if unit {
+		sum = count
+	}
+	a := findEligible(peers, b.int64N(sum), -1, unit, r, now)
+	if a < 0 {
+		return -1, -1
+	}
+	wa := drawWeight(peers[a], unit)
+	if sum <= wa { // <: a concurrent SetWeight raised a's weight since sum was taken
+		return a, -1
+	}
+	return a, findEligible(peers, b.int64N(sum-wa), a, unit, r, now)
+}
+
+// drawWeight is p's weight in an exact draw: 1 when only weightless peers
+// are eligible.
+func drawWeight(p *Peer, unit bool) int64 {
+	if unit {
+		return 1
+	}
+	return p.weight.Load()
+}
+
+// findEligible returns the eligible peer, other than skip, whose range of
+// the eligible peers' cumulative weights holds x, or -1 if an eligible peer
+// went away between the count and this pass.
+func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, now int64) int {
+	for i, p := range peers {
+		if i == skip || !eligibleAt(peers, i, r, now) {
+			continue
+		}
+		if x -= drawWeight(p, unit); x < 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// int64N returns a uniform draw in [0, n).
+func (b *twoChoices) int64N(n int64) int64 {
+	if b.rnd == nil {
+		return rand.Int64N(n)
+	}
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
+	return b.rnd.Int64N(n)
+}
+
+// cheaper reports whether p costs less than q at now under cost: a probing
+// peer loses to any other.
+// Costs are compared per unit of weight by cross multiplication, a weight
+// of 0 counting as 1 (such peers only ever meet each other).
+func cheaper(cost loadCost, p, q *Peer, now int64) bool {
+	pp, pc := cost.cost(p, now)
+	qp, qc := cost.cost(q, now)
+	if pp != qp {
+		return qp
+	}
+	pw, qw := float64(max(p.weight.Load(), 1)), float64(max(q.weight.Load(), 1))
+	return pc*qw < qc*pw
+}
