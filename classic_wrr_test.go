@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// ClassicWRR's promises beyond the contract, checked by FuzzPickers.
+var _ = declareTraits("ClassicWRR", fuzzTrait{cycle: cycleWeights, zeroWeight: zwEligible, cwInRange: true})
+
 // exactPicks is picks through the locked scan: a request that is not fresh
 // never takes the cycle, and with no tried bits it skips no peer.
 func exactPicks(t *testing.T, p Picker, n int) string {

@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// FastestFirst's promises beyond the contract, checked by FuzzPickers.
+var _ = declareTraits("FastestFirst", fuzzTrait{zeroWeight: zwEligible, ownEffective: true, exploreOne: true, probeFirst: true})
+
 // newTestFF returns a FastestFirst over peers on clk.
 func newTestFF(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *FastestFirst {
 	t.Helper()

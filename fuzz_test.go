@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // FuzzPickers runs one program of operations, decoded from the fuzz input,
@@ -99,16 +101,23 @@ type fuzzTrait struct {
 	probeFirst bool
 }
 
-// fuzzTraits holds the promises of each picker by its pickerCases name; a
-// picker not listed gets only the shared contract.
-var fuzzTraits = map[string]fuzzTrait{
-	"SmoothWRR":      {cycle: cycleWeights, zeroWeight: zwAny, sumZero: true},
-	"ClassicWRR":     {cycle: cycleWeights, zeroWeight: zwEligible, cwInRange: true},
-	"RoundRobin":     {cycle: cycleRotation, zeroWeight: zwStatic},
-	"P2CPeakEWMA":    {zeroWeight: zwEligible},
-	"RandomWeighted": {zeroWeight: zwStatic},
-	"LeastConn":      {zeroWeight: zwEligible},
-	"FastestFirst":   {zeroWeight: zwEligible, ownEffective: true, exploreOne: true, probeFirst: true},
+// fuzzTraits holds the promises of each picker by its registry name, each
+// registered from the picker's own test file with declareTraits. Every
+// registered picker must declare its traits (TestFuzz_everyPickerHasTraits),
+// even if it promises nothing beyond the contract.
+var fuzzTraits = map[string]fuzzTrait{}
+
+// declareTraits registers the fuzz traits of the picker called name.
+func declareTraits(name string, tr fuzzTrait) bool {
+	fuzzTraits[name] = tr
+	return true
+}
+
+func TestFuzz_everyPickerHasTraits(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		_, ok := fuzzTraits[pc.name]
+		assert.True(t, ok, "declare %s's fuzz traits in its test file with declareTraits", pc.name)
+	})
 }
 
 // fzPeer is the model of one peer, next to the peer itself.

@@ -11,6 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// LeastConn's promises beyond the contract, checked by FuzzPickers.
+var _ = declareTraits("LeastConn", fuzzTrait{zeroWeight: zwEligible})
+
 // holdPicks returns n picks and reports none of them, so the attempts stay
 // in flight.
 func holdPicks(t *testing.T, p Picker, n int) string {

@@ -11,6 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// P2CPeakEWMA's promises beyond the contract, checked by FuzzPickers.
+var _ = declareTraits("P2CPeakEWMA", fuzzTrait{zeroWeight: zwEligible})
+
 // newTestP2C returns a P2CPeakEWMA over peers on clk with a seeded source.
 func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2CPeakEWMA {
 	t.Helper()

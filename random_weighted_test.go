@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// RandomWeighted's promises beyond the contract, checked by FuzzPickers.
+var _ = declareTraits("RandomWeighted", fuzzTrait{zeroWeight: zwStatic})
+
 func TestRandomWeighted_dubboWarmupVectors(t *testing.T) {
 	// Dubbo's LoadBalanceBaseTest.testLoadBalanceWarmup (dubbo_ribbon.md
 	// section 1): calculateWarmupWeight with warmup 600000 ms and weight

@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// RoundRobin's promises beyond the contract, checked by FuzzPickers.
+var _ = declareTraits("RoundRobin", fuzzTrait{cycle: cycleRotation, zeroWeight: zwStatic})
+
 // newTestRR returns a RoundRobin over peers on clock c with both counters at
 // 0, where Ribbon's RoundRobinRule starts: its first pick is then slot 1.
 func newTestRR(t *testing.T, c *fakeClock, peers ...*Peer) *RoundRobin {

@@ -12,49 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pickerCase builds one picker type for the contract suite. Every picker in
-// the package must appear here.
-type pickerCase struct {
-	name string
-	new  func(peers []*Peer, opts ...Option) (Picker, error)
-}
-
-func as[T Picker](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option) (Picker, error) {
-	return func(peers []*Peer, opts ...Option) (Picker, error) {
-		p, err := f(peers, opts...)
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
-	}
-}
-
-var pickerCases = []pickerCase{
-	{"SmoothWRR", as(NewSmoothWRR)},
-	{"ClassicWRR", as(NewClassicWRR)},
-	{"RoundRobin", as(NewRoundRobin)},
-	{"P2CPeakEWMA", as(NewP2CPeakEWMA)},
-	{"RandomWeighted", as(NewRandomWeighted)},
-	{"LeastConn", as(NewLeastConn)},
-	{"FastestFirst", as(NewFastestFirst)},
-}
-
-// forEachPicker runs f as a subtest for every picker type.
-func forEachPicker(t *testing.T, f func(t *testing.T, pc pickerCase)) {
-	for _, pc := range pickerCases {
-		t.Run(pc.name, func(t *testing.T) { f(t, pc) })
-	}
-}
-
-// mustPick picks for r and fails the test on error.
-func mustPick(t *testing.T, p Picker, r *Request) *Peer {
-	t.Helper()
-	peer, err := p.Pick(r)
-	require.NoError(t, err)
-	require.NotNil(t, peer)
-	return peer
-}
-
 func TestContract_noPeers(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		p, err := pc.new(nil)
@@ -389,33 +346,6 @@ func TestContract_pickAllocs(t *testing.T) {
 		}
 	})
 }
-
-func TestContract_rejectsUnusedOptions(t *testing.T) {
-	all := []Option{WithClock(time.Now), WithRand(rand.NewPCG(1, 2)), WithWarmup(time.Minute)}
-	forEachPicker(t, func(t *testing.T, pc pickerCase) {
-		accepted := 0
-		for _, o := range all {
-			_, err := pc.new([]*Peer{NewPeer("a")}, o)
-			if err == nil {
-				accepted++
-			} else {
-				assert.ErrorIs(t, err, ErrInvalidConfig)
-			}
-		}
-		assert.NotZero(t, accepted, "every picker takes a clock")
-	})
-}
-
-// updater is the update API every picker promotes from peerSet.
-type updater interface {
-	Add(...*Peer) error
-	Remove(*Peer) error
-	SetWeight(*Peer, int) error
-	SetDown(*Peer, bool) error
-	Peers() []*Peer
-}
-
-func toSet(p Picker) updater { return p.(updater) }
 
 func TestContract_peersIsACopy(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {

@@ -1,0 +1,214 @@
+package balancer
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// randomCluster adds to model, and returns as Peers, 1 to 6 random servers:
+// weights from weight, max_fails 0 to 2, fail_timeout 1 to 5 s, and now and
+// then a backup or a down server. byAddr maps each address to its Peer.
+func randomCluster(rng *rand.Rand, model *ngxModel, weight func() int) (peers []*Peer, byAddr map[string]*Peer) {
+	byAddr = map[string]*Peer{}
+	for i := range 1 + rng.IntN(6) {
+		w, mf, ft := weight(), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+		backup := i > 0 && rng.IntN(5) == 0
+		down := rng.IntN(8) == 0
+		opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
+		if backup {
+			opts = append(opts, Backup())
+		}
+		if down {
+			opts = append(opts, Down())
+		}
+		addr := string(rune('a' + i))
+		p := NewPeer(addr, opts...)
+		peers = append(peers, p)
+		byAddr[addr] = p
+		model.add(addr, w, mf, int64(ft), backup, down)
+	}
+	return peers, byAddr
+}
+
+// requestAsModel serves one request on p and on model, attempt by attempt,
+// each failing with probability failProb, and checks every pick; pick and
+// free are the model's selection and accounting (ngxModel's or a variant's).
+func requestAsModel(t *testing.T, rng *rand.Rand, p Picker, model *ngxModel,
+	pick func(int64) *ngxPeer, free func(*ngxPeer, bool, int64), failProb float64, now int64, step int) {
+	t.Helper()
+	var r Request
+	model.begin()
+	for {
+		want := pick(now)
+		got := pickAsModel(t, p, &r, want, model.exhausted(), step)
+		if got == nil {
+			return
+		}
+		failed := rng.Float64() < failProb
+		free(want, failed, now)
+		require.NoError(t, p.Done(got, Outcome{Failed: failed}))
+		if !failed {
+			return
+		}
+	}
+}
+
+// pickAsModel makes one Pick of r and checks it against the model's choice
+// want (nil: the model found none, exhausted telling why). It returns the
+// picked peer, nil exactly when want is nil.
+func pickAsModel(t *testing.T, p Picker, r *Request, want *ngxPeer, exhausted bool, step int) *Peer {
+	t.Helper()
+	got, err := p.Pick(r)
+	if want == nil {
+		require.Error(t, err, "step %d: model found no peer", step)
+		if exhausted {
+			assert.ErrorIs(t, err, ErrTriesExhausted)
+		} else {
+			assert.ErrorIs(t, err, ErrNoLivePeer)
+		}
+		return nil
+	}
+	require.NoError(t, err, "step %d: model picked %s", step, want.addr)
+	require.Equal(t, want.addr, got.Addr(), "step %d", step)
+	return got
+}
+
+// ngxModel is a literal transcription of nginx 1.22's round-robin peer
+// selection and accounting (nginx.md sections 1-4), kept as plain as
+// possible: no cycle, no atomics, no sharing with the code under test.
+type ngxModel struct {
+	primary, backup []*ngxPeer
+	single          bool
+	// per request
+	tried     map[*ngxPeer]bool
+	onBackup  bool
+	tries     int
+	triesLeft int
+}
+
+type ngxPeer struct {
+	addr                     string
+	w, ew, cw                int64
+	maxFails                 int64
+	failTimeout              int64
+	fails, accessed, checked int64
+	backup, down             bool
+}
+
+func (m *ngxModel) add(addr string, w, mf int, ft int64, backup, down bool) {
+	p := &ngxPeer{addr: addr, w: int64(w), ew: int64(w), maxFails: int64(mf), failTimeout: ft, backup: backup, down: down}
+	if backup {
+		m.backup = append(m.backup, p)
+	} else {
+		m.primary = append(m.primary, p)
+	}
+	m.single = len(m.primary) == 1 && len(m.backup) == 0
+}
+
+func (m *ngxModel) all() []*ngxPeer { return append(append([]*ngxPeer{}, m.primary...), m.backup...) }
+
+func (m *ngxModel) begin() {
+	m.tried = map[*ngxPeer]bool{}
+	m.onBackup = false
+	m.tries = 0
+	for _, p := range m.all() {
+		if !p.down {
+			m.tries++
+		}
+	}
+	m.triesLeft = m.tries
+}
+
+// exhausted reports whether nginx would stop retrying: ngx_http_upstream_next
+// checks tries before it asks for another peer, never before the first.
+func (m *ngxModel) exhausted() bool { return m.triesLeft <= 0 && m.triesLeft != m.tries }
+
+func (m *ngxModel) pick(now int64) *ngxPeer { return m.pickWith(now, m.getPeer) }
+
+// pickWith is ngx_http_upstream_get_round_robin_peer around a selector:
+// the single-server shortcut, the primaries, then the backups, the tried
+// set and the tries. The models of the other nginx balancers reuse it with
+// their own selector.
+func (m *ngxModel) pickWith(now int64, getPeer func([]*ngxPeer, int64) *ngxPeer) *ngxPeer {
+	if m.exhausted() {
+		return nil
+	}
+	if m.single {
+		p := m.primary[0]
+		if p.down {
+			return nil
+		}
+		m.triesLeft--
+		return p
+	}
+	var p *ngxPeer
+	if !m.onBackup {
+		p = getPeer(m.primary, now)
+		if p == nil && len(m.backup) > 0 {
+			m.onBackup = true
+			m.tried = map[*ngxPeer]bool{}
+		}
+	}
+	if p == nil && m.onBackup {
+		p = getPeer(m.backup, now)
+	}
+	if p != nil {
+		m.tried[p] = true
+		m.triesLeft--
+	}
+	return p
+}
+
+func (m *ngxModel) getPeer(peers []*ngxPeer, now int64) *ngxPeer {
+	var best *ngxPeer
+	var total int64
+	for _, p := range peers {
+		if m.tried[p] || p.down {
+			continue
+		}
+		if p.maxFails != 0 && p.fails >= p.maxFails && now-p.checked <= p.failTimeout {
+			continue
+		}
+		p.cw += p.ew
+		total += p.ew
+		if p.ew < p.w {
+			p.ew++
+		}
+		if best == nil || p.cw > best.cw {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	best.cw -= total
+	if now-best.checked > best.failTimeout {
+		best.checked = now
+	}
+	return best
+}
+
+func (m *ngxModel) free(p *ngxPeer, failed bool, now int64) {
+	if m.single {
+		p.fails = 0
+		return
+	}
+	if failed {
+		p.fails++
+		p.accessed, p.checked = now, now
+		if p.maxFails != 0 {
+			p.ew -= p.w / p.maxFails
+		}
+		if p.ew < 0 {
+			p.ew = 0
+		}
+		return
+	}
+	if p.accessed < p.checked {
+		p.fails = 0
+	}
+}
