@@ -32,9 +32,9 @@ var ErrUnknownAlgorithm = errors.New("balancer: unknown algorithm")
 
 // algorithms lists every picker, one line each, in the order reports use.
 var algorithms = []Algorithm{
+	{Name: "RoundRobin", New: as(NewRoundRobin), Random: true},
 	{Name: "SmoothWRR", New: as(NewSmoothWRR)},
 	{Name: "ClassicWRR", New: as(NewClassicWRR)},
-	{Name: "RoundRobin", New: as(NewRoundRobin), Random: true},
 	{Name: "RandomWeighted", New: as(NewRandomWeighted), Random: true},
 	{Name: "LeastConn", New: as(NewLeastConn)},
 	{Name: "P2CPeakEWMA", New: as(NewP2CPeakEWMA), Random: true, Latency: true},

@@ -154,33 +154,25 @@ func (t *tally) snapshot() (picks, dones, failed map[string]int) {
 	return cp(t.picks), cp(t.dones), cp(t.failed)
 }
 
-// algos builds each picker the proxy is tested with, on clock c.
-var algos = []struct {
+// algo is one picker the proxy is tested with: every picker of the
+// registry, on clock c, seeded where it draws random numbers.
+type algo struct {
 	name string
 	new  func(peers []*balancer.Peer, c *clock) (balancer.Picker, error)
-}{
-	{"smooth", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewSmoothWRR(ps, balancer.WithClock(c.now))
-	}},
-	{"classic", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewClassicWRR(ps, balancer.WithClock(c.now))
-	}},
-	{"roundrobin", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewRoundRobin(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
-	}},
-	{"random", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewRandomWeighted(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
-	}},
-	{"leastconn", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewLeastConn(ps, balancer.WithClock(c.now))
-	}},
-	{"p2c", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewP2CPeakEWMA(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
-	}},
-	{"fastest", func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-		return balancer.NewFastestFirst(ps, balancer.WithClock(c.now))
-	}},
 }
+
+var algos = func() []algo {
+	var as []algo
+	for _, a := range balancer.Algorithms() {
+		as = append(as, algo{a.Name, func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
+			if a.Random {
+				return a.New(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
+			}
+			return a.New(ps, balancer.WithClock(c.now))
+		}})
+	}
+	return as
+}()
 
 // quietLog discards the proxy's 502 lines.
 var quietLog = log.New(io.Discard, "", 0)

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/lbgo/balancer"
@@ -32,20 +33,17 @@ type Policy struct {
 // IsOracle reports whether p is an oracle rather than a picker.
 func (p Policy) IsOracle() bool { return p.oracle != nil }
 
-// Pickers returns the library's pickers in the order the reports list them,
-// each configured as an operator would: the scenario's weights on every
-// peer, nginx's failure defaults, and the picker's own defaults otherwise.
+// Pickers returns the library's pickers (balancer.Algorithms, in its
+// order), each configured as an operator would: the scenario's weights on
+// every peer, nginx's failure defaults, and the picker's own defaults
+// otherwise. Each gets the simulation's clock, and its random source if it
+// draws random numbers.
 func Pickers() []Policy {
-	// One line per picker. The adapters pass on the clock, and the random
-	// source where the picker takes one.
-	return []Policy{
-		{Name: "RoundRobin", New: clockedRand(balancer.NewRoundRobin)},
-		{Name: "SmoothWRR", New: clocked(balancer.NewSmoothWRR)},
-		{Name: "RandomWeighted", New: clockedRand(balancer.NewRandomWeighted)},
-		{Name: "LeastConn", New: clocked(balancer.NewLeastConn)},
-		{Name: "P2CPeakEWMA", New: clockedRand(balancer.NewP2CPeakEWMA)},
-		{Name: "FastestFirst", New: clocked(balancer.NewFastestFirst)},
+	var ps []Policy
+	for _, a := range balancer.Algorithms() {
+		ps = append(ps, Policy{Name: a.Name, New: factory(a)})
 	}
+	return ps
 }
 
 // Oracles returns the two reference policies: the clairvoyant
@@ -63,29 +61,23 @@ func Oracles() []Policy {
 // Policies returns the pickers followed by the oracles.
 func Policies() []Policy { return append(Pickers(), Oracles()...) }
 
-// PolicyByName returns the policy called name among Policies.
+// PolicyByName returns the policy called name among Policies, matched
+// without regard to case.
 func PolicyByName(name string) (Policy, bool) {
 	for _, p := range Policies() {
-		if p.Name == name {
+		if strings.EqualFold(p.Name, name) {
 			return p, true
 		}
 	}
 	return Policy{}, false
 }
 
-// ctor is the shape of every picker constructor in the library.
-type ctor[T balancer.Picker] func(peers []*balancer.Peer, opts ...balancer.Option) (T, error)
-
-// clocked adapts a constructor that accepts WithClock only.
-func clocked[T balancer.Picker](c ctor[T]) Factory {
-	return func(peers []*balancer.Peer, now func() time.Time, _ rand.Source) (balancer.Picker, error) {
-		return c(peers, balancer.WithClock(now))
-	}
-}
-
-// clockedRand adapts a constructor that accepts WithClock and WithRand.
-func clockedRand[T balancer.Picker](c ctor[T]) Factory {
+// factory adapts an algorithm's constructor to a Factory.
+func factory(a balancer.Algorithm) Factory {
 	return func(peers []*balancer.Peer, now func() time.Time, src rand.Source) (balancer.Picker, error) {
-		return c(peers, balancer.WithClock(now), balancer.WithRand(src))
+		if a.Random {
+			return a.New(peers, balancer.WithClock(now), balancer.WithRand(src))
+		}
+		return a.New(peers, balancer.WithClock(now))
 	}
 }

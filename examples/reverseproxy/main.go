@@ -4,7 +4,7 @@
 // proxy_next_upstream does (see package balancerhttp).
 //
 //	go run ./examples/reverseproxy -listen 127.0.0.1:8080 \
-//	    -backends 127.0.0.1:9001,127.0.0.1:9002=3 -algo smooth
+//	    -backends 127.0.0.1:9001,127.0.0.1:9002=3 -algo SmoothWRR
 //
 // A backend is host:port, optionally followed by =weight. -max-fails and
 // -fail-timeout apply to every backend, as nginx's server parameters
@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -32,17 +31,6 @@ import (
 	"github.com/lbgo/balancer/balancerhttp"
 )
 
-// algos are the -algo values.
-var algos = map[string]func([]*balancer.Peer) (balancer.Picker, error){
-	"smooth":     func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewSmoothWRR(ps) },
-	"classic":    func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewClassicWRR(ps) },
-	"roundrobin": func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewRoundRobin(ps) },
-	"random":     func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewRandomWeighted(ps) },
-	"leastconn":  func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewLeastConn(ps) },
-	"p2c":        func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewP2CPeakEWMA(ps) },
-	"fastest":    func(ps []*balancer.Peer) (balancer.Picker, error) { return balancer.NewFastestFirst(ps) },
-}
-
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "reverseproxy:", err)
@@ -51,11 +39,10 @@ func main() {
 }
 
 func run(args []string) error {
-	names := slices.Sorted(maps.Keys(algos))
 	fs := flag.NewFlagSet("reverseproxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
 	backends := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
-	algo := fs.String("algo", "smooth", "balancing algorithm: "+strings.Join(names, ", "))
+	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+balancer.AlgorithmNames())
 	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
 	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
 	maxTries := fs.Int("max-tries", 0, "attempts per request at most (0: one per backend)")
@@ -63,15 +50,15 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	newPicker, ok := algos[*algo]
-	if !ok {
-		return fmt.Errorf("unknown -algo %q (want one of %s)", *algo, strings.Join(names, ", "))
+	a, err := balancer.AlgorithmNamed(*algo)
+	if err != nil {
+		return fmt.Errorf("-algo: %w", err)
 	}
 	peers, err := parseBackends(*backends, balancer.MaxFails(*maxFails), balancer.FailTimeout(*failTimeout))
 	if err != nil {
 		return err
 	}
-	picker, err := newPicker(peers)
+	picker, err := a.New(peers)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,8 @@ func TestRun_badFlags(t *testing.T) {
 		want string
 	}{
 		{"no backends", []string{}, "-backends is required"},
-		{"unknown algo", []string{"-backends", "a:1", "-algo", "fastest-ever"}, `unknown -algo "fastest-ever"`},
+		{"unknown algo", []string{"-backends", "a:1", "-algo", "fastest-ever"}, `-algo: balancer: "fastest-ever" (want one of RoundRobin, SmoothWRR`},
+		{"algo in any case", []string{"-backends", "a:1,a:1", "-algo", "fastestfirst"}, "duplicate peer"},
 		{"weight not a number", []string{"-backends", "a:1=x"}, `weight "x" is not a number`},
 		{"negative weight", []string{"-backends", "a:1=-2"}, "weight -2 out of range"},
 		{"duplicate backend", []string{"-backends", "a:1,a:1"}, "duplicate peer"},
