@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -48,6 +50,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	tau := fs.Duration("tau", 0, "the candidate's decay constant, for the readmission check (default its own: 5s for FastestFirst, 10s otherwise)")
 	series := fs.Bool("series", false, "print each backend's share of attempts per 500 ms window, first seed")
 	list := fs.Bool("list", false, "list the scenarios and the policies")
+	svgDir := fs.String("svg", "", "also write SVG charts of each scenario's first seed into `DIR`, created if missing")
 	parallel := fs.Int("j", 0, "runs at once (default GOMAXPROCS); the output does not depend on it")
 	duration := fs.Duration("duration", 0, "override: simulated time per run")
 	load := fs.Float64("load", 0, "override: offered load as a fraction of capacity")
@@ -137,6 +140,14 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "balance sim: %v\n", err)
 		return 1
+	}
+	if *svgDir != "" {
+		n, err := writeCharts(*svgDir, rep)
+		if err != nil {
+			fmt.Fprintf(stderr, "balance sim: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "balance sim: wrote %d charts to %s\n", n, *svgDir)
 	}
 	switch {
 	case *check:
@@ -268,6 +279,24 @@ func simSeries(w io.Writer, rep *sim.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeCharts writes the report's charts into dir, creating it if needed,
+// and returns how many it wrote.
+func writeCharts(dir string, rep *sim.Report) (int, error) {
+	charts, err := rep.Charts()
+	if err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	for _, c := range charts {
+		if err := os.WriteFile(filepath.Join(dir, c.Name), c.SVG, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return len(charts), nil
 }
 
 // decayOf returns the decay constant a picker runs with by default: the
