@@ -159,6 +159,7 @@ func (b *backendState) expectedDelay(now int64) float64 {
 
 type client struct {
 	picker balancer.Picker
+	peers  []*balancer.Peer
 	index  map[*balancer.Peer]int32
 }
 
@@ -186,11 +187,14 @@ type world struct {
 	// Metrics.
 	lat            []int64 // each finished request's latency
 	failed         int
+	refused        int // failed at arrival: the picker had no peer
 	attempts       int
 	failedAttempts int
 	steadySum      float64
 	steadyN        int
 	picks          []int32 // attempts per bucket and backend, bucket-major
+	weights        []int32 // client 0's effective weights at each bucket's end, bucket-major
+	nextWeigh      int     // the bucket whose end weigh records next
 	herd           []float64
 	nextSample     int64
 
@@ -254,6 +258,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 	n := len(sc.Backends)
 	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
 	w.picks = make([]int32, buckets*n)
+	w.weights = make([]int32, buckets*n)
 	w.backends = make([]backendState, n)
 	for i := range sc.Backends {
 		w.backends[i] = w.newBackend(seed, i)
@@ -279,7 +284,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 				return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
 			}
 		}
-		w.clients[c] = client{picker: p, index: index}
+		w.clients[c] = client{picker: p, peers: peers, index: index}
 	}
 	return w, nil
 }
@@ -370,12 +375,28 @@ func (w *world) loop() {
 			w.sample()
 			w.nextSample += sampleEvery
 		}
+		w.weigh(ev.at)
 		w.now = ev.at
 		if ev.kind == evArrival {
 			w.arrive()
 		} else {
 			w.reply(ev)
 		}
+	}
+	w.weigh(math.MaxInt64)
+}
+
+// weigh records client 0's effective weights at the end of every bucket
+// that ends at or before t. Weights change only inside Pick and Done, so
+// the state before the event at t is the state at the bucket's end.
+func (w *world) weigh(t int64) {
+	n := len(w.backends)
+	for w.nextWeigh*n < len(w.weights) && int64(w.nextWeigh+1)*int64(Bucket) <= t {
+		row := w.weights[w.nextWeigh*n : (w.nextWeigh+1)*n]
+		for i, p := range w.clients[0].peers {
+			row[i] = int32(p.State().EffectiveWeight)
+		}
+		w.nextWeigh++
 	}
 }
 
@@ -408,6 +429,9 @@ func (w *world) send(i int32) {
 	p, err := c.picker.Pick(&q.r)
 	if err != nil {
 		// No peer for this attempt (nginx's 502): the request fails now.
+		if q.attempts == 0 {
+			w.refused++
+		}
 		w.finish(i, true)
 		return
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/lbgo/balancer"
 )
 
 // Options controls Compare.
@@ -48,6 +50,8 @@ type Summary struct {
 
 	Mean, SteadyMean, P50, P99, P999  Stat // milliseconds
 	ErrorRate                         Stat // fraction of requests
+	Refused                           Stat // fraction of requests refused at once (Result.Refused)
+	FailedAttempts                    Stat // fraction of attempts that failed
 	Divert, Readmit                   Stat // seconds
 	PeakShare, ProbeRate, Herd, Churn Stat
 	Sinkholes                         int // runs where the watched backend was a sinkhole
@@ -155,6 +159,8 @@ func summarize(p Policy, runs []*Result) Summary {
 	sum.P99 = over(func(r *Result) float64 { return ms(r.P99) })
 	sum.P999 = over(func(r *Result) float64 { return ms(r.P999) })
 	sum.ErrorRate = over((*Result).ErrorRate)
+	sum.Refused = over(func(r *Result) float64 { return ratio(r.Refused, r.Requests) })
+	sum.FailedAttempts = over(func(r *Result) float64 { return ratio(r.FailedAttempts, r.Attempts) })
 	sum.Divert = over(func(r *Result) float64 { return r.Divert })
 	sum.Readmit = over(func(r *Result) float64 { return r.Readmit })
 	sum.PeakShare = over(func(r *Result) float64 { return r.PeakShare })
@@ -167,6 +173,14 @@ func summarize(p Policy, runs []*Result) Summary {
 		}
 	}
 	return sum
+}
+
+// ratio returns a/b, or 0 when b is 0.
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // tQuantile975 holds Student's t 0.975 quantiles for 1 to 30 degrees of
@@ -315,20 +329,34 @@ func span(d time.Duration) string {
 
 // Legend explains the report's columns; the markdown report ends with it.
 const Legend = `Latencies are per request, from arrival to the end of its last attempt, failed requests included, over every seed (mean and 95% confidence interval across seeds).
-Failed attempts are retried at once on another peer, as nginx does, unless the scenario says "no retry"; errors are requests that failed for good.
+Failed attempts are retried at once on another peer, as nginx does, unless the scenario says "no retry"; errors are requests that failed for good; a request that finds no eligible peer fails at once, at 0 ms (see the notes under a table).
 divert: seconds from the degradation until the degraded backend's share of attempts (over 500 ms) stays at or below half its fair share; readmit: seconds from the recovery until it stays at or above half its fair share; never: not within the run.
 peak share: the degraded backend's largest share of attempts in a 500 ms window while degraded, as a multiple of its fair share; sinkhole: above its fair share beyond binomial noise.
 herd: 99th percentile over time of the largest in-flight count of a backend over the mean; churn: mean change of the traffic split between consecutive 500 ms windows (total variation).
 Oracle SED sends each attempt where it will finish soonest, reading the true queues and service times; Oracle split draws from the square-root split of the true current capacities.`
 
 // Write prints the report: a table per scenario, plain text or, with
-// markdown, GitHub tables followed by the Legend. The output depends only
-// on the report, so the same runs always print the same bytes.
+// markdown, GitHub tables followed by the Legend. A plain-text table is
+// followed by its own legend, which explains its columns for its
+// scenario; under both forms, a row whose numbers need explaining gets a
+// numbered note. The output depends only on the report, so the same runs
+// always print the same bytes.
 func (r *Report) Write(w io.Writer, markdown bool) error {
 	ew := &errWriter{w: w}
 	for s := range r.Scenarios {
 		sc := &r.Scenarios[s]
 		cols := r.columns(sc)
+		notes, marks := r.notes(s)
+		row := func(p int) []string {
+			cells := make([]string, len(cols))
+			for i, c := range cols {
+				cells[i] = c.cell(&r.Summaries[s][p])
+			}
+			if m, ok := marks[p]; ok {
+				cells[0] += fmt.Sprintf(" [%d]", m)
+			}
+			return cells
+		}
 		if markdown {
 			fmt.Fprintf(ew, "### %s\n\n%s. %s\n\n", sc.Name, sc.Title, r.describe(sc))
 			heads := make([]string, len(cols))
@@ -339,13 +367,12 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 			align[0] = "---"
 			fmt.Fprintf(ew, "| %s |\n|%s|\n", strings.Join(heads, " | "), strings.Join(align, "|"))
 			for p := range r.Summaries[s] {
-				cells := make([]string, len(cols))
-				for i, c := range cols {
-					cells[i] = c.cell(&r.Summaries[s][p])
-				}
-				fmt.Fprintf(ew, "| %s |\n", strings.Join(cells, " | "))
+				fmt.Fprintf(ew, "| %s |\n", strings.Join(row(p), " | "))
 			}
 			fmt.Fprintln(ew)
+			for i, n := range notes {
+				fmt.Fprintf(ew, "[%d] %s\n\n", i+1, n)
+			}
 			continue
 		}
 		if s > 0 {
@@ -358,12 +385,18 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 		}
 		fmt.Fprintln(tw)
 		for p := range r.Summaries[s] {
-			for _, c := range cols {
-				fmt.Fprintf(tw, "%s\t", c.cell(&r.Summaries[s][p]))
+			for _, c := range row(p) {
+				fmt.Fprintf(tw, "%s\t", c)
 			}
 			fmt.Fprintln(tw)
 		}
 		tw.Flush()
+		for _, l := range r.tableLegend(sc) {
+			wrap(ew, l, "  ", "    ", textWidth)
+		}
+		for i, n := range notes {
+			wrap(ew, fmt.Sprintf("[%d] %s", i+1, n), "  ", "    ", textWidth)
+		}
 	}
 	if markdown {
 		for _, line := range strings.Split(Legend, "\n") {
@@ -371,6 +404,101 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 		}
 	}
 	return ew.err
+}
+
+// textWidth is the width the plain-text legends and notes wrap at.
+const textWidth = 100
+
+// wrap writes text to w in lines of at most width bytes where its words
+// allow, the first line after first and the others after rest.
+func wrap(w io.Writer, text, first, rest string, width int) {
+	line := first
+	fresh := true
+	for _, word := range strings.Fields(text) {
+		if !fresh && len(line)+1+len(word) > width {
+			fmt.Fprintln(w, line)
+			line, fresh = rest, true
+		}
+		if !fresh {
+			line += " "
+		}
+		line += word
+		fresh = false
+	}
+	fmt.Fprintln(w, line)
+}
+
+// tableLegend returns the plain-text legend of scenario s's table: what
+// each of its columns measures, with the scenario's own numbers.
+func (r *Report) tableLegend(s *Scenario) []string {
+	lat := "mean, p50, p99, p99.9 ms: request latency, from arrival to the end of the last attempt, failed requests included"
+	if s.Steady > 0 {
+		lat += fmt.Sprintf("; steady ms: the mean over requests arriving after %s", span(s.Steady))
+	}
+	if n := len(r.Seeds); n > 1 {
+		lat += fmt.Sprintf("; ± is the 95%% confidence interval over the %d seeds, of which every number is the mean", n)
+	}
+	out := []string{lat + ".",
+		"errors %: requests that failed for good, out of tries or with no eligible peer."}
+	if from, to, ok := s.Degraded(); ok {
+		f := s.FairShare(s.Watch)
+		half := fmt.Sprintf("%.3g%% (half its fair share of %.3g%%)", 50*f, 100*f)
+		if from > 0 {
+			out = append(out, fmt.Sprintf("divert s: seconds from %s, when backend %d is degraded, until its share of attempts over 500 ms stays at or below %s; never: not before it recovers.", span(from), s.Watch, half))
+		}
+		out = append(out,
+			fmt.Sprintf("readmit s: seconds from %s, when backend %d recovers, until its share over 500 ms stays at or above %s; never: not by the end of the run.", span(to), s.Watch, half),
+			fmt.Sprintf("peak share: backend %d's largest share of attempts in a 500 ms window while degraded, over its fair share (1 = fair); sinkhole k/n: above fair beyond binomial noise in k of n runs.", s.Watch))
+	}
+	out = append(out,
+		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),
+		"churn: the mean fraction of traffic that changes backend from one 500 ms window to the next (0 = a fixed split).")
+	var oracles bool
+	for _, m := range r.Summaries[0] {
+		oracles = oracles || m.Oracle
+	}
+	if oracles {
+		out = append(out, "Oracle SED sends each attempt where it will finish soonest, from the true queues and service times; Oracle split draws from the square-root split of the true current capacities. No real client can run either.")
+	}
+	return out
+}
+
+// notes returns the notes of scenario s's table and, for each summary that
+// has one, its number. A policy gets a note when the picker refused
+// requests: they fail at 0 ms and would otherwise read as fast requests.
+func (r *Report) notes(s int) ([]string, map[int]int) {
+	sc := &r.Scenarios[s]
+	var notes []string
+	marks := map[int]int{}
+	peer := balancer.NewPeer("probe", sc.PeerOptions...)
+	faults := false
+	for _, b := range sc.Backends {
+		faults = faults || len(b.Faults) > 0
+	}
+	for p := range r.Summaries[s] {
+		m := &r.Summaries[s][p]
+		if !(m.Refused.Mean > 0) {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s: %s%% of requests were refused at once: every peer was inside its fail window after failed attempts (max_fails=%d within fail_timeout=%s), so the picker had none to offer, nginx's 502. They count as errors at 0 ms",
+			m.Policy, num(100*m.Refused.Mean, 2), peer.MaxFails(), span(peer.FailTimeout()))
+		if m.P50.Mean == 0 {
+			b.WriteString(", which is why p50 is 0")
+		}
+		timeout := orDefault(sc.Timeout, DefaultTimeout)
+		fmt.Fprintf(&b, ". %s%% of its attempts failed", num(100*m.FailedAttempts.Mean, 2))
+		if !faults {
+			fmt.Fprintf(&b, ", all by timeout (%s), as no backend of this scenario fails: queues grew beyond the timeout", span(timeout))
+		}
+		b.WriteString(".")
+		if m.P99.Mean > float64(timeout)/float64(time.Millisecond) {
+			fmt.Fprintf(&b, " A request that times out on several peers in turn waits the %s timeout on each: hence a p99 above it.", span(timeout))
+		}
+		notes = append(notes, b.String())
+		marks[p] = len(notes)
+	}
+	return notes, marks
 }
 
 // errWriter keeps the first write error and drops everything after it.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +91,82 @@ func TestReportWrite(t *testing.T) {
 	require.NoError(t, rep.Write(&table, false))
 	assert.Contains(t, table.String(), "hetero: 10 M/M/1 backends")
 	assert.NotContains(t, table.String(), "|")
+}
+
+// TestReportNotes: RoundRobin ignores the weights of the hetero scenario,
+// so its slow backends' queues grow past the timeout, every peer ends up
+// in its fail window and requests are refused at once. Its row gets a
+// note with the refused fraction counted from the runs; rows without
+// refusals get none.
+func TestReportNotes(t *testing.T) {
+	pols := []Policy{policy(t, "RoundRobin"), policy(t, "SmoothWRR")}
+	rep := shortReport(t, []string{"hetero", "uniform"}, pols, 2)
+	rr, ok := rep.Find("hetero", "RoundRobin")
+	require.True(t, ok)
+	var refused, requests int
+	for _, r := range rr.Runs {
+		refused += r.Refused
+		requests += r.Requests
+	}
+	require.Positive(t, refused, "RoundRobin refused nothing in hetero")
+	// Equal run lengths and arrivals: the mean of the per-run fractions is
+	// close to the pooled fraction.
+	pct := 100 * float64(refused) / float64(requests)
+
+	for _, markdown := range []bool{true, false} {
+		var b bytes.Buffer
+		require.NoError(t, rep.Write(&b, markdown))
+		out := b.String()
+		assert.Contains(t, out, "RoundRobin [1]", "markdown=%v", markdown)
+		assert.Equal(t, 1, strings.Count(out, "[1] RoundRobin: "), "markdown=%v", markdown)
+		assert.NotContains(t, out, "[2]")
+		assert.NotContains(t, out, "SmoothWRR [")
+		i := strings.Index(out, "[1] RoundRobin: ")
+		var got float64
+		_, err := fmt.Sscanf(out[i:], "[1] RoundRobin: %f%%", &got)
+		require.NoError(t, err)
+		assert.InDelta(t, pct, got, 2, "refused %% in the note")
+		// The note is under hetero's table, before uniform's.
+		assert.Less(t, i, strings.Index(out, "uniform"))
+	}
+}
+
+// TestReportTextLegend: every plain-text table is followed by a legend of
+// its own columns, wrapped to textWidth.
+func TestReportTextLegend(t *testing.T) {
+	pols := append([]Policy{policy(t, "SmoothWRR")}, Oracles()...)
+	rep := shortReport(t, []string{"hetero", "blackhole-stall", "uniform"}, pols, 2)
+	var b bytes.Buffer
+	require.NoError(t, rep.Write(&b, false))
+	tables := strings.Split(b.String(), "\n\n")
+	require.Len(t, tables, 3)
+	for i, name := range []string{"hetero", "blackhole-stall", "uniform"} {
+		tb := tables[i]
+		require.True(t, strings.HasPrefix(tb, name+": "), tb)
+		head := strings.Split(tb, "\n")[2]
+		for _, col := range []string{"divert s", "readmit s", "peak share", "steady ms"} {
+			legend := strings.Contains(tb, "\n  "+strings.TrimSuffix(col, " ms")+":") ||
+				strings.Contains(tb, "; "+col+":")
+			assert.Equal(t, strings.Contains(head, col), legend, "%s: column %q and its legend", name, col)
+		}
+		for _, entry := range []string{"\n  mean, p50, p99, p99.9 ms:", "\n  errors %:", "\n  herd:", "\n  churn:", "\n  Oracle SED"} {
+			assert.Contains(t, tb, entry, name)
+		}
+		legend := tb[strings.Index(tb, "\n  mean, p50")+1:]
+		for _, l := range strings.Split(strings.TrimSpace(legend), "\n") {
+			assert.LessOrEqual(t, len(l), textWidth, "%q", l)
+		}
+	}
+	assert.Contains(t, tables[1], "divert s: seconds from 15 s, when backend 4 is degraded")
+	assert.Contains(t, tables[0], "readmit s: seconds from 5 s, when backend 9 recovers")
+	assert.Contains(t, tables[0], "half its fair share of 23.5%") // weight 4 of 17
+}
+
+func TestWrap(t *testing.T) {
+	var b bytes.Buffer
+	wrap(&b, "aa bb cc dd", "> ", "  ", 8)
+	assert.Equal(t, "> aa bb\n  cc dd\n", b.String())
+	b.Reset()
+	wrap(&b, "averyveryverylongword x", "", "", 5)
+	assert.Equal(t, "averyveryverylongword\nx\n", b.String(), "a word longer than the width has a line of its own")
 }

@@ -32,12 +32,19 @@ type Result struct {
 	Policy   string
 	Seed     uint64
 
-	Requests       int // requests that arrived (all of them finish)
-	Failed         int // requests that failed
+	Requests int // requests that arrived (all of them finish)
+	Failed   int // requests that failed
+	// Refused counts the failed requests that never had an attempt: the
+	// picker had no eligible peer when they arrived (nginx's 502, "no
+	// live upstreams"). They fail at once, with latency 0.
+	Refused        int
 	Attempts       int
 	FailedAttempts int
 
 	Mean, P50, P99, P999 time.Duration
+	// Tail holds the latency at each level of TailLevels, by nearest rank
+	// as the percentiles above.
+	Tail []time.Duration
 	// SteadyMean is the mean latency of the requests that arrived at or
 	// after the scenario's Steady time.
 	SteadyMean time.Duration
@@ -69,6 +76,23 @@ type Result struct {
 	// bucket-major: Picks[k*Backends+i].
 	Picks    []int32
 	Backends int
+	// Weights holds the first client's effective weight of each backend,
+	// as Peer.State reports it, at the end of each Bucket, laid out as
+	// Picks. It is the weight FastestFirst derives from latency, and for
+	// nginx's pickers the configured weight as failures lower it.
+	Weights []int32
+}
+
+// TailLevels returns the quantile levels of Result.Tail, ascending: 1 −
+// 10^−x for x from 0 to 4 in steps of 0.05, from the minimum (0) to
+// p99.99, evenly spaced on the scale of a latency tail plot.
+func TailLevels() []float64 {
+	const steps = 80
+	out := make([]float64, steps+1)
+	for i := range out {
+		out[i] = 1 - math.Pow(10, -4*float64(i)/steps)
+	}
+	return out
 }
 
 // ErrorRate returns the fraction of requests that failed.
@@ -190,10 +214,12 @@ func (w *world) result(policy string, seed uint64) *Result {
 		Seed:           seed,
 		Requests:       len(w.lat),
 		Failed:         w.failed,
+		Refused:        w.refused,
 		Attempts:       w.attempts,
 		FailedAttempts: w.failedAttempts,
 		Picks:          w.picks,
 		Backends:       len(w.backends),
+		Weights:        w.weights,
 		Divert:         math.NaN(),
 		Readmit:        math.NaN(),
 		PeakShare:      math.NaN(),
@@ -209,6 +235,11 @@ func (w *world) result(policy string, seed uint64) *Result {
 	}
 	q := quantiles(lat, 0.5, 0.99, 0.999)
 	r.P50, r.P99, r.P999 = time.Duration(q[0]), time.Duration(q[1]), time.Duration(q[2])
+	tail := quantiles(lat, TailLevels()...)
+	r.Tail = make([]time.Duration, len(tail))
+	for i, v := range tail {
+		r.Tail[i] = time.Duration(v)
+	}
 	if w.steadyN > 0 {
 		r.SteadyMean = time.Duration(math.Round(w.steadySum / float64(w.steadyN)))
 	}

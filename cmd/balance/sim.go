@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +15,7 @@ import (
 )
 
 const simUsage = `usage: balance sim [-scenario NAME,...|all] [-pickers NAME,...|all] [-seeds N] [-format table|markdown]
-                 [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-list] [overrides]
+                 [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-svg DIR] [-list] [overrides]
 
 Simulates every picker and the two oracles in the built-in scenarios on a
 virtual clock and prints one comparison table per scenario. The same flags
@@ -22,7 +24,10 @@ seeds in a few seconds.
 
 -check prints the latency-aware picker's targets as PASS/FAIL lines with
 their numbers and exits 1 if one fails. -series prints, for the first seed,
-every backend's share of attempts per 500 ms window.
+every backend's share of attempts per 500 ms window. -svg DIR also writes,
+for each scenario's first seed, SVG charts: every backend's share of
+attempts over time per picker (NAME-share.svg), latency by percentile
+(NAME-latency.svg) and FastestFirst's derived weights (NAME-weights.svg).
 
 `
 
@@ -45,18 +50,22 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check", false, "print the target checks instead of the tables")
 	candidate := fs.String("candidate", "", "picker measured by -check (default "+strings.Join(simCandidates, ", else ")+")")
 	baseline := fs.String("baseline", "", "picker -check compares with (default "+strings.Join(simBaselines, ", else ")+")")
-	tau := fs.Duration("tau", 0, "the candidate's decay constant, for the readmission check (default its own: 5s for FastestFirst, 10s otherwise)")
+	tau := fs.Duration("tau", 0, fmt.Sprintf("the candidate's decay constant, for the readmission check (default its own: %s for FastestFirst, %s otherwise)",
+		seconds(balancer.DefaultFastestDecay), seconds(balancer.DefaultDecay)))
 	series := fs.Bool("series", false, "print each backend's share of attempts per 500 ms window, first seed")
 	list := fs.Bool("list", false, "list the scenarios and the policies")
+	svgDir := fs.String("svg", "", "also write SVG charts of each scenario's first seed into `DIR`, created if missing")
 	parallel := fs.Int("j", 0, "runs at once (default GOMAXPROCS); the output does not depend on it")
-	duration := fs.Duration("duration", 0, "override: simulated time per run")
-	load := fs.Float64("load", 0, "override: offered load as a fraction of capacity")
-	clients := fs.Int("clients", 0, "override: number of independent clients K")
-	tries := fs.Int("tries", -1, "override: attempts per request, 0 as nginx (one per peer), 1 no retry")
-	timeout := fs.Duration("timeout", 0, "override: attempt timeout")
-	maxFails := fs.Int("max-fails", -1, "override: every peer's max_fails (0 disables failure accounting)")
-	failTimeout := fs.Duration("fail-timeout", -1, "override: every peer's fail_timeout")
-	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter")
+	duration := fs.Duration("duration", 0, "override: simulated time per run "+durationDefault)
+	load := fs.Float64("load", 0, "override: offered load as a fraction of capacity "+loadDefault)
+	clients := fs.Int("clients", 0, "override: number of independent clients K "+clientsDefault)
+	var tries, maxFails optInt
+	var failTimeout optDuration
+	fs.Var(&tries, "tries", "override: `N` attempts per request, 0 as nginx (one per peer), 1 no retry "+triesDefault)
+	timeout := fs.Duration("timeout", 0, "override: attempt timeout "+timeoutDefault)
+	fs.Var(&maxFails, "max-fails", "override: every peer's max_fails, `N` failures within fail_timeout take it out; 0 disables failure accounting "+maxFailsDefault)
+	fs.Var(&failTimeout, "fail-timeout", "override: every peer's fail_timeout, a `duration` "+failTimeoutDefault)
+	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter "+jitterDefault)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, simUsage)
 		fs.PrintDefaults()
@@ -96,17 +105,17 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if *clients > 0 {
 			s.Clients = *clients
 		}
-		if *tries >= 0 {
-			s.Tries = *tries
+		if tries.set {
+			s.Tries = tries.v
 		}
 		if *timeout > 0 {
 			s.Timeout = *timeout
 		}
-		if *maxFails >= 0 {
-			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.MaxFails(*maxFails))
+		if maxFails.set {
+			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.MaxFails(maxFails.v))
 		}
-		if *failTimeout >= 0 {
-			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.FailTimeout(*failTimeout))
+		if failTimeout.set {
+			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.FailTimeout(failTimeout.v))
 		}
 		if *jitterEvery > 0 && s.Jitter.Every > 0 {
 			s.Jitter.Every = *jitterEvery
@@ -137,6 +146,14 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "balance sim: %v\n", err)
 		return 1
+	}
+	if *svgDir != "" {
+		n, err := writeCharts(*svgDir, rep)
+		if err != nil {
+			fmt.Fprintf(stderr, "balance sim: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "balance sim: wrote %d charts to %s\n", n, *svgDir)
 	}
 	switch {
 	case *check:
@@ -268,6 +285,24 @@ func simSeries(w io.Writer, rep *sim.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeCharts writes the report's charts into dir, creating it if needed,
+// and returns how many it wrote.
+func writeCharts(dir string, rep *sim.Report) (int, error) {
+	charts, err := rep.Charts()
+	if err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	for _, c := range charts {
+		if err := os.WriteFile(filepath.Join(dir, c.Name), c.SVG, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return len(charts), nil
 }
 
 // decayOf returns the decay constant a picker runs with by default: the
