@@ -163,3 +163,21 @@ func TestTraceErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceEach checks that prepare sees each request once, in order,
+// before its first attempt, retries included.
+func TestTraceEach(t *testing.T) {
+	b, err := Parse("up.conf", []byte("upstream back { server a; server b; }"))
+	require.NoError(t, err)
+	p, err := balancer.NewSmoothWRR(b.Peers(), fixed)
+	require.NoError(t, err)
+	var seen []int
+	prepare := func(i int, r *balancer.Request) {
+		assert.Equal(t, 0, r.Attempts(), "request %d is fresh", i)
+		seen = append(seen, i)
+	}
+	got, err := TraceEach(p, b.Name, 3, fails("a:80"), prepare)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a:80, b:80", "b:80", "b:80"}, got)
+	assert.Equal(t, []int{0, 1, 2}, seen)
+}
