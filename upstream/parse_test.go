@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,9 +12,10 @@ import (
 	"github.com/lbgo/balancer"
 )
 
-// srv is a server with nginx's defaults, for expected values.
-func srv(addr string, line int, mod ...func(*Server)) Server {
-	s := Server{Addr: addr, Line: line, Weight: 1, MaxFails: 1, FailTimeout: 10 * time.Second}
+// srv is a server with nginx's defaults, for expected values: name as
+// written, addr as nginx logs it.
+func srv(name, addr string, line int, mod ...func(*Server)) Server {
+	s := Server{Name: name, Addr: addr, Line: line, Weight: 1, MaxFails: 1, FailTimeout: 10 * time.Second}
 	for _, m := range mod {
 		m(&s)
 	}
@@ -36,57 +38,154 @@ upstream back {
     server unix:/run/spare.sock backup max_fails=0;
 }
 `,
-			want: Block{Name: "back", Line: 2, Servers: []Server{
-				srv("10.0.0.1:8080", 3, func(s *Server) { s.Weight, s.MaxFails, s.FailTimeout = 5, 3, 30*time.Second }),
-				srv("10.0.0.2:8080", 4, func(s *Server) { s.MaxConns = 100 }),
-				srv("10.0.0.3:8080", 5, func(s *Server) { s.Down = true }),
-				srv("unix:/run/spare.sock", 6, func(s *Server) { s.Backup, s.MaxFails = true, 0 }),
+			want: Block{File: "up.conf", Name: "back", Line: 2, Servers: []Server{
+				srv("10.0.0.1:8080", "10.0.0.1:8080", 3, func(s *Server) { s.Weight, s.MaxFails, s.FailTimeout = 5, 3, 30*time.Second }),
+				srv("10.0.0.2:8080", "10.0.0.2:8080", 4, func(s *Server) { s.MaxConns = 100 }),
+				srv("10.0.0.3:8080", "10.0.0.3:8080", 5, func(s *Server) { s.Down = true }),
+				srv("unix:/run/spare.sock", "unix:/run/spare.sock", 6, func(s *Server) { s.Backup, s.MaxFails = true, 0 }),
 			}},
 		},
 		{
 			name: "tokens span lines",
 			src:  "upstream\nback\n{\nserver\na\nweight=2\n;}",
-			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 4, func(s *Server) { s.Weight = 2 })}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 4, func(s *Server) { s.Weight = 2 })}},
 		},
 		{
 			name: "one line, no spaces around punctuation",
 			src:  "upstream back{server a;server b backup;}",
-			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 1), srv("b", 1, func(s *Server) { s.Backup = true })}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 1), srv("b", "b:80", 1, func(s *Server) { s.Backup = true })}},
 		},
 		{
 			name: "CRLF and tabs",
 			src:  "upstream back {\r\n\tserver a;\r\n\tserver b;\r\n}\r\n",
-			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 2), srv("b", 3)}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 2), srv("b", "b:80", 3)}},
 		},
 		{
 			// nginx starts a comment only where a token could start.
 			name: "hash inside a word",
 			src:  "upstream back { server a#1; }",
-			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a#1", 1)}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a#1", "a#1:80", 1)}},
 		},
 		{
 			name: "quotes and escapes",
 			src:  `upstream "my back" { server "a b" weight=2; server 'c\'d'; server e\"f; }`,
-			want: Block{Name: "my back", Line: 1, Servers: []Server{
-				srv("a b", 1, func(s *Server) { s.Weight = 2 }), srv("c'd", 1), srv(`e"f`, 1),
+			want: Block{File: "up.conf", Name: "my back", Line: 1, Servers: []Server{
+				srv("a b", "a b:80", 1, func(s *Server) { s.Weight = 2 }), srv("c'd", "c'd:80", 1), srv(`e"f`, `e"f:80`, 1),
 			}},
 		},
 		{
 			name: "repeated parameter: the last wins, as in nginx",
 			src:  "upstream back { server a weight=2 weight=3; }",
-			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 1, func(s *Server) { s.Weight = 3 })}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 1, func(s *Server) { s.Weight = 3 })}},
 		},
 		{
 			name: "connection directives are skipped",
 			src:  "upstream back {\n zone back 64k;\n server a;\n keepalive 32;\n keepalive_timeout 60s;\n server b;\n}",
-			want: Block{Name: "back", Line: 1, Servers: []Server{srv("a", 3), srv("b", 6)}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 3), srv("b", "b:80", 6)}},
 		},
 		{
 			name: "every primary down, with a backup",
 			src:  "upstream back {\n server a down;\n server b backup;\n}",
-			want: Block{Name: "back", Line: 1, Servers: []Server{
-				srv("a", 2, func(s *Server) { s.Down = true }), srv("b", 3, func(s *Server) { s.Backup = true }),
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{
+				srv("a", "a:80", 2, func(s *Server) { s.Down = true }), srv("b", "b:80", 3, func(s *Server) { s.Backup = true }),
 			}},
+		},
+		{
+			// nginx logs a server without a port on port 80, and an IPv4
+			// address as it prints it; it hashes the text as written.
+			name: "addresses: default port, IPv4 as nginx prints it, IPv6, unix",
+			src: `upstream back {
+    server 10.0.0.1;
+    server 010.0.0.2:080;
+    server 1..2.3;
+    server [::1];
+    server [0:0::2]:8080;
+    server UNIX:/run/a.sock;
+    server 10.0.0.3:65535;
+}`,
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{
+				srv("10.0.0.1", "10.0.0.1:80", 2),
+				srv("010.0.0.2:080", "10.0.0.2:080", 3),
+				srv("1..2.3", "1.0.2.3:80", 4), // ngx_inet_addr reads an empty octet as 0
+				srv("[::1]", "[::1]:80", 5),
+				srv("[0:0::2]:8080", "[::2]:8080", 6),
+				srv("UNIX:/run/a.sock", "UNIX:/run/a.sock", 7),
+				srv("10.0.0.3:65535", "10.0.0.3:65535", 8),
+			}},
+		},
+		{
+			// nginx accepts a repeated server (see CheckPeers).
+			name: "duplicate servers",
+			src:  "upstream back {\n server a;\n server a:80 backup;\n}",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{
+				srv("a", "a:80", 2), srv("a:80", "a:80", 3, func(s *Server) { s.Backup = true }),
+			}},
+		},
+		{
+			name: "hash consistent",
+			src:  "upstream back {\n hash $request_uri consistent;\n server a weight=2 down;\n}",
+			want: Block{File: "up.conf", Name: "back", Line: 1,
+				Method:  Method{Name: "hash", Key: "$request_uri", Consistent: true, Line: 2},
+				Servers: []Server{srv("a", "a:80", 3, func(s *Server) { s.Weight, s.Down = 2, true })},
+			},
+		},
+		{
+			name: "hash with an empty key",
+			src:  "upstream back { hash \"\"; server a; }",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "hash", Line: 1}, Servers: []Server{srv("a", "a:80", 1)}},
+		},
+		{
+			// ip_hash allows weight (since nginx 1.3.1) and down.
+			name: "ip_hash",
+			src:  "upstream back { ip_hash; server a weight=3; server b down; }",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "ip_hash", Line: 1},
+				Servers: []Server{srv("a", "a:80", 1, func(s *Server) { s.Weight = 3 }), srv("b", "b:80", 1, func(s *Server) { s.Down = true })}},
+		},
+		{
+			name: "least_conn allows backup",
+			src:  "upstream back { least_conn; server a; server b backup; }",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "least_conn", Line: 1},
+				Servers: []Server{srv("a", "a:80", 1), srv("b", "b:80", 1, func(s *Server) { s.Backup = true })}},
+		},
+		{
+			name: "random",
+			src:  "upstream back { random; server a; }",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "random", Line: 1}, Servers: []Server{srv("a", "a:80", 1)}},
+		},
+		{
+			name: "random two least_conn is random two",
+			src:  "upstream back { random two least_conn; server a; }",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "random", Two: true, Line: 1}, Servers: []Server{srv("a", "a:80", 1)}},
+		},
+		{
+			// nginx warns "load balancing method redefined"; the last wins.
+			name: "a second method replaces the first",
+			src:  "upstream back {\n hash $x;\n server a;\n least_conn;\n}",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "least_conn", Line: 4}, Servers: []Server{srv("a", "a:80", 3)}},
+		},
+		{
+			// nginx checks backup against the method in force at the
+			// server line: a backup before hash is accepted.
+			name: "backup before hash",
+			src:  "upstream back {\n server a;\n server b backup;\n hash $x;\n}",
+			want: Block{File: "up.conf", Name: "back", Line: 1, Method: Method{Name: "hash", Key: "$x", Line: 4},
+				Servers: []Server{srv("a", "a:80", 2), srv("b", "b:80", 3, func(s *Server) { s.Backup = true })}},
+		},
+		{
+			name: "inside http, other directives and blocks skipped",
+			src: `worker_processes 1;
+events { worker_connections 64; }
+http {
+    include mime.types;
+    map $uri $x { default 1; }
+    upstream back { server a; }
+    server {
+        listen 8080;
+        location / { proxy_pass http://back; }
+    }
+}
+`,
+			want: Block{File: "up.conf", Name: "back", Line: 6, Servers: []Server{srv("a", "a:80", 6)}},
 		},
 	}
 	for _, tt := range tests {
@@ -120,16 +219,53 @@ func TestParseErrors(t *testing.T) {
 		{"missing ; at end of file", "upstream back {\n  server a\n", 2, `missing ";" after "a"`, ErrSyntax},
 		{"missing }", "upstream back {\n  server a;\n", 3, `unexpected end of file, missing "}"`, ErrSyntax},
 		{"missing } without final newline", "upstream back {\n  server a;", 2, `unexpected end of file, missing "}"`, ErrSyntax},
-		{"duplicate server", "upstream back {\n  server a;\n  server b;\n  server a backup;\n}\n", 4, `duplicate server "a", first on line 2`, balancer.ErrDuplicatePeer},
 		{"backup only", "upstream back {\n  server a backup;\n  server b backup;\n}\n", 2, `backup server "a" but no primary server in upstream "back"`, ErrNoServers},
 		{"empty block", "# nothing\nupstream back {\n  # server a;\n}\n", 2, `no servers in upstream "back"`, ErrNoServers},
-		{"unknown directive", "upstream back {\n  server a;\n  weight 16;\n}\n", 3, `unknown directive "weight", only "server" is supported`, ErrSyntax},
-		{"balancing method", "upstream back {\n  least_conn;\n  server a;\n}\n", 2, `"least_conn" selects another balancing method; remove it and choose one with -algo`, ErrSyntax},
-		{"trailing directive", "upstream back { server a; }\nserver b;\n", 2, `unexpected "server" after the upstream block`, ErrSyntax},
-		{"trailing }", "upstream back { server a; }\n}\n", 2, `unexpected "}" after the upstream block`, ErrSyntax},
-		{"empty file", "", 1, `unexpected end of file, expecting "upstream"`, ErrSyntax},
-		{"comments only", "# upstream back {}\n", 2, `unexpected end of file, expecting "upstream"`, ErrSyntax},
-		{"not an upstream", "http {\n}\n", 1, `unknown directive "http", expecting "upstream"`, ErrSyntax},
+		{"unknown directive", "upstream back {\n  server a;\n  weight 16;\n}\n", 3, `unknown directive "weight" in upstream "back"`, ErrSyntax},
+		{"nginx plus directive", "upstream back {\n  sticky cookie x;\n  server a;\n}\n", 2, `unknown directive "sticky" in upstream "back"`, ErrSyntax},
+		{"server out of its block", "upstream back { server a; }\nserver b;\n", 2, `"server" directive is not allowed here`, ErrSyntax},
+		{"trailing }", "upstream back { server a; }\n}\n", 2, `unexpected "}"`, ErrSyntax},
+		{"empty file", "", 1, `no "upstream" block`, ErrNoUpstream},
+		{"comments only", "# upstream back {}\n", 2, `no "upstream" block`, ErrNoUpstream},
+		{"http without upstream", "http {\n}\n", 3, `no "upstream" block`, ErrNoUpstream},
+		{"http not closed", "http {\n upstream back { server a; }\n", 3, `unexpected end of file, missing "}"`, ErrSyntax},
+		{"skipped block not closed", "http {\n server {\n location / {\n}\n", 5, `unexpected end of file, missing "}"`, ErrSyntax},
+		{"http with an argument", "http x {\n}\n", 1, `"http" takes no arguments, only a block`, ErrSyntax},
+		{"nested http", "http {\n http {\n }\n}\n", 2, `"http" directive is not allowed here`, ErrSyntax},
+		{"duplicate upstream", "http {\n upstream u { server a; }\n upstream u { server b; }\n}\n", 3, `duplicate upstream "u", first on line 2`, ErrSyntax},
+		{"two blocks", "upstream u { server a; }\n\nupstream v { server b; }\n", 3, `2 upstream blocks ("u" on line 1, "v" on line 3): choose one by name`, ErrManyUpstreams},
+		{"port 0", "upstream back {\n  server 10.0.0.1:0;\n}\n", 2, `invalid port in upstream "10.0.0.1:0"`, ErrInvalidAddr},
+		{"port 65536", "upstream back { server 10.0.0.1:65536; }", 1, `invalid port in upstream "10.0.0.1:65536"`, ErrInvalidAddr},
+		{"empty port", "upstream back { server a:; }", 1, `invalid port in upstream "a:"`, ErrInvalidAddr},
+		{"signed port", "upstream back { server a:+80; }", 1, `invalid port in upstream "a:+80"`, ErrInvalidAddr},
+		{"two ports", "upstream back { server a:80:81; }", 1, `invalid port in upstream "a:80:81"`, ErrInvalidAddr},
+		{"huge port", "upstream back { server a:99999999999999999999999; }", 1, `invalid port in upstream "a:99999999999999999999999"`, ErrInvalidAddr},
+		{"scheme", "upstream back {\n  server http://10.0.0.1;\n}\n", 2, `invalid host in upstream "http://10.0.0.1"`, ErrInvalidAddr},
+		{"uri", "upstream back { server 10.0.0.1:80/x; }", 1, `invalid host in upstream "10.0.0.1:80/x"`, ErrInvalidAddr},
+		{"query", "upstream back { server a?x; }", 1, `invalid host in upstream "a?x"`, ErrInvalidAddr},
+		{"no host", "upstream back { server :80; }", 1, `no host in upstream ":80"`, ErrInvalidAddr},
+		{"IPv6 unclosed", "upstream back { server [::1; }", 1, `invalid host in upstream "[::1"`, ErrInvalidAddr},
+		{"IPv6 text after ]", "upstream back { server [::1]x; }", 1, `invalid host in upstream "[::1]x"`, ErrInvalidAddr},
+		{"IPv6 port 0", "upstream back { server [::1]:0; }", 1, `invalid port in upstream "[::1]:0"`, ErrInvalidAddr},
+		{"IPv6 empty", "upstream back { server []; }", 1, `no host in upstream "[]"`, ErrInvalidAddr},
+		{"IPv6 bad", "upstream back { server [::g]; }", 1, `invalid IPv6 address in upstream "[::g]"`, ErrInvalidAddr},
+		{"IPv6 zone", "upstream back { server [fe80::1%lo]; }", 1, `invalid IPv6 address in upstream "[fe80::1%lo]"`, ErrInvalidAddr},
+		{"IPv6 without brackets", "upstream back { server ::1; }", 1, `invalid port in upstream "::1"`, ErrInvalidAddr},
+		{"unix without path", "upstream back { server unix:; }", 1, `no path in the unix domain socket in upstream "unix:"`, ErrInvalidAddr},
+		{"unix path too long", "upstream back { server unix:/" + strings.Repeat("x", 107) + "; }", 1, `too long path in the unix domain socket in upstream "unix:/` + strings.Repeat("x", 107) + `"`, ErrInvalidAddr},
+		{"hash with backup", "upstream back {\n  hash $x;\n  server a;\n  server b backup;\n}\n", 4, `balancing method "hash" (line 2) does not support parameter "backup"`, ErrInvalidParam},
+		{"ip_hash with backup", "upstream back { ip_hash; server a; server b backup; }", 1, `balancing method "ip_hash" (line 1) does not support parameter "backup"`, ErrInvalidParam},
+		{"random with backup", "upstream back { random two; server a; server b backup; }", 1, `balancing method "random" (line 1) does not support parameter "backup"`, ErrInvalidParam},
+		{"hash without key", "upstream back {\n  hash;\n  server a;\n}\n", 2, `invalid number of arguments in "hash" directive`, ErrSyntax},
+		{"hash with 3 arguments", "upstream back { hash $x consistent y; server a; }", 1, `invalid number of arguments in "hash" directive`, ErrSyntax},
+		{"hash with a bad flag", "upstream back { hash $x CONSISTENT; server a; }", 1, `invalid parameter "CONSISTENT" in "hash" directive`, ErrInvalidParam},
+		{"ip_hash with an argument", "upstream back { ip_hash x; server a; }", 1, `invalid number of arguments in "ip_hash" directive`, ErrSyntax},
+		{"least_conn with an argument", "upstream back { least_conn x; server a; }", 1, `invalid number of arguments in "least_conn" directive`, ErrSyntax},
+		{"random least_conn", "upstream back { random least_conn; server a; }", 1, `invalid parameter "least_conn" in "random" directive`, ErrInvalidParam},
+		{"random two x", "upstream back { random two x; server a; }", 1, `invalid parameter "x" in "random" directive`, ErrInvalidParam},
+		{"random with 3 arguments", "upstream back { random two least_conn x; server a; }", 1, `invalid number of arguments in "random" directive`, ErrSyntax},
+		{"method without ;", "upstream back {\n  least_conn\n  server a;\n}\n", 2, `missing ";" after "least_conn"`, ErrSyntax},
+		{"method with a block", "upstream back {\n  least_conn {\n}\n", 2, `unexpected "{" after "least_conn"`, ErrSyntax},
 		{"no name", "upstream {\n  server a;\n}\n", 1, `missing upstream name before "{"`, ErrSyntax},
 		{"two names", "upstream a b {\n  server a;\n}\n", 1, `unexpected "b" after the upstream name`, ErrSyntax},
 		{"no block", "upstream back;\n", 1, `missing "{" after "back"`, ErrSyntax},
@@ -207,7 +343,7 @@ func TestPeers(t *testing.T) {
 	peers := b.Peers()
 	require.Len(t, peers, 3)
 	a, bb, c := peers[0], peers[1], peers[2]
-	assert.Equal(t, "a", a.Addr())
+	assert.Equal(t, "a:80", a.Addr(), "the logged address, with nginx's default port")
 	assert.Equal(t, 3, a.Weight())
 	assert.Equal(t, 0, a.MaxFails())
 	assert.Equal(t, time.Minute, a.FailTimeout())
@@ -224,4 +360,85 @@ func TestPeers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = balancer.NewSmoothWRR(b.Peers())
 	assert.NoError(t, err)
+}
+
+func TestParseNamed(t *testing.T) {
+	const two = "http {\n  upstream u { server a; }\n  upstream v { server b; }\n}\n"
+	tests := []struct {
+		name, src, upstream string
+		want                string // the block's name, or the error
+		err                 error
+	}{
+		{"by name", two, "v", "v", nil},
+		{"the first by name", two, "u", "u", nil},
+		{"the only block", "upstream u { server a; }", "", "u", nil},
+		{"the only block by name", "upstream u { server a; }", "u", "u", nil},
+		{"several, no name", two, "", `up.conf:3: 2 upstream blocks ("u" on line 2, "v" on line 3): choose one by name`, ErrManyUpstreams},
+		{"unknown name", two, "w", `up.conf:2: no upstream "w"; there is "u" on line 2, "v" on line 3`, ErrNoUpstream},
+		{"none", "http {\n}\n", "u", `up.conf:3: no "upstream" block`, ErrNoUpstream},
+		{"parse error first", "upstream u { server a:0; }\nupstream v { server b; }", "v", `up.conf:1: invalid port in upstream "a:0"`, ErrInvalidAddr},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := ParseNamed("up.conf", []byte(tt.src), tt.upstream)
+			if tt.err != nil {
+				assert.Nil(t, b)
+				require.ErrorIs(t, err, tt.err)
+				assert.Equal(t, tt.want, err.Error())
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, b.Name)
+		})
+	}
+	blocks, err := ParseAll("up.conf", []byte(two))
+	require.NoError(t, err)
+	require.Len(t, blocks, 2)
+	assert.Equal(t, []string{"u", "v"}, []string{blocks[0].Name, blocks[1].Name})
+}
+
+func TestCheckPeers(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      string // the error, or "" for none
+	}{
+		{"distinct", "upstream u { server a; server b; }", ""},
+		{"same text", "upstream u {\n server a;\n server b;\n server a backup;\n}", `up.conf:4: duplicate server "a:80", first on line 2: nginx accepts it, but the balancer package keys peers by address`},
+		{"default port written out", "upstream u {\n server 10.0.0.1;\n server 10.0.0.1:80;\n}", `up.conf:3: duplicate server "10.0.0.1:80", first on line 2: nginx accepts it, but the balancer package keys peers by address`},
+		{"same host, other port", "upstream u { server a; server a:81; }", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := Parse("up.conf", []byte(tt.src))
+			require.NoError(t, err, "nginx accepts duplicates")
+			err = b.CheckPeers()
+			_, pickErr := balancer.NewSmoothWRR(b.Peers())
+			if tt.want == "" {
+				assert.NoError(t, err)
+				assert.NoError(t, pickErr)
+				return
+			}
+			assert.EqualError(t, err, tt.want)
+			assert.ErrorIs(t, err, balancer.ErrDuplicatePeer)
+			assert.ErrorIs(t, pickErr, balancer.ErrDuplicatePeer, "CheckPeers predicts the picker's verdict")
+		})
+	}
+}
+
+func TestMethodString(t *testing.T) {
+	tests := []struct {
+		m    Method
+		want string
+	}{
+		{Method{}, "round robin"},
+		{Method{Name: "hash", Key: "$uri"}, "hash $uri"},
+		{Method{Name: "hash", Key: "$uri", Consistent: true}, "hash $uri consistent"},
+		{Method{Name: "ip_hash"}, "ip_hash"},
+		{Method{Name: "least_conn"}, "least_conn"},
+		{Method{Name: "random"}, "random"},
+		{Method{Name: "random", Two: true}, "random two"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.m.String())
+	}
 }

@@ -28,12 +28,22 @@ const maxAttempts = 1 << 16
 // Trace does not move any clock: give it a picker built with a fixed one.
 // It returns an error for any other Pick or Done error.
 func Trace(p balancer.Picker, name string, n int, failing func(addr string) bool) ([]string, error) {
+	return TraceEach(p, name, n, failing, nil)
+}
+
+// TraceEach is Trace with a hook: before request i (from 0) makes its
+// first attempt, prepare(i, r) may set up its fresh Request r, such as the
+// key a hash method reads. A nil prepare does nothing.
+func TraceEach(p balancer.Picker, name string, n int, failing func(addr string) bool, prepare func(i int, r *balancer.Request)) ([]string, error) {
 	lines := make([]string, 0, min(max(n, 0), 1<<12))
 	var r balancer.Request
 	var line strings.Builder
-	for range n {
+	for i := range n {
 		r.Reset()
 		line.Reset()
+		if prepare != nil {
+			prepare(i, &r)
+		}
 		if err := traceRequest(p, &r, name, failing, &line); err != nil {
 			return lines, err
 		}

@@ -25,6 +25,8 @@ func fails(addrs ...string) func(string) bool {
 	}
 }
 
+// TestTrace traces blocks whose servers have no port: nginx logs them on
+// port 80.
 func TestTrace(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -38,16 +40,16 @@ func TestTrace(t *testing.T) {
 			name:    "5 1 1, all healthy",
 			servers: "server a weight=5; server b; server c;",
 			n:       7,
-			want:    []string{"a", "a", "b", "a", "c", "a", "a"},
+			want:    []string{"a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80"},
 		},
 		{
 			// One server: nginx ignores max_fails and allows one try per
 			// request, so every request logs the server alone.
 			name:    "single failing server",
 			servers: "server a;",
-			failing: fails("a"),
+			failing: fails("a:80"),
 			n:       3,
-			want:    []string{"a", "a", "a"},
+			want:    []string{"a:80", "a:80", "a:80"},
 		},
 		{
 			// a and b tie at current weight 1; a, first, wins and fails: at
@@ -55,25 +57,25 @@ func TestTrace(t *testing.T) {
 			// the fixed clock. The retry skips the tried a and takes b.
 			name:    "failing primary",
 			servers: "server a; server b;",
-			failing: fails("a"),
+			failing: fails("a:80"),
 			n:       3,
-			want:    []string{"a, b", "b", "b"},
+			want:    []string{"a:80, b:80", "b:80", "b:80"},
 		},
 		{
 			name:    "failing primary, backup takes over",
 			servers: "server a; server b backup;",
-			failing: fails("a"),
+			failing: fails("a:80"),
 			n:       2,
-			want:    []string{"a, b", "b"},
+			want:    []string{"a:80, b:80", "b:80"},
 		},
 		{
 			// Request 1 uses both of its two tries. Request 2 finds a and
 			// then the backup b in their fail windows: no live upstream.
 			name:    "everything fails",
 			servers: "server a; server b backup;",
-			failing: fails("a", "b"),
+			failing: fails("a:80", "b:80"),
 			n:       2,
-			want:    []string{"a, b", "back"},
+			want:    []string{"a:80, b:80", "back"},
 		},
 		{
 			// nginx always asks for a first peer and logs the upstream's
@@ -96,9 +98,9 @@ func TestTrace(t *testing.T) {
 			// Then [1,1] again: a period of two requests.
 			name:    "max_fails=0 keeps a failing server in rotation",
 			servers: "server a max_fails=0; server b;",
-			failing: fails("a"),
+			failing: fails("a:80"),
 			n:       4,
-			want:    []string{"a, b", "b", "a, b", "b"},
+			want:    []string{"a:80, b:80", "b:80", "a:80, b:80", "b:80"},
 		},
 		{
 			name:    "no requests",
@@ -160,4 +162,22 @@ func TestTraceErrors(t *testing.T) {
 			assert.ErrorIs(t, err, tt.want)
 		})
 	}
+}
+
+// TestTraceEach checks that prepare sees each request once, in order,
+// before its first attempt, retries included.
+func TestTraceEach(t *testing.T) {
+	b, err := Parse("up.conf", []byte("upstream back { server a; server b; }"))
+	require.NoError(t, err)
+	p, err := balancer.NewSmoothWRR(b.Peers(), fixed)
+	require.NoError(t, err)
+	var seen []int
+	prepare := func(i int, r *balancer.Request) {
+		assert.Equal(t, 0, r.Attempts(), "request %d is fresh", i)
+		seen = append(seen, i)
+	}
+	got, err := TraceEach(p, b.Name, 3, fails("a:80"), prepare)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a:80, b:80", "b:80", "b:80"}, got)
+	assert.Equal(t, []int{0, 1, 2}, seen)
 }

@@ -1,15 +1,18 @@
-// Package upstream reads one nginx `upstream NAME { ... }` block into
-// balancer peers, and traces the order in which a picker sends requests to
-// them, the way nginx logs $upstream_addr.
+// Package upstream reads nginx `upstream NAME { ... }` blocks into
+// balancer peers, as nginx 1.22 reads them, and traces the order in which
+// a picker sends requests to them, the way nginx logs $upstream_addr.
 //
-// It understands the round-robin subset of the syntax: `server ADDR` lines
-// with the parameters weight=N, max_fails=N, fail_timeout=TIME,
-// max_conns=N, backup and down, with nginx's defaults, comments, quoting and
-// free whitespace. Anything else is an error that names the file and line.
+// It reads bare upstream blocks or a configuration that holds them inside
+// `http { ... }`; `server ADDR` lines with the parameters weight=N,
+// max_fails=N, fail_timeout=TIME, max_conns=N, backup and down, with
+// nginx's defaults; the balancing methods hash, ip_hash, least_conn and
+// random; comments, quoting and free whitespace. It rejects what nginx
+// rejects, with an error that names the file and line. Connection
+// directives (keepalive, zone, ...) are skipped; host names are not
+// resolved.
 package upstream
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -18,32 +21,42 @@ import (
 
 // Block is one parsed upstream block.
 //
-// The zero value is an unnamed block with no servers; Peers returns none.
-// A Block is plain data, safe for concurrent reads.
+// The zero value is an unnamed round-robin block with no servers; Peers
+// returns none. A Block is plain data, safe for concurrent reads.
 type Block struct {
+	File    string   // the filename given to the parser, for messages
 	Name    string   // the NAME of `upstream NAME`
 	Line    int      // line of the `upstream` keyword
+	Method  Method   // the balancing method; the zero Method is round robin
 	Servers []Server // in file order, backups included
 }
 
-// Server is one `server` line with nginx's defaults filled in: Parse sets
-// Weight 1, MaxFails 1 and FailTimeout 10s unless the line says otherwise.
+// Server is one `server` line with nginx's defaults filled in: the parser
+// sets Weight 1, MaxFails 1 and FailTimeout 10s unless the line says
+// otherwise.
+//
+// Name is the address as written, which nginx's hash methods hash
+// (`server 10.0.0.1;` hashes "10.0.0.1"); Addr is the address nginx logs
+// in $upstream_addr, with the port, 80 by default ("10.0.0.1:80"), and
+// the address of the server's peer. See ParseAll for how Addr is derived.
 //
 // The zero value is a server with no address and weight 0, which every
-// picker rejects; build servers with Parse or set every field. A Server is
-// plain data, safe for concurrent reads.
+// picker rejects; build servers with the parser or set every field. A
+// Server is plain data, safe for concurrent reads.
 type Server struct {
-	Addr        string
-	Line        int // line of the `server` keyword
-	Weight      int // weight=N, at least 1
-	MaxFails    int // max_fails=N; 0 disables failure accounting
-	MaxConns    int // max_conns=N; 0 means unlimited
+	Name        string // the address as written, e.g. "10.0.0.1"
+	Addr        string // the address as logged, e.g. "10.0.0.1:80"
+	Line        int    // line of the `server` keyword
+	Weight      int    // weight=N, at least 1
+	MaxFails    int    // max_fails=N; 0 disables failure accounting
+	MaxConns    int    // max_conns=N; 0 means unlimited
 	FailTimeout time.Duration
 	Backup      bool
 	Down        bool
 }
 
-// Peer returns a new balancer peer configured as s.
+// Peer returns a new balancer peer configured as s, whose address is
+// s.Addr.
 func (s Server) Peer() *balancer.Peer {
 	opts := []balancer.PeerOption{
 		balancer.Weight(s.Weight),
@@ -62,6 +75,11 @@ func (s Server) Peer() *balancer.Peer {
 
 // Peers returns a new peer for each server, in file order. Each call returns
 // fresh peers, since a peer's balancing state belongs to one picker.
+//
+// nginx accepts two servers with one address (and logs the same address
+// for both), but the balancer package keys peers by address, so every
+// picker rejects such peers with balancer.ErrDuplicatePeer. Call
+// CheckPeers first to learn which line repeats an address.
 func (b *Block) Peers() []*balancer.Peer {
 	peers := make([]*balancer.Peer, len(b.Servers))
 	for i, s := range b.Servers {
@@ -70,37 +88,18 @@ func (b *Block) Peers() []*balancer.Peer {
 	return peers
 }
 
-// Errors wrapped by a ParseError; test for them with errors.Is. A duplicate
-// server wraps balancer.ErrDuplicatePeer, and weights whose sum passes
-// balancer.MaxWeightSum wrap balancer.ErrInvalidConfig.
-var (
-	// ErrSyntax is wrapped for text that is not one well-formed upstream
-	// block: a missing ";" or "}", a token out of place, an unterminated
-	// quote, a directive other than server, text after the block.
-	ErrSyntax = errors.New("upstream: syntax error")
-
-	// ErrInvalidParam is wrapped for a bad server parameter: an unknown
-	// name, a bad number or time, a weight of 0.
-	ErrInvalidParam = errors.New("upstream: invalid server parameter")
-
-	// ErrNoServers is wrapped for a block with no primary server: empty,
-	// or with backup servers only (nginx rejects both).
-	ErrNoServers = errors.New("upstream: no servers")
-)
-
-// ParseError reports where and why a block could not be parsed.
-//
-// The zero value reports ":0: " and wraps nothing. A ParseError is not
-// modified after Parse returns it, so it is safe for concurrent reads.
-type ParseError struct {
-	File string
-	Line int // 1-based; one past the last line for an unexpected end of file
-	Msg  string
-	Err  error // the sentinel this error wraps
+// CheckPeers reports whether the balancer package can hold b's peers: it
+// returns nil, or a *ParseError wrapping balancer.ErrDuplicatePeer that
+// names the first server whose Addr repeats an earlier server's (nginx
+// accepts such a block; no picker does, as peers are keyed by address).
+func (b *Block) CheckPeers() error {
+	first := make(map[string]int, len(b.Servers))
+	for _, s := range b.Servers {
+		if line, dup := first[s.Addr]; dup {
+			return &ParseError{File: b.File, Line: s.Line, Err: balancer.ErrDuplicatePeer,
+				Msg: fmt.Sprintf("duplicate server %q, first on line %d: nginx accepts it, but the balancer package keys peers by address", s.Addr, line)}
+		}
+		first[s.Addr] = s.Line
+	}
+	return nil
 }
-
-// Error returns "FILE:LINE: message".
-func (e *ParseError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
-
-// Unwrap returns the sentinel error e wraps.
-func (e *ParseError) Unwrap() error { return e.Err }

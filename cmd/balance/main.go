@@ -3,12 +3,14 @@
 //
 // Usage:
 //
-//	balance trace [-algo smooth|classic|roundrobin|random] [-n N] [-fail ADDR,...] [-seed S] [FILE]
+//	balance trace [-algo classic|leastconn|random|roundrobin|smooth] [-upstream NAME] [-n N] [-keys FILE] [-fail ADDR,...] [-seed S] [FILE]
 //	balance sim [flags]
 //
-// trace reads one `upstream NAME { ... }` block from FILE or standard input
-// and prints, for each request, the servers it tried, joined by ", ", as
-// nginx logs $upstream_addr. sim compares the pickers on simulated clusters
+// trace reads nginx `upstream NAME { ... }` blocks, bare or inside
+// `http { ... }`, from FILE or standard input, and prints, for each request
+// to the block -upstream names (or the only one), the servers it tried,
+// joined by ", ", as nginx logs $upstream_addr. The block's balancing method
+// chooses the picker unless -algo does. sim compares the pickers on simulated clusters
 // with a virtual clock. Run "balance COMMAND -h" for a command's flags.
 package main
 

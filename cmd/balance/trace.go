@@ -17,13 +17,14 @@ import (
 	"github.com/lbgo/balancer/upstream"
 )
 
-// newPicker is the constructor shape every picker shares.
-type newPicker func([]*balancer.Peer, ...balancer.Option) (balancer.Picker, error)
+// newPicker builds a picker over a block's servers.
+type newPicker func(b *upstream.Block, opts ...balancer.Option) (balancer.Picker, error)
 
-// as adapts a constructor returning a concrete picker type to newPicker.
-func as[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (P, error)) newPicker {
-	return func(peers []*balancer.Peer, opts ...balancer.Option) (balancer.Picker, error) {
-		p, err := f(peers, opts...)
+// fromPeers adapts a library constructor, which takes the block's peers
+// and returns a concrete picker type, to newPicker.
+func fromPeers[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (P, error)) newPicker {
+	return func(b *upstream.Block, opts ...balancer.Option) (balancer.Picker, error) {
+		p, err := f(b.Peers(), opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -31,17 +32,33 @@ func as[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (P, erro
 	}
 }
 
-// algos are the -algo values. A seeded picker gets -seed through WithRand
-// (RoundRobin draws where its rotation starts, RandomWeighted every pick);
-// every picker gets a clock that never moves.
-var algos = map[string]struct {
-	new    newPicker
+// pickerSpec is how balance trace builds and drives one picker.
+type pickerSpec struct {
+	new newPicker
+	// seeded pickers get -seed through WithRand (RoundRobin draws where
+	// its rotation starts, RandomWeighted every pick).
 	seeded bool
-}{
-	"smooth":     {new: as(balancer.NewSmoothWRR)},
-	"classic":    {new: as(balancer.NewClassicWRR)},
-	"roundrobin": {new: as(balancer.NewRoundRobin), seeded: true},
-	"random":     {new: as(balancer.NewRandomWeighted), seeded: true},
+	// key, when set, gives request r its key from -keys before its first
+	// attempt; pickers that take no key leave it nil and ignore -keys.
+	key func(r *balancer.Request, key string)
+}
+
+// algos are the -algo values. Every picker gets a clock that never moves.
+var algos = map[string]pickerSpec{
+	"smooth":     {new: fromPeers(balancer.NewSmoothWRR)},
+	"classic":    {new: fromPeers(balancer.NewClassicWRR)},
+	"roundrobin": {new: fromPeers(balancer.NewRoundRobin), seeded: true},
+	"random":     {new: fromPeers(balancer.NewRandomWeighted), seeded: true},
+	"leastconn":  {new: fromPeers(balancer.NewLeastConn)},
+}
+
+// methods maps a block's balancing method (upstream.Method.Name, "" for
+// round robin) to the picker that traces it when no -algo is given. It is
+// the one place to add a method: hash, ip_hash and random have no picker
+// yet, so tracing them needs an -algo.
+var methods = map[string]pickerSpec{
+	"":           algos["smooth"],
+	"least_conn": algos["leastconn"],
 }
 
 // epoch is the time on the clock that never moves. Like nginx in the
@@ -54,10 +71,10 @@ const chunk = 1 << 12
 
 // traceFlags are the flags of balance trace.
 type traceFlags struct {
-	algo, fail string
-	n          int
-	seed       uint64
-	set        map[string]bool // the flags given on the command line
+	algo, fail, upstream, keys string
+	n                          int
+	seed                       uint64
+	set                        map[string]bool // the flags given on the command line
 }
 
 // newTraceFlags defines the flags of balance trace on a new flag set.
@@ -72,13 +89,15 @@ func newTraceFlags(stderr io.Writer) (*flag.FlagSet, *traceFlags) {
 	f := &traceFlags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.algo, "algo", "smooth", "balancing algorithm: "+strings.Join(names, ", "))
-	fs.IntVar(&f.n, "n", 0, "number of requests (default one full cycle: the sum of the weights\nof the primary servers that are not down)")
-	fs.StringVar(&f.fail, "fail", "", "comma-separated servers that fail every attempt, like a closed port")
+	fs.StringVar(&f.algo, "algo", "", "balancing algorithm: "+strings.Join(names, ", ")+"\n(default: the block's method, smooth for round robin, leastconn for least_conn)")
+	fs.StringVar(&f.upstream, "upstream", "", "the upstream block to trace, by name (default: the only one)")
+	fs.IntVar(&f.n, "n", 0, "number of requests (default: the number of -keys, else one full cycle:\nthe sum of the weights of the primary servers that are not down)")
+	fs.StringVar(&f.keys, "keys", "", "file of request keys, one per line (an empty line is an empty key),\none request each, for the hash methods")
+	fs.StringVar(&f.fail, "fail", "", "comma-separated servers that fail every attempt, like a closed port,\nas written or as logged (a or a:80)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed, for -algo "+strings.Join(seeded, " or "))
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: balance trace [-algo %s] [-n N] [-fail ADDR,...] [-seed S] [FILE]\n\n", strings.Join(names, "|"))
-		fmt.Fprintf(stderr, "Reads one nginx upstream block from FILE or standard input (FILE - or none)\nand prints the servers each request tries, as nginx logs $upstream_addr.\n\n")
+		fmt.Fprintf(stderr, "usage: balance trace [-algo %s] [-upstream NAME] [-n N] [-keys FILE] [-fail ADDR,...] [-seed S] [FILE]\n\n", strings.Join(names, "|"))
+		fmt.Fprintf(stderr, "Reads nginx upstream blocks, bare or inside http { }, from FILE or standard\ninput (FILE - or none) and prints the servers each request to one block\ntries, as nginx logs $upstream_addr.\n\n")
 		fs.PrintDefaults()
 	}
 	return fs, f
@@ -97,11 +116,11 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2 // the flag package has printed the error and the usage
 	case len(files) > 1:
 		return usageError(fs, "at most one FILE, got %d", len(files))
-	case !known:
+	case f.set["algo"] && !known:
 		return usageError(fs, "unknown -algo %q", f.algo)
 	case f.n < 0:
 		return usageError(fs, "negative -n %d", f.n)
-	case f.set["seed"] && !a.seeded:
+	case f.set["algo"] && f.set["seed"] && !a.seeded:
 		return usageError(fs, "-seed does not apply to -algo %s", f.algo)
 	}
 
@@ -110,10 +129,40 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "balance trace: %v\n", err)
 		return 1
 	}
-	b, err := upstream.Parse(name, src)
+	b, err := upstream.ParseNamed(name, src, f.upstream)
+	if errors.Is(err, upstream.ErrManyUpstreams) {
+		fmt.Fprintf(stderr, "%v with -upstream NAME\n", err)
+		return 1
+	}
+	if err == nil {
+		err = b.CheckPeers()
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err) // FILE:LINE: message
 		return 1
+	}
+	if !f.set["algo"] {
+		var ok bool
+		if a, ok = methods[b.Method.Name]; !ok {
+			fmt.Fprintf(stderr, "%s:%d: method %q is not supported by balance trace yet\n", b.File, b.Method.Line, b.Method.Name)
+			return 1
+		}
+		if f.set["seed"] && !a.seeded {
+			return usageError(fs, "-seed does not apply to %s", b.Method)
+		}
+	}
+	keys, err := readKeys(f.keys)
+	if err != nil {
+		fmt.Fprintf(stderr, "balance trace: %v\n", err)
+		return 1
+	}
+	switch {
+	case !f.set["n"] && keys != nil:
+		f.n = len(keys)
+	case !f.set["n"]:
+		f.n = cycle(b)
+	case keys != nil && f.n > len(keys):
+		return usageError(fs, "-n %d but %d keys in %s", f.n, len(keys), f.keys)
 	}
 	failing, err := failSet(b, f.fail)
 	if err != nil {
@@ -123,15 +172,37 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if a.seeded {
 		opts = append(opts, balancer.WithRand(rand.NewPCG(f.seed, 0)))
 	}
-	p, err := a.new(b.Peers(), opts...)
+	p, err := a.new(b, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "balance trace: %v\n", err)
 		return 1
 	}
-	if !f.set["n"] {
-		f.n = cycle(b)
+	var keyOf func(i int, r *balancer.Request)
+	if a.key != nil && keys != nil {
+		keyOf = func(i int, r *balancer.Request) { a.key(r, keys[i]) }
 	}
-	return writeTrace(p, b.Name, f.n, failing, stdout, stderr)
+	return writeTrace(p, b.Name, f.n, failing, keyOf, stdout, stderr)
+}
+
+// readKeys reads the -keys file: one key per line, lines ending at "\n",
+// so an empty line is an empty key and a final "\n" ends the last key. It
+// returns nil for no file.
+func readKeys(file string) ([]string, error) {
+	if file == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("-keys: %w", err)
+	}
+	keys := strings.SplitAfter(string(data), "\n")
+	if keys[len(keys)-1] == "" {
+		keys = keys[:len(keys)-1]
+	}
+	for i, k := range keys {
+		keys[i] = strings.TrimSuffix(k, "\n")
+	}
+	return keys, nil
 }
 
 // parseInterleaved parses flags placed before or after the file name and
@@ -166,19 +237,20 @@ func readInput(files []string, stdin io.Reader) (string, []byte, error) {
 	return files[0], src, err
 }
 
-// failSet turns -fail into a predicate, checking that each address names a
-// server of b, since a typo would otherwise fail nothing.
+// failSet turns -fail into a predicate on logged addresses. Each entry
+// names a server as written (a) or as logged (a:80), and must name one,
+// since a typo would otherwise fail nothing.
 func failSet(b *upstream.Block, list string) (func(string) bool, error) {
 	set := map[string]bool{}
-	for _, addr := range strings.Split(list, ",") {
-		if addr = strings.TrimSpace(addr); addr != "" {
-			set[addr] = true
+	for _, entry := range strings.Split(list, ",") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
 		}
-	}
-	for addr := range set {
-		if !slices.ContainsFunc(b.Servers, func(s upstream.Server) bool { return s.Addr == addr }) {
-			return nil, fmt.Errorf("-fail: no server %q in upstream %q", addr, b.Name)
+		i := slices.IndexFunc(b.Servers, func(s upstream.Server) bool { return s.Name == entry || s.Addr == entry })
+		if i < 0 {
+			return nil, fmt.Errorf("-fail: no server %q in upstream %q", entry, b.Name)
 		}
+		set[b.Servers[i].Addr] = true
 	}
 	return func(addr string) bool { return set[addr] }, nil
 }
@@ -195,10 +267,16 @@ func cycle(b *upstream.Block) int {
 	return max(sum, 1)
 }
 
-func writeTrace(p balancer.Picker, name string, n int, failing func(string) bool, stdout, stderr io.Writer) int {
+// writeTrace traces n requests through p, in chunks, giving request i
+// (from 0) its key through keyOf when keyOf is not nil.
+func writeTrace(p balancer.Picker, name string, n int, failing func(string) bool, keyOf func(int, *balancer.Request), stdout, stderr io.Writer) int {
 	w := bufio.NewWriter(stdout)
-	for left := n; left > 0; left -= chunk {
-		lines, err := upstream.Trace(p, name, min(left, chunk), failing)
+	for done := 0; done < n; done += chunk {
+		var prepare func(int, *balancer.Request)
+		if keyOf != nil {
+			prepare = func(i int, r *balancer.Request) { keyOf(done+i, r) }
+		}
+		lines, err := upstream.TraceEach(p, name, min(n-done, chunk), failing, prepare)
 		for _, l := range lines {
 			w.WriteString(l)
 			w.WriteByte('\n')

@@ -12,6 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/upstream"
 )
 
 // exec runs the command line in-process and returns its exit status and
@@ -26,10 +29,19 @@ func lines(s ...string) string { return strings.Join(s, "\n") + "\n" }
 
 const fiveOneOne = "upstream back {\n    server a weight=5;\n    server b;\n    server c;\n}\n"
 
+// twoBlocks holds two upstream blocks inside http, with a server block
+// between them that trace skips.
+const twoBlocks = "http {\n  upstream u { server a weight=2; server b; }\n  upstream v { server 10.0.0.1:8080; server 10.0.0.2:8080; }\n  server { listen 80; location / { proxy_pass http://u; } }\n}\n"
+
+// TestTrace traces blocks whose servers have no port: nginx logs them on
+// port 80.
 func TestTrace(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "up.conf")
 	require.NoError(t, os.WriteFile(file, []byte(fiveOneOne), 0o644))
+	keys, empty := filepath.Join(dir, "keys"), filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(keys, []byte("k1\n\nk3"), 0o644))
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
 	tests := []struct {
 		name  string
 		args  []string
@@ -37,32 +49,58 @@ func TestTrace(t *testing.T) {
 		want  string
 	}{
 		// nginx's smooth sequence for {5,1,1}; the default -n is one cycle.
-		{"file", []string{"trace", file}, "", lines("a", "a", "b", "a", "c", "a", "a")},
-		{"stdin", []string{"trace"}, fiveOneOne, lines("a", "a", "b", "a", "c", "a", "a")},
-		{"dash is stdin", []string{"trace", "-algo", "smooth", "-"}, fiveOneOne, lines("a", "a", "b", "a", "c", "a", "a")},
+		{"file", []string{"trace", file}, "", lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
+		{"stdin", []string{"trace"}, fiveOneOne, lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
+		{"dash is stdin", []string{"trace", "-algo", "smooth", "-"}, fiveOneOne, lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
 		// nginx 1.2.0's classic sequence for {5,1,1}.
-		{"classic", []string{"trace", "-algo", "classic", file}, "", lines("c", "b", "a", "a", "a", "a", "a")},
-		{"-n", []string{"trace", "-n", "3", file}, "", lines("a", "a", "b")},
-		{"flags after the file", []string{"trace", file, "-n", "2"}, "", lines("a", "a")},
+		{"classic", []string{"trace", "-algo", "classic", file}, "", lines("c:80", "b:80", "a:80", "a:80", "a:80", "a:80", "a:80")},
+		{"-n", []string{"trace", "-n", "3", file}, "", lines("a:80", "a:80", "b:80")},
+		{"flags after the file", []string{"trace", file, "-n", "2"}, "", lines("a:80", "a:80")},
 		{"-n 0", []string{"trace", "-n", "0", file}, "", ""},
 		{
 			// a fails and, at max_fails 1, stays out on the frozen clock;
 			// the cycle of b and c is 2 requests.
 			"-fail", []string{"trace", "-fail", "a", file}, "",
-			lines("a, b", "c", "b", "c", "b", "c", "b"),
+			lines("a:80, b:80", "c:80", "b:80", "c:80", "b:80", "c:80", "b:80"),
 		},
 		{
 			// One cycle counts primaries that are not down: 2 here.
 			"default -n skips backup and down",
 			[]string{"trace"}, "upstream u { server a weight=2; server b weight=5 down; server c weight=3 backup; }",
-			lines("a", "a"),
+			lines("a:80", "a:80"),
 		},
 		{
 			"every server failing",
 			[]string{"trace", "-fail", " a,b ", "-n", "3"}, "upstream u { server a; server b backup; }",
-			lines("a, b", "u", "u"),
+			lines("a:80, b:80", "u", "u"),
 		},
 		{"every server down: one request", []string{"trace"}, "upstream u { server a down; }", lines("u")},
+		// Smooth {2,1}: [2,1] a -> [-1,1]; [1,2] b -> [1,-1]; [3,0] a.
+		{"-upstream u", []string{"trace", "-upstream", "u"}, twoBlocks, lines("a:80", "b:80", "a:80")},
+		{"-upstream v", []string{"trace", "-upstream", "v", "-n", "3"}, twoBlocks, lines("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.1:8080")},
+		{"-fail as logged", []string{"trace", "-fail", "a:80", "-n", "2", file}, "", lines("a:80, b:80", "c:80")},
+		{
+			// Three keys, the middle one empty: three requests. The smooth
+			// picker takes no key, so the keys change nothing else.
+			"-keys sets -n", []string{"trace", "-keys", keys, file}, "",
+			lines("a:80", "a:80", "b:80"),
+		},
+		{"-n within -keys", []string{"trace", "-keys", keys, "-n", "2", file}, "", lines("a:80", "a:80")},
+		{"empty -keys file", []string{"trace", "-keys", empty, file}, "", ""},
+		{
+			// Requests run one at a time, so every least_conn pick sees
+			// all loads at 0, a tie among all peers, broken by nginx's
+			// smooth step over all of them: the smooth sequence.
+			"least_conn in the block", []string{"trace"},
+			"upstream back { least_conn; server a weight=5; server b; server c; }",
+			lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80"),
+		},
+		{
+			// -algo overrides a method balance trace has no picker for.
+			"-algo over hash", []string{"trace", "-algo", "smooth"},
+			"upstream back { hash $uri; server a weight=5; server b; server c; }",
+			lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80"),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,11 +142,28 @@ func TestTraceNginx(t *testing.T) {
 				args := []string{"trace", "-algo", tt.algo, "-n", fmt.Sprint(n), "-fail", strings.Join(dead, ","), "-"}
 				code, out, errOut := exec(args, block)
 				assert.Equal(t, 0, code, "case %d: %s", line, errOut)
-				assert.Equal(t, lines(want...), out, "case %d:\n%s", line, block)
+				assert.Equal(t, lines(onPort80(want)...), out, "case %d:\n%s", line, block)
 			}
 			require.NoError(t, sc.Err())
 		})
 	}
+}
+
+// onPort80 turns a recorded trace, servers named by letter, into what
+// nginx logs for `server a;`: each letter on port 80; the upstream's name,
+// back, stays.
+func onPort80(trace []string) []string {
+	out := make([]string, len(trace))
+	for i, line := range trace {
+		tried := strings.Split(line, ", ")
+		for j, s := range tried {
+			if s != "back" {
+				tried[j] = s + ":80"
+			}
+		}
+		out[i] = strings.Join(tried, ", ")
+	}
+	return out
 }
 
 // nginxCase decodes one recorded case (see the vectors' README): servers
@@ -138,7 +193,7 @@ func nginxCase(t *testing.T, data []byte) (block string, dead []string, n int, t
 // list order from wherever the rotation starts, weights ignored, and the
 // same output for the same seed.
 func TestTraceRoundRobin(t *testing.T) {
-	next := map[string]string{"a": "b", "b": "c", "c": "a"}
+	next := map[string]string{"a:80": "b:80", "b:80": "c:80", "c:80": "a:80"}
 	for _, seed := range []string{"1", "2", "3", "42"} {
 		t.Run("seed="+seed, func(t *testing.T) {
 			args := []string{"trace", "-algo", "roundrobin", "-seed", seed, "-n", "9"}
@@ -172,14 +227,14 @@ func TestTraceRandom(t *testing.T) {
 				got[l]++
 			}
 			assert.Len(t, got, 3)
-			assert.InDelta(t, 5000, got["a"], 300, "a")
-			assert.InDelta(t, 1000, got["b"], 300, "b")
-			assert.InDelta(t, 1000, got["c"], 300, "c")
+			assert.InDelta(t, 5000, got["a:80"], 300, "a")
+			assert.InDelta(t, 1000, got["b:80"], 300, "b")
+			assert.InDelta(t, 1000, got["c:80"], 300, "c")
 
 			// With a failing, every request that picks it goes on to b or c.
 			_, out, _ = exec(append(args, "-fail", "a"), fiveOneOne)
 			for i, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
-				assert.Contains(t, []string{"a, b", "a, c", "b", "c"}, l, "request %d", i+1)
+				assert.Contains(t, []string{"a:80, b:80", "a:80, c:80", "b:80", "c:80"}, l, "request %d", i+1)
 			}
 		})
 	}
@@ -189,6 +244,8 @@ func TestTraceErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.conf")
 	require.NoError(t, os.WriteFile(bad, []byte("upstream back {\n    server a;\n    server a backup;\n}\n"), 0o644))
+	keys := filepath.Join(dir, "k")
+	require.NoError(t, os.WriteFile(keys, []byte("x\n\ny\n"), 0o644))
 	tests := []struct {
 		name   string
 		args   []string
@@ -196,13 +253,25 @@ func TestTraceErrors(t *testing.T) {
 		code   int
 		stderr string // exact, or a prefix when it ends in "..."
 	}{
-		{"parse error in a file", []string{"trace", bad}, "", 1, bad + `:3: duplicate server "a", first on line 2` + "\n"},
+		{"parse error in a file", []string{"trace", bad}, "", 1, bad + `:3: duplicate server "a:80", first on line 2: nginx accepts it, but the balancer package keys peers by address` + "\n"},
 		{"unknown parameter", []string{"trace"}, "upstream back {\n  server a wieght=5;\n}\n", 1, `<stdin>:2: unknown parameter "wieght=5"` + "\n"},
 		{"bad number", []string{"trace", "-"}, "upstream back {\n  server a weight=0;\n}\n", 1, `<stdin>:2: "weight=0": weight must be at least 1` + "\n"},
 		{"missing ;", []string{"trace"}, "upstream back {\n  server a\n  server b;\n}\n", 1, `<stdin>:2: missing ";" after "a"` + "\n"},
 		{"missing }", []string{"trace"}, "upstream back {\n  server a;\n", 1, `<stdin>:3: unexpected end of file, missing "}"` + "\n"},
 		{"backup only", []string{"trace"}, "upstream back {\n  server a backup;\n}\n", 1, `<stdin>:2: backup server "a" but no primary server in upstream "back"` + "\n"},
-		{"binary garbage", []string{"trace"}, "\x00\xff{", 1, `<stdin>:1: unknown directive "\x00\xff", expecting "upstream"` + "\n"},
+		{"binary garbage", []string{"trace"}, "\x00\xff{", 1, `<stdin>:1: unexpected end of file, missing "}"` + "\n"},
+		{"port 0", []string{"trace"}, "upstream back {\n  server a:0;\n}\n", 1, `<stdin>:2: invalid port in upstream "a:0"` + "\n"},
+		{"scheme", []string{"trace"}, "upstream back {\n  server http://a;\n}\n", 1, `<stdin>:2: invalid host in upstream "http://a"` + "\n"},
+		{"backup with hash", []string{"trace"}, "upstream back {\n  hash $uri;\n  server a;\n  server b backup;\n}\n", 1, `<stdin>:4: balancing method "hash" (line 2) does not support parameter "backup"` + "\n"},
+		{"hash not traced yet", []string{"trace"}, "upstream back {\n  server a;\n  hash $uri consistent;\n}\n", 1, `<stdin>:3: method "hash" is not supported by balance trace yet` + "\n"},
+		{"ip_hash not traced yet", []string{"trace", "-keys", keys}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, `<stdin>:2: method "ip_hash" is not supported by balance trace yet` + "\n"},
+		{"random not traced yet", []string{"trace"}, "upstream back {\n  random two;\n  server a;\n}\n", 1, `<stdin>:2: method "random" is not supported by balance trace yet` + "\n"},
+		{"several upstreams", []string{"trace"}, twoBlocks, 1, `<stdin>:3: 2 upstream blocks ("u" on line 2, "v" on line 3): choose one by name with -upstream NAME` + "\n"},
+		{"unknown -upstream", []string{"trace", "-upstream", "w"}, twoBlocks, 1, `<stdin>:2: no upstream "w"; there is "u" on line 2, "v" on line 3` + "\n"},
+		{"missing -keys file", []string{"trace", "-keys", filepath.Join(dir, "nope.keys")}, fiveOneOne, 1, "balance trace: -keys: open " + filepath.Join(dir, "nope.keys") + ": no such file or directory\n"},
+		{"-n past the keys", []string{"trace", "-keys", keys, "-n", "4"}, fiveOneOne, 2, "balance trace: -n 4 but 3 keys in " + keys + "\n..."},
+		{"-seed with the block's round robin", []string{"trace", "-seed", "7"}, fiveOneOne, 2, "balance trace: -seed does not apply to round robin\n..."},
+		{"-seed with the block's least_conn", []string{"trace", "-seed", "7"}, "upstream u { least_conn; server a; }", 2, "balance trace: -seed does not apply to least_conn\n..."},
 		{"missing file", []string{"trace", filepath.Join(dir, "nope.conf")}, "", 1, "balance trace: open " + filepath.Join(dir, "nope.conf") + ": no such file or directory\n"},
 		{"unknown -fail server", []string{"trace", "-fail", "z", "-"}, fiveOneOne, 2, `balance trace: -fail: no server "z" in upstream "back"` + "\n..."},
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
@@ -244,6 +313,62 @@ func TestHelp(t *testing.T) {
 			assert.Equal(t, 0, code)
 			assert.True(t, strings.HasPrefix(out, tt.stdout), "stdout = %q", out)
 			assert.True(t, strings.HasPrefix(errOut, tt.errs), "stderr = %q", errOut)
+		})
+	}
+}
+
+func TestReadKeys(t *testing.T) {
+	tests := []struct {
+		name, data string
+		want       []string
+	}{
+		{"final newline", "a\nb\n", []string{"a", "b"}},
+		{"no final newline", "a\nb", []string{"a", "b"}},
+		{"empty lines are empty keys", "\na\n\n", []string{"", "a", ""}},
+		{"one empty key", "\n", []string{""}},
+		{"empty file", "", []string{}},
+		{"spaces and CR kept", " a \r\n", []string{" a \r"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "keys")
+			require.NoError(t, os.WriteFile(file, []byte(tt.data), 0o644))
+			got, err := readKeys(file)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+	got, err := readKeys("")
+	assert.NoError(t, err)
+	assert.Nil(t, got, "no -keys")
+}
+
+// TestMethods checks which picker traces each balancing method when no
+// -algo is given.
+func TestMethods(t *testing.T) {
+	b, err := upstream.Parse("up.conf", []byte("upstream u { server a; server b; }"))
+	require.NoError(t, err)
+	tests := []struct {
+		method string
+		want   any // the picker type, or nil for a method with no picker yet
+	}{
+		{"", &balancer.SmoothWRR{}},
+		{"least_conn", &balancer.LeastConn{}},
+		{"hash", nil},
+		{"ip_hash", nil},
+		{"random", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method, func(t *testing.T) {
+			spec, ok := methods[tt.method]
+			if tt.want == nil {
+				assert.False(t, ok)
+				return
+			}
+			require.True(t, ok)
+			p, err := spec.new(b)
+			require.NoError(t, err)
+			assert.IsType(t, tt.want, p)
 		})
 	}
 }
