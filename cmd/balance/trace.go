@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -43,22 +42,24 @@ type pickerSpec struct {
 	key func(r *balancer.Request, key string)
 }
 
-// algos are the -algo values. Every picker gets a clock that never moves.
-var algos = map[string]pickerSpec{
-	"smooth":     {new: fromPeers(balancer.NewSmoothWRR)},
-	"classic":    {new: fromPeers(balancer.NewClassicWRR)},
-	"roundrobin": {new: fromPeers(balancer.NewRoundRobin), seeded: true},
-	"random":     {new: fromPeers(balancer.NewRandomWeighted), seeded: true},
-	"leastconn":  {new: fromPeers(balancer.NewLeastConn)},
+// specOf returns how balance trace drives the registry's algorithm called
+// name, matched without regard to case. Every picker gets a clock that
+// never moves.
+func specOf(name string) (pickerSpec, error) {
+	a, err := balancer.AlgorithmNamed(name)
+	if err != nil {
+		return pickerSpec{}, err
+	}
+	return pickerSpec{new: fromPeers(a.New), seeded: a.Random}, nil
 }
 
 // methods maps a block's balancing method (upstream.Method.Name, "" for
-// round robin) to the picker that traces it when no -algo is given. It is
+// round robin) to the algorithm that traces it when no -algo is given. It is
 // the one place to add a method: hash, ip_hash and random have no picker
 // yet, so tracing them needs an -algo.
-var methods = map[string]pickerSpec{
-	"":           algos["smooth"],
-	"least_conn": algos["leastconn"],
+var methods = map[string]string{
+	"":           "SmoothWRR",
+	"least_conn": "LeastConn",
 }
 
 // epoch is the time on the clock that never moves. Like nginx in the
@@ -79,17 +80,17 @@ type traceFlags struct {
 
 // newTraceFlags defines the flags of balance trace on a new flag set.
 func newTraceFlags(stderr io.Writer) (*flag.FlagSet, *traceFlags) {
-	names := slices.Sorted(maps.Keys(algos))
-	var seeded []string
-	for _, name := range names {
-		if algos[name].seeded {
-			seeded = append(seeded, name)
+	var names, seeded []string
+	for _, a := range balancer.Algorithms() {
+		names = append(names, a.Name)
+		if a.Random {
+			seeded = append(seeded, a.Name)
 		}
 	}
 	f := &traceFlags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.algo, "algo", "", "balancing algorithm: "+strings.Join(names, ", ")+"\n(default: the block's method, smooth for round robin, leastconn for least_conn)")
+	fs.StringVar(&f.algo, "algo", "", "balancing algorithm, in any case: "+strings.Join(names, ", ")+"\n(default: the block's method, SmoothWRR for round robin, LeastConn for least_conn)")
 	fs.StringVar(&f.upstream, "upstream", "", "the upstream block to trace, by name (default: the only one)")
 	fs.IntVar(&f.n, "n", 0, "number of requests (default: the number of -keys, else one full cycle:\nthe sum of the weights of the primary servers that are not down)")
 	fs.StringVar(&f.keys, "keys", "", "file of request keys, one per line (an empty line is an empty key),\none request each, for the hash methods")
@@ -110,14 +111,18 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
-	a, known := algos[f.algo]
+	var a pickerSpec
+	var algoErr error
+	if f.set["algo"] {
+		a, algoErr = specOf(f.algo)
+	}
 	switch {
 	case err != nil:
 		return 2 // the flag package has printed the error and the usage
 	case len(files) > 1:
 		return usageError(fs, "at most one FILE, got %d", len(files))
-	case f.set["algo"] && !known:
-		return usageError(fs, "unknown -algo %q", f.algo)
+	case algoErr != nil:
+		return usageError(fs, "-algo: %v", algoErr)
 	case f.n < 0:
 		return usageError(fs, "negative -n %d", f.n)
 	case f.set["algo"] && f.set["seed"] && !a.seeded:
@@ -142,9 +147,13 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if !f.set["algo"] {
-		var ok bool
-		if a, ok = methods[b.Method.Name]; !ok {
+		name, ok := methods[b.Method.Name]
+		if !ok {
 			fmt.Fprintf(stderr, "%s:%d: method %q is not supported by balance trace yet\n", b.File, b.Method.Line, b.Method.Name)
+			return 1
+		}
+		if a, err = specOf(name); err != nil {
+			fmt.Fprintf(stderr, "balance trace: %v\n", err)
 			return 1
 		}
 		if f.set["seed"] && !a.seeded {

@@ -51,9 +51,9 @@ func TestTrace(t *testing.T) {
 		// nginx's smooth sequence for {5,1,1}; the default -n is one cycle.
 		{"file", []string{"trace", file}, "", lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
 		{"stdin", []string{"trace"}, fiveOneOne, lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
-		{"dash is stdin", []string{"trace", "-algo", "smooth", "-"}, fiveOneOne, lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
+		{"dash is stdin", []string{"trace", "-algo", "SmoothWRR", "-"}, fiveOneOne, lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80")},
 		// nginx 1.2.0's classic sequence for {5,1,1}.
-		{"classic", []string{"trace", "-algo", "classic", file}, "", lines("c:80", "b:80", "a:80", "a:80", "a:80", "a:80", "a:80")},
+		{"classic", []string{"trace", "-algo", "classicwrr", file}, "", lines("c:80", "b:80", "a:80", "a:80", "a:80", "a:80", "a:80")},
 		{"-n", []string{"trace", "-n", "3", file}, "", lines("a:80", "a:80", "b:80")},
 		{"flags after the file", []string{"trace", file, "-n", "2"}, "", lines("a:80", "a:80")},
 		{"-n 0", []string{"trace", "-n", "0", file}, "", ""},
@@ -97,7 +97,7 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			// -algo overrides a method balance trace has no picker for.
-			"-algo over hash", []string{"trace", "-algo", "smooth"},
+			"-algo over hash", []string{"trace", "-algo", "SmoothWRR"},
 			"upstream back { hash $uri; server a weight=5; server b; server c; }",
 			lines("a:80", "a:80", "b:80", "a:80", "c:80", "a:80", "a:80"),
 		},
@@ -129,8 +129,8 @@ func TestExample(t *testing.T) {
 // standard input, dead servers in -fail.
 func TestTraceNginx(t *testing.T) {
 	for _, tt := range []struct{ file, algo string }{
-		{"nginx-1.22.1-smooth.jsonl", "smooth"},
-		{"nginx-1.2.0-classic.jsonl", "classic"},
+		{"nginx-1.22.1-smooth.jsonl", "SmoothWRR"},
+		{"nginx-1.2.0-classic.jsonl", "ClassicWRR"},
 	} {
 		t.Run(tt.algo, func(t *testing.T) {
 			f, err := os.Open(filepath.Join("..", "..", "testdata", tt.file))
@@ -196,7 +196,7 @@ func TestTraceRoundRobin(t *testing.T) {
 	next := map[string]string{"a:80": "b:80", "b:80": "c:80", "c:80": "a:80"}
 	for _, seed := range []string{"1", "2", "3", "42"} {
 		t.Run("seed="+seed, func(t *testing.T) {
-			args := []string{"trace", "-algo", "roundrobin", "-seed", seed, "-n", "9"}
+			args := []string{"trace", "-algo", "RoundRobin", "-seed", seed, "-n", "9"}
 			code, out, errOut := exec(args, fiveOneOne)
 			require.Equal(t, 0, code, "stderr: %s", errOut)
 			got := strings.Fields(out)
@@ -217,7 +217,7 @@ func TestTraceRoundRobin(t *testing.T) {
 func TestTraceRandom(t *testing.T) {
 	for _, seed := range []string{"1", "7"} {
 		t.Run("seed="+seed, func(t *testing.T) {
-			args := []string{"trace", "-algo", "random", "-seed", seed, "-n", "7000"}
+			args := []string{"trace", "-algo", "RandomWeighted", "-seed", seed, "-n", "7000"}
 			code, out, errOut := exec(args, fiveOneOne)
 			require.Equal(t, 0, code, "stderr: %s", errOut)
 			_, again, _ := exec(args, fiveOneOne)
@@ -276,8 +276,8 @@ func TestTraceErrors(t *testing.T) {
 		{"unknown -fail server", []string{"trace", "-fail", "z", "-"}, fiveOneOne, 2, `balance trace: -fail: no server "z" in upstream "back"` + "\n..."},
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
 		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: negative -n -1\nusage: balance trace ..."},
-		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: unknown -algo "fastest"` + "\n..."},
-		{"-seed with smooth", []string{"trace", "-algo", "smooth", "-seed", "7"}, "", 2, "balance trace: -seed does not apply to -algo smooth\n..."},
+		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst): balancer: unknown algorithm` + "\n..."},
+		{"-seed with smooth", []string{"trace", "-algo", "SmoothWRR", "-seed", "7"}, "", 2, "balance trace: -seed does not apply to -algo SmoothWRR\n..."},
 		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
 		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\nusage: balance trace ..."},
 		{"no command", nil, "", 2, "usage: balance COMMAND ..."},
@@ -360,12 +360,14 @@ func TestMethods(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.method, func(t *testing.T) {
-			spec, ok := methods[tt.method]
+			name, ok := methods[tt.method]
 			if tt.want == nil {
 				assert.False(t, ok)
 				return
 			}
 			require.True(t, ok)
+			spec, err := specOf(name)
+			require.NoError(t, err)
 			p, err := spec.new(b)
 			require.NoError(t, err)
 			assert.IsType(t, tt.want, p)
