@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	balance trace [-algo classic|leastconn|random|roundrobin|smooth] [-upstream NAME] [-n N] [-keys FILE] [-fail ADDR,...] [-seed S] [FILE]
+//	balance trace [-algo NAME] [-upstream NAME] [-n N] [-keys FILE] [-fail ADDR,...] [-seed S] [FILE]
 //	balance sim [flags]
 //
 // trace reads nginx `upstream NAME { ... }` blocks, bare or inside
