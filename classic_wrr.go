@@ -200,7 +200,7 @@ func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 		return nil // removed while in flight
 	}
 	l := s.load()
-	if o.Failed && !p.backup {
+	if o.Failed && !p.backup.Load() {
 		s.closeLocked()
 	}
 	s.doneLocked(l, p, o)
@@ -209,8 +209,8 @@ func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 		// of its round. failLocked lowered the effective weight instead,
 		// which the classic algorithm does not have.
 		p.effectiveWeight = p.weight.Load()
-		if p.maxFails != 0 {
-			p.currentWeight = max(0, p.currentWeight-p.weight.Load()/int64(p.maxFails))
+		if p.maxFails.Load() != 0 {
+			p.currentWeight = max(0, p.currentWeight-p.weight.Load()/p.maxFails.Load())
 		}
 	}
 	s.maybeOpenLocked(l)
@@ -268,7 +268,7 @@ func (s *ClassicWRR) closeLocked() {
 // the formula closeLocked uses, in O(W).
 func (s *ClassicWRR) impliedLocked(p *Peer) (int64, bool) {
 	c := s.cycle.Load()
-	if c == nil || p.backup || p.index >= len(c.list.primary) || c.list.primary[p.index] != p {
+	if c == nil || p.backup.Load() || p.index >= len(c.list.primary) || c.list.primary[p.index] != p {
 		return 0, false
 	}
 	k := c.ctr.Load()
@@ -298,7 +298,7 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.fails.Load() != 0 || p.maxConns != 0 {
+		if p.fails.Load() != 0 || p.maxConns.Load() != 0 {
 			return
 		}
 		full = full && p.currentWeight == p.weight.Load()

@@ -43,13 +43,13 @@ func clockAt(now int64) lazyClock { return lazyClock{t: now, ok: true} }
 // that failed at t with fail_timeout 10s stays out through t+10s; nginx
 // reads whole seconds, this reads the injected clock at full resolution.
 func (p *Peer) inFailWindow(now int64) bool {
-	return p.maxFails != 0 && p.fails.Load() >= int64(p.maxFails) &&
-		now-p.checked.Load() <= p.failTimeout
+	return p.maxFails.Load() != 0 && p.fails.Load() >= p.maxFails.Load() &&
+		now-p.checked.Load() <= p.failTimeout.Load()
 }
 
 // full reports whether the peer is at its max_conns limit.
 func (p *Peer) full() bool {
-	return p.maxConns != 0 && p.conns.Load() >= p.maxConns
+	return p.maxConns.Load() != 0 && p.conns.Load() >= p.maxConns.Load()
 }
 
 // eligible reports whether the peer may take an attempt now, not counting
@@ -63,13 +63,14 @@ func (p *Peer) eligible(clk *lazyClock) bool {
 // compare-and-swap when p has a limit, so that concurrent picks never push
 // it past the limit.
 func (p *Peer) acquire() bool {
-	if p.maxConns == 0 {
+	limit := p.maxConns.Load()
+	if limit == 0 {
 		p.conns.Add(1)
 		return true
 	}
 	for {
 		c := p.conns.Load()
-		if c >= p.maxConns {
+		if c >= limit {
 			return false
 		}
 		if p.conns.CompareAndSwap(c, c+1) {
@@ -102,7 +103,7 @@ func (p *Peer) take(clk *lazyClock) bool {
 // peer is out for another fail_timeout (RR.c 774). Requires the owner's
 // lock.
 func (p *Peer) probeLocked(now int64) {
-	if now-p.checked.Load() > p.failTimeout {
+	if now-p.checked.Load() > p.failTimeout.Load() {
 		p.checked.Store(now)
 	}
 }
@@ -114,7 +115,7 @@ func (p *Peer) probeLocked(now int64) {
 func (p *Peer) claimProbe(now int64) bool {
 	for {
 		c := p.checked.Load()
-		if now-c <= p.failTimeout {
+		if now-c <= p.failTimeout.Load() {
 			// Inside the window: a probe is claimed only past it, so this
 			// peer is eligible only because it is below max_fails.
 			return !p.inFailWindow(now)
@@ -132,8 +133,8 @@ func (p *Peer) failLocked(now int64) {
 	p.fails.Add(1)
 	p.accessed.Store(now)
 	p.checked.Store(now)
-	if p.maxFails != 0 {
-		p.effectiveWeight -= p.weight.Load() / int64(p.maxFails)
+	if p.maxFails.Load() != 0 {
+		p.effectiveWeight -= p.weight.Load() / p.maxFails.Load()
 		if p.effectiveWeight < 0 {
 			p.effectiveWeight = 0
 		}

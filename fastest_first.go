@@ -268,7 +268,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 		// the floor, so the probe is made explicit. The oldest goes first.
 		// A peer of weight 0 is never chosen while another has weight,
 		// probe or not.
-		if p.fails.Load() != 0 && p.weight.Load() != 0 && pc == 1 && now-p.checked.Load() > p.failTimeout &&
+		if p.fails.Load() != 0 && p.weight.Load() != 0 && pc == 1 && now-p.checked.Load() > p.failTimeout.Load() &&
 			(probe == nil || p.checked.Load() < probe.checked.Load()) {
 			probe, probeAt = p, i
 		}
@@ -349,6 +349,21 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	f.doneLocked(l, p, o)
 	p.effectiveWeight = ew
 	cleared := failing && p.fails.Load() == 0
+	if o.Abandoned {
+		// No reply: the time the caller waited is a lower bound on the
+		// peer's latency, which can only raise its estimate; the silence
+		// of the peer's other attempts goes on. An abandoned probe that
+		// cleared nginx's failure count confirms nothing.
+		p.lat.atLeastLocked(now, float64(o.Latency), f.tau)
+		if p.lat.exploring || cleared {
+			p.lat.exploring, p.lat.confirmed = true, 0
+		}
+		if p.conns.Load() == 0 {
+			p.lat.since = now
+		}
+		f.reweighLocked(l, p, now, first || cleared)
+		return nil
+	}
 	if p.lat.exploring {
 		// A reply within the band of what the peer's weight assumed
 		// confirms it; exploreConfirm of them in a row end the probing.
@@ -385,7 +400,7 @@ func (f *FastestFirst) floorEstimate(p *Peer) float64 {
 
 // listOf returns the index of p's list in FastestFirst.fastest.
 func listOf(p *Peer) int {
-	if p.backup {
+	if p.backup.Load() {
 		return 1
 	}
 	return 0
@@ -421,7 +436,7 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 			return
 		}
 	}
-	if p.backup {
+	if p.backup.Load() {
 		f.recomputeLocked(l.backup, 1, now)
 	} else {
 		f.recomputeLocked(l.primary, 0, now)

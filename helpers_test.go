@@ -44,7 +44,7 @@ func picks(t *testing.T, p Picker, n int) string {
 // the package must appear here.
 type pickerCase struct {
 	name string
-	new  func(peers []*Peer, opts ...Option) (Picker, error)
+	new  func(peers []*Peer, opts ...Option) (Balancer, error)
 }
 
 // pickerCases is every picker of the registry (Algorithms), so a picker
@@ -73,14 +73,8 @@ func mustPick(t *testing.T, p Picker, r *Request) *Peer {
 	return peer
 }
 
-// updater is the update API every picker promotes from peerSet.
-type updater interface {
-	Add(...*Peer) error
-	Remove(*Peer) error
-	SetWeight(*Peer, int) error
-	SetDown(*Peer, bool) error
-	Peers() []*Peer
-}
+// updater is the update API every picker implements.
+type updater = Updater
 
 func toSet(p Picker) updater { return p.(updater) }
 

@@ -96,6 +96,20 @@ func (s *latencyStats) restartLocked(now int64, sample float64) {
 	s.measured.Store(true)
 }
 
+// atLeastLocked takes bound (ns), how long an abandoned attempt had run
+// when its caller gave up, as a lower bound on the peer's latency: if the
+// estimate, decayed to now as P2CPeakEWMA reads it, is below bound, the
+// estimate becomes bound, as a slower reply would make it; otherwise
+// nothing changes, since a bound below the estimate says nothing new. An
+// unmeasured peer takes bound as its first estimate. Requires the owner's
+// lock.
+func (s *latencyStats) atLeastLocked(now int64, bound, tau float64) {
+	if s.measured.Load() && s.estimate()*decayWeight(now-s.stamp.Load(), tau) >= bound {
+		return
+	}
+	s.restartLocked(now, bound)
+}
+
 // decayWeight returns exp(−dt/tau), 1 for a negative dt.
 func decayWeight(dt int64, tau float64) float64 {
 	if dt <= 0 {

@@ -114,6 +114,10 @@ func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 		return nil // removed while in flight
 	}
 	b.doneLocked(b.load(), p, o)
-	p.lat.observeLocked(b.now(), sampleOf(o, b.penalty), b.tau)
+	if o.Abandoned {
+		p.lat.atLeastLocked(b.now(), float64(o.Latency), b.tau)
+	} else {
+		p.lat.observeLocked(b.now(), sampleOf(o, b.penalty), b.tau)
+	}
 	return nil
 }

@@ -31,12 +31,16 @@ const (
 //
 // The zero value is not usable; use NewPeer.
 type Peer struct {
-	addr        string
-	maxFails    int
-	failTimeout int64 // nanoseconds
-	maxConns    int64
-	backup      bool
-	configErr   error // the first bad PeerOption; reported when added
+	addr      string
+	configErr error // the first bad PeerOption; reported when added
+
+	// Parameters: set by NewPeer, changed only by the owner's Update under
+	// its lock, read lock-free.
+	maxFails    atomic.Int64
+	failTimeout atomic.Int64 // nanoseconds
+	maxConns    atomic.Int64
+	backup      atomic.Bool
+	value       atomic.Pointer[any] // the caller's value; nil: none
 
 	weight atomic.Int64
 	down   atomic.Bool
@@ -88,7 +92,7 @@ func MaxFails(n int) PeerOption {
 			p.invalid(fmt.Errorf("balancer: peer %q: negative max_fails %d: %w", p.addr, n, ErrInvalidConfig))
 			return
 		}
-		p.maxFails = n
+		p.maxFails.Store(int64(n))
 	}
 }
 
@@ -100,7 +104,7 @@ func FailTimeout(d time.Duration) PeerOption {
 			p.invalid(fmt.Errorf("balancer: peer %q: negative fail_timeout %v: %w", p.addr, d, ErrInvalidConfig))
 			return
 		}
-		p.failTimeout = int64(d)
+		p.failTimeout.Store(int64(d))
 	}
 }
 
@@ -112,13 +116,19 @@ func MaxConns(n int) PeerOption {
 			p.invalid(fmt.Errorf("balancer: peer %q: negative max_conns %d: %w", p.addr, n, ErrInvalidConfig))
 			return
 		}
-		p.maxConns = int64(n)
+		p.maxConns.Store(int64(n))
 	}
 }
 
 // Backup marks a backup peer (nginx's backup): it is used only when no
 // primary peer is eligible.
-func Backup() PeerOption { return func(p *Peer) { p.backup = true } }
+func Backup() PeerOption { return func(p *Peer) { p.backup.Store(true) } }
+
+// Value attaches the caller's value v to the peer, such as the connection
+// or client that reaches it; Peer.Value returns it from a picked peer with
+// no lookup and no allocation. Update moves a snapshot peer's value to the
+// peer it keeps.
+func Value(v any) PeerOption { return func(p *Peer) { p.value.Store(&v) } }
 
 // Down marks the peer permanently unavailable (nginx's down) until the
 // picker's SetDown brings it up.
@@ -128,11 +138,9 @@ func Down() PeerOption { return func(p *Peer) { p.down.Store(true) } }
 // bad option value is reported, naming the value, by the picker the peer is
 // given to; NewPeer itself never fails.
 func NewPeer(addr string, opts ...PeerOption) *Peer {
-	p := &Peer{
-		addr:        addr,
-		maxFails:    DefaultMaxFails,
-		failTimeout: int64(DefaultFailTimeout),
-	}
+	p := &Peer{addr: addr}
+	p.maxFails.Store(DefaultMaxFails)
+	p.failTimeout.Store(int64(DefaultFailTimeout))
 	p.weight.Store(DefaultWeight)
 	if addr == "" {
 		p.invalid(fmt.Errorf("balancer: empty peer address: %w", ErrInvalidConfig))
@@ -152,6 +160,22 @@ func (p *Peer) invalid(err error) {
 	}
 }
 
+// adopt gives p, a peer the picker keeps across Update, the configuration of
+// q, the snapshot's peer for the same address. A changed weight resets the
+// effective weight, as SetWeight does. Requires the owner's lock.
+func (p *Peer) adopt(q *Peer) {
+	if w := q.weight.Load(); w != p.weight.Load() {
+		p.weight.Store(w)
+		p.effectiveWeight = w
+	}
+	p.maxFails.Store(q.maxFails.Load())
+	p.failTimeout.Store(q.failTimeout.Load())
+	p.maxConns.Store(q.maxConns.Load())
+	p.backup.Store(q.backup.Load())
+	p.down.Store(q.down.Load())
+	p.value.Store(q.value.Load())
+}
+
 // Addr returns the address the peer was created with.
 func (p *Peer) Addr() string { return p.addr }
 
@@ -162,16 +186,24 @@ func (p *Peer) String() string { return p.addr }
 func (p *Peer) Weight() int { return int(p.weight.Load()) }
 
 // MaxFails returns max_fails; 0 means failure accounting is off.
-func (p *Peer) MaxFails() int { return p.maxFails }
+func (p *Peer) MaxFails() int { return int(p.maxFails.Load()) }
 
 // FailTimeout returns fail_timeout.
-func (p *Peer) FailTimeout() time.Duration { return time.Duration(p.failTimeout) }
+func (p *Peer) FailTimeout() time.Duration { return time.Duration(p.failTimeout.Load()) }
 
 // MaxConns returns max_conns; 0 means unlimited.
-func (p *Peer) MaxConns() int { return int(p.maxConns) }
+func (p *Peer) MaxConns() int { return int(p.maxConns.Load()) }
+
+// Value returns the value attached with the Value option, or nil.
+func (p *Peer) Value() any {
+	if v := p.value.Load(); v != nil {
+		return *v
+	}
+	return nil
+}
 
 // IsBackup reports whether the peer is a backup peer.
-func (p *Peer) IsBackup() bool { return p.backup }
+func (p *Peer) IsBackup() bool { return p.backup.Load() }
 
 // IsDown reports whether the peer is marked down.
 func (p *Peer) IsDown() bool { return p.down.Load() }

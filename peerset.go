@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // peerList is an immutable snapshot of a picker's peers, replaced whole on
@@ -178,6 +179,125 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 	return nil
 }
 
+// Update makes the picker's peers those of snapshot, in its order, in one
+// list change, as a service-discovery update or an nginx reload would: a
+// peer whose address the picker already holds is kept (its failures,
+// in-flight attempts and latency statistics stay) and takes the snapshot
+// peer's weight, parameters, down flag and value; a new address is added
+// as the snapshot's peer itself; an address missing from snapshot is
+// removed (see Remove). The snapshot's peers for kept addresses stay
+// unowned: pick and report with the picker's peers (Peers, Pick). Nothing
+// changes if snapshot is invalid: a nil or misconfigured peer
+// (ErrInvalidConfig), an address twice (ErrDuplicatePeer), a new peer that
+// belongs to a picker (ErrPeerInUse), weights past MaxWeightSum. As with
+// Add, the smooth sequence restarts.
+func (s *peerSet) Update(snapshot []*Peer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.load()
+	held := make(map[string]*Peer, len(old.primary)+len(old.backup))
+	for _, p := range old.primary {
+		held[p.addr] = p
+	}
+	for _, p := range old.backup {
+		held[p.addr] = p
+	}
+	all := make([]*Peer, 0, len(snapshot))
+	seen := make(map[string]bool, len(snapshot))
+	var sum int64
+	for _, q := range snapshot {
+		switch {
+		case q == nil:
+			return fmt.Errorf("balancer: Update: nil peer: %w", ErrInvalidConfig)
+		case q.configErr != nil:
+			return q.configErr
+		case seen[q.addr]:
+			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrDuplicatePeer)
+		}
+		seen[q.addr] = true
+		sum += q.weight.Load()
+		if sum > MaxWeightSum {
+			return fmt.Errorf("balancer: Update: weights sum past %d at peer %q: %w", MaxWeightSum, q.addr, ErrInvalidConfig)
+		}
+		if k := held[q.addr]; k != nil {
+			all = append(all, k)
+			continue
+		}
+		if q.owner.Load() != nil {
+			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
+		}
+		all = append(all, q)
+	}
+	// Claim the new peers; on a race with another picker, give back those
+	// claimed so far.
+	for i, q := range all {
+		if held[q.addr] == q {
+			continue
+		}
+		if !q.owner.CompareAndSwap(nil, s) {
+			for _, c := range all[:i] {
+				if held[c.addr] != c {
+					c.owner.Store(nil)
+				}
+			}
+			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
+		}
+	}
+	now := s.now()
+	for i, q := range snapshot {
+		k := all[i]
+		if k != q && held[q.addr] == k {
+			k.adopt(q)
+			delete(held, q.addr)
+			continue
+		}
+		if k == q && held[q.addr] == k {
+			delete(held, q.addr) // the caller passed back the picker's own peer
+			continue
+		}
+		k.effectiveWeight = k.weight.Load()
+		k.added = now
+		k.lat.reset()
+	}
+	for _, gone := range held {
+		gone.owner.Store(nil)
+		gone.currentWeight = 0
+	}
+	s.publishLocked(all)
+	return nil
+}
+
+// NextEligible returns the earliest time at which a peer now inside its
+// fail window (max_fails failures within fail_timeout) becomes eligible
+// again, so that a caller that got ErrNoLivePeer can wait exactly that long
+// before it picks again; false if no peer is out for its failures (down
+// peers wait for SetDown, full ones for a report). O(n), without a lock.
+func (s *peerSet) NextEligible() (time.Time, bool) {
+	l := s.load()
+	if l.single {
+		return time.Time{}, false // nginx's single server is never out for its failures
+	}
+	now := s.now()
+	var next int64
+	found := false
+	for _, peers := range [2][]*Peer{l.primary, l.backup} {
+		for _, p := range peers {
+			if p.down.Load() || !p.inFailWindow(now) {
+				continue
+			}
+			// inFailWindow compares with <=: out through checked+timeout.
+			at := p.checked.Load() + p.failTimeout.Load() + 1
+			if !found || at < next {
+				next, found = at, true
+			}
+		}
+	}
+	if !found {
+		return time.Time{}, false
+	}
+	return time.Unix(0, next), true
+}
+
 func (s *peerSet) ownsLocked(p *Peer) error {
 	if p == nil {
 		return fmt.Errorf("balancer: nil peer: %w", ErrUnknownPeer)
@@ -194,7 +314,7 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	l := &peerList{gen: listGen.Add(1)}
 	for _, p := range all {
 		p.currentWeight = 0
-		if p.backup {
+		if p.backup.Load() {
 			p.index = len(l.backup)
 			l.backup = append(l.backup, p)
 		} else {
@@ -228,6 +348,9 @@ func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if o.Latency < 0 {
 		return fmt.Errorf("balancer: Done(%q): latency %v: %w", p.addr, o.Latency, ErrInvalidLatency)
 	}
+	if o.Failed && o.Abandoned {
+		return fmt.Errorf("balancer: Done(%q): an attempt both failed and abandoned: %w", p.addr, ErrInvalidOutcome)
+	}
 	if !p.release() {
 		if owner == nil {
 			return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
@@ -257,7 +380,7 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
-	case l.single && !p.backup:
+	case l.single && !p.backup.Load():
 		p.fails.Store(0)
 	case o.Failed:
 		p.failLocked(s.now())

@@ -325,7 +325,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 		p := t.peers[i]
 		// As in RoundRobin.Pick: no failures and no max_conns need neither
 		// the clock nor a compare-and-swap.
-		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns == 0 {
+		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
 			p.conns.Add(1)
 			if r != nil {
 				r.begin(st.list)

@@ -16,7 +16,7 @@ type Algorithm struct {
 	Name string
 
 	// New builds the picker; it is the type's own constructor.
-	New func(peers []*Peer, opts ...Option) (Picker, error)
+	New func(peers []*Peer, opts ...Option) (Balancer, error)
 
 	// Random reports whether the picker draws random numbers, and so
 	// accepts WithRand.
@@ -67,8 +67,8 @@ func AlgorithmNames() string {
 }
 
 // as adapts a constructor to Algorithm.New.
-func as[T Picker](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option) (Picker, error) {
-	return func(peers []*Peer, opts ...Option) (Picker, error) {
+func as[T Balancer](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option) (Balancer, error) {
+	return func(peers []*Peer, opts ...Option) (Balancer, error) {
 		p, err := f(peers, opts...)
 		if err != nil {
 			return nil, err // not a typed nil inside the interface

@@ -164,7 +164,7 @@ func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 		// The common case needs no clock: a peer with no failures on record
 		// cannot be in its fail window, and one without max_conns cannot be
 		// full, so the in-flight count needs no compare-and-swap.
-		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns == 0 {
+		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
 			p.conns.Add(1)
 			if r != nil {
 				r.begin(t.list) // a fresh request: sets its bound, which p counts in

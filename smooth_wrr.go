@@ -149,11 +149,11 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 		// start. That check is O(n), so it is made when the winner lands
 		// at 0 and otherwise once every n picks: amortized O(1).
 		s.sinceCheck++
-		if p.backup || p.currentWeight == 0 || s.sinceCheck >= len(l.primary) {
+		if p.backup.Load() || p.currentWeight == 0 || s.sinceCheck >= len(l.primary) {
 			s.sinceCheck = 0
 			s.maybeOpenLocked(l)
 		}
-	case fresh && !p.backup:
+	case fresh && !p.backup.Load():
 		s.recordLocked(l, p)
 	default:
 		s.recFor = nil // a retry or a backup is not a step of the period
@@ -284,12 +284,12 @@ func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
 		return nil // removed while in flight
 	}
 	l := s.load()
-	if o.Failed && !p.backup {
+	if o.Failed && !p.backup.Load() {
 		s.closeLocked()
 		s.recFor = nil
 	}
 	g := s.groups
-	if g != nil && (p.backup || g.list != l) {
+	if g != nil && (p.backup.Load() || g.list != l) {
 		g = nil
 	}
 	if g != nil && g.of[p.index] >= 0 {
@@ -340,12 +340,12 @@ func (s *SmoothWRR) closeLocked() {
 // implicitly: in a weight group (base + offset), or while the cycle stands
 // for it, by the formula closeLocked uses, in O(n).
 func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
-	if g := s.groups; g != nil && !p.backup && p.index < len(g.of) &&
+	if g := s.groups; g != nil && !p.backup.Load() && p.index < len(g.of) &&
 		g.list.primary[p.index] == p && g.of[p.index] >= 0 {
 		return g.cw(int32(p.index)), true
 	}
 	c := s.cycle.Load()
-	if c == nil || p.backup || c.list.primary[p.index] != p {
+	if c == nil || p.backup.Load() || c.list.primary[p.index] != p {
 		return 0, false
 	}
 	k := c.ctr.Load() % c.w
@@ -373,7 +373,7 @@ func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.effectiveWeight != p.weight.Load() || p.fails.Load() != 0 || p.maxConns != 0 {
+		if p.effectiveWeight != p.weight.Load() || p.fails.Load() != 0 || p.maxConns.Load() != 0 {
 			return
 		}
 		zero = zero && p.currentWeight == 0

@@ -24,12 +24,51 @@ type Picker interface {
 	Done(p *Peer, o Outcome) error
 }
 
+// Updater changes a picker's peers while other goroutines pick. Every picker
+// of the package implements it, with the same semantics (see Balancer).
+type Updater interface {
+	// Add adds peers; Remove takes one out; SetWeight and SetDown change
+	// one, as editing nginx's configuration and reloading would.
+	Add(peers ...*Peer) error
+	Remove(p *Peer) error
+	SetWeight(p *Peer, w int) error
+	SetDown(p *Peer, down bool) error
+
+	// Update makes the picker's peers those of a discovery snapshot in one
+	// change; see the pickers' Update methods.
+	Update(snapshot []*Peer) error
+
+	// Peers returns the picker's peers in a new slice.
+	Peers() []*Peer
+
+	// NextEligible returns when the next peer now inside its fail window
+	// becomes eligible again, and false if none is.
+	NextEligible() (time.Time, bool)
+}
+
+// Balancer is a Picker whose peers can change: what an integration (a gRPC
+// balancer, an HTTP transport, a service-discovery watcher) holds. Every
+// picker of the package is a Balancer.
+type Balancer interface {
+	Picker
+	Updater
+}
+
 // Outcome is what the caller observed on one attempt.
 type Outcome struct {
 	// Failed reports whether the attempt counts as a failure of the peer,
 	// as nginx counts a connection error, a timeout or a listed 5xx
 	// (proxy_next_upstream). A 404 is usually not a failure.
 	Failed bool
+
+	// Abandoned reports that the caller gave up on the attempt (its
+	// context ended) or never sent it. nginx does not count a client's
+	// abort against the peer, so neither does any picker: the attempt ends
+	// as a success would end it for nginx's failure accounting. Its Latency
+	// is a lower bound: the latency-aware pickers take it as "at least this
+	// slow", never as a fast reply. Failed and Abandoned together are
+	// rejected with ErrInvalidOutcome.
+	Abandoned bool
 
 	// Latency is how long the attempt took. Only the latency-aware pickers
 	// use it, but every picker rejects a negative value with
@@ -76,6 +115,10 @@ var (
 
 	// ErrInvalidLatency is returned by Done for a negative latency.
 	ErrInvalidLatency = errors.New("balancer: invalid latency")
+
+	// ErrInvalidOutcome is returned by Done for an outcome both Failed and
+	// Abandoned.
+	ErrInvalidOutcome = errors.New("balancer: invalid outcome")
 )
 
 // MaxWeightSum bounds the sum of the weights of one picker's peers. Smooth
