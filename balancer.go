@@ -99,6 +99,7 @@ type config struct {
 	src    rand.Source
 	warmup time.Duration
 	lat    latencyConfig // latency-aware pickers' tuning; see latency.go
+	bound  float64       // ConsistentHash's bounded-load factor; 0: off
 	set    optionSet
 }
 
@@ -110,6 +111,7 @@ const (
 	optWarmup
 	optLatency // WithDecay, WithFailurePenalty
 	optFastest // WithBand, WithExponent, WithFloor, WithTolerance
+	optBounded // WithBoundedLoad
 )
 
 func (s optionSet) String() string {
@@ -124,6 +126,8 @@ func (s optionSet) String() string {
 		return "WithDecay/WithFailurePenalty"
 	case optFastest:
 		return "WithBand/WithExponent/WithFloor/WithTolerance"
+	case optBounded:
+		return "WithBoundedLoad"
 	}
 	return fmt.Sprintf("option(%d)", uint8(s))
 }
@@ -141,7 +145,7 @@ func newConfig(picker string, allowed optionSet, opts []Option) (config, error) 
 		}
 		o.apply(&c)
 	}
-	for bit := optionSet(1); bit != 0 && bit <= optFastest; bit <<= 1 {
+	for bit := optionSet(1); bit != 0 && bit <= optBounded; bit <<= 1 {
 		if c.set&bit != 0 && allowed&bit == 0 {
 			return c, fmt.Errorf("balancer: %s does not use %v: %w", picker, bit, ErrInvalidConfig)
 		}

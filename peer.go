@@ -36,7 +36,8 @@ type Peer struct {
 	failTimeout int64 // nanoseconds
 	maxConns    int64
 	backup      bool
-	configErr   error // the first bad PeerOption; reported when added
+	hashKey     string // server text ConsistentHash hashes; "" means addr (key.go)
+	configErr   error  // the first bad PeerOption; reported when added
 
 	weight atomic.Int64
 	down   atomic.Bool

@@ -1,5 +1,7 @@
 package balancer
 
+import "net/netip"
+
 // Request carries one request's retry state across its attempts, as nginx's
 // per-request peer data does: the peers it has already tried (each is tried
 // at most once), whether it has moved on to the backup peers, and how many
@@ -19,6 +21,10 @@ type Request struct {
 	limit    int
 	backup   bool
 	oneShot  bool // stands in for a nil *Request: never retried
+
+	key  string     // the hash pickers' key; see SetKey (key.go)
+	addr netip.Addr // IPHash's client address; see SetAddr (key.go)
+	hs   hashState  // the hash and random pickers' per-request state
 }
 
 // orOneShot returns r, or, for a nil r, buf made into a request that will
@@ -36,6 +42,7 @@ func (r *Request) orOneShot(buf *Request) *Request {
 func (r *Request) Reset() {
 	r.clearTried()
 	r.gen, r.attempts, r.limit, r.backup = 0, 0, 0, false
+	r.key, r.addr, r.hs = "", netip.Addr{}, hashState{}
 }
 
 // Attempts returns how many peers Pick has returned for r.
