@@ -1,9 +1,6 @@
 package balancer
 
-import (
-	"hash/crc32"
-	"strconv"
-)
+import "hash/crc32"
 
 // Hash is nginx's `hash KEY` (ngx_http_upstream_hash_module.c, nginx
 // 1.22.1), the Cache::Memcached-compatible key hash: requests with the same
@@ -131,11 +128,10 @@ func (h *Hash) Pick(r *Request) (*Peer, error) {
 // iterating while the peer is tried or not eligible, each such iteration a
 // try; past 20 tries, round robin. Requires h.mu.
 func (h *Hash) hashLocked(l *peerList, r *Request, clk *rrClock) *Peer {
-	var buf [20]byte
 	for {
 		var c uint32
 		if r.hs.rehash > 0 {
-			c = crc32.Update(0, crc32.IEEETable, strconv.AppendUint(buf[:0], r.hs.rehash, 10))
+			c = crc32Decimal(r.hs.rehash)
 		}
 		c = crc32String(c, r.key)
 		r.hs.hash += uint64(c>>16) & 0x7fff
@@ -148,6 +144,26 @@ func (h *Hash) hashLocked(l *peerList, r *Request, clk *rrClock) *Peer {
 			return fallbackLocked(l, r, clk)
 		}
 	}
+}
+
+// crc32Decimal returns the CRC-32 of v's decimal text, nginx's "%ui"
+// REHASH, byte by byte over the IEEE table: crc32.Update would take the
+// digits' buffer to the heap.
+func crc32Decimal(v uint64) uint32 {
+	var digits [20]byte
+	k := len(digits)
+	for {
+		k--
+		digits[k] = byte('0' + v%10)
+		if v /= 10; v == 0 {
+			break
+		}
+	}
+	crc := ^uint32(0)
+	for _, b := range digits[k:] {
+		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
 }
 
 // Done reports the outcome of an attempt on p, which ends its in-flight

@@ -538,3 +538,11 @@ func TestHashPickers_concurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestCRC32Decimal checks the REHASH digits' CRC against the standard
+// library's over the formatted text.
+func TestCRC32Decimal(t *testing.T) {
+	for _, v := range []uint64{1, 9, 10, 19, 20, 99, 100, 12345, math.MaxUint64} {
+		assert.Equal(t, crc32.ChecksumIEEE([]byte(strconv.FormatUint(v, 10))), crc32Decimal(v), "%d", v)
+	}
+}
