@@ -116,6 +116,11 @@ func TestContract_backupOnlyWhenNoPrimary(t *testing.T) {
 		a, b := NewPeer("a"), NewPeer("b")
 		bk := NewPeer("bk", Backup())
 		p, err := pc.new([]*Peer{a, b, bk})
+		if pc.alg.NoBackups {
+			assert.ErrorIs(t, err, ErrInvalidConfig, "nginx refuses backup with this method")
+			assert.ErrorContains(t, err, `"bk"`)
+			return
+		}
 		require.NoError(t, err)
 		for range 20 {
 			got := mustPick(t, p, nil)
@@ -369,6 +374,9 @@ func TestContract_freshRequestStartsOnPrimaries(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		clk := newFakeClock()
 		a := NewPeer("a")
+		if pc.alg.NoBackups {
+			t.Skip("no backups with this method")
+		}
 		p, err := pc.new([]*Peer{a, NewPeer("b"), NewPeer("bk", Backup(), Down())}, WithClock(clk.now))
 		require.NoError(t, err)
 		for range 2 {

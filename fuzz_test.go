@@ -99,6 +99,9 @@ type fuzzTrait struct {
 	// FastestFirst takes a peer due for its probe (failures on record,
 	// fail_timeout passed) before any other, whatever its weight.
 	probeFirst bool
+	// ConsistentHash bounds the total weight further (MaxRingWeight), and
+	// checks that bound before any other check of Add.
+	ringMax int64
 }
 
 // fuzzTraits holds the promises of each picker by its registry name, each
@@ -154,21 +157,22 @@ func (q *fzReq) reset() {
 }
 
 type fuzzMachine struct {
-	t     *testing.T
-	name  string
-	tr    fuzzTrait
-	p     Picker
-	set   updater
-	in    []byte
-	pos   int
-	now   time.Time
-	gen   uint64
-	pool  []*fzPeer // every peer made, in order
-	byPtr map[*Peer]*fzPeer
-	list  []*fzPeer // the picker's peers in the order they were added
-	out   []*fzPeer // one entry per attempt in flight
-	reqs  [3]fzReq
-	log   []string // the steps so far, for failure messages
+	t         *testing.T
+	name      string
+	noBackups bool // the picker refuses backup peers: the model makes none
+	tr        fuzzTrait
+	p         Picker
+	set       updater
+	in        []byte
+	pos       int
+	now       time.Time
+	gen       uint64
+	pool      []*fzPeer // every peer made, in order
+	byPtr     map[*Peer]*fzPeer
+	list      []*fzPeer // the picker's peers in the order they were added
+	out       []*fzPeer // one entry per attempt in flight
+	reqs      [3]fzReq
+	log       []string // the steps so far, for failure messages
 
 	// The cycle check: clean while every non-down primary has been
 	// healthy, static and unretried since the last list change.
@@ -212,7 +216,7 @@ func (m *fuzzMachine) newPeer(addr string) *fzPeer {
 		weight:   int64(w),
 		maxFails: int64(flags & 3),
 		timeout:  int64(timeout),
-		backup:   flags&4 != 0,
+		backup:   flags&4 != 0 && !m.noBackups,
 		down:     flags&8 != 0,
 		badCfg:   w < 0 || w > MaxWeightSum,
 	}
@@ -237,7 +241,7 @@ func (m *fuzzMachine) newPeer(addr string) *fzPeer {
 
 func newFuzzMachine(t *testing.T, pc pickerCase, in []byte) *fuzzMachine {
 	m := &fuzzMachine{
-		t: t, name: pc.name, tr: fuzzTraits[pc.name], in: in,
+		t: t, name: pc.name, tr: fuzzTraits[pc.name], in: in, noBackups: pc.alg.NoBackups,
 		now:    time.Unix(1_700_000_000, 0),
 		byPtr:  map[*Peer]*fzPeer{},
 		counts: map[*fzPeer]int64{},
@@ -678,6 +682,17 @@ func (m *fuzzMachine) expectAdd(qs []*fzPeer) error {
 		seen[q.p.addr] = true
 		sum += q.weight
 	}
+	if m.tr.ringMax != 0 {
+		ring := sum
+		for _, q := range qs {
+			if !q.badCfg {
+				ring += q.weight
+			}
+		}
+		if ring > m.tr.ringMax {
+			return ErrInvalidConfig
+		}
+	}
 	for _, q := range qs {
 		switch {
 		case q.badCfg:
@@ -753,7 +768,7 @@ func (m *fuzzMachine) setWeight(q *fzPeer, w int) {
 				sum += o.weight
 			}
 		}
-		if sum > MaxWeightSum {
+		if sum > MaxWeightSum || m.tr.ringMax != 0 && sum > m.tr.ringMax {
 			want = ErrInvalidConfig
 		}
 	}

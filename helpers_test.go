@@ -45,6 +45,7 @@ func picks(t *testing.T, p Picker, n int) string {
 type pickerCase struct {
 	name string
 	new  func(peers []*Peer, opts ...Option) (Balancer, error)
+	alg  Algorithm
 }
 
 // pickerCases is every picker of the registry (Algorithms), so a picker
@@ -52,7 +53,7 @@ type pickerCase struct {
 var pickerCases = func() []pickerCase {
 	var cs []pickerCase
 	for _, a := range Algorithms() {
-		cs = append(cs, pickerCase{a.Name, a.New})
+		cs = append(cs, pickerCase{a.Name, a.New, a})
 	}
 	return cs
 }()
@@ -86,4 +87,13 @@ func benchPeers(n int) []*Peer {
 		peers[i] = NewPeer(fmt.Sprintf("10.0.%d.%d:80", i/256, i%256), Weight(i%10+1))
 	}
 	return peers
+}
+
+// backupOf returns a peer for addr that is a backup, or a primary for a
+// picker that refuses backups (nginx's hash, ip_hash and random methods).
+func backupOf(pc pickerCase, addr string, opts ...PeerOption) *Peer {
+	if pc.alg.NoBackups {
+		return NewPeer(addr, opts...)
+	}
+	return NewPeer(addr, append(opts, Backup())...)
 }

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -25,6 +26,7 @@ type config struct {
 	exponent float64
 	floor    int
 	tol      float64
+	bound    float64 // ConsistentHash's bounded-load factor; 0: off
 	set      optionSet
 }
 
@@ -42,13 +44,14 @@ const (
 	optExponent
 	optFloor
 	optTolerance
+	optBounded
 	optEnd // one past the last bit: newConfig checks every bit below it
 )
 
 // optionNames names each bit's option, for error messages.
 var optionNames = [...]string{
 	"WithClock", "WithRand", "WithWarmup", "WithDecay", "WithFailurePenalty",
-	"WithBand", "WithExponent", "WithFloor", "WithTolerance",
+	"WithBand", "WithExponent", "WithFloor", "WithTolerance", "WithBoundedLoad",
 }
 
 func (s optionSet) String() string {
@@ -90,6 +93,8 @@ func newConfig(picker string, allowed optionSet, opts []Option) (config, error) 
 		return c, fmt.Errorf("balancer: %s: WithRand(nil): %w", picker, ErrInvalidConfig)
 	case c.warmup < 0:
 		return c, fmt.Errorf("balancer: %s: WithWarmup(%v): negative: %w", picker, c.warmup, ErrInvalidConfig)
+	case c.set&optBounded != 0 && !(c.bound >= 1 && !math.IsInf(c.bound, 1)):
+		return c, fmt.Errorf("balancer: %s: WithBoundedLoad(%v): the factor must be finite and at least 1: %w", picker, c.bound, ErrInvalidConfig)
 	}
 	return c, nil
 }
@@ -169,6 +174,23 @@ func WithFloor(w int) Option {
 // Default: DefaultTolerance.
 func WithTolerance(x float64) Option {
 	return optionFunc(func(c *config) { c.tol = x; c.set |= optTolerance })
+}
+
+// WithBoundedLoad makes ConsistentHash bound each peer's load, as in
+// "Consistent Hashing with Bounded Loads" (Mirrokni, Thorup and
+// Zadimoghaddam, 2016; HAProxy's hash-balance-factor, Envoy's
+// hash_balance_factor): a peer of weight w takes an attempt only while it
+// has fewer than ⌈c·(T+1)·w/L⌉ in flight, T the attempts in flight on the
+// picker and L the weight of the peers not down (⌈c·(T+1)/n⌉ for equal
+// weights), and a key whose point lands on a full peer walks on along the
+// ring to the next point with room, without counting a try. So no peer
+// holds more than c times its share (plus the rounding up), a hot key
+// spills over to the next peers on its ring walk, and keys still move
+// little when peers change. The bound does not apply to the round-robin
+// fallback. c must be at least 1 and finite; default: no bound, nginx's
+// behavior. ConsistentHash is the only picker that accepts it.
+func WithBoundedLoad(c float64) Option {
+	return optionFunc(func(cfg *config) { cfg.bound = c; cfg.set |= optBounded })
 }
 
 // checkLatency validates the options both latency-aware pickers accept and

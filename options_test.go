@@ -22,7 +22,7 @@ func TestOptions_everyOptionEveryPicker(t *testing.T) {
 		accepts []string // nil: every picker
 	}{
 		{"WithClock", WithClock(time.Now), nil},
-		{"WithRand", WithRand(rand.NewPCG(1, 2)), []string{"RoundRobin", "RandomWeighted", "P2CPeakEWMA"}},
+		{"WithRand", WithRand(rand.NewPCG(1, 2)), []string{"RoundRobin", "RandomWeighted", "P2CPeakEWMA", "Random", "RandomTwo"}},
 		{"WithWarmup", WithWarmup(time.Minute), []string{"RandomWeighted"}},
 		{"WithDecay", WithDecay(time.Second), latency},
 		{"WithFailurePenalty", WithFailurePenalty(time.Second), latency},
@@ -30,6 +30,7 @@ func TestOptions_everyOptionEveryPicker(t *testing.T) {
 		{"WithExponent", WithExponent(1), []string{"FastestFirst"}},
 		{"WithFloor", WithFloor(2), []string{"FastestFirst"}},
 		{"WithTolerance", WithTolerance(2), []string{"FastestFirst"}},
+		{"WithBoundedLoad", WithBoundedLoad(1.25), []string{"ConsistentHash"}},
 	}
 	require.Len(t, tests, len(optionNames), "one row per option")
 	for _, tt := range tests {

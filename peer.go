@@ -42,6 +42,8 @@ type Peer struct {
 	backup      atomic.Bool
 	value       atomic.Pointer[any] // the caller's value; nil: none
 
+	hashKey string // server text ConsistentHash hashes; "" means addr (key.go)
+
 	weight atomic.Int64
 	down   atomic.Bool
 	conns  atomic.Int64 // attempts picked and not yet reported

@@ -24,6 +24,14 @@ type Algorithm struct {
 
 	// Latency reports whether the picker learns from Outcome.Latency.
 	Latency bool
+
+	// Keyed reports whether the picker routes by the Request's key or
+	// client address (Request.SetKey, Request.SetAddr).
+	Keyed bool
+
+	// NoBackups reports whether the picker refuses backup peers, as nginx
+	// refuses them with its hash, ip_hash and random methods.
+	NoBackups bool
 }
 
 // ErrUnknownAlgorithm is returned by AlgorithmNamed for a name no picker
@@ -39,6 +47,11 @@ var algorithms = []Algorithm{
 	{Name: "LeastConn", New: as(NewLeastConn)},
 	{Name: "P2CPeakEWMA", New: as(NewP2CPeakEWMA), Random: true, Latency: true},
 	{Name: "FastestFirst", New: as(NewFastestFirst), Latency: true},
+	{Name: "Hash", New: as(NewHash), Keyed: true, NoBackups: true},
+	{Name: "ConsistentHash", New: as(NewConsistentHash), Keyed: true, NoBackups: true},
+	{Name: "IPHash", New: as(NewIPHash), Keyed: true, NoBackups: true},
+	{Name: "Random", New: as(NewRandom), Random: true, NoBackups: true},
+	{Name: "RandomTwo", New: as(NewRandomTwo), Random: true, NoBackups: true},
 }
 
 // Algorithms returns every picker of the package, in a fixed order, in a new

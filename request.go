@@ -1,5 +1,7 @@
 package balancer
 
+import "net/netip"
+
 // Request carries one request's retry state across its attempts, as nginx's
 // per-request peer data does: the peers it has already tried (each is tried
 // at most once), whether it has moved on to the backup peers, and how many
@@ -18,12 +20,17 @@ type Request struct {
 	attempts int
 	limit    int
 	backup   bool
+
+	key  string     // the hash pickers' key; see SetKey (key.go)
+	addr netip.Addr // IPHash's client address; see SetAddr (key.go)
+	hs   hashState  // the hash and random pickers' per-request state
 }
 
 // Reset makes r a fresh request, keeping its storage.
 func (r *Request) Reset() {
 	r.clearTried()
 	r.gen, r.attempts, r.limit, r.backup = 0, 0, 0, false
+	r.key, r.addr, r.hs = "", netip.Addr{}, hashState{}
 }
 
 // Attempts returns how many peers Pick has returned for r.

@@ -79,9 +79,9 @@ func TestStress_totals(t *testing.T) {
 			NewPeer("c", Weight(3), MaxConns(2)),
 			NewPeer("d", Weight(1), MaxFails(0)),
 			NewPeer("off", Weight(4), Down()),
-			NewPeer("bk", Weight(1), Backup()),
+			backupOf(pc, "bk", Weight(1)),
 		}
-		extras := []*Peer{NewPeer("x1", Weight(2)), NewPeer("x2"), NewPeer("xb", Backup())}
+		extras := []*Peer{NewPeer("x1", Weight(2)), NewPeer("x2"), backupOf(pc, "xb")}
 		tally := newStressTally(append(slices.Clone(fixed), extras...))
 		opts := []Option{clk.opt()}
 		if _, err := pc.new(nil, WithRand(rand.NewPCG(1, 2))); err == nil {

@@ -1,0 +1,173 @@
+package balancer
+
+import "hash/crc32"
+
+// Hash is nginx's `hash KEY` (ngx_http_upstream_hash_module.c, nginx
+// 1.22.1), the Cache::Memcached-compatible key hash: requests with the same
+// key (Request.SetKey) go to the same peer for as long as the peer list is
+// unchanged and that peer is eligible. Use it for cache affinity where the
+// peer list rarely changes; where it does, ConsistentHash moves far fewer
+// keys (a change here remaps most of them).
+//
+// Each iteration hashes the key, prefixed from the second on by the
+// iteration number, with CRC-32, adds bits 16-30 of it to a running sum and
+// takes the sum modulo the total weight (down peers included) to a peer
+// along the cumulative weights, so a peer of weight w gets w/W of the keys.
+// A peer that is down, inside its fail window, at max_conns or already
+// tried by the request makes it iterate again; the sum lives in the
+// Request, so a retry continues the same sequence, as in nginx. After 20
+// fruitless iterations, and for an empty key, a nil Request, a single peer
+// or a total weight of 0, the request goes to nginx's smooth round-robin
+// over the same peers and current weights (see SmoothWRR). Failures,
+// max_fails and fail_timeout, down, max_conns and the retry bound follow
+// nginx's round-robin module; backup peers are refused with
+// ErrInvalidConfig, as nginx refuses them, and a peer of weight 0 is never
+// hashed to.
+//
+// Cost of a pick: O(log n) under the picker's lock (a CRC-32 of the key and
+// a binary search of the cumulative weights per iteration); no allocation.
+// The zero value is not usable; use NewHash. Hash is safe for concurrent use
+// by multiple goroutines.
+type Hash struct {
+	peerSet
+	walk weightWalk // guarded by mu
+}
+
+var _ Picker = (*Hash)(nil)
+
+// weightWalk is nginx's walk from a weight offset to a peer: `while (w >=
+// peer->weight) { w -= peer->weight; peer = peer->next; }` lands on the
+// first peer i whose cumulative weight cum[i] (weights 0..i summed) passes
+// w, which a binary search finds in O(log n). Peers of weight 0 add nothing
+// to the sum and are never landed on.
+type weightWalk struct {
+	cum   []int64
+	total int64
+}
+
+func (w *weightWalk) build(peers []*Peer) {
+	w.cum = w.cum[:0]
+	w.total = 0
+	for _, p := range peers {
+		w.total += p.weight.Load()
+		w.cum = append(w.cum, w.total)
+	}
+}
+
+// find returns the peer index for an offset x < total.
+func (w *weightWalk) find(x int64) int {
+	lo, hi := 0, len(w.cum)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if w.cum[m] > x {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
+
+// NewHash returns a Hash over peers. It accepts WithClock. A backup peer is
+// rejected with ErrInvalidConfig naming it.
+func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
+	cfg, err := newConfig("Hash", optClock, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := refuseBackups("Hash", peers); err != nil {
+		return nil, err
+	}
+	h := &Hash{}
+	if err := h.init(peers, cfg, func(l *peerList) { h.walk.build(l.primary) }); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Add adds peers as peerSet.Add does, refusing backup peers with
+// ErrInvalidConfig.
+func (h *Hash) Add(peers ...*Peer) error {
+	if err := refuseBackups("Hash", peers); err != nil {
+		return err
+	}
+	return h.peerSet.Add(peers...)
+}
+
+// Update reconciles a snapshot as peerSet.Update does, refusing backup
+// peers with ErrInvalidConfig.
+func (h *Hash) Update(snapshot []*Peer) error {
+	if err := refuseBackups("Hash", snapshot); err != nil {
+		return err
+	}
+	return h.peerSet.Update(snapshot)
+}
+
+// Pick returns the peer r's key hashes to, or the next one in the key's
+// sequence when that one is not eligible, and counts the attempt in flight
+// until Done.
+func (h *Hash) Pick(r *Request) (*Peer, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clk := lazyClock{now: h.now}
+	return pickFrame(h.load(), r, func(peers []*Peer, _ bool) int {
+		if r == nil || r.key == "" || h.walk.total == 0 {
+			return fallbackLocked(peers, r, &clk)
+		}
+		if hs, _ := r.hashState(nil); hs.tries > maxHashTries {
+			return fallbackLocked(peers, r, &clk)
+		}
+		return h.hashLocked(peers, r, &clk)
+	})
+}
+
+// hashLocked is the loop of ngx_http_upstream_get_hash_peer:
+//
+//	h = crc32([REHASH] KEY)          // REHASH: decimal, omitted while 0
+//	hash += (h >> 16) & 0x7fff; rehash++
+//	w = hash % total_weight          // then the weight walk
+//
+// iterating while the peer is tried or not eligible, each such iteration a
+// try; past 20 tries, round robin. Requires h.mu.
+func (h *Hash) hashLocked(peers []*Peer, r *Request, clk *lazyClock) int {
+	for {
+		var c uint32
+		if r.hs.rehash > 0 {
+			c = crc32Decimal(r.hs.rehash)
+		}
+		c = crc32String(c, r.key)
+		r.hs.hash += uint64(c>>16) & 0x7fff
+		r.hs.rehash++
+		i := h.walk.find(int64(r.hs.hash % uint64(h.walk.total)))
+		if p := peers[i]; !r.isTried(i) && p.eligible(clk) {
+			return takeLocked(p, clk)
+		}
+		if r.hs.tries++; r.hs.tries > maxHashTries {
+			return fallbackLocked(peers, r, clk)
+		}
+	}
+}
+
+// crc32Decimal returns the CRC-32 of v's decimal text, nginx's "%ui"
+// REHASH, byte by byte over the IEEE table: crc32.Update would take the
+// digits' buffer to the heap.
+func crc32Decimal(v uint64) uint32 {
+	var digits [20]byte
+	k := len(digits)
+	for {
+		k--
+		digits[k] = byte('0' + v%10)
+		if v /= 10; v == 0 {
+			break
+		}
+	}
+	crc := ^uint32(0)
+	for _, b := range digits[k:] {
+		crc = crc32.IEEETable[byte(crc)^b] ^ crc>>8
+	}
+	return ^crc
+}
+
+// Done reports the outcome of an attempt on p, which ends its in-flight
+// count. A success on a peer with no failures on record takes no lock.
+func (h *Hash) Done(p *Peer, o Outcome) error { return h.done(p, o) }

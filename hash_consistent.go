@@ -1,0 +1,350 @@
+package balancer
+
+import (
+	"fmt"
+	"hash/crc32"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// ConsistentHash is nginx's `hash KEY consistent`
+// (ngx_http_upstream_hash_module.c, nginx 1.22.1), ketama consistent
+// hashing compatible with Cache::Memcached::Fast: requests with the same
+// key (Request.SetKey) go to the same peer, and when a peer joins or leaves
+// only about 1/n of the keys move. Use it for cache or shard affinity on a
+// peer list that changes.
+//
+// Each peer puts 160 points per unit of weight on a ring of 32-bit CRC-32
+// values, derived from its hash key (HashKey, by default its address, split
+// into host and port as nginx splits the server text). A key goes to the
+// first point at or after CRC-32(key), wrapping around. If no eligible
+// untried peer holds that point (down, inside its fail window, at max_conns
+// or tried), the key walks on to the next point; the position lives in the
+// Request, so a retry continues the walk, as in nginx. Peers sharing a hash
+// key share their points and smooth round-robin chooses among them. After
+// 20 fruitless points, and for an empty key, a nil Request, a single peer or
+// a total weight of 0, the request goes to nginx's smooth round-robin over
+// the same peers and current weights. Failures, max_fails/fail_timeout,
+// down, max_conns and the retry bound follow nginx's round-robin module;
+// backup peers are refused with ErrInvalidConfig, as nginx refuses them.
+//
+// With WithBoundedLoad(c), beyond nginx, no peer takes an attempt while it
+// holds its share of the load: see WithBoundedLoad.
+//
+// Cost: a pick is a CRC-32 of the key and an O(log p) binary search over
+// the p = 160·W points (W the total weight), under the picker's lock, with
+// no allocation; the ring takes 8 bytes a point and is rebuilt, in
+// O(p log p), on every change of the peers or their weights (not on
+// SetDown). The total weight is limited to MaxRingWeight. The zero value is
+// not usable; use NewConsistentHash. ConsistentHash is safe for concurrent
+// use by multiple goroutines.
+type ConsistentHash struct {
+	peerSet
+	ring  *chashRing // guarded by mu
+	bound float64    // WithBoundedLoad's factor; 0: off
+	live  int64      // weight of the peers not down; guarded by mu
+
+	// inflight counts the attempts Pick returned and Done has not
+	// reported, for the load bound.
+	inflight atomic.Int64
+
+	admin sync.Mutex // serializes Add and SetWeight, so the limit holds
+}
+
+var _ Picker = (*ConsistentHash)(nil)
+
+// MaxRingWeight bounds the total weight of a ConsistentHash's peers: the
+// ring holds 160 points, 8 bytes each, per unit of weight, about 84 MB at
+// the bound.
+const MaxRingWeight = 1 << 16
+
+// chashPointsPerWeight is nginx's 160 points per unit of weight.
+const chashPointsPerWeight = 160
+
+// chashRing is the ring for one peer list: points sorted by hash, each
+// hash<<32 | group, one per distinct hash, and the peers of each group
+// (those sharing a hash key), in list order, in members[start[g]:start[g+1]].
+type chashRing struct {
+	points  []uint64
+	start   []int32
+	members []int32
+
+	// What the ring was built from, so that a change that leaves the
+	// peers and their weights alone (SetDown) keeps it.
+	peers   []*Peer
+	weights []int64
+}
+
+// NewConsistentHash returns a ConsistentHash over peers. It accepts
+// WithClock and WithBoundedLoad. A backup peer, a total weight past
+// MaxRingWeight or a bound factor below 1, infinite or NaN is rejected with
+// ErrInvalidConfig naming the value.
+func NewConsistentHash(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
+	cfg, err := newConfig("ConsistentHash", optClock|optBounded, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRing(peers, nil, 0); err != nil {
+		return nil, err
+	}
+	c := &ConsistentHash{bound: cfg.bound}
+	if err := c.init(peers, cfg, c.changedLocked); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkRing returns ErrInvalidConfig for a backup peer among add or a
+// total weight past MaxRingWeight, with p's weight replaced by w if p is
+// not nil.
+func checkRing(add []*Peer, have []*Peer, w int) error {
+	if err := refuseBackups("ConsistentHash", add); err != nil {
+		return err
+	}
+	var sum int64
+	for _, list := range [][]*Peer{have, add} {
+		for _, q := range list {
+			if q != nil && q.configErr == nil {
+				sum += q.weight.Load()
+			}
+		}
+	}
+	if sum+int64(w) > MaxRingWeight {
+		return fmt.Errorf("balancer: ConsistentHash: total weight %d past MaxRingWeight %d: %w", sum+int64(w), MaxRingWeight, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Add adds peers as peerSet.Add does, refusing backup peers and a total
+// weight past MaxRingWeight with ErrInvalidConfig.
+func (c *ConsistentHash) Add(peers ...*Peer) error {
+	c.admin.Lock()
+	defer c.admin.Unlock()
+	if err := checkRing(peers, c.Peers(), 0); err != nil {
+		return err
+	}
+	return c.peerSet.Add(peers...)
+}
+
+// SetWeight changes p's weight as peerSet.SetWeight does, refusing a total
+// weight past MaxRingWeight with ErrInvalidConfig. The ring is rebuilt.
+func (c *ConsistentHash) SetWeight(p *Peer, w int) error {
+	c.admin.Lock()
+	defer c.admin.Unlock()
+	others := make([]*Peer, 0, len(c.load().primary))
+	for _, q := range c.load().primary {
+		if q != p {
+			others = append(others, q)
+		}
+	}
+	if w >= 0 && p != nil && p.owner.Load() == &c.peerSet { // else peerSet reports the peer
+		if err := checkRing(nil, others, w); err != nil {
+			return err
+		}
+	}
+	return c.peerSet.SetWeight(p, w)
+}
+
+// Update reconciles a snapshot as peerSet.Update does, refusing backup
+// peers and a total weight past MaxRingWeight with ErrInvalidConfig. The
+// ring is rebuilt.
+func (c *ConsistentHash) Update(snapshot []*Peer) error {
+	c.admin.Lock()
+	defer c.admin.Unlock()
+	if err := checkRing(snapshot, nil, 0); err != nil {
+		return err
+	}
+	return c.peerSet.Update(snapshot)
+}
+
+// changedLocked rebuilds the ring unless the peers and their weights are
+// those it was built from.
+func (c *ConsistentHash) changedLocked(l *peerList) {
+	c.live = 0
+	for _, p := range l.primary {
+		if !p.down.Load() {
+			c.live += p.weight.Load()
+		}
+	}
+	if g := c.ring; g != nil && slices.Equal(g.peers, l.primary) &&
+		slices.EqualFunc(g.weights, l.primary, func(w int64, p *Peer) bool { return w == p.weight.Load() }) {
+		return
+	}
+	c.ring = buildRing(l.primary)
+}
+
+// buildRing is ngx_http_upstream_update_chash over peers, down ones
+// included: for each peer, host and port from splitServer,
+//
+//	base = crc32_update(host ‖ "\0" ‖ port), prev = 0
+//	repeat weight·160 times: h = crc32_final(crc32_update(base, le32(prev)))
+//	                         add point (h, server); prev = h
+//
+// then the points sorted by hash, a point dropped when its hash equals the
+// previous one's. Go's crc32.Update finalizes and resumes, so Update(base,
+// le32(prev)) is nginx's update-then-final of the unfinalized base. Points
+// are sorted as hash<<32 | group and groups are numbered in order of first
+// appearance, so of the points sharing a hash the one kept is the first
+// peer's in list order (nginx sorts with an unstable qsort, so for two
+// servers whose points collide its choice is unspecified).
+func buildRing(peers []*Peer) *chashRing {
+	g := &chashRing{peers: peers, weights: make([]int64, len(peers))}
+	groupOf := make(map[string]int32, len(peers))
+	gid := make([]int32, len(peers))
+	var total int64
+	for i, p := range peers {
+		k := p.HashKey()
+		id, ok := groupOf[k]
+		if !ok {
+			id = int32(len(groupOf))
+			groupOf[k] = id
+		}
+		gid[i] = id
+		g.weights[i] = p.weight.Load()
+		total += g.weights[i]
+	}
+	g.start = make([]int32, len(groupOf)+1)
+	for _, id := range gid {
+		g.start[id+1]++
+	}
+	for k := 1; k < len(g.start); k++ {
+		g.start[k] += g.start[k-1]
+	}
+	g.members = make([]int32, len(peers))
+	next := slices.Clone(g.start[:len(groupOf)])
+	for i, id := range gid {
+		g.members[next[id]] = int32(i)
+		next[id]++
+	}
+
+	g.points = make([]uint64, 0, total*chashPointsPerWeight)
+	for i, p := range peers {
+		host, port := splitServer(p.HashKey())
+		base := crc32String(0, host)
+		base = crc32.Update(base, crc32.IEEETable, []byte{0})
+		base = crc32String(base, port)
+		var prev uint32
+		for range g.weights[i] * chashPointsPerWeight {
+			// crc32.Update(base, le32(prev)), byte by byte over the
+			// table: four bytes do not pay for its dispatch.
+			crc := ^base
+			for k := range 4 {
+				crc = crc32.IEEETable[byte(crc)^byte(prev>>(8*k))] ^ crc>>8
+			}
+			h := ^crc
+			g.points = append(g.points, uint64(h)<<32|uint64(gid[i]))
+			prev = h
+		}
+	}
+	slices.Sort(g.points)
+	g.points = slices.CompactFunc(g.points, func(a, b uint64) bool { return a>>32 == b>>32 })
+	g.points = slices.Clip(g.points)
+	return g
+}
+
+// find is ngx_http_upstream_find_chash_point: the index of the first point
+// whose hash is at least h, len(points) if none (a position the walk takes
+// modulo len(points), so it wraps to the first).
+func (g *chashRing) find(h uint32) int {
+	x := uint64(h) << 32
+	lo, hi := 0, len(g.points)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if g.points[m] >= x {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
+
+// Pick returns the peer of the first point at or after r's key on the ring
+// that is eligible (and, with WithBoundedLoad, has room), and counts the
+// attempt in flight until Done.
+func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.ring
+	clk := lazyClock{now: c.now}
+	p, err := pickFrame(c.load(), r, func(peers []*Peer, _ bool) int {
+		if r == nil || r.key == "" || len(g.points) == 0 {
+			return fallbackLocked(peers, r, &clk)
+		}
+		hs, fresh := r.hashState(nil)
+		if fresh {
+			hs.hash = uint64(g.find(crc32String(0, r.key)))
+		}
+		if hs.tries > maxHashTries {
+			return fallbackLocked(peers, r, &clk)
+		}
+		return c.walkLocked(peers, r, g, &clk)
+	})
+	if err == nil {
+		c.inflight.Add(1)
+	}
+	return p, err
+}
+
+// walkLocked is the loop of ngx_http_upstream_get_chash_peer: at the point
+// r.hs.hash (mod the number of points), nginx's smooth step among the
+// eligible untried peers of the point's group; if there is none, the next
+// point, a try; past 20 tries, round robin. With a load bound, a point
+// whose eligible peers are all full is passed without a try, for at most
+// one turn of the ring. Requires c.mu.
+func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk *lazyClock) int {
+	n := uint64(len(g.points))
+	var spare uint64 // points passed for the bound alone
+	for {
+		grp := uint32(g.points[r.hs.hash%n])
+		var best *Peer
+		var total int64
+		full := false
+		for _, i := range g.members[g.start[grp]:g.start[grp+1]] {
+			p := peers[i]
+			if r.isTried(int(i)) || !p.eligible(clk) {
+				continue
+			}
+			if c.bound != 0 && c.overLocked(p) {
+				full = true
+				continue
+			}
+			total += smoothStep(p)
+			if best == nil || p.currentWeight > best.currentWeight {
+				best = p
+			}
+		}
+		if best != nil {
+			best.currentWeight -= total
+			return takeLocked(best, clk)
+		}
+		r.hs.hash++
+		if full && spare < n {
+			spare++
+			continue
+		}
+		if r.hs.tries++; r.hs.tries > maxHashTries {
+			return fallbackLocked(peers, r, clk)
+		}
+	}
+}
+
+// overLocked reports whether p holds its bounded share already: at least
+// ⌈c·(T+1)·w/L⌉ attempts in flight (see WithBoundedLoad). Requires c.mu.
+func (c *ConsistentHash) overLocked(p *Peer) bool {
+	t := max(c.inflight.Load(), 0)
+	limit := math.Ceil(c.bound * float64(t+1) * float64(p.weight.Load()) / float64(max(c.live, 1)))
+	return float64(p.conns.Load()) >= limit
+}
+
+// Done reports the outcome of an attempt on p, which ends its in-flight
+// count. A success on a peer with no failures on record takes no lock.
+func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
+	if err := c.done(p, o); err != nil {
+		return err
+	}
+	c.inflight.Add(-1)
+	return nil
+}

@@ -1,0 +1,137 @@
+package balancer
+
+import "net/netip"
+
+// IPHash is nginx's ip_hash (ngx_http_upstream_ip_hash_module.c, nginx
+// 1.22.1): requests from one client address (Request.SetAddr) go to the
+// same peer while the peer list is unchanged and that peer is eligible.
+// Only the first three bytes of an IPv4 address count, so a whole /24 shares
+// a peer; an IPv6 address counts whole. Use it for session affinity without
+// a cookie, with nginx's mapping; for affinity on any other key, or to move
+// fewer clients when peers change, use Hash or ConsistentHash.
+//
+// The hash starts at 89; each iteration folds the address bytes in, hash =
+// (hash·113 + byte) mod 6271, and takes hash mod the total weight (down
+// peers included) along the cumulative weights to a peer. A peer that is
+// down, inside its fail window, at max_conns or already tried makes it
+// iterate again, the hash going on from where it was; the hash lives in the
+// Request, so a retry continues the sequence, as in nginx. After 20
+// fruitless iterations, for a single peer or a total weight of 0, the
+// request goes to nginx's smooth round-robin over the same peers and current
+// weights. Unlike Hash there is no fallback for a missing key: a Request
+// with no address, or a nil one, hashes as nginx hashes a client that is not
+// IP (a unix socket), three zero bytes, so all such requests share a peer.
+// Failures, max_fails/fail_timeout, down, max_conns and the retry bound
+// follow nginx's round-robin module; backup peers are refused with
+// ErrInvalidConfig, as nginx refuses them.
+//
+// Cost of a pick: O(log n) under the picker's lock; no allocation. The zero
+// value is not usable; use NewIPHash. IPHash is safe for concurrent use by
+// multiple goroutines.
+type IPHash struct {
+	peerSet
+	walk weightWalk // guarded by mu
+}
+
+var _ Picker = (*IPHash)(nil)
+
+// ipHashStart is nginx's initial iphp->hash.
+const ipHashStart = 89
+
+// NewIPHash returns an IPHash over peers. It accepts WithClock. A backup
+// peer is rejected with ErrInvalidConfig naming it.
+func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
+	cfg, err := newConfig("IPHash", optClock, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := refuseBackups("IPHash", peers); err != nil {
+		return nil, err
+	}
+	h := &IPHash{}
+	if err := h.init(peers, cfg, func(l *peerList) { h.walk.build(l.primary) }); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Add adds peers as peerSet.Add does, refusing backup peers with
+// ErrInvalidConfig.
+func (h *IPHash) Add(peers ...*Peer) error {
+	if err := refuseBackups("IPHash", peers); err != nil {
+		return err
+	}
+	return h.peerSet.Add(peers...)
+}
+
+// Update reconciles a snapshot as peerSet.Update does, refusing backup
+// peers with ErrInvalidConfig.
+func (h *IPHash) Update(snapshot []*Peer) error {
+	if err := refuseBackups("IPHash", snapshot); err != nil {
+		return err
+	}
+	return h.peerSet.Update(snapshot)
+}
+
+// Pick returns the peer r's client address hashes to, or the next one in
+// the address's sequence when that one is not eligible, and counts the
+// attempt in flight until Done.
+func (h *IPHash) Pick(r *Request) (*Peer, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clk := lazyClock{now: h.now}
+	var spare hashState
+	return pickFrame(h.load(), r, func(peers []*Peer, _ bool) int {
+		hs, fresh := r.hashState(&spare)
+		if fresh {
+			hs.hash = ipHashStart
+		}
+		if h.walk.total == 0 || hs.tries > maxHashTries {
+			return fallbackLocked(peers, r, &clk)
+		}
+		return h.hashLocked(peers, r, hs, &clk)
+	})
+}
+
+// ipKey returns the bytes ip_hash folds in for r's address: three of an
+// IPv4 address, sixteen of an IPv6 one (IPv4-mapped included), three zero
+// bytes for none.
+func ipKey(r *Request) (b [16]byte, n int) {
+	var a netip.Addr
+	if r != nil {
+		a = r.addr
+	}
+	switch {
+	case a.Is4():
+		v4 := a.As4()
+		copy(b[:], v4[:3])
+		return b, 3
+	case a.Is6():
+		return a.As16(), 16
+	}
+	return b, 3
+}
+
+// hashLocked is the loop of ngx_http_upstream_get_ip_hash_peer. Requires
+// h.mu.
+func (h *IPHash) hashLocked(peers []*Peer, r *Request, hs *hashState, clk *lazyClock) int {
+	key, n := ipKey(r)
+	hash := hs.hash
+	for {
+		for _, b := range key[:n] {
+			hash = (hash*113 + uint64(b)) % 6271
+		}
+		hs.hash = hash
+		i := h.walk.find(int64(hash % uint64(h.walk.total)))
+		if p := peers[i]; !r.isTried(i) && p.eligible(clk) {
+			return takeLocked(p, clk)
+		}
+		if hs.tries++; hs.tries > maxHashTries {
+			return fallbackLocked(peers, r, clk)
+		}
+	}
+}
+
+// Done reports the outcome of an attempt on p, which ends its in-flight
+// count. A success on a peer with no failures on record takes no lock.
+func (h *IPHash) Done(p *Peer, o Outcome) error { return h.done(p, o) }

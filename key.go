@@ -1,0 +1,167 @@
+package balancer
+
+import (
+	"fmt"
+	"hash/crc32"
+	"net/netip"
+	"strings"
+	"unsafe"
+)
+
+// SetKey sets the key the hash pickers (Hash, ConsistentHash) hash for r:
+// nginx's `hash KEY` value, such as a user id or a URL. Requests with the
+// same key go to the same peer while it is eligible. An empty key (the
+// default) makes those pickers fall back to smooth round-robin, as nginx
+// does. SetKey keeps s itself, so it allocates nothing; Reset clears it. The
+// other pickers ignore the key.
+func (r *Request) SetKey(s string) { r.key = s }
+
+// Key returns the key set by SetKey.
+func (r *Request) Key() string { return r.key }
+
+// SetAddr sets the client address IPHash hashes for r, nginx's
+// $remote_addr: the first three bytes of an IPv4 address, all sixteen of an
+// IPv6 one (an IPv4-mapped IPv6 address counts as IPv6, as nginx's socket
+// family decides). The zero netip.Addr (the default) stands for a client
+// that is neither, such as a unix socket, which nginx hashes as three zero
+// bytes. SetAddr allocates nothing; Reset clears it. The other pickers
+// ignore the address.
+func (r *Request) SetAddr(a netip.Addr) { r.addr = a }
+
+// Addr returns the client address set by SetAddr.
+func (r *Request) Addr() netip.Addr { return r.addr }
+
+// hashState is the per-request state of the hash and random pickers, what
+// nginx keeps in its per-request peer data (ngx_http_upstream_hash_peer_data_t
+// and its ip_hash and random counterparts), so that a retry continues the
+// sequence the first attempt started. It is reset at a request's first
+// attempt (Request.attempts == 0).
+type hashState struct {
+	// Hash: the running sum of the 15-bit hashes (hp->hash). IPHash: the
+	// running ip hash (iphp->hash). ConsistentHash: the ring position
+	// (hp->hash), a point index that grows without wrapping.
+	hash uint64
+	// Hash: the iterations so far, the REHASH prefix (hp->rehash).
+	rehash uint64
+	// Iterations or draws that found no eligible peer (hp->tries, distinct
+	// from the retry bound); past maxHashTries the picker hands the
+	// request to round robin.
+	tries int32
+	begun bool // hash and rehash hold the request's state
+}
+
+// maxHashTries is nginx's bound on a hash, ip_hash or random pick's
+// iterations: when tries passes it, the request goes to round robin.
+const maxHashTries = 20
+
+// hashState returns r's hash state, reset at its first attempt, or spare,
+// reset, for a nil r, a request that is never retried. It reports whether
+// the state is fresh, for a picker to seed it.
+func (r *Request) hashState(spare *hashState) (hs *hashState, fresh bool) {
+	if r == nil {
+		*spare = hashState{begun: true}
+		return spare, true
+	}
+	if r.attempts == 0 || !r.hs.begun {
+		r.hs = hashState{begun: true}
+		return &r.hs, true
+	}
+	return &r.hs, false
+}
+
+// crc32String is crc32.Update over the bytes of s, without copying them.
+func crc32String(crc uint32, s string) uint32 {
+	return crc32.Update(crc, crc32.IEEETable, unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// HashKey sets the text ConsistentHash hashes for the peer: the server as
+// written in nginx's configuration, which may differ from the address the
+// peer is dialed at (`server 10.0.0.1;` hashes "10.0.0.1", while the peer
+// is at 10.0.0.1:80). Peers that share a hash key share their ring points,
+// as the addresses one nginx server name resolves to do, and smooth
+// round-robin chooses among them. Default: the peer's address. An empty
+// text is rejected with ErrInvalidConfig when the peer is added.
+func HashKey(text string) PeerOption {
+	return func(p *Peer) {
+		if text == "" {
+			p.invalid(fmt.Errorf("balancer: peer %q: empty hash key: %w", p.addr, ErrInvalidConfig))
+			return
+		}
+		p.hashKey = text
+	}
+}
+
+// HashKey returns the text ConsistentHash hashes for p: the one given with
+// the HashKey option, or the peer's address.
+func (p *Peer) HashKey() string {
+	if p.hashKey != "" {
+		return p.hashKey
+	}
+	return p.addr
+}
+
+// splitServer splits a server text as nginx's ketama does
+// (ngx_http_upstream_update_chash): "unix:PATH" (any case) is host PATH
+// and no port; otherwise a run of digits at the end preceded by ':' is the
+// port and what comes before is the host; anything else is all host. So
+// "10.0.0.1:80" is ("10.0.0.1", "80"), "10.0.0.1" and "[::1]" are all host,
+// and "[::1]:80" is ("[::1]", "80").
+func splitServer(s string) (host, port string) {
+	if len(s) >= 5 && strings.EqualFold(s[:5], "unix:") {
+		return s[5:], ""
+	}
+	for j := len(s) - 1; j >= 0; j-- {
+		c := s[j]
+		if c == ':' {
+			return s[:j], s[j+1:]
+		}
+		if c < '0' || c > '9' {
+			break
+		}
+	}
+	return s, ""
+}
+
+// refuseBackups returns ErrInvalidConfig naming the first backup peer:
+// nginx refuses `backup` with hash, ip_hash and random ("balancing method
+// does not support parameter backup").
+func refuseBackups(picker string, peers []*Peer) error {
+	for _, p := range peers {
+		if p != nil && p.backup.Load() {
+			return fmt.Errorf("balancer: %s: peer %q: backup is not supported by this balancing method: %w", picker, p.addr, ErrInvalidConfig)
+		}
+	}
+	return nil
+}
+
+// fallbackLocked is nginx's ngx_http_upstream_get_round_robin_peer as the
+// hash and random methods call it, on the same per-request state, past the
+// single-server rule pickFrame applies: the smooth scan over the peers
+// (there are no backups), sharing every peer's current and effective
+// weights. It returns the index of the peer taken, or -1. Requires the
+// owner's lock.
+func fallbackLocked(peers []*Peer, r *Request, clk *lazyClock) int {
+	for {
+		p := scanSmooth(peers, r, clk)
+		if p == nil {
+			return -1
+		}
+		// A lock-free pick of the random pickers may have filled p's
+		// max_conns since the scan read it: scan again, p now full.
+		if p.acquire() {
+			return p.index
+		}
+	}
+}
+
+// takeLocked counts p, found eligible by a hash picker under the owner's
+// lock, in flight, starts its probe window if its fail window has passed
+// (nginx's `checked = now`, skipped for a peer with no failures on record,
+// whose check time nothing reads; see scanSmooth), and returns its index.
+func takeLocked(p *Peer, clk *lazyClock) int {
+	p.conns.Add(1)
+	if p.fails.Load() != 0 {
+		p.probeLocked(clk.get())
+	}
+	return p.index
+}
