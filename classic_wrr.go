@@ -6,17 +6,15 @@ import (
 	"sync/atomic"
 )
 
-// ClassicWRR is nginx's weighted round-robin as it was up to nginx 1.2.0
-// (ngx_http_upstream_get_peer in ngx_http_upstream_round_robin.c of
-// release-1.2.0, the same since 0.8), before smooth round-robin replaced it.
-// Use it to reproduce the traffic pattern of an old nginx; for new setups
-// SmoothWRR spreads the picks better.
-//
+// ClassicWRR in detail. The selector is ngx_http_upstream_get_peer in
+// ngx_http_upstream_round_robin.c of release-1.2.0, the same since 0.8,
+// before smooth round-robin replaced it in 1.3.0/1.2.1.
 // The peers are kept sorted by weight, heaviest first, equal weights in the
-// order they were added. Each peer has a current weight (its CurrentWeight in
-// PeerState) that starts a round at its weight and drops by one each time it
-// is picked. A pick scans the sorted peers whose current weight is above 0
-// and compares each with the next one, n with i, in integer arithmetic:
+// order they were added. Each peer has a current weight (its CurrentWeight
+// in PeerState) that starts a round at its weight and drops by one each
+// time it is picked. A pick scans the sorted peers whose current weight is
+// above 0 and compares each with the next one, n with i, in integer
+// arithmetic:
 //
 //	cw[n]*1000/cw[i] > w[n]*1000/w[i]
 //
@@ -59,14 +57,24 @@ import (
 //
 // Cost of a pick. While every primary peer is healthy, the sequence is
 // periodic with period W, so ClassicWRR serves it from a precomputed cycle
-// as SmoothWRR does: one atomic add, no lock, O(1), under the same bounds
-// (MaxCycle). A failure, a retry or max_conns turns the cycle back into the
-// exact current weights it stands for, in O(W) once, and ClassicWRR runs
-// the O(n) scan under a lock until every primary is healthy again and a
-// round has ended, where the cycle resumes.
+// as SmoothWRR does: one atomic add, no lock, O(1), when W <= MaxCycle and
+// W·n <= maxCycleWork, n the number of primaries (SmoothWRR's bound counts
+// distinct weights instead). A failure, a retry or max_conns turns the
+// cycle back into the exact current weights it stands for, in O(W) once,
+// and ClassicWRR runs the O(n) scan under a lock until every primary is
+// healthy again and a round has ended, where the cycle resumes.
+
+// ClassicWRR is nginx's weighted round-robin up to nginx 1.2.0
+// (ngx_http_upstream_get_peer, the same since 0.8): each round of
+// W = Σweight picks gives every peer exactly its weight, but the lightest
+// go first and the heaviest is bunched; {5,1,1} gives c b a a a a a.
+// Failures and retries follow the shared nginx model ([Peer], [Request]).
+// Choose it to reproduce an old nginx; [SmoothWRR] spreads picks better.
 //
-// The zero value is not usable; use NewClassicWRR. ClassicWRR is safe for
-// concurrent use by multiple goroutines.
+// A first attempt is O(1) and lock-free while every primary is healthy and
+// the weights fit the precomputed cycle ([MaxCycle]); otherwise a pick runs
+// the O(n) scan under a lock. The zero value is not usable; use
+// [NewClassicWRR]. ClassicWRR is safe for concurrent use.
 type ClassicWRR struct {
 	peerSet
 	cycle atomic.Pointer[cycle] // nil while the exact scan is in charge

@@ -13,10 +13,12 @@ import (
 // (fastMod), one table read. Anything that breaks the period closes the
 // cycle, which writes back the exact current weights it stands for.
 
-// MaxCycle bounds the length of the precomputed cycle, and so its memory
-// (8 bytes an entry with its checkpoints): with weights summing past it,
-// every pick runs the scan, which is still exact, and grouped by weight for
-// long lists.
+// MaxCycle bounds the length of the precomputed cycle from which
+// [SmoothWRR] and [ClassicWRR] serve first attempts without a lock, and so
+// its memory (8 bytes an entry with its checkpoints). With weights summing
+// past it, or with so many peers or distinct weights that building the
+// cycle would take too long, every pick runs the scan under a lock, which
+// is still exact.
 const MaxCycle = 1 << 16
 
 // maxCycleWork bounds the work of building a cycle: W steps, each comparing

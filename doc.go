@@ -29,53 +29,50 @@
 //
 // # Algorithms
 //
-// [SmoothWRR] is nginx's smooth weighted round-robin, as nginx 1.22 runs it,
+// [Algorithms] lists every picker, by its type name, in the order below;
+// [AlgorithmNamed] finds one by name. Each type's doc states its contract.
+//
+// [RoundRobin] is Ribbon's lock-free round robin: one atomic add a pick,
+// weights ignored. Choose it for equal peers and the cheapest pick there is.
+//
+// [SmoothWRR] is nginx's smooth weighted round-robin as nginx 1.22 runs it,
 // failures and retries included; weights {5,1,1} give a a b a c a a. It is
 // checked against sequences recorded from a real nginx and, where nginx is
 // installed, against a live one. A pick is O(1) and lock-free while the
-// weights are static, O(n) under a lock while failures change them.
-// Choose it to spread load smoothly by weight, or to predict what an nginx
-// in front of the same servers does.
+// weights are static. Choose it to spread load smoothly by weight, or to
+// predict what an nginx in front of the same servers does.
 //
 // [ClassicWRR] is the weighted round-robin nginx used before 1.2.1: {5,1,1}
-// gives c b a a a a a, the heavy peer bunched. It exists for conformance
-// with old nginx configurations and to compare against.
-//
-// [RoundRobin] is Ribbon's lock-free round robin: an atomic add on a shared
-// counter per pick, weights ignored, unavailable peers skipped. Choose it for equal peers and
-// the cheapest pick there is.
+// gives c b a a a a a, the heavy peer bunched. Choose it to reproduce an
+// old nginx.
 //
 // [RandomWeighted] is Dubbo's weighted random, with its optional warm-up
-// ramp ([WithWarmup]): each peer in exact proportion to its weight, O(1) by
-// an alias table, with no write shared between goroutines but the peer's
-// in-flight count. Choose it for many uncoordinated clients.
+// ([WithWarmup]): O(1) by an alias table, nothing shared between
+// goroutines but the peer's in-flight count. Choose it for many
+// uncoordinated clients.
 //
-// [LeastConn] is nginx's least_conn: the peer with the fewest attempts in
-// flight per unit of weight, nginx's smooth round-robin among ties. A pick
-// is O(n) under a lock. Choose it for long or uneven requests.
+// [LeastConn] is nginx's least_conn: the fewest attempts in flight per unit
+// of weight, O(n) under a lock. Choose it for long or uneven requests.
 //
-// [FastestFirst] derives nginx's weights from measured latency: slower
-// peers get less, failing peers drop to a floor and are probed back, weights
-// move only when a peer's latency leaves a band, and an idle peer's estimate
-// decays so the fastest peer is always found again. Attempts go to the
-// least (in flight + 1)/weight, nginx's smooth order breaking ties; O(n)
-// under a lock. Choose it for latency-sensitive traffic when nginx's failure
-// model and smooth order matter.
+// [P2CPeakEWMA] is Finagle's and Linkerd's power of two choices over a
+// peak-EWMA latency. Choose it for latency-sensitive traffic to peers of
+// unknown or changing speed.
 //
-// [P2CPeakEWMA] is Finagle's and Linkerd's power of two choices: of two
-// random peers, the one with the lower peak-EWMA latency × (in-flight + 1).
-// Choose it for latency-sensitive traffic to peers of unknown or changing
-// speed.
+// [FastestFirst] derives nginx's weights from measured latency and sends
+// each attempt to the least (in flight + 1)/weight, O(n) under a lock.
+// Choose it for latency-sensitive traffic when nginx's failure model and
+// smooth order matter.
 //
 // # Failures
 //
 // Every picker shares nginx's failure accounting. A failed attempt counts
 // against the peer; max_fails failures within fail_timeout take it out for
 // fail_timeout; after that one request probes it, and a success brings it
-// back. A failure also lowers a smooth picker's effective weight by
-// weight/max_fails, which then recovers by one per pick. MaxFails(0) turns
-// all of this off for a peer. With a single peer, as in nginx, failures
-// never take it out.
+// back. In SmoothWRR and LeastConn a failure also lowers the peer's
+// effective weight by weight/max_fails, which then recovers as in nginx;
+// ClassicWRR cuts its current weight instead, FastestFirst its derived
+// weight. MaxFails(0) turns all of this off for a peer. With a single peer,
+// as in nginx, failures never take it out.
 //
 // # Errors
 //
@@ -97,6 +94,7 @@
 // Every picker is safe for concurrent use by multiple goroutines, including
 // the update methods (Add, Remove, SetWeight, SetDown) while others pick.
 // Pick and Done allocate nothing (a Request's tried set lives inline up to
-// 64 peers per list). A Request belongs to one request and is not safe for
-// concurrent use.
+// 64 peers per list), but for RandomWeighted's occasional table rebuild
+// while a peer warms up. A Request belongs to one request and is not safe
+// for concurrent use.
 package balancer

@@ -5,47 +5,47 @@ import (
 	"time"
 )
 
-// FastestFirst is a latency-driven balancer: it derives each peer's weight
-// from its measured latency and sends each attempt to the peer with the
-// least expected delay for that weight, nginx's smooth round-robin settling
-// ties. It comes from "fastest first" on OpenResty, which rewrote each
-// nginx upstream server's weight, effective_weight and current_weight from
-// response times and let nginx pick; FastestFirst rewrites the effective
-// and current weights of each Peer (see below). Its four laws:
+// FastestFirst in detail. It comes from "fastest first" on OpenResty,
+// which rewrote each nginx upstream server's weight, effective_weight and
+// current_weight from response times and let nginx pick; FastestFirst
+// rewrites the effective and current weights of each Peer (see below). Its
+// four laws:
 //
 //  1. The slower a peer, the less traffic it gets. A peer whose latency
-//     estimate e is more than the tolerance (3×, WithTolerance) above the
-//     fastest peer's estimate f gets weight ∝ configured weight ×
-//     (tolerance·f/e)^α (α = 2, WithExponent), scaled so the best peer has
-//     100 and rounded into [floor, 100]; within the tolerance the weight is
-//     full, and a slower peer still gets less because its attempts stay in
+//     estimate e is more than the tolerance (DefaultTolerance, 3×,
+//     WithTolerance) above the fastest peer's estimate f gets weight ∝
+//     configured weight × (tolerance·f/e)^α (DefaultExponent, α = 2,
+//     WithExponent), scaled so the best peer has fastestScale (100) and
+//     rounded into [floor, 100]; within the tolerance the weight is full,
+//     and a slower peer still gets less because its attempts stay in
 //     flight longer (below).
 //  2. A failing peer is not removed: a failure counts as a latency slow
-//     enough to put its weight at the floor (1 of 100, WithFloor), and at
-//     least WithFailurePenalty (5 s), so a peer failing fast never looks
-//     fast; the penalty takes the place of nginx's cut of the effective
-//     weight. The rest of nginx's failure accounting stays as it is:
-//     max_fails failures within fail_timeout take the peer out for
-//     fail_timeout. Once that window has passed, the peer gets the next
-//     attempt whenever it has nothing in flight, nginx's probe, at most
-//     one per fail_timeout; a probe that succeeds clears its failures and
-//     restarts its estimate from that reply, so a recovered peer is not
-//     held back by its penalty.
+//     enough to put its weight at the floor (DefaultFloor, 1 of 100,
+//     WithFloor), and at least WithFailurePenalty (DefaultFailurePenalty,
+//     5 s), so a peer failing fast never looks fast; the penalty takes the
+//     place of nginx's cut of the effective weight. The rest of nginx's
+//     failure accounting stays as it is: max_fails failures within
+//     fail_timeout take the peer out for fail_timeout. Once that window has
+//     passed, the peer gets the next attempt whenever it has nothing in
+//     flight, nginx's probe, at most one per fail_timeout; a probe that
+//     succeeds clears its failures and restarts its estimate from that
+//     reply, so a recovered peer is not held back by its penalty.
 //  3. Weights are recomputed only when some peer's estimate leaves the band
-//     [e/band, e·band] (band 1.25, WithBand) around the estimate its weight
-//     was computed from, or for a peer within the tolerance, only when it
-//     leaves the tolerance; otherwise no weight moves.
+//     [e/band, e·band] (DefaultBand, 1.25, WithBand) around the estimate
+//     its weight was computed from, or for a peer within the tolerance, only
+//     when it leaves the tolerance; otherwise no weight moves.
 //  4. The fastest peer is always found again: between its replies a peer's
-//     estimate decays toward the fastest one's with the decay time (5 s,
-//     WithDecay), as nginx's least_time and Finagle decay an idle peer's
-//     cost, so a peer that became fast regains its weight within a few
-//     decay times even while it gets no traffic. It decays toward the
-//     fastest, not toward zero, so a stale estimate can win a peer the top
-//     weight and never more. A peer whose weight rests on that decay
-//     rather than on its replies, or on the single reply that cleared its
-//     failures, is probed one attempt at a time until three replies in a
-//     row bear its weight out: a stale estimate costs a probe, not a burst
-//     of attempts into a peer still slow.
+//     estimate decays toward the fastest one's with the decay time
+//     (DefaultFastestDecay, 5 s, WithDecay), as nginx's least_time and
+//     Finagle decay an idle peer's cost, so a peer that became fast regains
+//     its weight within a few decay times even while it gets no traffic. It
+//     decays toward the fastest, not toward zero, so a stale estimate can
+//     win a peer the top weight and never more. A peer whose weight rests
+//     on that decay rather than on its replies, or on the single reply that
+//     cleared its failures, is probed one attempt at a time until
+//     exploreConfirm (3) replies in a row bear its weight out: a stale
+//     estimate costs a probe, not a burst of attempts into a peer still
+//     slow.
 //
 // The latency estimate of a peer is the peak EWMA of its replies (a reply
 // slower than the estimate replaces it at once, faster ones are averaged
@@ -66,12 +66,12 @@ import (
 // on a tie, and gives back the total). Idle peers of equal weight are thus
 // served in nginx's smooth order, while among unequal ones the heaviest
 // takes each attempt until its in-flight count tips the balance: fastest
-// first. Picking by weight
-// alone, as the OpenResty original did, ignores queues and loses at the
-// tail to the power of two choices (with the sim package's identical
-// backends, smooth round-robin had 1.3 times P2CPeakEWMA's p99 over static
-// weights and 2.6 times over latency-derived ones); counting attempts in
-// flight is what lets FastestFirst beat it.
+// first. Picking by weight alone, as the OpenResty original did, ignores
+// queues and loses at the tail to the power of two choices: with the sim
+// package's identical backends, smooth round-robin had a higher p99 than
+// P2CPeakEWMA over static weights (the README's uniform scenario) and, by
+// more, over latency-derived ones; counting attempts in flight is what lets
+// FastestFirst beat it.
 //
 // FastestFirst writes the weight it derives into each peer's effective
 // weight, the field where nginx keeps the weight that failures lower, and
@@ -92,9 +92,19 @@ import (
 // still checked every n picks; Done is O(1) under the lock. When an
 // estimate has left its band, that Pick or Done recomputes the weights of
 // the peer's list in O(n). Neither allocates.
-//
-// The zero value is not usable; use NewFastestFirst. FastestFirst is safe
-// for concurrent use by multiple goroutines.
+
+// FastestFirst derives nginx weights from measured latency, after
+// OpenResty's "fastest first", and sends each attempt to the eligible peer
+// with the least (in flight + 1)/weight, nginx's smooth round-robin
+// breaking ties. Its four laws: a peer slower than the fastest by more
+// than [WithTolerance] gets less weight, the slower the less; a failing
+// peer drops to the floor weight ([WithFloor]), and out after max_fails as
+// in nginx; weights move only when an estimate leaves its band
+// ([WithBand]); an idle peer's estimate decays toward the fastest's
+// ([WithDecay]), so the fastest peer is always found again. Choose it for
+// latency-sensitive traffic when nginx's failure model and smooth order
+// matter. A pick is O(n) under a lock. The zero value is not usable; use
+// [NewFastestFirst]. FastestFirst is safe for concurrent use.
 type FastestFirst struct {
 	peerSet
 
@@ -114,30 +124,43 @@ type FastestFirst struct {
 
 var _ Picker = (*FastestFirst)(nil)
 
-// Defaults of FastestFirst's tuning. They were chosen with the sim
+// How FastestFirst's defaults were chosen. They were tuned with the sim
 // package's scenarios (heterogeneous servers, brownout, blackholes, jitter
-// and herd, 12 seeds each): there the p99 moved by less than its
-// confidence interval for decay times of 3 to 10 s, exponents of 1 to 3
-// and bands of 1.1 to 1.5, while a tolerance of 1.25 cost up to 9% of p99
-// and none (1) up to 17%.
+// and herd, several seeds each): there the p99 stayed within its
+// confidence interval over a wide range of decay times, exponents and
+// bands around the defaults, while a tighter tolerance, or none, cost a
+// clear share of the p99.
+//
+// The decay time is half the 10 s of Finagle, Linkerd and Envoy, which only
+// rank peers, because FastestFirst's estimates must also fall back for a
+// recovered peer to be readmitted, which takes a few decay times.
+//
+// The band: Finagle's aperture acts outside the load band [0.875, 1.125];
+// with exponent 2 a factor of 1.25 moves a weight by at least 1.25² ≈ 1.56×.
+//
+// The exponent 2 follows the square-root rule, the best static split over
+// M/M/1 servers, under which the rate sent to a server grows about as the
+// square of 1/latency.
+//
+// The tolerance: a peak EWMA of exponential service times is dominated by
+// its recent maximum, so the estimates of identical peers differ by a small
+// factor, up to about the default tolerance; within that, the in-flight
+// counts balance load better than noisy weights do.
+
+// Defaults of FastestFirst's tuning.
 const (
-	// DefaultFastestDecay is FastestFirst's decay time: half the 10 s of
-	// Finagle, Linkerd and Envoy, which only rank peers, because
-	// FastestFirst's estimates must also fall back for a recovered peer to
-	// be readmitted, within about 1.5 decay times in the simulator.
+	// DefaultFastestDecay is FastestFirst's decay time, half the 10 s of
+	// Finagle, Linkerd and Envoy: its estimates must also fall back for a
+	// recovered peer to be readmitted.
 	DefaultFastestDecay = 5 * time.Second
 
 	// DefaultBand is the hysteresis of the weights: they are recomputed when
 	// a peer's estimate moves by more than this factor from the one its
-	// weight was set for. Finagle's aperture acts outside the load band
-	// [0.875, 1.125]; with exponent 2 a factor of 1.25 moves a weight by at
-	// least 1.56×.
+	// weight was set for.
 	DefaultBand = 1.25
 
-	// DefaultExponent is α in weight ∝ (tolerance·fastest/estimate)^α. 2
-	// follows the square-root rule, the best static split over M/M/1
-	// servers, under which the rate sent to a server grows about as the
-	// square of 1/latency.
+	// DefaultExponent is α in weight ∝ (tolerance·fastest/estimate)^α: 2,
+	// the square-root rule, the best static split over M/M/1 servers.
 	DefaultExponent = 2.0
 
 	// DefaultFloor is the weight, out of 100 for the best peer, below which
@@ -145,10 +168,8 @@ const (
 	DefaultFloor = 1
 
 	// DefaultTolerance is how many times slower than the fastest peer a
-	// peer may look before its weight drops: 3. A peak EWMA of exponential
-	// service times is dominated by its recent maximum, and the estimates
-	// of identical peers differ by up to 2 or 3 times; within that, the
-	// in-flight counts balance load better than noisy weights do.
+	// peer may look before its weight drops: 3. Within it, the in-flight
+	// counts balance load better than noisy weights do.
 	DefaultTolerance = 3.0
 )
 

@@ -1,11 +1,10 @@
 package balancer
 
-// LeastConn is nginx's least_conn (ngx_http_upstream_least_conn_module.c,
-// from nginx 1.3.1/1.2.2 on): each pick goes to the eligible peer with the
-// fewest attempts in flight per unit of weight, the first such peer in order
+// LeastConn in detail. Each pick goes to the eligible peer with the fewest
+// attempts in flight per unit of weight, the first such peer in order
 // winning, and when several peers share that lowest load, smooth weighted
-// round-robin chooses among them. Choose it when requests vary widely in
-// how long they take, so that a slow peer should get fewer of them.
+// round-robin chooses among them, so that a slow peer, whose attempts stay
+// in flight longer, gets fewer of them.
 //
 // The in-flight count of a peer (Peer.InFlight, nginx's conns) counts the
 // attempts Pick returned and Done has not yet reported. Loads are compared
@@ -23,14 +22,19 @@ package balancer
 // Eligibility, failures (max_fails, fail_timeout, the effective weight a
 // failure lowers and later ties restore), backup and down peers,
 // max_conns, per-request tries and the single-server rule all follow
-// nginx's round-robin module, which least_conn shares; see Peer and
-// Request.
+// nginx's round-robin module, which least_conn shares.
+
+// LeastConn is nginx's least_conn (ngx_http_upstream_least_conn_module.c,
+// from nginx 1.3.1/1.2.2 on): each pick goes to the eligible peer with the
+// fewest attempts in flight per unit of weight, nginx's smooth round-robin
+// choosing among ties. Failures, backup and down peers, max_conns and
+// retries follow nginx's round-robin module ([Peer], [Request]). Choose it
+// when requests vary widely in how long they take, so that a slow peer
+// gets fewer of them.
 //
-// Cost of a pick: O(n) in the number of peers, under the picker's lock,
-// since the choice depends on every in-flight count.
-//
-// The zero value is not usable; use NewLeastConn. LeastConn is safe for
-// concurrent use by multiple goroutines.
+// A pick is O(n) under the picker's lock, since it reads every in-flight
+// count. The zero value is not usable; use [NewLeastConn]. LeastConn is
+// safe for concurrent use.
 type LeastConn struct {
 	peerSet
 }

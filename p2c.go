@@ -1,22 +1,21 @@
 package balancer
 
-// P2CPeakEWMA is Finagle's and Linkerd's latency-aware balancer: the power
-// of two choices (Finagle's P2CPick, tower's balance::p2c) over the peak
-// EWMA load of Finagle's PeakEwma.scala (tower's load::PeakEwma). Each pick
-// draws two distinct eligible peers at random and takes the one with the
-// lower cost
+// P2CPeakEWMA in detail. It is the power of two choices (Finagle's P2CPick,
+// tower's balance::p2c) over the peak EWMA load of Finagle's PeakEwma.scala
+// (tower's load::PeakEwma). Each pick draws two distinct eligible peers at
+// random and takes the one with the lower cost
 //
 //	cost = latency estimate × (in flight + 1) / weight
 //
 // where the latency estimate is the peak EWMA of the peer's reported
 // latencies (a reply slower than the estimate replaces it at once, faster
-// ones are averaged in over the decay time, 10 s by default, see WithDecay)
-// decayed toward zero for as long as no reply arrives, as Finagle's load
-// read decays it: an idle peer's cost sinks until it is tried again, which
-// is how it finds a peer that became fast. The in-flight factor reacts to a
-// stall before its first slow reply. A failure enters the estimate as at
-// least WithFailurePenalty (5 s, Linkerd's load biaser), so a peer that
-// fails fast never looks fast.
+// ones are averaged in over the decay time, DefaultDecay unless WithDecay
+// says otherwise) decayed toward zero for as long as no reply arrives, as
+// Finagle's load read decays it: an idle peer's cost sinks until it is tried
+// again, which is how it finds a peer that became fast. The in-flight
+// factor reacts to a stall before its first slow reply. A failure enters the
+// estimate as at least WithFailurePenalty (DefaultFailurePenalty, Linkerd's
+// load biaser), so a peer that fails fast never looks fast.
 //
 // A peer with no reply yet costs nothing while it has nothing in flight
 // and is then probed one attempt at a time: with an attempt in flight and
@@ -36,9 +35,9 @@ package balancer
 // window, claimed by compare-and-swap), backup and down peers, max_conns,
 // per-request tries and the single-server rule follow nginx's round-robin
 // module, as in SmoothWRR; a draw that lands on an ineligible peer is
-// redrawn a few times, then the eligible peers are counted and two drawn
-// among them exactly, so the pair is always two distinct random eligible
-// peers whenever two exist.
+// redrawn a few times (p2cEffort), then the eligible peers are counted and
+// two drawn among them exactly, so the pair is always two distinct random
+// eligible peers whenever two exist.
 //
 // Cost of a pick: O(1) with equal weights, O(log n) otherwise, lock-free,
 // and allocation-free; O(n) only when the first draws keep landing on
@@ -46,9 +45,19 @@ package balancer
 // estimate. With WithRand the source is used under a small lock of its
 // own; without it the draws come from math/rand/v2's top-level functions,
 // which no seed can reproduce.
+
+// P2CPeakEWMA is Finagle's and Linkerd's balancer: the power of two
+// choices over a peak-EWMA load (Finagle's P2CPick and PeakEwma, tower's
+// balance::p2c and load::PeakEwma). Each pick draws two distinct eligible
+// peers by weight and takes the one with the lower latency estimate ×
+// (in flight + 1) / weight. An idle peer's estimate decays ([WithDecay]), so
+// a peer that became fast is found again; a failure counts as at least
+// [WithFailurePenalty]. Choose it for latency-sensitive traffic to peers of
+// unknown or changing speed.
 //
-// The zero value is not usable; use NewP2CPeakEWMA. P2CPeakEWMA is safe for
-// concurrent use by multiple goroutines.
+// A pick is O(1) with equal weights, O(log n) otherwise, and lock-free;
+// Done takes a lock for O(1). The zero value is not usable; use
+// [NewP2CPeakEWMA]. It is safe for concurrent use.
 type P2CPeakEWMA struct {
 	twoChoices
 	peakEWMA

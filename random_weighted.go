@@ -9,26 +9,26 @@ import (
 	"time"
 )
 
-// RandomWeighted is Dubbo's weighted random (RandomLoadBalance in
-// apache/dubbo's dubbo-cluster): each pick chooses peer i with probability
-// w_i/W, the weights over their sum. Equal weights give a uniform pick; a
-// peer of weight 0 is never picked while the sum is positive, and if every
-// weight is 0 the pick is uniform over all peers, as in Dubbo. Dubbo draws
-// an offset below W and searches prefix sums, O(log n); RandomWeighted
-// builds Vose's alias table instead (Vose, "A linear algorithm for
-// generating random numbers with a given distribution", 1991), so a pick is
-// O(1): one 64-bit draw, one multiplication, one comparison.
+// RandomWeighted in detail. As RandomLoadBalance in apache/dubbo's
+// dubbo-cluster, each pick chooses peer i with probability w_i/W, the
+// weights over their sum. Equal weights give a uniform pick; a peer of
+// weight 0 is never picked while the sum is positive, and if every weight
+// is 0 the pick is uniform over all peers, as in Dubbo. Dubbo draws an
+// offset below W and searches prefix sums, O(log n); RandomWeighted builds
+// Vose's alias table instead (Vose, "A linear algorithm for generating
+// random numbers with a given distribution", 1991), so a pick is O(1): one
+// 64-bit draw, one multiplication, one comparison.
 //
 // Eligibility follows nginx: a peer that is down, inside its fail window, at
 // its max_conns limit or already tried by the request is not picked, and
 // the backup peers, with a table of their own, are used only when no primary
-// is eligible. A draw that lands on an ineligible peer is redrawn, up to 8
-// draws in all, and then a scan over the eligible peers draws among them by
-// weight, O(n). Either way the pick is distributed as the weights restricted
-// to the eligible peers: redrawing until an eligible peer comes up picks
-// peer j with probability w_j/E, E the eligible peers' sum, and so does the
-// scan, so stopping the redraws after 8 changes the cost, not the
-// distribution. Failures do not lower a peer's weight (nginx's
+// is eligible. A draw that lands on an ineligible peer is redrawn, up to
+// rwDraws (8) draws in all, and then a scan over the eligible peers draws
+// among them by weight, O(n). Either way the pick is distributed as the
+// weights restricted to the eligible peers: redrawing until an eligible peer
+// comes up picks peer j with probability w_j/E, E the eligible peers' sum,
+// and so does the scan, so stopping the redraws after 8 changes the cost,
+// not the distribution. Failures do not lower a peer's weight (nginx's
 // effective_weight plays no part here); they take it out through max_fails.
 //
 // With WithWarmup(d), a peer added to the picker ramps up as in Dubbo: its
@@ -42,14 +42,15 @@ import (
 // 100, which ramps in steps of 1%.
 //
 // To keep picks O(1) while weights ramp, the table is not rebuilt on every
-// change of a weight but at most every s = max(d/128, 1ms), by the first Pick
-// past that time (Pick reads the clock while any peer is warming), and once
-// more when the last peer reaches d. A pick thus uses weights computed at
-// most s ago: since the ramp only rises, a warming peer's weight lags
-// Dubbo's by at most what it gains in s, ⌈weight·s/d⌉ (⌈weight/128⌉ for d of
-// 128 ms or more), and never runs ahead of it. Picks that race a rebuild
-// keep the previous table. Once every peer is warm the table stays as it is
-// and Pick no longer reads the clock, until a peer is added.
+// change of a weight but at most every s = max(d/128, 1ms) (rwSteps), by the
+// first Pick past that time (Pick reads the clock while any peer is
+// warming), and once more when the last peer reaches d. A pick thus uses
+// weights computed at most s ago: since the ramp only rises, a warming
+// peer's weight lags Dubbo's by at most what it gains in s, ⌈weight·s/d⌉
+// (⌈weight/128⌉ for d of 128 ms or more), and never runs ahead of it. Picks
+// that race a rebuild keep the previous table. Once every peer is warm the
+// table stays as it is and Pick no longer reads the clock, until a peer is
+// added.
 //
 // Randomness comes from math/rand/v2's top-level generator, which keeps its
 // state per thread: picks on different cores share no written memory. With
@@ -57,9 +58,18 @@ import (
 // need not be safe for concurrent use and a seeded source makes the picks
 // of one goroutine reproducible; concurrent picks then serialize on that
 // mutex.
+
+// RandomWeighted is Dubbo's weighted random (RandomLoadBalance in
+// apache/dubbo): each pick chooses among the eligible peers at random, in
+// exact proportion to their weights, a peer of weight 0 only when its whole
+// list has weight 0. [WithWarmup] ramps a new peer's weight up as Dubbo
+// does. Failures take a peer out through max_fails but never lower its
+// weight. Choose it for many uncoordinated clients.
 //
-// The zero value is not usable; use NewRandomWeighted. RandomWeighted is
-// safe for concurrent use by multiple goroutines.
+// A first attempt is O(1) and lock-free by Vose's alias table, with no
+// write shared between goroutines but the peer's in-flight count; a draw
+// on an ineligible peer is redrawn, at worst O(n). The zero value is not
+// usable; use [NewRandomWeighted]. It is safe for concurrent use.
 type RandomWeighted struct {
 	peerSet
 	state atomic.Pointer[rwState] // rebuilt under mu

@@ -5,13 +5,11 @@ import (
 	"sync/atomic"
 )
 
-// RoundRobin is Ribbon's lock-free round robin (RoundRobinRule in
-// Netflix/ribbon's com.netflix.loadbalancer): a shared counter, taken modulo
-// the number of primary peers, names the next peer in list order. Pick is
-// O(1) and lock-free while the peer the counter lands on is eligible: one
-// atomic add, one atomic load of the peer table, an index and the in-flight
-// increment; a peer that is not eligible costs a scan of at most one pass
-// over the list.
+// RoundRobin in detail. The rotation is RoundRobinRule in Netflix/ribbon's
+// com.netflix.loadbalancer. Pick is O(1) and lock-free while the peer the
+// counter lands on is eligible: one atomic add, one atomic load of the peer
+// table, an index and the in-flight increment; a peer that is not eligible
+// costs a scan of at most one pass over the list.
 //
 // Weights are ignored: every eligible primary gets an equal share, whatever
 // its weight, with one exception that keeps Weight's promise: a peer of
@@ -24,21 +22,40 @@ import (
 // used up, as in Ribbon, where each try advances the counter, so the peers
 // after a dead one share its turns instead of the next one taking them all.
 // Unlike Ribbon, which gives up after 10 tries, the scan visits every peer
-// once before it reports ErrNoLivePeer. A failing peer whose fail_timeout has
-// passed gets one probe, claimed by the first concurrent Pick to reach it.
-// When no primary is eligible the backup peers take turns on a counter of
-// their own. A Request bounds retries as nginx does; see Request.
+// once before it reports ErrNoLivePeer. A failing peer whose fail_timeout
+// has passed gets one probe, claimed by the first concurrent Pick to reach
+// it. When no primary is eligible the backup peers take turns on a counter
+// of their own. A Request bounds retries as nginx does.
 //
 // The first pick lands on a uniformly random primary, and the rotation goes
 // on in list order from there. Ribbon starts every client at the same place
 // (RoundRobinRule at index 1, its predicate variant at 0), so a fleet of
-// clients deployed together sends its first requests to one server; a random
-// starting offset, as gRPC's round robin uses, spreads them. The offset is
-// drawn once, at construction, from WithRand's source if given (so a seeded
-// source gives a reproducible rotation) and from math/rand/v2 otherwise.
+// clients deployed together sends its first requests to one server; a
+// random starting offset, as gRPC's round robin uses, spreads them. The
+// offset is drawn once, at construction, from WithRand's source if given
+// (so a seeded source gives a reproducible rotation) and from math/rand/v2
+// otherwise.
 //
-// The zero value is not usable; use NewRoundRobin. RoundRobin is safe for
-// concurrent use by multiple goroutines.
+// The counter is one atomic add where Ribbon runs a compare-and-swap loop
+// (next = (current+1) mod n). The two hand out the same slots: k successful
+// CAS steps from 0 leave k mod n, and k adds leave k, which the modulo turns
+// into the same k mod n; concurrent callers get distinct consecutive values
+// either way, in the order their atomic operations take effect. The add
+// never retries, and rrFold removes the one place they could differ, the
+// wrap of the add's counter.
+
+// RoundRobin is Ribbon's lock-free round robin (RoundRobinRule in
+// Netflix/ribbon): a shared counter, modulo the number of primaries, names
+// the next peer in list order, from a random start ([WithRand]). Weights
+// are ignored, but a peer of weight 0 is never chosen while a peer of its
+// list has weight. An ineligible peer is skipped and its turn used up;
+// backups take turns once no primary is eligible. Choose it for equal
+// peers and the cheapest pick there is.
+//
+// A first attempt is one atomic add, O(1) and lock-free, while the peer the
+// counter lands on is eligible; otherwise a pick scans, O(n) at worst.
+// The zero value is not usable; use [NewRoundRobin]. It is safe for
+// concurrent use.
 type RoundRobin struct {
 	peerSet
 	table atomic.Pointer[rrTable] // rebuilt under mu on every peer-list change
@@ -147,14 +164,6 @@ func rrFold(c *atomic.Uint64, v, n uint64) uint64 {
 // Pick returns the next eligible peer in rotation. It is O(1), lock-free and
 // allocation-free when the peer the counter lands on is eligible and r is
 // fresh (nil, or on its first attempt); otherwise it scans, O(n) at worst.
-//
-// The counter is one atomic add where Ribbon runs a compare-and-swap loop
-// (next = (current+1) mod n). The two hand out the same slots: k successful
-// CAS steps from 0 leave k mod n, and k adds leave k, which the modulo turns
-// into the same k mod n; concurrent callers get distinct consecutive values
-// either way, in the order their atomic operations take effect. The add
-// never retries, and rrFold removes the one place they could differ, the
-// wrap of the add's counter.
 func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 	t := b.table.Load()
 	if g := &t.primary; g.n != 0 && r.fresh() {

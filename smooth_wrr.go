@@ -5,14 +5,13 @@ import (
 	"sync/atomic"
 )
 
-// SmoothWRR is nginx's smooth weighted round-robin, as nginx 1.22 runs it
-// (ngx_http_upstream_get_peer in ngx_http_upstream_round_robin.c, from nginx
-// 1.3.0/1.2.1 on): on each pick every eligible peer's current_weight grows by
-// its effective_weight, the largest wins (the first in order on a tie), and
-// the winner gives back the total. Weights {5,1,1} give a a b a c a a.
-// Failures, max_fails/fail_timeout and the probe after the window, backup
-// and down peers, max_conns, the single-server rule and per-request tries
-// all follow nginx; see the Peer and Request docs.
+// SmoothWRR in detail. The rule is ngx_http_upstream_get_peer in
+// ngx_http_upstream_round_robin.c, from nginx 1.3.0/1.2.1 on: on each pick
+// every eligible peer's current_weight grows by its effective_weight, the
+// largest wins (the first in order on a tie), and the winner gives back the
+// total. Failures, max_fails/fail_timeout and the probe after the window,
+// backup and down peers, max_conns, the single-server rule and per-request
+// tries all follow nginx.
 //
 // Cost of a pick. While every primary peer is healthy at full weight, the
 // sequence is periodic with period W, the sum of the weights, so SmoothWRR
@@ -29,13 +28,24 @@ import (
 // resumes: at once if every current weight is 0, else after the scan has
 // recorded one period, W picks, from the state it found (healthy peers
 // repeat every W picks, but a retry or a failure leaves them on another
-// orbit than the one from 0), which is then served as a cycle of its own. The scan is O(n) for short lists; from 16
-// primaries on it keeps the healthy ones grouped by weight (see
-// weightGroups) and costs O(d + k + log n), k the number of peers not at
-// full health, with the same picks and weights as nginx's.
+// orbit than the one from 0), which is then served as a cycle of its own.
+// The scan is O(n) for short lists; from groupedScanMin (16) primaries on
+// it keeps the healthy ones grouped by weight (see weightGroups) and costs
+// O(d + k + log n), k the number of peers not at full health, with the same
+// picks and weights as nginx's.
+
+// SmoothWRR is nginx's smooth weighted round-robin, from nginx 1.3.0/1.2.1
+// on, as 1.22 runs it (ngx_http_upstream_round_robin.c): each pick adds
+// every eligible peer's effective weight to its current weight, and the
+// largest wins and gives back the total; {5,1,1} gives a a b a c a a.
+// Failures, probes, backup and down peers, max_conns and retries follow
+// nginx ([Peer], [Request]). Choose it to spread load smoothly by weight or
+// to predict what nginx does.
 //
-// The zero value is not usable; use NewSmoothWRR. SmoothWRR is safe for
-// concurrent use by multiple goroutines.
+// A first attempt is O(1) and lock-free while every primary is healthy at
+// full weight and the weights fit the precomputed cycle ([MaxCycle]);
+// otherwise a pick runs nginx's scan under a lock, O(n). The zero value is
+// not usable; use [NewSmoothWRR]. SmoothWRR is safe for concurrent use.
 type SmoothWRR struct {
 	peerSet
 	cycle atomic.Pointer[cycle] // nil while the exact scan is in charge
