@@ -17,7 +17,7 @@ import (
 )
 
 // The files in testdata hold pick sequences recorded from real nginx (see
-// the vectors' README): one JSON case per line.
+// testdata/README.md): one JSON case per line.
 func TestConformanceSmooth(t *testing.T) {
 	replayNginx(t, "testdata/nginx-1.22.1-smooth.jsonl", balancer.NewSmoothWRR)
 }

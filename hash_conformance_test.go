@@ -18,7 +18,7 @@ import (
 	"github.com/lbgo/balancer/upstream"
 )
 
-// hashCase is one case of the hash vectors (see the vectors' README): the
+// hashCase is one case of the hash vectors (see testdata/README.md): the
 // method, the base port, the server parameters (a leading "dead" marks a
 // server whose port refused every connection), one key per request and what
 // nginx logged for it, the servers tried joined by ", " as letters, or

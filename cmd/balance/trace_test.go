@@ -166,7 +166,7 @@ func onPort80(trace []string) []string {
 	return out
 }
 
-// nginxCase decodes one recorded case (see the vectors' README): servers
+// nginxCase decodes one recorded case (see testdata/README.md): servers
 // named a, b, c..., the upstream named back, a leading "dead" for a server
 // that refused every connection.
 func nginxCase(t *testing.T, data []byte) (block string, dead []string, n int, trace []string) {
