@@ -246,6 +246,10 @@ func TestTraceErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("upstream back {\n    server a;\n    server a backup;\n}\n"), 0o644))
 	keys := filepath.Join(dir, "k")
 	require.NoError(t, os.WriteFile(keys, []byte("x\n\ny\n"), 0o644))
+	badAddrs := filepath.Join(dir, "addrs")
+	require.NoError(t, os.WriteFile(badAddrs, []byte("10.0.0.1\n::1\n10.0.0.256\n"), 0o644))
+	emptyAddr := filepath.Join(dir, "empty-addr")
+	require.NoError(t, os.WriteFile(emptyAddr, []byte("10.0.0.1\n\n"), 0o644))
 	tests := []struct {
 		name   string
 		args   []string
@@ -263,9 +267,18 @@ func TestTraceErrors(t *testing.T) {
 		{"port 0", []string{"trace"}, "upstream back {\n  server a:0;\n}\n", 1, `<stdin>:2: invalid port in upstream "a:0"` + "\n"},
 		{"scheme", []string{"trace"}, "upstream back {\n  server http://a;\n}\n", 1, `<stdin>:2: invalid host in upstream "http://a"` + "\n"},
 		{"backup with hash", []string{"trace"}, "upstream back {\n  hash $uri;\n  server a;\n  server b backup;\n}\n", 1, `<stdin>:4: balancing method "hash" (line 2) does not support parameter "backup"` + "\n"},
-		{"hash not traced yet", []string{"trace"}, "upstream back {\n  server a;\n  hash $uri consistent;\n}\n", 1, `<stdin>:3: method "hash" is not supported by balance trace yet` + "\n"},
-		{"ip_hash not traced yet", []string{"trace", "-keys", keys}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, `<stdin>:2: method "ip_hash" is not supported by balance trace yet` + "\n"},
-		{"random not traced yet", []string{"trace"}, "upstream back {\n  random two;\n  server a;\n}\n", 1, `<stdin>:2: method "random" is not supported by balance trace yet` + "\n"},
+		// nginx accepts a backup server before the method directive;
+		// the hash and random pickers refuse backups.
+		{"backup before hash", []string{"trace"}, "upstream back {\n  server a;\n  server b backup;\n  hash $uri consistent;\n}\n", 1, `<stdin>:3: backup server "b": ConsistentHash takes no backup servers, as nginx's hash, ip_hash and random methods do not` + "\n"},
+		{"-algo Random over a backup", []string{"trace", "-algo", "random"}, "upstream back {\n  server a;\n  server b backup;\n}\n", 1, `<stdin>:3: backup server "b": Random takes no backup servers, as nginx's hash, ip_hash and random methods do not` + "\n"},
+		{"bad client address", []string{"trace", "-keys", keys}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, keys + `:1: client address "x": want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1` + "\n"},
+		{"bad client address, -algo", []string{"trace", "-algo", "IPHash", "-keys", badAddrs}, fiveOneOne, 1, badAddrs + `:3: client address "10.0.0.256": want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1` + "\n"},
+		{"empty client address", []string{"trace", "-keys", emptyAddr}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, emptyAddr + `:2: client address "": want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1` + "\n"},
+		{
+			// 160 points per unit of weight: the ring holds up to 2^16.
+			"ring past its bound", []string{"trace"}, "upstream back {\n  hash $uri consistent;\n  server a weight=65536;\n  server b;\n}\n", 1,
+			"<stdin>:1: balancer: ConsistentHash: total weight 65537 past MaxRingWeight 65536: balancer: invalid configuration\n",
+		},
 		{"several upstreams", []string{"trace"}, twoBlocks, 1, `<stdin>:3: 2 upstream blocks ("u" on line 2, "v" on line 3): choose one by name with -upstream NAME` + "\n"},
 		{"unknown -upstream", []string{"trace", "-upstream", "w"}, twoBlocks, 1, `<stdin>:2: no upstream "w"; there is "u" on line 2, "v" on line 3` + "\n"},
 		{"missing -keys file", []string{"trace", "-keys", filepath.Join(dir, "nope.keys")}, fiveOneOne, 1, "balance trace: -keys: open " + filepath.Join(dir, "nope.keys") + ": no such file or directory\n"},
@@ -276,7 +289,7 @@ func TestTraceErrors(t *testing.T) {
 		{"unknown -fail server", []string{"trace", "-fail", "z", "-"}, fiveOneOne, 2, `balance trace: -fail: no server "z" in upstream "back"` + "\n..."},
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
 		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: negative -n -1\nusage: balance trace ..."},
-		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst): balancer: unknown algorithm` + "\n..."},
+		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst, Hash, ConsistentHash, IPHash, Random, RandomTwo): balancer: unknown algorithm` + "\n..."},
 		{"-seed with smooth", []string{"trace", "-algo", "SmoothWRR", "-seed", "7"}, "", 2, "balance trace: -seed does not apply to -algo SmoothWRR\n..."},
 		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
 		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\nusage: balance trace ..."},
@@ -346,25 +359,24 @@ func TestReadKeys(t *testing.T) {
 // TestMethods checks which picker traces each balancing method when no
 // -algo is given.
 func TestMethods(t *testing.T) {
-	b, err := upstream.Parse("up.conf", []byte("upstream u { server a; server b; }"))
-	require.NoError(t, err)
 	tests := []struct {
 		method string
-		want   any // the picker type, or nil for a method with no picker yet
+		want   any // the picker type
 	}{
-		{"", &balancer.SmoothWRR{}},
-		{"least_conn", &balancer.LeastConn{}},
-		{"hash", nil},
-		{"ip_hash", nil},
-		{"random", nil},
+		{"upstream u { server a; server b; }", &balancer.SmoothWRR{}},
+		{"upstream u { least_conn; server a; server b; }", &balancer.LeastConn{}},
+		{"upstream u { hash $uri; server a; server b; }", &balancer.Hash{}},
+		{"upstream u { hash $uri consistent; server a; server b; }", &balancer.ConsistentHash{}},
+		{"upstream u { ip_hash; server a; server b; }", &balancer.IPHash{}},
+		{"upstream u { random; server a; server b; }", &balancer.Random{}},
+		{"upstream u { random two; server a; server b; }", &balancer.RandomTwo{}},
+		{"upstream u { random two least_conn; server a; server b; }", &balancer.RandomTwo{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method, func(t *testing.T) {
-			name, ok := methods[tt.method]
-			if tt.want == nil {
-				assert.False(t, ok)
-				return
-			}
+			b, err := upstream.Parse("up.conf", []byte(tt.method))
+			require.NoError(t, err)
+			name, ok := methods[methodKey(b.Method)]
 			require.True(t, ok)
 			spec, err := specOf(name)
 			require.NoError(t, err)
