@@ -36,9 +36,9 @@ func fromPeers[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (
 type keyKind int
 
 const (
-	noKey    keyKind = iota // the picker takes no key; -keys only counts requests
-	textKey                 // Request.SetKey: hash's $arg_k, $request_uri, ...
-	addrKey                 // Request.SetAddr: ip_hash's client address
+	noKey   keyKind = iota // the picker takes no key; -keys only counts requests
+	textKey                // Request.SetKey: hash's $arg_k, $request_uri, ...
+	addrKey                // Request.SetAddr: ip_hash's client address
 )
 
 // pickerSpec is how balance trace builds and drives one picker.
