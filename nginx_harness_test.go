@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,16 @@ type liveServer struct {
 type liveCase struct {
 	servers []liveServer
 	n       int
+	// method is the block's balancing-method directive without its ";",
+	// such as "hash $arg_k consistent"; "" is round robin.
+	method string
+	// keys, if not nil, holds request i's query argument k, sent as
+	// /...?k=KEY ($arg_k); the keys are sent unescaped, so they must be
+	// URL-safe.
+	keys []string
+	// clients, if not nil, holds the loopback address request i is sent
+	// from ($remote_addr), such as 127.1.2.3.
+	clients []netip.Addr
 }
 
 // liveResult is what nginx did with one liveCase.
@@ -203,7 +214,7 @@ func (b *nginxBatch) configure(t *testing.T) error {
 	for _, tmp := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
 		fmt.Fprintf(&conf, "    %s_temp_path %s;\n", tmp, path("tmp_"+tmp))
 	}
-	conf.WriteString("    access_log off;\n    log_format trace '$uri|$upstream_addr';\n\n")
+	conf.WriteString("    access_log off;\n    log_format trace '$uri|$remote_addr|$arg_k|$upstream_addr';\n\n")
 	b.results = make([]liveResult, len(b.cases))
 	for k, c := range b.cases {
 		r := &b.results[k]
@@ -211,6 +222,9 @@ func (b *nginxBatch) configure(t *testing.T) error {
 		r.addrs = make([]string, len(c.servers))
 		var blk strings.Builder
 		fmt.Fprintf(&blk, "upstream %s {\n", r.name)
+		if c.method != "" {
+			fmt.Fprintf(&blk, "    %s;\n", c.method)
+		}
 		for i, s := range c.servers {
 			r.addrs[i] = liveAddrs[i]
 			if s.dead {
@@ -331,6 +345,18 @@ func (b *nginxBatch) send(ctx context.Context) error {
 	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: workers, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	// Requests with a client address each dial from it on a new
+	// connection: Linux delivers all of 127.0.0.0/8 to the loopback
+	// interface, so any 127.x.y.z can be bound.
+	bound := &http.Transport{Proxy: nil, DisableKeepAlives: true, DisableCompression: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			if src, ok := ctx.Value(sourceAddr{}).(netip.Addr); ok {
+				d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+			}
+			return d.DialContext(ctx, network, addr)
+		}}
+	boundClient := &http.Client{Transport: bound, Timeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	next := make(chan int)
@@ -339,7 +365,7 @@ func (b *nginxBatch) send(ctx context.Context) error {
 	for range workers {
 		wg.Go(func() {
 			for k := range next {
-				if err := b.sendCase(ctx, client, k); err != nil {
+				if err := b.sendCase(ctx, client, boundClient, k); err != nil {
 					errs <- err
 					cancel()
 					return
@@ -365,18 +391,29 @@ feed:
 	return err
 }
 
-func (b *nginxBatch) sendCase(ctx context.Context, client *http.Client, k int) error {
+// sourceAddr is the context key of the address a request is sent from.
+type sourceAddr struct{}
+
+func (b *nginxBatch) sendCase(ctx context.Context, client, boundClient *http.Client, k int) error {
 	r := &b.results[k]
-	r.status = make([]int, b.cases[k].n)
+	c := b.cases[k]
+	r.status = make([]int, c.n)
 	for i := range r.status {
-		url := fmt.Sprintf("http://%s/%s/%d", b.proxy, r.name, i)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		u := fmt.Sprintf("http://%s/%s/%d", b.proxy, r.name, i)
+		if c.keys != nil {
+			u += "?k=" + c.keys[i]
+		}
+		reqCtx, cl := ctx, client
+		if c.clients != nil {
+			reqCtx, cl = context.WithValue(ctx, sourceAddr{}, c.clients[i]), boundClient
+		}
+		req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, u, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := client.Do(req)
+		resp, err := cl.Do(req)
 		if err != nil {
-			return fmt.Errorf("%s: %w", url, err)
+			return fmt.Errorf("%s: %w", u, err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -400,9 +437,13 @@ func (b *nginxBatch) readLog() error {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		uri, addr, ok := strings.Cut(line, "|")
+		fields := strings.SplitN(line, "|", 4) // uri, remote addr, $arg_k, upstream addr
+		if len(fields) != 4 {
+			return fmt.Errorf("unexpected log line %q", line)
+		}
+		uri, remote, arg, addr := fields[0], fields[1], fields[2], fields[3]
 		parts := strings.Split(uri, "/") // "", name, request number
-		if !ok || len(parts) != 3 {
+		if len(parts) != 3 {
 			return fmt.Errorf("unexpected log line %q", line)
 		}
 		k, found := index[parts[1]]
@@ -413,6 +454,14 @@ func (b *nginxBatch) readLog() error {
 		r := &b.results[k]
 		if seq != len(r.trace) {
 			return fmt.Errorf("log line %q: want request %d of %s next", line, len(r.trace), r.name)
+		}
+		// nginx saw the key and the client address the case sent.
+		c := b.cases[k]
+		if c.keys != nil && arg != c.keys[seq] {
+			return fmt.Errorf("log line %q: $arg_k %q, want %q", line, arg, c.keys[seq])
+		}
+		if c.clients != nil && remote != c.clients[seq].String() {
+			return fmt.Errorf("log line %q: $remote_addr %q, want %q", line, remote, c.clients[seq])
 		}
 		r.trace = append(r.trace, addr)
 	}

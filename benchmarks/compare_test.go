@@ -88,8 +88,167 @@ var families = []struct {
 		{"lbgo.LeastConn", ours(balancer.NewLeastConn, true)},
 		{"lbgo.P2CPeakEWMA", ours(balancer.NewP2CPeakEWMA, true)},
 		{"lbgo.FastestFirst", ours(balancer.NewFastestFirst, true)},
+		{"lbgo.RandomTwo", ours(balancer.NewRandomTwo, true)},
 		{"kratos.p2c", kratos(func() selector.Selector { return p2c.New() })},
 	}},
+	// Consistent hashing: each pick hashes one of hashKeys, in turn, and
+	// finds its point on a ring of 160 points per unit of weight.
+	{"consistent", []impl{
+		{"lbgo.ConsistentHash", oursConsistent},
+		{"kitex.consist", kitexConsist},
+	}},
+}
+
+// hashKeys are the keys the consistent-hash workload picks for, in turn:
+// 4096 distinct request keys such as user ids.
+var hashKeys = func() []string {
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i*7919)
+	}
+	return keys
+}()
+
+// ringPoints is the points per unit of weight of both rings: nginx's 160
+// (ketama's), which ConsistentHash always uses and kitex takes as its
+// VirtualFactor, so that both rings have the same size.
+const ringPoints = 160
+
+// hashPeers returns the workload's peers for ConsistentHash.
+func hashPeers(n int) []*balancer.Peer {
+	peers := make([]*balancer.Peer, n)
+	for i := range peers {
+		peers[i] = balancer.NewPeer(addr(i), balancer.Weight(weight(i)))
+	}
+	return peers
+}
+
+// oursConsistent builds a ConsistentHash; each pick sets the next key on a
+// Request of its goroutine, reset first, as a caller reusing one would.
+func oursConsistent(n int) runner {
+	c, err := balancer.NewConsistentHash(hashPeers(n))
+	if err != nil {
+		panic(err)
+	}
+	mask := len(hashKeys) - 1
+	return func(b *testing.B, parallel bool) {
+		if !parallel {
+			var r balancer.Request
+			i := 0
+			for b.Loop() {
+				r.Reset()
+				r.SetKey(hashKeys[i&mask])
+				_, _ = c.Pick(&r)
+				i++
+			}
+			return
+		}
+		var seq atomic.Int64
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			var r balancer.Request
+			i := int(seq.Add(1) * 977)
+			for pb.Next() {
+				r.Reset()
+				r.SetKey(hashKeys[i&mask])
+				_, _ = c.Pick(&r)
+				i++
+			}
+		})
+	}
+}
+
+// kitexKeys are hashKeys boxed once, so that passing a key to kitex's
+// picker as its request allocates nothing.
+var kitexKeys = func() []any {
+	out := make([]any, len(hashKeys))
+	for i, k := range hashKeys {
+		out[i] = k
+	}
+	return out
+}()
+
+// kitexConsistOption is kitex's consistent hash over the same ring size:
+// the request is the key, and weighted virtual nodes.
+var kitexConsistOption = loadbalance.ConsistentHashOption{
+	GetKey:        func(_ context.Context, req any) string { return req.(string) },
+	VirtualFactor: ringPoints,
+	Weighted:      true,
+}
+
+func kitexInstances(n int) []discovery.Instance {
+	ins := make([]discovery.Instance, n)
+	for i := range ins {
+		ins[i] = discovery.NewInstance("tcp", addr(i), weight(i), nil)
+	}
+	return ins
+}
+
+// kitexConsist builds kitex's consistent-hash picker once and calls its
+// Next for each key, the cheapest way to use it (kitex itself gets a
+// picker from its cache, calls Next once and recycles it, per request).
+func kitexConsist(n int) runner {
+	lb := loadbalance.NewConsistBalancer(kitexConsistOption)
+	p := lb.GetPicker(discovery.Result{Cacheable: true, CacheKey: "bench", Instances: kitexInstances(n)})
+	ctx := context.Background()
+	mask := len(kitexKeys) - 1
+	return func(b *testing.B, parallel bool) {
+		if !parallel {
+			i := 0
+			for b.Loop() {
+				p.Next(ctx, kitexKeys[i&mask])
+				i++
+			}
+			return
+		}
+		var seq atomic.Int64
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1) * 977)
+			for pb.Next() {
+				p.Next(ctx, kitexKeys[i&mask])
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkRingBuild times building a consistent-hash ring of 160 points
+// per unit of weight over n peers, and reports its memory (B/op):
+// RingBuild/<impl>/peers=<n>. ConsistentHash rebuilds its ring on every
+// change of the peers or their weights, so the benchmark changes one
+// peer's weight back and forth; kitex builds a ring for each uncached
+// discovery result.
+func BenchmarkRingBuild(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprint("lbgo.ConsistentHash/peers=", n), func(b *testing.B) {
+			peers := hashPeers(n)
+			c, err := balancer.NewConsistentHash(peers)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := peers[0].Weight()
+			b.ReportAllocs()
+			i := 1 // every iteration changes the weight, so every one rebuilds
+			for b.Loop() {
+				if err := c.SetWeight(peers[0], w+i%2); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprint("kitex.consist/peers=", n), func(b *testing.B) {
+			lb := loadbalance.NewConsistBalancer(kitexConsistOption)
+			res := discovery.Result{Instances: kitexInstances(n)}
+			b.ReportAllocs()
+			for b.Loop() {
+				p := lb.GetPicker(res)
+				if r, ok := p.(interface{ Recycle() }); ok {
+					r.Recycle()
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkCompare runs every family: Compare/<family>/<impl>/peers=<n>/<mode>.

@@ -354,6 +354,12 @@ func TestPeers(t *testing.T) {
 	assert.Equal(t, balancer.DefaultMaxFails, bb.MaxFails())
 	assert.Equal(t, balancer.DefaultFailTimeout, bb.FailTimeout())
 	assert.True(t, c.IsBackup())
+	// The hash key is the server as written, which nginx's hash KEY
+	// consistent hashes ("a", not "a:80").
+	for i, want := range []string{"a", "b", "c"} {
+		assert.Equal(t, want, peers[i].HashKey(), "server %d", i)
+	}
+	assert.Equal(t, "d:80", Server{Addr: "d:80", Weight: 1}.Peer().HashKey(), "no Name: the address")
 
 	// Each call gives fresh peers: a peer belongs to one picker.
 	_, err = balancer.NewSmoothWRR(peers)

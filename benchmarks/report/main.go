@@ -26,7 +26,7 @@ import (
 
 // A sample is one benchmark's result in one round.
 type sample struct {
-	ns, allocs float64
+	ns, allocs, bytes float64
 }
 
 // results holds every round: results[key][round].
@@ -36,7 +36,7 @@ type results struct {
 	data   map[string]map[int]sample
 }
 
-var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+([0-9.]+) ns/op(?:\s+[0-9.]+ B/op)?(?:\s+([0-9.]+) allocs/op)?`)
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) B/op)?(?:\s+([0-9.]+) allocs/op)?`)
 
 func (r *results) parse(round int, in io.Reader) error {
 	sc := bufio.NewScanner(in)
@@ -49,9 +49,14 @@ func (r *results) parse(round int, in io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("%q: %w", sc.Text(), err)
 		}
-		var allocs float64
+		var allocs, bytes float64
+		if m[5] != "" {
+			if allocs, err = strconv.ParseFloat(m[5], 64); err != nil {
+				return fmt.Errorf("%q: %w", sc.Text(), err)
+			}
+		}
 		if m[4] != "" {
-			if allocs, err = strconv.ParseFloat(m[4], 64); err != nil {
+			if bytes, err = strconv.ParseFloat(m[4], 64); err != nil {
 				return fmt.Errorf("%q: %w", sc.Text(), err)
 			}
 		}
@@ -61,7 +66,7 @@ func (r *results) parse(round int, in io.Reader) error {
 		if r.data[m[1]] == nil {
 			r.data[m[1]] = map[int]sample{}
 		}
-		r.data[m[1]][round] = sample{ns, allocs}
+		r.data[m[1]][round] = sample{ns, allocs, bytes}
 	}
 	return sc.Err()
 }
@@ -85,6 +90,49 @@ func (r *results) ns(key string) float64 {
 		xs = append(xs, s.ns)
 	}
 	return median(xs)
+}
+
+func (r *results) bytes(key string) float64 {
+	var xs []float64
+	for _, s := range r.data[key] {
+		xs = append(xs, s.bytes)
+	}
+	return median(xs)
+}
+
+// writeRingBuild writes the consistent-hash ring build times and memory,
+// if the rounds have them.
+func (r *results) writeRingBuild(w io.Writer) {
+	impls := []string{"lbgo.ConsistentHash", "kitex.consist"}
+	rk := func(impl, n string) string { return fmt.Sprintf("RingBuild/%s/peers=%s", impl, n) }
+	if _, ok := r.data[rk(impls[0], "10")]; !ok {
+		return
+	}
+	fmt.Fprintf(w, "\n## Consistent hashing: building the ring\n\nThe time to build a ring of 160 points per unit of weight over n peers (weights i%%10+1, so about 880 points a peer), and the memory allocated for it. ConsistentHash rebuilds its ring on every change of the peers or their weights (here: one peer's weight, changed back and forth), holding 8 bytes a point; kitex builds one for each discovery result it has not cached, holding 16 bytes a virtual node.\n\n| peers |")
+	for _, im := range impls {
+		fmt.Fprintf(w, " %s time | %s memory |", im, im)
+	}
+	fmt.Fprintf(w, "\n|---:|---:|---:|---:|---:|\n")
+	for _, n := range sizes {
+		fmt.Fprintf(w, "| %s |", n)
+		for _, im := range impls {
+			fmt.Fprintf(w, " %s | %s |", fmtNs(r.ns(rk(im, n))), fmtBytes(r.bytes(rk(im, n))))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func fmtBytes(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "–"
+	case x >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", x/(1<<20))
+	case x >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", x/(1<<10))
+	default:
+		return fmt.Sprintf("%.0f B", x)
+	}
 }
 
 func (r *results) allocs(key string) float64 {
@@ -130,7 +178,8 @@ var familyDocs = []family{
 	{"classic", "Classic (nginx 1.2.0) weighted round robin, static weights", "lbgo.ClassicWRR serves nginx 1.2.0's order from its precomputed cycle when it can. kitex.WRR is the smooth table, the fastest weighted round robin in the set; kitex.IWRR is kitex's interleaved WRR (queues under a mutex); smallnest.RRW is LVS's gcd round robin (parallel: behind a mutex).", "atomic.Add"},
 	{"roundrobin", "Round robin", "lbgo.RoundRobin ignores weights; kitex.RR is kitex's padded-counter round robin, which its weighted balancer uses when all weights are equal (as here).", "atomic.Add"},
 	{"random", "Weighted random", "lbgo.RandomWeighted draws from a Vose alias table; kitex.alias is kitex's alias method (two draws, a float threshold); kitex.random its linear scan; mroth.v2 prefix sums and a binary search.", "rand.Uint64"},
-	{"feedback", "Pickers that learn from outcomes: Pick plus the report", "Each iteration picks a peer and reports a success with a latency. kratos.p2c is kratos's power of two choices over its EWMA nodes, with its done call.", "atomic.Add"},
+	{"feedback", "Pickers that learn from outcomes: Pick plus the report", "Each iteration picks a peer and reports a success with a latency. lbgo.RandomTwo is nginx's random two (least_conn): two weighted draws, the one with fewer attempts in flight per unit of weight. kratos.p2c is kratos's power of two choices over its EWMA nodes, with its done call.", "atomic.Add"},
+	{"consistent", "Consistent hashing", "Each pick hashes the next of 4096 keys and finds its point on a ring of 160 points per unit of weight (nginx's ketama; kitex's VirtualFactor set to 160 so that both rings have the same size). lbgo.ConsistentHash is nginx's hash KEY consistent: CRC-32 of the key, a binary search over the points, the eligibility checks and the in-flight count, under the picker's lock. kitex.consist is kitex's NewConsistBalancer: maphash of the key and a sort.Search over the virtual nodes, on one picker built beforehand (kitex gets one from its cache and recycles it per request). The ring build (the RingBuild benchmarks, not in this table) is timed apart.", "atomic.Add"},
 }
 
 func (r *results) impls(family string) []string {
@@ -403,8 +452,23 @@ var targets = []target{
 		"each pick scans every peer under the lock (O(n)) for the least expected delay, and each report folds the latency into the peer's estimate under the lock, reading the clock; kratos's p2c looks at two peers.",
 	},
 	{
+		"RandomTwo, Pick plus report: ≤ 0.3× kratos p2c",
+		ratioTarget("feedback", "lbgo.RandomTwo", "feedback", "kratos.p2c", 0.3, sizes, modes, false),
+		"two alias-table draws from math/rand/v2 (each a ChaCha8 draw, see the rand.Uint64 floor), the eligibility reads of both peers and the in-flight add on the chosen one; at 10000 peers the two peers' lines and the alias table's entries are cache misses.",
+	},
+	{
 		"Feedback pickers: 0 allocs",
-		zeroAllocs("feedback", "lbgo.LeastConn", "lbgo.P2CPeakEWMA", "lbgo.FastestFirst"),
+		zeroAllocs("feedback", "lbgo.LeastConn", "lbgo.P2CPeakEWMA", "lbgo.FastestFirst", "lbgo.RandomTwo"),
+		"",
+	},
+	{
+		"ConsistentHash: ≤ 1.0× kitex's consistent hash per pick, serial and parallel, at every size",
+		ratioTarget("consistent", "lbgo.ConsistentHash", "consistent", "kitex.consist", 1.0, sizes, modes, false),
+		"the pick runs under the picker's mutex (nginx's walk along the ring reads and writes the smooth weights of the point's peers and the request's position), so parallel picks serialize where kitex's read-only search does not; serially each pick also follows the point to its group and the group to its peer (two more dependent loads, cache misses at 10000 peers) and counts the attempt in flight, which kitex does not.",
+	},
+	{
+		"ConsistentHash: 0 allocs",
+		zeroAllocs("consistent", "lbgo.ConsistentHash"),
 		"",
 	},
 }
@@ -449,6 +513,7 @@ func (r *results) write(w io.Writer, m meta) {
 	for _, f := range familyDocs {
 		r.writeFamily(w, f)
 	}
+	r.writeRingBuild(w)
 	fmt.Fprint(w, notes)
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -31,15 +32,27 @@ func fromPeers[P balancer.Picker](f func([]*balancer.Peer, ...balancer.Option) (
 	}
 }
 
+// keyKind is what a picker reads from a request's -keys line.
+type keyKind int
+
+const (
+	noKey   keyKind = iota // the picker takes no key; -keys only counts requests
+	textKey                // Request.SetKey: hash's $arg_k, $request_uri, ...
+	addrKey                // Request.SetAddr: ip_hash's client address
+)
+
 // pickerSpec is how balance trace builds and drives one picker.
 type pickerSpec struct {
-	new newPicker
+	name string // the registry's name
+	new  newPicker
 	// seeded pickers get -seed through WithRand (RoundRobin draws where
 	// its rotation starts, RandomWeighted every pick).
 	seeded bool
-	// key, when set, gives request r its key from -keys before its first
-	// attempt; pickers that take no key leave it nil and ignore -keys.
-	key func(r *balancer.Request, key string)
+	// key is what each -keys line gives its request.
+	key keyKind
+	// noBackups pickers refuse backup servers, as nginx refuses them with
+	// hash, ip_hash and random.
+	noBackups bool
 }
 
 // specOf returns how balance trace drives the registry's algorithm called
@@ -50,16 +63,40 @@ func specOf(name string) (pickerSpec, error) {
 	if err != nil {
 		return pickerSpec{}, err
 	}
-	return pickerSpec{new: fromPeers(a.New), seeded: a.Random}, nil
+	spec := pickerSpec{name: a.Name, new: fromPeers(a.New), seeded: a.Random, noBackups: a.NoBackups}
+	switch {
+	case a.Name == "IPHash":
+		spec.key = addrKey
+	case a.Keyed:
+		spec.key = textKey
+	}
+	return spec, nil
 }
 
-// methods maps a block's balancing method (upstream.Method.Name, "" for
-// round robin) to the algorithm that traces it when no -algo is given. It is
-// the one place to add a method: hash, ip_hash and random have no picker
-// yet, so tracing them needs an -algo.
+// methods maps a block's balancing method, as methodKey writes it ("" for
+// round robin), to the algorithm that traces it when no -algo is given. It
+// is the one place to add a method.
 var methods = map[string]string{
-	"":           "SmoothWRR",
-	"least_conn": "LeastConn",
+	"":                "SmoothWRR",
+	"least_conn":      "LeastConn",
+	"hash":            "Hash",
+	"hash consistent": "ConsistentHash",
+	"ip_hash":         "IPHash",
+	"random":          "Random",
+	"random two":      "RandomTwo",
+}
+
+// methodKey is m's entry in methods: its name, with "consistent" for hash
+// and "two" for random when the directive says so. The hash key itself
+// (hash KEY) is not part of it: -keys gives each request its value.
+func methodKey(m upstream.Method) string {
+	switch {
+	case m.Name == "hash" && m.Consistent:
+		return "hash consistent"
+	case m.Name == "random" && m.Two:
+		return "random two"
+	}
+	return m.Name
 }
 
 // epoch is the time on the clock that never moves. Like nginx in the
@@ -90,10 +127,10 @@ func newTraceFlags(stderr io.Writer) (*flag.FlagSet, *traceFlags) {
 	f := &traceFlags{set: map[string]bool{}}
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.algo, "algo", "", "balancing algorithm, in any case: "+strings.Join(names, ", ")+"\n(default: the block's method, SmoothWRR for round robin, LeastConn for least_conn)")
+	fs.StringVar(&f.algo, "algo", "", "balancing algorithm, in any case: "+strings.Join(names, ", ")+"\n(default: the block's method: SmoothWRR for round robin, LeastConn for\nleast_conn, Hash, ConsistentHash, IPHash, Random or RandomTwo for hash,\nhash consistent, ip_hash, random and random two)")
 	fs.StringVar(&f.upstream, "upstream", "", "the upstream block to trace, by name (default: the only one)")
 	fs.IntVar(&f.n, "n", 0, "number of requests (default: the number of -keys, else one full cycle:\nthe sum of the weights of the primary servers that are not down)")
-	fs.StringVar(&f.keys, "keys", "", "file of request keys, one per line (an empty line is an empty key),\none request each, for the hash methods")
+	fs.StringVar(&f.keys, "keys", "", "file of request keys, one per line, one request each: the value of\nhash's KEY for Hash and ConsistentHash (an empty line is an empty key,\nwhich nginx sends round robin), the client address for IPHash")
 	fs.StringVar(&f.fail, "fail", "", "comma-separated servers that fail every attempt, like a closed port,\nas written or as logged (a or a:80)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed, for -algo "+strings.Join(seeded, " or "))
 	fs.Usage = func() {
@@ -147,9 +184,9 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if !f.set["algo"] {
-		name, ok := methods[b.Method.Name]
+		name, ok := methods[methodKey(b.Method)]
 		if !ok {
-			fmt.Fprintf(stderr, "%s:%d: method %q is not supported by balance trace yet\n", b.File, b.Method.Line, b.Method.Name)
+			fmt.Fprintf(stderr, "%s:%d: method %q is not supported by balance trace\n", b.File, b.Method.Line, b.Method.String())
 			return 1
 		}
 		if a, err = specOf(name); err != nil {
@@ -177,20 +214,56 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
+	if a.noBackups {
+		// nginx refuses backup after hash, ip_hash and random, but accepts
+		// a backup server written before the method directive.
+		if i := slices.IndexFunc(b.Servers, func(s upstream.Server) bool { return s.Backup }); i >= 0 {
+			s := b.Servers[i]
+			fmt.Fprintf(stderr, "%s:%d: backup server %q: %s takes no backup servers, as nginx's hash, ip_hash and random methods do not\n", b.File, s.Line, s.Name, a.name)
+			return 1
+		}
+	}
+	keyOf, err := keyFunc(a.key, f.keys, keys)
+	if err != nil {
+		fmt.Fprintln(stderr, err) // FILE:LINE: message
+		return 1
+	}
 	opts := []balancer.Option{balancer.WithClock(func() time.Time { return epoch })}
 	if a.seeded {
 		opts = append(opts, balancer.WithRand(rand.NewPCG(f.seed, 0)))
 	}
 	p, err := a.new(b, opts...)
 	if err != nil {
-		fmt.Fprintf(stderr, "balance trace: %v\n", err)
+		// Such as a total weight past what ConsistentHash's ring holds.
+		fmt.Fprintf(stderr, "%s:%d: %v\n", b.File, b.Line, err)
 		return 1
 	}
-	var keyOf func(i int, r *balancer.Request)
-	if a.key != nil && keys != nil {
-		keyOf = func(i int, r *balancer.Request) { a.key(r, keys[i]) }
-	}
 	return writeTrace(p, b.Name, f.n, failing, keyOf, stdout, stderr)
+}
+
+// keyFunc returns what gives request i its key from -keys (the file named
+// file, read into keys): nil when kind is noKey or there is no -keys. For
+// addrKey every line must be a client address, IPv4 or IPv6, as nginx's
+// $remote_addr; the error for one that is not names the file and line.
+func keyFunc(kind keyKind, file string, keys []string) (func(i int, r *balancer.Request), error) {
+	if keys == nil {
+		return nil, nil
+	}
+	switch kind {
+	case textKey:
+		return func(i int, r *balancer.Request) { r.SetKey(keys[i]) }, nil
+	case addrKey:
+		addrs := make([]netip.Addr, len(keys))
+		for i, k := range keys {
+			a, err := netip.ParseAddr(k)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: client address %q: want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1", file, i+1, k)
+			}
+			addrs[i] = a
+		}
+		return func(i int, r *balancer.Request) { r.SetAddr(addrs[i]) }, nil
+	}
+	return nil, nil
 }
 
 // readKeys reads the -keys file: one key per line, lines ending at "\n",

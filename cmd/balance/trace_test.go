@@ -246,6 +246,10 @@ func TestTraceErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("upstream back {\n    server a;\n    server a backup;\n}\n"), 0o644))
 	keys := filepath.Join(dir, "k")
 	require.NoError(t, os.WriteFile(keys, []byte("x\n\ny\n"), 0o644))
+	badAddrs := filepath.Join(dir, "addrs")
+	require.NoError(t, os.WriteFile(badAddrs, []byte("10.0.0.1\n::1\n10.0.0.256\n"), 0o644))
+	emptyAddr := filepath.Join(dir, "empty-addr")
+	require.NoError(t, os.WriteFile(emptyAddr, []byte("10.0.0.1\n\n"), 0o644))
 	tests := []struct {
 		name   string
 		args   []string
@@ -263,9 +267,18 @@ func TestTraceErrors(t *testing.T) {
 		{"port 0", []string{"trace"}, "upstream back {\n  server a:0;\n}\n", 1, `<stdin>:2: invalid port in upstream "a:0"` + "\n"},
 		{"scheme", []string{"trace"}, "upstream back {\n  server http://a;\n}\n", 1, `<stdin>:2: invalid host in upstream "http://a"` + "\n"},
 		{"backup with hash", []string{"trace"}, "upstream back {\n  hash $uri;\n  server a;\n  server b backup;\n}\n", 1, `<stdin>:4: balancing method "hash" (line 2) does not support parameter "backup"` + "\n"},
-		{"hash not traced yet", []string{"trace"}, "upstream back {\n  server a;\n  hash $uri consistent;\n}\n", 1, `<stdin>:3: method "hash" is not supported by balance trace yet` + "\n"},
-		{"ip_hash not traced yet", []string{"trace", "-keys", keys}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, `<stdin>:2: method "ip_hash" is not supported by balance trace yet` + "\n"},
-		{"random not traced yet", []string{"trace"}, "upstream back {\n  random two;\n  server a;\n}\n", 1, `<stdin>:2: method "random" is not supported by balance trace yet` + "\n"},
+		// nginx accepts a backup server before the method directive;
+		// the hash and random pickers refuse backups.
+		{"backup before hash", []string{"trace"}, "upstream back {\n  server a;\n  server b backup;\n  hash $uri consistent;\n}\n", 1, `<stdin>:3: backup server "b": ConsistentHash takes no backup servers, as nginx's hash, ip_hash and random methods do not` + "\n"},
+		{"-algo Random over a backup", []string{"trace", "-algo", "random"}, "upstream back {\n  server a;\n  server b backup;\n}\n", 1, `<stdin>:3: backup server "b": Random takes no backup servers, as nginx's hash, ip_hash and random methods do not` + "\n"},
+		{"bad client address", []string{"trace", "-keys", keys}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, keys + `:1: client address "x": want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1` + "\n"},
+		{"bad client address, -algo", []string{"trace", "-algo", "IPHash", "-keys", badAddrs}, fiveOneOne, 1, badAddrs + `:3: client address "10.0.0.256": want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1` + "\n"},
+		{"empty client address", []string{"trace", "-keys", emptyAddr}, "upstream back {\n  ip_hash;\n  server a;\n}\n", 1, emptyAddr + `:2: client address "": want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1` + "\n"},
+		{
+			// 160 points per unit of weight: the ring holds up to 2^16.
+			"ring past its bound", []string{"trace"}, "upstream back {\n  hash $uri consistent;\n  server a weight=65536;\n  server b;\n}\n", 1,
+			"<stdin>:1: balancer: ConsistentHash: total weight 65537 past MaxRingWeight 65536: balancer: invalid configuration\n",
+		},
 		{"several upstreams", []string{"trace"}, twoBlocks, 1, `<stdin>:3: 2 upstream blocks ("u" on line 2, "v" on line 3): choose one by name with -upstream NAME` + "\n"},
 		{"unknown -upstream", []string{"trace", "-upstream", "w"}, twoBlocks, 1, `<stdin>:2: no upstream "w"; there is "u" on line 2, "v" on line 3` + "\n"},
 		{"missing -keys file", []string{"trace", "-keys", filepath.Join(dir, "nope.keys")}, fiveOneOne, 1, "balance trace: -keys: open " + filepath.Join(dir, "nope.keys") + ": no such file or directory\n"},
@@ -276,7 +289,7 @@ func TestTraceErrors(t *testing.T) {
 		{"unknown -fail server", []string{"trace", "-fail", "z", "-"}, fiveOneOne, 2, `balance trace: -fail: no server "z" in upstream "back"` + "\n..."},
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
 		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: negative -n -1\nusage: balance trace ..."},
-		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst): balancer: unknown algorithm` + "\n..."},
+		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst, Hash, ConsistentHash, IPHash, Random, RandomTwo): balancer: unknown algorithm` + "\n..."},
 		{"-seed with smooth", []string{"trace", "-algo", "SmoothWRR", "-seed", "7"}, "", 2, "balance trace: -seed does not apply to -algo SmoothWRR\n..."},
 		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
 		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\nusage: balance trace ..."},
@@ -346,25 +359,24 @@ func TestReadKeys(t *testing.T) {
 // TestMethods checks which picker traces each balancing method when no
 // -algo is given.
 func TestMethods(t *testing.T) {
-	b, err := upstream.Parse("up.conf", []byte("upstream u { server a; server b; }"))
-	require.NoError(t, err)
 	tests := []struct {
 		method string
-		want   any // the picker type, or nil for a method with no picker yet
+		want   any // the picker type
 	}{
-		{"", &balancer.SmoothWRR{}},
-		{"least_conn", &balancer.LeastConn{}},
-		{"hash", nil},
-		{"ip_hash", nil},
-		{"random", nil},
+		{"upstream u { server a; server b; }", &balancer.SmoothWRR{}},
+		{"upstream u { least_conn; server a; server b; }", &balancer.LeastConn{}},
+		{"upstream u { hash $uri; server a; server b; }", &balancer.Hash{}},
+		{"upstream u { hash $uri consistent; server a; server b; }", &balancer.ConsistentHash{}},
+		{"upstream u { ip_hash; server a; server b; }", &balancer.IPHash{}},
+		{"upstream u { random; server a; server b; }", &balancer.Random{}},
+		{"upstream u { random two; server a; server b; }", &balancer.RandomTwo{}},
+		{"upstream u { random two least_conn; server a; server b; }", &balancer.RandomTwo{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method, func(t *testing.T) {
-			name, ok := methods[tt.method]
-			if tt.want == nil {
-				assert.False(t, ok)
-				return
-			}
+			b, err := upstream.Parse("up.conf", []byte(tt.method))
+			require.NoError(t, err)
+			name, ok := methods[methodKey(b.Method)]
 			require.True(t, ok)
 			spec, err := specOf(name)
 			require.NoError(t, err)
@@ -372,5 +384,147 @@ func TestMethods(t *testing.T) {
 			require.NoError(t, err)
 			assert.IsType(t, tt.want, p)
 		})
+	}
+}
+
+// TestTraceNginxHash replays every recorded case of nginx 1.22.1's hash,
+// hash consistent and ip_hash end to end: the block with the case's method
+// and its servers at 127.0.0.1:(base+1+i), the text nginx hashed, on
+// standard input; the keys (or client addresses) in -keys, one request
+// each; dead servers in -fail. No -algo: the block's method chooses the
+// picker.
+func TestTraceNginxHash(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "nginx-1.22.1-hash.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	dir := t.TempDir()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	methods := map[string]int{}
+	for line := 1; sc.Scan(); line++ {
+		var c struct {
+			Method  string
+			Base    int
+			Servers []string
+			Keys    []string
+			Trace   []string
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &c))
+		require.Len(t, c.Trace, len(c.Keys), "case %d", line)
+		methods[c.Method]++
+		var block strings.Builder
+		var dead []string
+		letter := map[string]string{}
+		fmt.Fprintf(&block, "upstream back {\n    %s;\n", c.Method)
+		for i, params := range c.Servers {
+			addr := fmt.Sprintf("127.0.0.1:%d", c.Base+1+i)
+			letter[addr] = string(rune('a' + i))
+			if rest, ok := strings.CutPrefix(params, "dead"); ok {
+				dead, params = append(dead, addr), rest
+			}
+			fmt.Fprintf(&block, "    server %s %s;\n", addr, params)
+		}
+		block.WriteString("}\n")
+		keys := filepath.Join(dir, fmt.Sprintf("case%d.keys", line))
+		require.NoError(t, os.WriteFile(keys, []byte(lines(c.Keys...)), 0o644))
+
+		args := []string{"trace", "-keys", keys, "-fail", strings.Join(dead, ","), "-"}
+		code, out, errOut := exec(args, block.String())
+		require.Equal(t, 0, code, "case %d: %s", line, errOut)
+		got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		for i, entry := range got {
+			tried := strings.Split(entry, ", ")
+			for j, a := range tried {
+				if l, ok := letter[a]; ok {
+					tried[j] = l
+				}
+			}
+			got[i] = strings.Join(tried, ", ")
+		}
+		assert.Equal(t, c.Trace, got, "case %d:\n%s", line, block.String())
+	}
+	require.NoError(t, sc.Err())
+	assert.Equal(t, map[string]int{"hash $arg_k": 8, "hash $arg_k consistent": 5, "ip_hash": 5}, methods)
+}
+
+// TestTraceKeys checks what -keys gives each keyed method, with expected
+// picks derived by hand from nginx's hash functions.
+func TestTraceKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		file := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(file, []byte(data), 0o644))
+		return file
+	}
+	// Two servers of weight 1. ip_hash hashes the first three bytes of an
+	// IPv4 address, hash = (hash·113 + byte) mod 6271 from 89, and
+	// hash mod 2 (the total weight) picks the server. For 10.0.0.x:
+	// 89·113 + 10 = 10067 → 10067 − 6271 = 3796; 3796·113 = 428948 →
+	// 428948 − 6271·68 = 2520; 2520·113 = 284760 → 284760 − 6271·45 = 2565:
+	// odd, the second server. For 10.0.1.x the last step adds 1: 2566,
+	// even, the first.
+	two := "upstream back {\n  ip_hash;\n  server a;\n  server b;\n}\n"
+	addrs := write("addrs", "10.0.0.7\n10.0.1.7\n10.0.0.200\n10.0.1.1\n")
+	code, out, errOut := exec([]string{"trace", "-keys", addrs, "-"}, two)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, lines("b:80", "a:80", "b:80", "a:80"), out)
+
+	// Hash and ConsistentHash send equal keys to one server, whatever
+	// it is; an empty key goes round robin. IPHash sends a /24 to one
+	// server.
+	four := "upstream back {\n  %s;\n  server 10.0.0.1;\n  server 10.0.0.2 weight=2;\n  server 10.0.0.3:8080;\n  server 10.0.0.4;\n}\n"
+	tests := []struct {
+		method, keys string
+		same         [][]int // requests that must go to one server
+	}{
+		{"hash $uri", "k1\nk2\nk1\nk3\nk2\nk1\n", [][]int{{0, 2, 5}, {1, 4}}},
+		{"hash $uri consistent", "k1\nk2\nk1\nk3\nk2\nk1\n", [][]int{{0, 2, 5}, {1, 4}}},
+		{"ip_hash", "192.0.2.1\n192.0.2.77\n198.51.100.3\n192.0.2.250\n2001:db8::1\n2001:db8::1\n", [][]int{{0, 1, 3}, {4, 5}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method, func(t *testing.T) {
+			keys := write(strings.ReplaceAll(tt.method, " ", "_"), tt.keys)
+			code, out, errOut := exec([]string{"trace", "-keys", keys}, fmt.Sprintf(four, tt.method))
+			require.Equal(t, 0, code, errOut)
+			got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			require.Len(t, got, strings.Count(tt.keys, "\n"))
+			for _, group := range tt.same {
+				for _, i := range group[1:] {
+					assert.Equal(t, got[group[0]], got[i], "requests %d and %d", group[0]+1, i+1)
+				}
+			}
+		})
+	}
+
+	// An empty key sends hash to round robin: the smooth order {1,2,1,1}
+	// starts b, a, c, d for empty keys only ([1,2,1,1] → b → [1,-3,1,1];
+	// [2,-1,2,2] → a → [-3,-1,2,2]; [-2,1,3,3] → c; then d).
+	empties := write("empties", "\n\n\n\n")
+	code, out, errOut = exec([]string{"trace", "-keys", empties}, fmt.Sprintf(four, "hash $uri"))
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, lines("10.0.0.2:80", "10.0.0.1:80", "10.0.0.3:8080", "10.0.0.4:80"), out)
+
+	// ConsistentHash hashes the server as written: `server a;` and
+	// `server a:80;` log alike but sit at other points of the ring, so
+	// some keys of the first block's trace go elsewhere in the second.
+	var many strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&many, "key%d\n", i)
+	}
+	manyKeys := write("many", many.String())
+	bare := "upstream back { hash $uri consistent; server a; server b; server c; }"
+	ported := "upstream back { hash $uri consistent; server a:80; server b:80; server c:80; }"
+	_, outBare, _ := exec([]string{"trace", "-keys", manyKeys}, bare)
+	_, outPorted, _ := exec([]string{"trace", "-keys", manyKeys}, ported)
+	require.Equal(t, strings.Count(outBare, "\n"), 200)
+	assert.NotEqual(t, outBare, outPorted, "the hash key is the text as written")
+
+	// Random and RandomTwo take -seed; the same seed gives the same trace.
+	for _, m := range []string{"random", "random two"} {
+		block := "upstream back { " + m + "; server a weight=3; server b; }"
+		_, first, _ := exec([]string{"trace", "-seed", "5", "-n", "50"}, block)
+		_, again, _ := exec([]string{"trace", "-seed", "5", "-n", "50"}, block)
+		assert.Equal(t, first, again, m)
+		assert.Equal(t, 50, strings.Count(first, "\n"), m)
 	}
 }
