@@ -34,13 +34,16 @@ type Policy struct {
 func (p Policy) IsOracle() bool { return p.oracle != nil }
 
 // Pickers returns the library's pickers (balancer.Algorithms, in its
-// order), each configured as an operator would: the scenario's weights on
+// order, but for the keyed ones: the simulated requests carry no key), each configured as an operator would: the scenario's weights on
 // every peer, nginx's failure defaults, and the picker's own defaults
 // otherwise. Each gets the simulation's clock, and its random source if it
 // draws random numbers.
 func Pickers() []Policy {
 	var ps []Policy
 	for _, a := range balancer.Algorithms() {
+		if a.Keyed {
+			continue // the simulated requests carry no key
+		}
 		ps = append(ps, Policy{Name: a.Name, New: factory(a)})
 	}
 	return ps
