@@ -66,8 +66,11 @@ type Outcome struct {
 	// abort against the peer, so neither does any picker: the attempt ends
 	// as a success would end it for nginx's failure accounting. Its Latency
 	// is a lower bound: the latency-aware pickers take it as "at least this
-	// slow", never as a fast reply. Failed and Abandoned together are
-	// rejected with ErrInvalidOutcome.
+	// slow", never as a fast reply, and attempts abandoned in a row with no
+	// reply between add up, so a peer that stalls past the caller's
+	// deadline soon loses to those that answer (FastestFirst puts it at its
+	// floor weight after three). Failed and Abandoned together are rejected
+	// with ErrInvalidOutcome.
 	Abandoned bool
 
 	// Latency is how long the attempt took. Only the latency-aware pickers
