@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -658,6 +659,227 @@ func TestContract_updateRejects(t *testing.T) {
 					require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{}))
 				}
 			})
+		}
+	})
+}
+
+// TestContract_nextEligible: the exact instant a peer taken out by its
+// failures is back, derived from nginx's test (out while now − checked <=
+// fail_timeout, so back at checked + fail_timeout + 1ns), for every picker
+// on a fake clock.
+func TestContract_nextEligible(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		a := NewPeer("a", FailTimeout(10*time.Second))
+		b := NewPeer("b", FailTimeout(5*time.Second))
+		c := NewPeer("c", FailTimeout(time.Second), MaxFails(2))
+		p, err := pc.new([]*Peer{a, b, c}, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		_, ok := p.NextEligible()
+		assert.False(t, ok, "no failures")
+
+		t0 := clk.now()
+		failOnly(t, p, a)
+		at, ok := p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, t0.Add(10*time.Second+1), at, "a out by max_fails 1")
+
+		failOnly(t, p, c) // one failure of two: c is not out
+		at, _ = p.NextEligible()
+		assert.Equal(t, t0.Add(10*time.Second+1), at, "c below its max_fails")
+
+		clk.add(time.Second)
+		failOnly(t, p, b)
+		at, ok = p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, t0.Add(6*time.Second+1), at, "b's window ends first")
+
+		// At that instant minus 1ns b is still out; at it, b is back. c
+		// is set down so that b is the only candidate.
+		require.NoError(t, p.SetDown(c, true))
+		clk.t = t0.Add(6 * time.Second)
+		_, err = p.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoLivePeer, "b still out through checked+fail_timeout")
+		at, _ = p.NextEligible()
+		assert.Equal(t, t0.Add(6*time.Second+1), at)
+		clk.add(1)
+		q := mustPick(t, p, nil)
+		assert.Same(t, b, q, "b's probe")
+		require.NoError(t, p.Done(q, Outcome{}))
+		at, ok = p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, t0.Add(10*time.Second+1), at, "b recovered: a is next")
+
+		// A down peer waits for SetDown, not for time.
+		require.NoError(t, p.SetDown(a, true))
+		_, ok = p.NextEligible()
+		assert.False(t, ok, "the only failed peer is down")
+		require.NoError(t, p.SetDown(a, false))
+		clk.t = t0.Add(10*time.Second + 1)
+		_, ok = p.NextEligible()
+		assert.False(t, ok, "a's window has passed")
+	})
+}
+
+func TestContract_nextEligibleNever(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		t.Run("single peer", func(t *testing.T) {
+			// nginx's single server is never out for its failures.
+			clk := newFakeClock()
+			a := NewPeer("a")
+			p, err := pc.new([]*Peer{a}, optsFor(pc, clk)...)
+			require.NoError(t, err)
+			for range 3 {
+				require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{Failed: true}))
+				_, ok := p.NextEligible()
+				assert.False(t, ok)
+			}
+			assert.Same(t, a, mustPick(t, p, nil))
+		})
+		t.Run("down peers", func(t *testing.T) {
+			clk := newFakeClock()
+			p, err := pc.new([]*Peer{NewPeer("a", Down()), NewPeer("b", Down())}, optsFor(pc, clk)...)
+			require.NoError(t, err)
+			_, ok := p.NextEligible()
+			assert.False(t, ok)
+			_, err = p.Pick(nil)
+			assert.ErrorIs(t, err, ErrNoLivePeer)
+		})
+		t.Run("fail_timeout past the last instant", func(t *testing.T) {
+			// checked + fail_timeout + 1ns overflows int64: the answer
+			// saturates at the last representable instant.
+			clk := newFakeClock()
+			a := NewPeer("a", FailTimeout(math.MaxInt64))
+			p, err := pc.new([]*Peer{a, NewPeer("b")}, optsFor(pc, clk)...)
+			require.NoError(t, err)
+			failOnly(t, p, a)
+			at, ok := p.NextEligible()
+			assert.True(t, ok)
+			assert.Equal(t, time.Unix(0, math.MaxInt64), at)
+		})
+	})
+}
+
+type backendConn struct{ name string }
+
+// TestContract_value: the Value option's value comes back from a picked
+// peer, and reading it allocates nothing.
+func TestContract_value(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		conns := map[string]*backendConn{"a": {"conn a"}, "b": {"conn b"}}
+		p, err := pc.new([]*Peer{
+			NewPeer("a", Value(conns["a"]), MaxFails(0)),
+			NewPeer("b", Value(conns["b"]), MaxFails(0)),
+			NewPeer("c", MaxFails(0), Value(nil)),
+		})
+		require.NoError(t, err)
+		for range 30 {
+			q := mustPick(t, p, nil)
+			if c := conns[q.Addr()]; c != nil {
+				assert.Same(t, c, q.Value().(*backendConn))
+			} else {
+				assert.Nil(t, q.Value())
+			}
+			require.NoError(t, p.Done(q, Outcome{Latency: time.Millisecond}))
+		}
+		var sink *backendConn
+		allocs := testing.AllocsPerRun(1000, func() {
+			q, _ := p.Pick(nil)
+			if c, ok := q.Value().(*backendConn); ok {
+				sink = c
+			}
+			_ = p.Done(q, Outcome{Latency: time.Millisecond})
+		})
+		assert.Zero(t, allocs, "Pick+Done+Value")
+		_ = sink
+	})
+}
+
+// TestContract_abandoned: an abandoned attempt is not a failure, as nginx
+// does not count a client's abort against the peer; its probe ends as a
+// success ends one (nginx clears fails when accessed < checked, RR.c 847).
+func TestContract_abandoned(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		a, b := NewPeer("a"), NewPeer("b")
+		p, err := pc.new([]*Peer{a, b}, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		for range 5 {
+			q := mustPick(t, p, nil)
+			require.NoError(t, p.Done(q, Outcome{Abandoned: true, Latency: time.Second}))
+			assert.Zero(t, q.State().Fails, "abandoned on %s", q)
+		}
+		_, ok := p.NextEligible()
+		assert.False(t, ok, "max_fails 1 and nothing out")
+
+		// Failed and Abandoned together: rejected, nothing changes.
+		q := mustPick(t, p, nil)
+		err = p.Done(q, Outcome{Failed: true, Abandoned: true})
+		assert.ErrorIs(t, err, ErrInvalidOutcome)
+		assert.ErrorContains(t, err, q.Addr())
+		assert.Equal(t, 1, q.InFlight())
+		assert.Zero(t, q.State().Fails)
+		require.NoError(t, p.Done(q, Outcome{}))
+
+		// a fails and is out; its probe after the window is abandoned:
+		// the failure count clears and a is back.
+		failOnly(t, p, a)
+		clk.add(10*time.Second + 1)
+		require.NoError(t, p.SetDown(b, true))
+		q = mustPick(t, p, nil)
+		require.Same(t, a, q)
+		require.NoError(t, p.Done(q, Outcome{Abandoned: true, Latency: time.Millisecond}))
+		assert.Zero(t, a.State().Fails)
+		_, ok = p.NextEligible()
+		assert.False(t, ok)
+		require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{}))
+	})
+}
+
+// TestContract_addRestartsLatency: Remove then Add forgets a peer's latency
+// statistics; Update with the same address keeps them. FastestFirst shows
+// it in the derived weight: a peer measured 100x slower than the others
+// sits at the floor, 1, and an unmeasured one counts as fast as the
+// fastest, 100.
+func TestContract_addRestartsLatency(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		if !pc.alg.Latency {
+			t.Skip("keeps no latency statistics")
+		}
+		clk := newFakeClock()
+		peers := []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0))}
+		p, err := pc.new(peers, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		var slow *Peer
+		for range 60 {
+			q := mustPick(t, p, nil)
+			if slow == nil {
+				slow = q
+			}
+			lat := time.Millisecond
+			if q == slow {
+				lat = 100 * time.Millisecond
+			}
+			clk.add(time.Millisecond)
+			require.NoError(t, p.Done(q, Outcome{Latency: lat}))
+		}
+		require.True(t, slow.lat.measured.Load())
+		kept := latencyState(slow)
+		if pc.name == "FastestFirst" {
+			require.Equal(t, 1, slow.State().EffectiveWeight)
+		}
+
+		require.NoError(t, p.Update([]*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0))}))
+		assert.Equal(t, kept, latencyState(slow), "Update keeps them")
+		if pc.name == "FastestFirst" {
+			assert.Equal(t, 1, slow.State().EffectiveWeight)
+		}
+
+		require.NoError(t, p.Remove(slow))
+		require.NoError(t, p.Add(slow))
+		assert.False(t, slow.lat.measured.Load(), "Add restarts them")
+		if pc.name == "FastestFirst" {
+			assert.Equal(t, fastestScale, slow.State().EffectiveWeight)
 		}
 	})
 }
