@@ -228,6 +228,36 @@ func TestBadInput(t *testing.T) {
 			}
 			return err
 		}, ErrInvalidLatency},
+		{"Done failed and abandoned on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			q := mustPick(t, s.p, nil)
+			err := s.p.Done(q, Outcome{Failed: true, Abandoned: true, Latency: time.Millisecond})
+			if q.InFlight() != 1 || q.State().Fails != 0 {
+				return errors.New("rejected report changed the peer")
+			}
+			if err2 := s.p.Done(q, Outcome{}); err2 != nil {
+				return err2
+			}
+			return err
+		}, ErrInvalidOutcome},
+
+		// Update: a rejected snapshot changes nothing (contract_test.go
+		// checks the rest of the peers' state).
+		{"Update with nil", func(t *testing.T, s *badInputSet) error {
+			return s.set.Update(append(s.set.Peers(), nil))
+		}, ErrInvalidConfig},
+		{"Update with a held address twice", func(t *testing.T, s *badInputSet) error {
+			return s.set.Update(append(s.set.Peers(), NewPeer("a")))
+		}, ErrDuplicatePeer},
+		{"Update with another picker's peer", func(t *testing.T, s *badInputSet) error {
+			return s.set.Update(append(s.set.Peers(), s.o))
+		}, ErrPeerInUse},
+		{"Update with weights past MaxWeightSum", func(t *testing.T, s *badInputSet) error {
+			return s.set.Update(append(s.set.Peers(), NewPeer("x", Weight(MaxWeightSum))))
+		}, ErrInvalidConfig},
+		{"Update with the picker's own peers", func(t *testing.T, s *badInputSet) error {
+			return s.set.Update(s.set.Peers())
+		}, nil},
+
 		{"Done latency MaxInt64 is a slow success", func(t *testing.T, s *badInputSet) error {
 			q := mustPick(t, s.p, nil)
 			return s.p.Done(q, Outcome{Latency: math.MaxInt64})

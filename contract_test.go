@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -412,4 +413,473 @@ func TestContract_addRace(t *testing.T) {
 		assert.True(t, (errs[0] == nil) != (errs[1] == nil), "errors %v", errs)
 		assert.Equal(t, 1, len(a.Peers())+len(b.Peers()))
 	}
+}
+
+// optsFor returns a fake clock and a seeded source (for the pickers that
+// draw) for pc.
+func optsFor(pc pickerCase, clk *fakeClock) []Option {
+	opts := []Option{WithClock(clk.now)}
+	if pc.alg.Random {
+		opts = append(opts, WithRand(rand.NewPCG(3, 4)))
+	}
+	return opts
+}
+
+// failOnly makes target, a peer of p, fail one attempt: the other peers are
+// set down for the pick, so that every picker, keyed or not, picks target,
+// then restored.
+func failOnly(t *testing.T, p Balancer, target *Peer) {
+	t.Helper()
+	var restore []*Peer
+	for _, q := range p.Peers() {
+		if q != target && !q.IsDown() {
+			require.NoError(t, p.SetDown(q, true))
+			restore = append(restore, q)
+		}
+	}
+	got := mustPick(t, p, nil)
+	require.Same(t, target, got)
+	require.NoError(t, p.Done(got, Outcome{Failed: true, Latency: 7 * time.Millisecond}))
+	for _, q := range restore {
+		require.NoError(t, p.SetDown(q, false))
+	}
+}
+
+// latencyOf is the part of a peer's latency statistics Update must keep.
+type latencyOf struct {
+	ewma     uint64
+	stamp    int64
+	measured bool
+}
+
+func latencyState(p *Peer) latencyOf {
+	return latencyOf{p.lat.ewma.Load(), p.lat.stamp.Load(), p.lat.measured.Load()}
+}
+
+// TestContract_updateKeepsState reconciles a discovery snapshot that keeps
+// one address with new parameters, keeps one marked down, adds one and
+// drops one, with attempts in flight everywhere.
+func TestContract_updateKeepsState(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		peers := []*Peer{NewPeer("a", MaxFails(3), Value("old a")), NewPeer("b", MaxFails(3), Value("old b")), NewPeer("c", MaxFails(3), Value("old c"))}
+		p, err := pc.new(peers, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		var held []*Peer
+		for range 7 {
+			held = append(held, mustPick(t, p, nil))
+		}
+		// x: the first peer picked; one of its attempts fails (one
+		// failure, below max_fails 3) after 7 ms, and for the latency
+		// pickers that is a sample.
+		x := held[0]
+		clk.add(time.Second)
+		require.NoError(t, p.Done(x, Outcome{Failed: true, Latency: 7 * time.Millisecond}))
+		held = held[1:]
+		var others []*Peer
+		for _, q := range peers {
+			if q != x {
+				others = append(others, q)
+			}
+		}
+		y, z := others[0], others[1]
+		xState, xLat, yLat := x.State(), latencyState(x), latencyState(y)
+		require.Equal(t, 1, xState.Fails)
+		if pc.alg.Latency {
+			require.True(t, xLat.measured, "the failure is a sample")
+		}
+		inFlight := map[*Peer]int{x: x.InFlight(), y: y.InFlight(), z: z.InFlight()}
+
+		xNew := NewPeer(x.Addr(), Weight(5), MaxFails(1), FailTimeout(3*time.Second), MaxConns(9), Value("new x"))
+		yNew := NewPeer(y.Addr(), Down())
+		d := NewPeer("d", Value("d"))
+		clk.add(time.Second)
+		require.NoError(t, p.Update([]*Peer{yNew, d, xNew}))
+
+		assert.Equal(t, []*Peer{y, d, x}, p.Peers(), "kept peers are the picker's own, in the snapshot's order")
+		// Parameters and values come from the snapshot.
+		assert.Equal(t, 5, x.Weight())
+		assert.Equal(t, 1, x.MaxFails())
+		assert.Equal(t, 3*time.Second, x.FailTimeout())
+		assert.Equal(t, 9, x.MaxConns())
+		assert.Equal(t, "new x", x.Value())
+		assert.True(t, y.IsDown())
+		assert.Nil(t, y.Value(), "a snapshot peer without a value clears it")
+		assert.Equal(t, "d", d.Value())
+		if pc.name != "FastestFirst" { // FastestFirst derives its own
+			assert.Equal(t, 5, x.State().EffectiveWeight, "a changed weight resets the effective weight")
+		}
+		// State stays: failures, in-flight counts, latency statistics.
+		got := x.State()
+		assert.Equal(t, xState.Fails, got.Fails)
+		assert.Equal(t, xState.Accessed, got.Accessed)
+		assert.Equal(t, xState.Checked, got.Checked)
+		assert.Equal(t, xLat, latencyState(x))
+		assert.Equal(t, yLat, latencyState(y))
+		for _, q := range []*Peer{x, y, z} {
+			assert.Equal(t, inFlight[q], q.InFlight(), "in flight on %s", q)
+		}
+		// The snapshot's peers for kept addresses stay unowned.
+		assert.ErrorIs(t, p.Done(xNew, Outcome{}), ErrUnknownPeer)
+		_, err = pc.new([]*Peer{xNew, yNew})
+		assert.NoError(t, err, "snapshot peers of kept addresses are free")
+
+		// max_fails 1 and fail_timeout 3s apply to x's one failure at
+		// once: x is out until that failure + 3s + 1ns; y is down; every
+		// pick goes to d.
+		at, ok := p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, xState.Accessed.Add(3*time.Second+1), at)
+		for range 5 {
+			q := mustPick(t, p, nil)
+			assert.Same(t, d, q)
+			require.NoError(t, p.Done(q, Outcome{Latency: time.Millisecond}))
+		}
+
+		// Attempts in flight on the dropped peer are still reported; the
+		// failures are not counted, and z is free for another picker.
+		for _, q := range held {
+			require.NoError(t, p.Done(q, Outcome{Failed: q == z}), "attempt on %s", q)
+		}
+		assert.Zero(t, z.State().Fails)
+		assert.ErrorIs(t, p.Done(z, Outcome{}), ErrUnknownPeer)
+		_, err = pc.new([]*Peer{z})
+		assert.NoError(t, err)
+		for _, q := range []*Peer{x, y, z, d} {
+			assert.Zero(t, q.InFlight(), "in flight on %s", q)
+		}
+
+		// max_conns on a kept peer applies too: d, with one attempt in
+		// flight, becomes full and nothing is live.
+		q := mustPick(t, p, nil)
+		require.Same(t, d, q)
+		require.NoError(t, p.Update([]*Peer{NewPeer("d", MaxConns(1)), NewPeer(x.Addr(), Down()), NewPeer(y.Addr(), Down())}))
+		_, err = p.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoLivePeer)
+		require.NoError(t, p.Done(d, Outcome{}))
+		assert.Same(t, d, mustPick(t, p, nil))
+
+		// The picker's own peers given back change nothing; an empty
+		// snapshot removes every peer.
+		before := d.State()
+		require.NoError(t, p.Update(p.Peers()))
+		assert.Equal(t, []*Peer{d, x, y}, p.Peers())
+		assert.Equal(t, before.InFlight, d.State().InFlight)
+		require.NoError(t, p.Update(nil))
+		assert.Empty(t, p.Peers())
+		assert.NoError(t, p.Done(d, Outcome{}), "in flight when removed")
+		_, err = p.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoPeers)
+	})
+}
+
+// TestContract_updateRejects: an invalid snapshot changes nothing, names
+// the offending address, and leaves its valid new peers free.
+func TestContract_updateRejects(t *testing.T) {
+	tests := []struct {
+		name     string
+		snapshot func(held []*Peer, foreign *Peer) []*Peer
+		want     error
+		names    string // in the message; "" for none
+	}{
+		{"nil peer", func(held []*Peer, _ *Peer) []*Peer { return []*Peer{NewPeer("a"), NewPeer("fresh"), nil} }, ErrInvalidConfig, ""},
+		{"misconfigured new peer", func(held []*Peer, _ *Peer) []*Peer {
+			return []*Peer{NewPeer("fresh"), NewPeer("x:9", Weight(-4))}
+		}, ErrInvalidConfig, "x:9"},
+		{"misconfigured held address", func(held []*Peer, _ *Peer) []*Peer {
+			return []*Peer{NewPeer("fresh"), NewPeer("a", MaxFails(-2))}
+		}, ErrInvalidConfig, `"a"`},
+		{"duplicate new address", func(held []*Peer, _ *Peer) []*Peer {
+			return []*Peer{NewPeer("fresh"), NewPeer("x:9"), NewPeer("x:9")}
+		}, ErrDuplicatePeer, "x:9"},
+		{"duplicate held address", func(held []*Peer, _ *Peer) []*Peer {
+			return []*Peer{NewPeer("fresh"), NewPeer("b"), NewPeer("b", Weight(2))}
+		}, ErrDuplicatePeer, `"b"`},
+		{"held peer twice", func(held []*Peer, _ *Peer) []*Peer { return []*Peer{held[0], NewPeer("fresh"), held[0]} }, ErrDuplicatePeer, `"a"`},
+		{"another picker's peer, new address", func(held []*Peer, foreign *Peer) []*Peer {
+			return []*Peer{NewPeer("fresh"), foreign}
+		}, ErrPeerInUse, "elsewhere"},
+		{"another picker's peer, held address", func(held []*Peer, _ *Peer) []*Peer {
+			q := NewPeer("c")
+			if _, err := NewLeastConn([]*Peer{q}); err != nil {
+				panic(err)
+			}
+			return []*Peer{NewPeer("fresh"), q}
+		}, ErrPeerInUse, `"c"`},
+		{"weights past MaxWeightSum", func(held []*Peer, _ *Peer) []*Peer {
+			return []*Peer{NewPeer("fresh"), NewPeer("a", Weight(MaxWeightSum)), NewPeer("x:9", Weight(1))}
+		}, ErrInvalidConfig, ""},
+	}
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				clk := newFakeClock()
+				held := []*Peer{NewPeer("a", Weight(3), MaxFails(2), Value(1)), NewPeer("b", Weight(2), MaxFails(2)), NewPeer("c", MaxFails(2))}
+				p, err := pc.new(held, optsFor(pc, clk)...)
+				require.NoError(t, err)
+				foreign := NewPeer("elsewhere")
+				_, err = NewSmoothWRR([]*Peer{foreign})
+				require.NoError(t, err)
+				x := mustPick(t, p, nil)
+				require.NoError(t, p.Done(x, Outcome{Failed: true, Latency: time.Millisecond}))
+				y := mustPick(t, p, nil)
+
+				type peerView struct {
+					state           PeerState
+					maxFails, conns int
+					timeout         time.Duration
+					value           any
+					lat             latencyOf
+				}
+				view := func() (peers []*Peer, vs []peerView) {
+					for _, q := range held {
+						vs = append(vs, peerView{q.State(), q.MaxFails(), q.MaxConns(), q.FailTimeout(), q.Value(), latencyState(q)})
+					}
+					return p.Peers(), vs
+				}
+				peersBefore, before := view()
+				snap := tt.snapshot(held, foreign)
+				err = p.Update(snap)
+				assert.ErrorIs(t, err, tt.want)
+				if tt.names != "" {
+					assert.ErrorContains(t, err, tt.names)
+				}
+				peersAfter, after := view()
+				assert.Equal(t, peersBefore, peersAfter, "peers changed")
+				assert.Equal(t, before, after, "peer state changed")
+				// The snapshot's valid new peer was not claimed.
+				for _, q := range snap {
+					if q != nil && q.Addr() == "fresh" {
+						_, err := NewLeastConn([]*Peer{q})
+						assert.NoError(t, err, "fresh peer left claimed")
+					}
+				}
+				require.NoError(t, p.Done(y, Outcome{}))
+				for range 6 {
+					require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{}))
+				}
+			})
+		}
+	})
+}
+
+// TestContract_nextEligible: the exact instant a peer taken out by its
+// failures is back, derived from nginx's test (out while now − checked <=
+// fail_timeout, so back at checked + fail_timeout + 1ns), for every picker
+// on a fake clock.
+func TestContract_nextEligible(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		a := NewPeer("a", FailTimeout(10*time.Second))
+		b := NewPeer("b", FailTimeout(5*time.Second))
+		c := NewPeer("c", FailTimeout(time.Second), MaxFails(2))
+		p, err := pc.new([]*Peer{a, b, c}, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		_, ok := p.NextEligible()
+		assert.False(t, ok, "no failures")
+
+		t0 := clk.now()
+		failOnly(t, p, a)
+		at, ok := p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, t0.Add(10*time.Second+1), at, "a out by max_fails 1")
+
+		failOnly(t, p, c) // one failure of two: c is not out
+		at, _ = p.NextEligible()
+		assert.Equal(t, t0.Add(10*time.Second+1), at, "c below its max_fails")
+
+		clk.add(time.Second)
+		failOnly(t, p, b)
+		at, ok = p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, t0.Add(6*time.Second+1), at, "b's window ends first")
+
+		// At that instant minus 1ns b is still out; at it, b is back. c
+		// is set down so that b is the only candidate.
+		require.NoError(t, p.SetDown(c, true))
+		clk.t = t0.Add(6 * time.Second)
+		_, err = p.Pick(nil)
+		assert.ErrorIs(t, err, ErrNoLivePeer, "b still out through checked+fail_timeout")
+		at, _ = p.NextEligible()
+		assert.Equal(t, t0.Add(6*time.Second+1), at)
+		clk.add(1)
+		q := mustPick(t, p, nil)
+		assert.Same(t, b, q, "b's probe")
+		require.NoError(t, p.Done(q, Outcome{}))
+		at, ok = p.NextEligible()
+		assert.True(t, ok)
+		assert.Equal(t, t0.Add(10*time.Second+1), at, "b recovered: a is next")
+
+		// A down peer waits for SetDown, not for time.
+		require.NoError(t, p.SetDown(a, true))
+		_, ok = p.NextEligible()
+		assert.False(t, ok, "the only failed peer is down")
+		require.NoError(t, p.SetDown(a, false))
+		clk.t = t0.Add(10*time.Second + 1)
+		_, ok = p.NextEligible()
+		assert.False(t, ok, "a's window has passed")
+	})
+}
+
+func TestContract_nextEligibleNever(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		t.Run("single peer", func(t *testing.T) {
+			// nginx's single server is never out for its failures.
+			clk := newFakeClock()
+			a := NewPeer("a")
+			p, err := pc.new([]*Peer{a}, optsFor(pc, clk)...)
+			require.NoError(t, err)
+			for range 3 {
+				require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{Failed: true}))
+				_, ok := p.NextEligible()
+				assert.False(t, ok)
+			}
+			assert.Same(t, a, mustPick(t, p, nil))
+		})
+		t.Run("down peers", func(t *testing.T) {
+			clk := newFakeClock()
+			p, err := pc.new([]*Peer{NewPeer("a", Down()), NewPeer("b", Down())}, optsFor(pc, clk)...)
+			require.NoError(t, err)
+			_, ok := p.NextEligible()
+			assert.False(t, ok)
+			_, err = p.Pick(nil)
+			assert.ErrorIs(t, err, ErrNoLivePeer)
+		})
+		t.Run("fail_timeout past the last instant", func(t *testing.T) {
+			// checked + fail_timeout + 1ns overflows int64: the answer
+			// saturates at the last representable instant.
+			clk := newFakeClock()
+			a := NewPeer("a", FailTimeout(math.MaxInt64))
+			p, err := pc.new([]*Peer{a, NewPeer("b")}, optsFor(pc, clk)...)
+			require.NoError(t, err)
+			failOnly(t, p, a)
+			at, ok := p.NextEligible()
+			assert.True(t, ok)
+			assert.Equal(t, time.Unix(0, math.MaxInt64), at)
+		})
+	})
+}
+
+type backendConn struct{ name string }
+
+// TestContract_value: the Value option's value comes back from a picked
+// peer, and reading it allocates nothing.
+func TestContract_value(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		conns := map[string]*backendConn{"a": {"conn a"}, "b": {"conn b"}}
+		p, err := pc.new([]*Peer{
+			NewPeer("a", Value(conns["a"]), MaxFails(0)),
+			NewPeer("b", Value(conns["b"]), MaxFails(0)),
+			NewPeer("c", MaxFails(0), Value(nil)),
+		})
+		require.NoError(t, err)
+		for range 30 {
+			q := mustPick(t, p, nil)
+			if c := conns[q.Addr()]; c != nil {
+				assert.Same(t, c, q.Value().(*backendConn))
+			} else {
+				assert.Nil(t, q.Value())
+			}
+			require.NoError(t, p.Done(q, Outcome{Latency: time.Millisecond}))
+		}
+		var sink *backendConn
+		allocs := testing.AllocsPerRun(1000, func() {
+			q, _ := p.Pick(nil)
+			if c, ok := q.Value().(*backendConn); ok {
+				sink = c
+			}
+			_ = p.Done(q, Outcome{Latency: time.Millisecond})
+		})
+		assert.Zero(t, allocs, "Pick+Done+Value")
+		_ = sink
+	})
+}
+
+// TestContract_abandoned: an abandoned attempt is not a failure, as nginx
+// does not count a client's abort against the peer; its probe ends as a
+// success ends one (nginx clears fails when accessed < checked, RR.c 847).
+func TestContract_abandoned(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		a, b := NewPeer("a"), NewPeer("b")
+		p, err := pc.new([]*Peer{a, b}, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		for range 5 {
+			q := mustPick(t, p, nil)
+			require.NoError(t, p.Done(q, Outcome{Abandoned: true, Latency: time.Second}))
+			assert.Zero(t, q.State().Fails, "abandoned on %s", q)
+		}
+		_, ok := p.NextEligible()
+		assert.False(t, ok, "max_fails 1 and nothing out")
+
+		// Failed and Abandoned together: rejected, nothing changes.
+		q := mustPick(t, p, nil)
+		err = p.Done(q, Outcome{Failed: true, Abandoned: true})
+		assert.ErrorIs(t, err, ErrInvalidOutcome)
+		assert.ErrorContains(t, err, q.Addr())
+		assert.Equal(t, 1, q.InFlight())
+		assert.Zero(t, q.State().Fails)
+		require.NoError(t, p.Done(q, Outcome{}))
+
+		// a fails and is out; its probe after the window is abandoned:
+		// the failure count clears and a is back.
+		failOnly(t, p, a)
+		clk.add(10*time.Second + 1)
+		require.NoError(t, p.SetDown(b, true))
+		q = mustPick(t, p, nil)
+		require.Same(t, a, q)
+		require.NoError(t, p.Done(q, Outcome{Abandoned: true, Latency: time.Millisecond}))
+		assert.Zero(t, a.State().Fails)
+		_, ok = p.NextEligible()
+		assert.False(t, ok)
+		require.NoError(t, p.Done(mustPick(t, p, nil), Outcome{}))
+	})
+}
+
+// TestContract_addRestartsLatency: Remove then Add forgets a peer's latency
+// statistics; Update with the same address keeps them. FastestFirst shows
+// it in the derived weight: a peer measured 100x slower than the others
+// sits at the floor, 1, and an unmeasured one counts as fast as the
+// fastest, 100.
+func TestContract_addRestartsLatency(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		if !pc.alg.Latency {
+			t.Skip("keeps no latency statistics")
+		}
+		clk := newFakeClock()
+		peers := []*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0))}
+		p, err := pc.new(peers, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		var slow *Peer
+		for range 60 {
+			q := mustPick(t, p, nil)
+			if slow == nil {
+				slow = q
+			}
+			lat := time.Millisecond
+			if q == slow {
+				lat = 100 * time.Millisecond
+			}
+			clk.add(time.Millisecond)
+			require.NoError(t, p.Done(q, Outcome{Latency: lat}))
+		}
+		require.True(t, slow.lat.measured.Load())
+		kept := latencyState(slow)
+		if pc.name == "FastestFirst" {
+			require.Equal(t, 1, slow.State().EffectiveWeight)
+		}
+
+		require.NoError(t, p.Update([]*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0))}))
+		assert.Equal(t, kept, latencyState(slow), "Update keeps them")
+		if pc.name == "FastestFirst" {
+			assert.Equal(t, 1, slow.State().EffectiveWeight)
+		}
+
+		require.NoError(t, p.Remove(slow))
+		require.NoError(t, p.Add(slow))
+		assert.False(t, slow.lat.measured.Load(), "Add restarts them")
+		if pc.name == "FastestFirst" {
+			assert.Equal(t, fastestScale, slow.State().EffectiveWeight)
+		}
+	})
 }

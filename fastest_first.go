@@ -375,7 +375,14 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		// peer's latency, which can only raise its estimate; the silence
 		// of the peer's other attempts goes on. An abandoned probe that
 		// cleared nginx's failure count confirms nothing.
-		p.lat.atLeastLocked(now, float64(o.Latency), f.tau)
+		p.lat.abandonLocked(now, float64(o.Latency), f.tau)
+		if p.lat.abandons >= exploreConfirm {
+			// As many attempts abandoned in a row as replies it takes to
+			// confirm a weight: the peer is not answering. Its weight
+			// goes to the floor, as for a failure, but nginx's failure
+			// count is left alone.
+			p.lat.atLeastLocked(now, f.floorEstimate(p), f.tau)
+		}
 		if p.lat.exploring || cleared {
 			p.lat.exploring, p.lat.confirmed = true, 0
 		}
@@ -395,6 +402,7 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		}
 		p.lat.exploring = p.lat.confirmed < exploreConfirm
 	}
+	p.lat.answeredLocked()
 	if o.Failed {
 		p.lat.observeLocked(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
 	} else if cleared {

@@ -39,6 +39,12 @@ type latencyStats struct {
 	stamp    atomic.Int64  // unix nanoseconds of the last sample
 	measured atomic.Bool   // at least one sample since the picker took the peer
 
+	// unanswered (ns) sums the latencies of the abandons attempts
+	// abandoned since the peer's last reply; guarded by the owner's lock
+	// (see abandonLocked).
+	unanswered float64
+	abandons   int
+
 	// FastestFirst, guarded by its lock.
 	since     int64   // unix ns: last completion, or when the peer last became busy
 	lo, hi    float64 // band (ns) the current weight was set for
@@ -53,6 +59,7 @@ func (s *latencyStats) reset() {
 	s.ewma.Store(0)
 	s.stamp.Store(0)
 	s.measured.Store(false)
+	s.unanswered, s.abandons = 0, 0
 	s.since = 0
 	s.lo, s.hi = 0, 0
 	s.exploring, s.confirmed = false, 0
@@ -109,6 +116,28 @@ func (s *latencyStats) atLeastLocked(now int64, bound, tau float64) {
 	}
 	s.restartLocked(now, bound)
 }
+
+// abandonLocked takes an attempt abandoned after waited (ns) as a lower
+// bound on the peer's latency (atLeastLocked), the bound being the sum of
+// the waits of every attempt abandoned since the peer's last reply, this
+// one included. One abandoned attempt says only "slower than the caller's
+// patience"; k of them in a row with no reply between say the peer has
+// given nothing back for k such waits, and a peer that stalls then loses to
+// the responsive ones within a few attempts instead of looking like a peer
+// just over the deadline forever. A peer whose replies always come after
+// the caller's deadline is as useless to that caller as one that never
+// replies, so the sum overstating its latency costs nothing. Any reply
+// (answeredLocked) starts the sum again. Requires the owner's lock.
+func (s *latencyStats) abandonLocked(now int64, waited, tau float64) {
+	s.unanswered += waited
+	s.abandons++
+	s.atLeastLocked(now, s.unanswered, tau)
+}
+
+// answeredLocked records that the peer replied (a success or a failure):
+// the run of abandoned attempts, if any, is over. Requires the owner's
+// lock.
+func (s *latencyStats) answeredLocked() { s.unanswered, s.abandons = 0, 0 }
 
 // decayWeight returns exp(−dt/tau), 1 for a negative dt.
 func decayWeight(dt int64, tau float64) float64 {

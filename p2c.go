@@ -124,8 +124,9 @@ func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	}
 	b.doneLocked(b.load(), p, o)
 	if o.Abandoned {
-		p.lat.atLeastLocked(b.now(), float64(o.Latency), b.tau)
+		p.lat.abandonLocked(b.now(), float64(o.Latency), b.tau)
 	} else {
+		p.lat.answeredLocked()
 		p.lat.observeLocked(b.now(), sampleOf(o, b.penalty), b.tau)
 	}
 	return nil

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,12 @@ func (s *peerSet) Peers() []*Peer {
 // (ErrPeerInUse), or weights whose sum would pass MaxWeightSum. The peers
 // already present keep their state, but the smooth sequence restarts: every
 // current weight goes back to 0, as on an nginx reload.
+//
+// An added peer starts with no latency statistics, even one removed from
+// this picker a moment ago: Remove then Add forgets what P2CPeakEWMA and
+// FastestFirst measured. To keep a peer's statistics across a discovery
+// change, pass the new set of peers to Update, which keeps every peer whose
+// address it already holds.
 func (s *peerSet) Add(peers ...*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,7 +123,9 @@ func (s *peerSet) Add(peers ...*Peer) error {
 // Remove takes p out of the picker. Attempts on p still in flight may still
 // be reported: Done then only ends them. p may be added to a picker again,
 // best once nothing is in flight on it: its in-flight count moves with it,
-// and reports to the old picker are then refused with ErrUnknownPeer. Remove returns ErrUnknownPeer if the picker does not hold p.
+// and reports to the old picker are then refused with ErrUnknownPeer. Adding
+// it back restarts its latency statistics (see Add); Update keeps them.
+// Remove returns ErrUnknownPeer if the picker does not hold p.
 func (s *peerSet) Remove(p *Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,9 +197,9 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 // removed (see Remove). The snapshot's peers for kept addresses stay
 // unowned: pick and report with the picker's peers (Peers, Pick). Nothing
 // changes if snapshot is invalid: a nil or misconfigured peer
-// (ErrInvalidConfig), an address twice (ErrDuplicatePeer), a new peer that
-// belongs to a picker (ErrPeerInUse), weights past MaxWeightSum. As with
-// Add, the smooth sequence restarts.
+// (ErrInvalidConfig), an address twice (ErrDuplicatePeer), a peer that
+// belongs to another picker (ErrPeerInUse), weights past MaxWeightSum
+// (ErrInvalidConfig). As with Add, the smooth sequence restarts.
 func (s *peerSet) Update(snapshot []*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -213,6 +222,10 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			return q.configErr
 		case seen[q.addr]:
 			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrDuplicatePeer)
+		case q.owner.Load() != nil && q.owner.Load() != s:
+			// Checked before the address is matched: another picker's
+			// peer is refused whether or not this one holds its address.
+			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
 		}
 		seen[q.addr] = true
 		sum += q.weight.Load()
@@ -222,9 +235,6 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 		if k := held[q.addr]; k != nil {
 			all = append(all, k)
 			continue
-		}
-		if q.owner.Load() != nil {
-			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
 		}
 		all = append(all, q)
 	}
@@ -286,7 +296,15 @@ func (s *peerSet) NextEligible() (time.Time, bool) {
 				continue
 			}
 			// inFailWindow compares with <=: out through checked+timeout.
-			at := p.checked.Load() + p.failTimeout.Load() + 1
+			// A fail_timeout reaching past the last representable
+			// instant saturates there instead of wrapping into the past.
+			// (fail_timeout is never negative, so only an overflow makes
+			// the sum fall below checked.)
+			c := p.checked.Load()
+			at := c + p.failTimeout.Load() + 1
+			if at <= c {
+				at = math.MaxInt64
+			}
 			if !found || at < next {
 				next, found = at, true
 			}

@@ -54,6 +54,22 @@ type Balancer interface {
 	Updater
 }
 
+// Every picker type is a Balancer, checked at compile time in one place.
+var (
+	_ Balancer = (*SmoothWRR)(nil)
+	_ Balancer = (*ClassicWRR)(nil)
+	_ Balancer = (*RoundRobin)(nil)
+	_ Balancer = (*RandomWeighted)(nil)
+	_ Balancer = (*LeastConn)(nil)
+	_ Balancer = (*P2CPeakEWMA)(nil)
+	_ Balancer = (*FastestFirst)(nil)
+	_ Balancer = (*Hash)(nil)
+	_ Balancer = (*ConsistentHash)(nil)
+	_ Balancer = (*IPHash)(nil)
+	_ Balancer = (*Random)(nil)
+	_ Balancer = (*RandomTwo)(nil)
+)
+
 // Outcome is what the caller observed on one attempt.
 type Outcome struct {
 	// Failed reports whether the attempt counts as a failure of the peer,
@@ -66,8 +82,11 @@ type Outcome struct {
 	// abort against the peer, so neither does any picker: the attempt ends
 	// as a success would end it for nginx's failure accounting. Its Latency
 	// is a lower bound: the latency-aware pickers take it as "at least this
-	// slow", never as a fast reply. Failed and Abandoned together are
-	// rejected with ErrInvalidOutcome.
+	// slow", never as a fast reply, and attempts abandoned in a row with no
+	// reply between add up, so a peer that stalls past the caller's
+	// deadline soon loses to those that answer (FastestFirst puts it at its
+	// floor weight after three). Failed and Abandoned together are rejected
+	// with ErrInvalidOutcome.
 	Abandoned bool
 
 	// Latency is how long the attempt took. Only the latency-aware pickers
