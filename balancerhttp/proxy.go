@@ -21,7 +21,11 @@
 // peer is left, the client gets what nginx sends: the last backend's
 // response if there was one and the tries ran out, and 502 Bad Gateway if
 // every attempt failed without a usable response or the Picker has no live
-// peer.
+// peer. An attempt whose client went away (the request's context ended) is
+// reported Abandoned, not as the backend's failure, and is not retried;
+// IPHash hashes the client's address, nginx's $remote_addr.
+//
+// Transport brings the same rules to an http.Client.
 package balancerhttp
 
 import (
@@ -34,6 +38,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -115,11 +120,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) init() {
 	p.tr = p.Transport
 	if p.tr == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns = 0 // no total bound; the per-backend one applies
-		t.MaxIdleConnsPerHost = 256
-		t.ResponseHeaderTimeout = 60 * time.Second
-		p.tr = t
+		p.tr = defaultTransport()
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -169,9 +170,18 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	}
 	safe := idempotent[out.Method] || out.Header.Get("Idempotency-Key") != "" || out.Header.Get("X-Idempotency-Key") != ""
 	var br balancer.Request
+	if ap, err := netip.ParseAddrPort(out.RemoteAddr); err == nil {
+		br.SetAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
+	}
 	var held *http.Response // the last failed response, passed on if the tries run out
 	var lastErr error
 	for n := 0; ; n++ {
+		if err := gaveUp(out); err != nil {
+			// The client is gone: no attempt is picked that would
+			// never be sent.
+			closeBody(held)
+			return nil, err
+		}
 		var peer *balancer.Peer
 		if p.MaxTries > 0 && n >= p.MaxTries {
 			err = balancer.ErrTriesExhausted
@@ -203,9 +213,11 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		resp, err := p.tr.RoundTrip(&req)
 		latency := time.Since(start)
 		if err != nil {
-			if out.Context().Err() != nil {
-				// The client gave up, not the backend.
-				_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			if gaveUp(out) != nil {
+				// The client gave up, not the backend: not a failure,
+				// and the time waited is only a lower bound on the
+				// backend's latency.
+				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
 				return nil, err
 			}
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
@@ -230,7 +242,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
 			return resp, nil
 		}
-		resp.Body = &reportingBody{rc: resp.Body, picker: p.Picker, peer: peer, start: start, failed: failed}
+		resp.Body = &reportingBody{rc: resp.Body, req: out, picker: p.Picker, peer: peer, start: start, failed: failed}
 		return resp, nil
 	}
 }
@@ -299,9 +311,12 @@ func closeBody(resp *http.Response) {
 // reportingBody reports the attempt to the Picker when the response has
 // been read or abandoned: the attempt is in flight until then, and its
 // latency is nginx's $upstream_response_time, headers and body. An error
-// reading the body, other than the client going away, is a failure.
+// reading the body is a failure, unless the request's context has ended:
+// then the client went away, and the attempt, unless read to its end, is
+// Abandoned.
 type reportingBody struct {
 	rc     io.ReadCloser
+	req    *http.Request // the attempt's request, whose caller may give up
 	picker balancer.Picker
 	peer   *balancer.Peer
 	start  time.Time
@@ -313,22 +328,35 @@ func (b *reportingBody) Read(buf []byte) (int, error) {
 	n, err := b.rc.Read(buf)
 	switch {
 	case err == io.EOF:
-		b.report(false)
-	case err != nil && !errors.Is(err, context.Canceled):
-		b.report(true)
+		b.report(true, false)
+	case err != nil:
+		b.report(false, true)
 	}
 	return n, err
 }
 
 func (b *reportingBody) Close() error {
 	err := b.rc.Close()
-	b.report(false)
+	b.report(false, false)
 	return err
 }
 
-func (b *reportingBody) report(failed bool) {
+// report reports the attempt, once. A response read to its end is a
+// success unless its status is a failure. One cut short (a read error, or
+// closed before its end) by a client that has gone is Abandoned: the time
+// so far is a lower bound. Otherwise a read error is the backend's
+// failure, and a body closed early by a client still there (it read what
+// it wanted) a success.
+func (b *reportingBody) report(eof, readErr bool) {
 	b.once.Do(func() {
-		o := balancer.Outcome{Failed: b.failed || failed, Latency: time.Since(b.start)}
+		o := balancer.Outcome{Failed: b.failed, Latency: time.Since(b.start)}
+		switch {
+		case b.failed || eof:
+		case gaveUp(b.req) != nil:
+			o.Abandoned = true
+		case readErr:
+			o.Failed = true
+		}
 		_ = b.picker.Done(b.peer, o)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -108,11 +109,15 @@ type tally struct {
 	balancer.Picker
 	mu                    sync.Mutex
 	picks, dones, failed  map[string]int
+	abandoned             map[string]int
+	slowest               map[string]time.Duration // the longest latency reported
+	quickestAbandoned     map[string]time.Duration // the shortest latency of an abandoned attempt
 	negativeOrZeroLatency int
 }
 
 func newTally(p balancer.Picker) *tally {
-	return &tally{Picker: p, picks: map[string]int{}, dones: map[string]int{}, failed: map[string]int{}}
+	return &tally{Picker: p, picks: map[string]int{}, dones: map[string]int{}, failed: map[string]int{}, abandoned: map[string]int{},
+		slowest: map[string]time.Duration{}, quickestAbandoned: map[string]time.Duration{}}
 }
 
 func (t *tally) Pick(r *balancer.Request) (*balancer.Peer, error) {
@@ -133,12 +138,27 @@ func (t *tally) Done(p *balancer.Peer, o balancer.Outcome) error {
 		if o.Failed {
 			t.failed[p.Addr()]++
 		}
+		if o.Abandoned {
+			t.abandoned[p.Addr()]++
+			if q, ok := t.quickestAbandoned[p.Addr()]; !ok || o.Latency < q {
+				t.quickestAbandoned[p.Addr()] = o.Latency
+			}
+		}
+		t.slowest[p.Addr()] = max(t.slowest[p.Addr()], o.Latency)
 		if o.Latency <= 0 {
 			t.negativeOrZeroLatency++
 		}
 		t.mu.Unlock()
 	}
 	return err
+}
+
+// latencies returns the attempts reported Abandoned, the longest latency
+// reported and the shortest latency of an abandoned attempt, per backend.
+func (t *tally) latencies() (abandoned map[string]int, slowest, quickestAbandoned map[string]time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.abandoned), maps.Clone(t.slowest), maps.Clone(t.quickestAbandoned)
 }
 
 func (t *tally) snapshot() (picks, dones, failed map[string]int) {
@@ -241,11 +261,17 @@ func TestProxy_backendDiesAndRecovers(t *testing.T) {
 			front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog})
 			defer front.Close()
 
-			// Healthy: every backend serves.
+			// Healthy: every backend serves, except with IPHash, which
+			// sends every client of 127.0.0.1 to one: that one dies.
+			spreads := algo.name != "IPHash"
 			codes := run(t, front.URL, clients, 90, nil)
 			assert.Equal(t, map[int]int{200: 90}, codes)
 			for _, b := range bs {
-				assert.Positive(t, b.hits.Load(), "backend %s while healthy", b.name)
+				if spreads {
+					assert.Positive(t, b.hits.Load(), "backend %s while healthy", b.name)
+				} else if b.hits.Load() > 0 {
+					dead = b // the one that serves 127.0.0.1
+				}
 			}
 
 			// b dies halfway through a run: no request is lost.
