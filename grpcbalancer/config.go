@@ -174,7 +174,7 @@ func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) 
 		cfg.opts = append(cfg.opts, lbgo.WithFloor(*c.Floor))
 	}
 	key, _ := json.Marshal(struct {
-		Decay, FailurePenalty, Warmup           *string
+		Decay, FailurePenalty, Warmup          *string
 		Band, Exponent, Tolerance, BoundedLoad *float64
 		Floor                                  *int
 	}{c.Decay, c.FailurePenalty, c.Warmup, c.Band, c.Exponent, c.Tolerance, c.BoundedLoad, c.Floor})
