@@ -50,6 +50,7 @@ type attempt struct {
 	ctx   context.Context
 	key   <-chan struct{}
 	rpc   *rpc
+	own   rpc // the RPC's state when this is its first attempt: one allocation
 }
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
@@ -64,7 +65,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 	}
 	if a.rpc == nil {
-		a.rpc = &rpc{}
+		a.rpc = &a.own
 	}
 	r := a.rpc
 	r.mu.Lock()
