@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -411,6 +412,12 @@ func TestRetriesSkipTriedPeers(t *testing.T) {
 	r := manual.NewBuilderWithScheme("skip")
 	r.InitialState(resolver.State{Addresses: addrs(bs...)})
 	conn, lb := dial(t, r, serviceConfig("lbgo_random", `{"maxFails":0}`, 3))
+	// A peer list change between two attempts (here: a SubConn becoming
+	// READY) starts the tried set afresh (see the README), so start once
+	// every backend is connected.
+	if !waitFor(3*time.Second, func() bool { return allReady(lb) }) {
+		t.Fatal("the backends did not all connect")
+	}
 	client := healthpb.NewHealthClient(conn)
 	const rpcs = 60
 	for i := range rpcs {
@@ -442,4 +449,16 @@ func rpcEntries(b *lbBalancer) int {
 	n := 0
 	b.rpcs.Range(func(any, any) bool { n++; return true })
 	return n
+}
+
+// allReady reports whether every endpoint's SubConn is READY.
+func allReady(b *lbBalancer) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.ends {
+		if e.state != connectivity.Ready {
+			return false
+		}
+	}
+	return len(b.ends) > 0
 }
