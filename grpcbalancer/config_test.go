@@ -1,0 +1,148 @@
+package grpcbalancer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	lbgo "github.com/lbgo/balancer"
+	"google.golang.org/grpc/attributes"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
+)
+
+// TestRegistered checks that every picker of the registry has a policy,
+// named as the package doc says.
+func TestRegistered(t *testing.T) {
+	for _, a := range lbgo.Algorithms() {
+		want := "lbgo_" + strings.ToLower(a.Name)
+		if got := PolicyName(a.Name); got != want {
+			t.Errorf("PolicyName(%q) = %q, want %q", a.Name, got, want)
+		}
+		b := balancer.Get(want)
+		if b == nil {
+			t.Errorf("policy %q is not registered", want)
+			continue
+		}
+		if _, ok := b.(balancer.ConfigParser); !ok {
+			t.Errorf("policy %q has no config parser", want)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	for _, tc := range []struct {
+		policy, json string
+		want         *lbConfig // checked fields: maxFails, failTimeout, maxConns, failures, hashHeader, len(opts)
+		wantErr      string    // a substring naming the offending value
+	}{
+		{policy: "lbgo_smoothwrr", json: ``, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures}},
+		{policy: "lbgo_smoothwrr", json: `{}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures}},
+		{policy: "lbgo_fastestfirst", json: `{"maxFails":3,"failTimeout":"0.5s","maxConns":7,"decay":"200ms","band":2,"floor":5,"unknownField":true}`,
+			want: &lbConfig{maxFails: 3, failTimeout: 500 * time.Millisecond, maxConns: 7, failures: defaultFailures, opts: make([]lbgo.Option, 3)}},
+		{policy: "lbgo_leastconn", json: `{"maxFails":0,"failureCodes":["UNAVAILABLE","INTERNAL",13]}`,
+			want: &lbConfig{maxFails: 0, failTimeout: 10 * time.Second, failures: 1<<codes.Unavailable | 1<<codes.Internal}},
+		{policy: "lbgo_leastconn", json: `{"failureCodes":[]}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second}},
+		{policy: "lbgo_hash", json: `{"hashHeader":"x-user"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: "x-user"}},
+		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":-1}`, wantErr: "-1"},
+		{policy: "lbgo_smoothwrr", json: `{"maxConns":-2}`, wantErr: "-2"},
+		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"soon"}`, wantErr: `failTimeout "soon"`},
+		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"-1s"}`, wantErr: "-1s"},
+		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: "failTimeout"},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":"1"}`, wantErr: "maxFails"},
+		{policy: "lbgo_smoothwrr", json: `[1]`, wantErr: "lbgo_smoothwrr"},
+		{policy: "lbgo_smoothwrr", json: `{"decay":"1s"}`, wantErr: "WithDecay"},
+		{policy: "lbgo_smoothwrr", json: `{"hashHeader":"x-user"}`, wantErr: `"x-user"`},
+		{policy: "lbgo_smoothwrr", json: `{"failureCodes":["OK"]}`, wantErr: "OK"},
+		{policy: "lbgo_smoothwrr", json: `{"failureCodes":["NOT_A_CODE"]}`, wantErr: "NOT_A_CODE"},
+		{policy: "lbgo_fastestfirst", json: `{"decay":"0s"}`, wantErr: "WithDecay(0s)"},
+		{policy: "lbgo_fastestfirst", json: `{"band":0.5}`, wantErr: "WithBand(0.5)"},
+		{policy: "lbgo_fastestfirst", json: `{"floor":1000}`, wantErr: "WithFloor(1000)"},
+		{policy: "lbgo_consistenthash", json: `{"boundedLoad":0.5}`, wantErr: "WithBoundedLoad(0.5)"},
+		{policy: "lbgo_leastconn", json: `{"warmup":"1s"}`, wantErr: "WithWarmup"},
+	} {
+		t.Run(tc.policy+tc.json, func(t *testing.T) {
+			parser := balancer.Get(tc.policy).(balancer.ConfigParser)
+			got, err := parser.ParseConfig([]byte(tc.json))
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), tc.policy) {
+					t.Fatalf("ParseConfig(%s) = %v, want ErrBadConfig naming %s and %q", tc.json, err, tc.policy, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseConfig(%s): %v", tc.json, err)
+			}
+			c := got.(*lbConfig)
+			if c.maxFails != tc.want.maxFails || c.failTimeout != tc.want.failTimeout || c.maxConns != tc.want.maxConns ||
+				c.failures != tc.want.failures || c.hashHeader != tc.want.hashHeader || len(c.opts) != len(tc.want.opts) {
+				t.Fatalf("ParseConfig(%s) = %+v, want %+v", tc.json, c, tc.want)
+			}
+		})
+	}
+}
+
+func TestWeightAttribute(t *testing.T) {
+	plain := resolver.Address{Addr: "127.0.0.1:1"}
+	other := resolver.Address{Addr: "127.0.0.1:2", BalancerAttributes: attributes.New("other", 1)}
+	for _, tc := range []struct {
+		name string
+		ep   resolver.Endpoint
+		want int
+	}{
+		{"no attribute", resolver.Endpoint{Addresses: []resolver.Address{plain}}, 1},
+		{"address weight", resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 5)}}, 5},
+		{"address weight among other attributes", resolver.Endpoint{Addresses: []resolver.Address{WithWeight(other, 7)}}, 7},
+		{"weight 0", resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 0)}}, 0},
+		{"endpoint weight wins", WithEndpointWeight(resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 5)}}, 3), 3},
+		// gRPC moves an address's balancer attributes to its endpoint.
+		{"moved to the endpoint", resolver.Endpoint{Addresses: []resolver.Address{plain}, Attributes: WithWeight(plain, 4).BalancerAttributes}, 4},
+	} {
+		if got := weightOf(tc.ep); got != tc.want {
+			t.Errorf("%s: weight %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel2()
+	unavailable := status.Error(codes.Unavailable, "down")
+	deadline := status.Error(codes.DeadlineExceeded, "slow")
+	isFailure := defaultFailures.has
+	const lat = 7 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		info balancer.DoneInfo
+		want lbgo.Outcome
+	}{
+		{"success", live, balancer.DoneInfo{BytesSent: true, BytesReceived: true}, lbgo.Outcome{Latency: lat}},
+		{"transport not ready, picked again", live, balancer.DoneInfo{}, lbgo.Outcome{Abandoned: true, Latency: lat}},
+		{"server unavailable", live, balancer.DoneInfo{Err: unavailable, BytesSent: true}, lbgo.Outcome{Failed: true, Latency: lat}},
+		{"server deadline, client still waiting", live, balancer.DoneInfo{Err: deadline, BytesSent: true}, lbgo.Outcome{Failed: true, Latency: lat}},
+		{"client deadline", expired, balancer.DoneInfo{Err: deadline, BytesSent: true}, lbgo.Outcome{Abandoned: true, Latency: lat}},
+		{"client cancel", cancelled, balancer.DoneInfo{Err: status.Error(codes.Canceled, "x"), BytesSent: true}, lbgo.Outcome{Abandoned: true, Latency: lat}},
+		{"cancelled status, live ctx", live, balancer.DoneInfo{Err: status.Error(codes.Canceled, "x"), BytesSent: true}, lbgo.Outcome{Abandoned: true, Latency: lat}},
+		{"never sent", live, balancer.DoneInfo{Err: unavailable}, lbgo.Outcome{Abandoned: true, Latency: lat}},
+		{"application error", live, balancer.DoneInfo{Err: status.Error(codes.NotFound, "x"), BytesSent: true}, lbgo.Outcome{Latency: lat}},
+		{"internal, not listed by default", live, balancer.DoneInfo{Err: status.Error(codes.Internal, "x"), BytesSent: true}, lbgo.Outcome{Latency: lat}},
+	} {
+		if got := OutcomeOf(tc.ctx, tc.info, lat, isFailure); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	if got := OutcomeOf(live, balancer.DoneInfo{}, -time.Second, isFailure); got.Latency != 0 {
+		t.Errorf("negative latency reported as %v, want 0", got.Latency)
+	}
+}

@@ -1,0 +1,41 @@
+// Package grpcbalancer registers every picker of the balancer package as a
+// gRPC load-balancing policy, so a gRPC client balances its RPCs with
+// nginx's per-server failure accounting (max_fails, fail_timeout,
+// max_conns) and any of the package's algorithms.
+//
+// Importing the package registers one policy per balancer.Algorithms()
+// entry, named "lbgo_" followed by the picker's name in lower case
+// (lbgo_smoothwrr, lbgo_fastestfirst, lbgo_leastconn, ...; see
+// PolicyName). Choose one in the service config:
+//
+//	{"loadBalancingConfig": [{"lbgo_fastestfirst": {"maxFails": 1, "failTimeout": "10s"}}]}
+//
+// The fields are listed at Config. Peer weights come from the resolver: set
+// them with WithWeight (or WithEndpointWeight); the default is 1.
+//
+// How gRPC's events map onto the picker:
+//
+//   - One balancer.Peer per resolver endpoint (per address, for a resolver
+//     that reports addresses), carrying its SubConn as the Peer's Value, so
+//     a pick reads the SubConn with no lookup. Resolver updates reconcile the
+//     peers with the picker's Update: a kept address keeps its peer and so
+//     its failures, in-flight count and latency history.
+//   - A SubConn that is not READY marks its peer down (SetDown(true)); READY
+//     brings it back (SetDown(false)). The down flag, not a failure, because
+//     the connection state is gRPC's own health signal and is already
+//     retried by gRPC's reconnect backoff: counting it as nginx failures as
+//     well would punish one outage twice, and marking down keeps the peer's
+//     failure window and latency history for when it returns.
+//   - Each attempt's DoneInfo becomes an Outcome (see Config.FailureCodes
+//     and OutcomeOf); the latency is from pick to done. ORCA server load
+//     (DoneInfo.ServerLoad) is not used yet.
+//   - The attempts of one RPC, gRPC's retries, share one balancer.Request,
+//     so a retry skips the peers the RPC already tried while another is
+//     eligible (see the package's README for how and its limits).
+//   - When no peer is eligible, Pick returns balancer.ErrNoSubConnAvailable
+//     and the policy wakes at the picker's NextEligible time to hand gRPC a
+//     new picker, so a waiting RPC proceeds as soon as a peer's fail_timeout
+//     ends.
+//
+// The policies are safe for concurrent use, as gRPC requires.
+package grpcbalancer

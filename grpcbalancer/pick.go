@@ -1,0 +1,184 @@
+package grpcbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	lbgo "github.com/lbgo/balancer"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// picker is the gRPC picker of one pushed state. It only refers to the
+// policy's balancer.Balancer, which keeps all balancing state, so a new
+// picker is cheap and the state survives every push.
+type picker struct {
+	b   *lbBalancer
+	lb  lbgo.Balancer
+	cfg *lbConfig
+	err error // non-nil: the ClientConn has no READY SubConn
+}
+
+// rpc is the retry state of one RPC, shared by its attempts.
+//
+// gRPC (grpc-go 1.85, stream.go) makes each attempt's context with
+// context.WithValue over the stream's context, itself a context.WithCancel
+// (or WithTimeout) made for that one RPC and cancelled when the RPC ends.
+// So the Done channel of PickInfo.Ctx is the same for every attempt of one
+// RPC, retries and transparent retries included, and differs between RPCs:
+// it keys the map. An RPC gets an entry only when an attempt ends in an
+// error (a retry may follow), and the entry goes when the RPC's context
+// ends (context.AfterFunc), or at the first attempt that succeeds: nothing
+// outlives the RPC.
+type rpc struct {
+	mu   sync.Mutex // gRPC's attempts are sequential; the lock is for safety
+	req  lbgo.Request
+	stop func() bool // stops the AfterFunc cleanup; nil until stored
+}
+
+// attempt is one pick, until gRPC reports it done.
+type attempt struct {
+	p     *picker
+	peer  *lbgo.Peer
+	start time.Time
+	ctx   context.Context
+	key   <-chan struct{}
+	rpc   *rpc
+	own   rpc // the RPC's state when this is its first attempt: one allocation
+}
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	if p.err != nil {
+		return balancer.PickResult{}, p.err
+	}
+	b := p.b
+	a := &attempt{p: p, ctx: info.Ctx, key: info.Ctx.Done()}
+	if a.key != nil {
+		if v, ok := b.rpcs.Load(a.key); ok {
+			a.rpc = v.(*rpc)
+		}
+	}
+	if a.rpc == nil {
+		a.rpc = &a.own
+	}
+	r := a.rpc
+	r.mu.Lock()
+	p.setKey(&r.req, info.Ctx)
+	peer, err := p.lb.Pick(&r.req)
+	if err != nil && r.req.Attempts() > 0 && (errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrTriesExhausted)) {
+		// A retry that has tried every eligible peer, or as many as nginx
+		// allows: gRPC's retry policy bounds the attempts, so start the
+		// tried set afresh rather than fail the retry.
+		r.req.Reset()
+		p.setKey(&r.req, info.Ctx)
+		peer, err = p.lb.Pick(&r.req)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrNoPeers) {
+			// Wait for a peer: at the end of the nearest fail window, or
+			// at the next Done (a max_conns slot) or SubConn change.
+			b.waiting.Store(true)
+			if at, ok := p.lb.NextEligible(); ok {
+				b.wakeAt(at)
+			}
+			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+		}
+		// A plain error: gRPC fails a fail-fast RPC with UNAVAILABLE and
+		// makes a wait-for-ready one wait for the next picker.
+		return balancer.PickResult{}, fmt.Errorf("%s: %w", b.name, err)
+	}
+	sc, ok := peer.Value().(balancer.SubConn)
+	if !ok {
+		// Cannot happen: every peer carries its SubConn. End the attempt
+		// and let gRPC pick again.
+		_ = p.lb.Done(peer, lbgo.Outcome{Abandoned: true})
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+	}
+	a.peer, a.start = peer, time.Now()
+	return balancer.PickResult{SubConn: sc, Done: a.done}, nil
+}
+
+// setKey gives a keyed picker the RPC's hash key: the value of the
+// configured metadata key in the outgoing metadata, or nothing.
+func (p *picker) setKey(r *lbgo.Request, ctx context.Context) {
+	h := p.cfg.hashHeader
+	if h == "" {
+		return
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	v := md.Get(h)
+	if len(v) == 0 {
+		r.SetKey("")
+		r.SetAddr(netip.Addr{})
+		return
+	}
+	r.SetKey(v[0])
+	addr, _ := netip.ParseAddr(v[0])
+	r.SetAddr(addr)
+}
+
+// done reports the attempt to the picker and keeps or drops the RPC's retry
+// state.
+func (a *attempt) done(info balancer.DoneInfo) {
+	p, b, r := a.p, a.p.b, a.rpc
+	o := OutcomeOf(a.ctx, info, time.Since(a.start), p.cfg.failures.has)
+	if err := p.lb.Done(a.peer, o); err != nil && !errors.Is(err, lbgo.ErrUnknownPeer) {
+		logger.Warningf("%s: Done(%s): %v", b.name, a.peer, err)
+	}
+	retryMayFollow := info.Err != nil || !info.BytesSent
+	switch {
+	case retryMayFollow && r.stop == nil && a.key != nil && a.ctx.Err() == nil:
+		// Keep the RPC's tried set for a retry, until the RPC ends.
+		r.mu.Lock()
+		key := a.key
+		r.stop = context.AfterFunc(a.ctx, func() { b.rpcs.CompareAndDelete(key, r) })
+		r.mu.Unlock()
+		b.rpcs.Store(key, r)
+	case !retryMayFollow && r.stop != nil:
+		r.stop()
+		b.rpcs.CompareAndDelete(a.key, r)
+	}
+	if b.waiting.Load() && b.waiting.CompareAndSwap(true, false) {
+		b.wakeAt(time.Now()) // an attempt ended: a waiting RPC may have a peer now
+	}
+}
+
+// OutcomeOf is the outcome the policies report for one attempt of an RPC
+// whose attempt context is ctx, given gRPC's DoneInfo, the latency from pick
+// to done and the set of status codes that count as failures of the peer.
+//
+//   - Abandoned, not a failure, when the client ended the RPC (ctx is
+//     cancelled or past its deadline, or the status is CANCELLED) and when
+//     the attempt was never sent (BytesSent false: its stream was never
+//     opened, so the server never saw it; the connection's own failure
+//     reaches the picker through the SubConn state). nginx does not count
+//     a client's abort against a server either.
+//   - Failed when the status code is in isFailure.
+//   - Otherwise a success, whatever the code: the server answered.
+//
+// DoneInfo.ServerLoad (ORCA load reports) is not used: no picker takes a
+// server-reported load yet; it is where a future version would read it.
+func OutcomeOf(ctx context.Context, info balancer.DoneInfo, latency time.Duration, isFailure func(codes.Code) bool) lbgo.Outcome {
+	o := lbgo.Outcome{Latency: max(latency, 0)}
+	switch {
+	case info.Err == nil:
+		o.Abandoned = !info.BytesSent // gRPC found the SubConn not ready and picks again
+	case ctx.Err() != nil || !info.BytesSent:
+		o.Abandoned = true
+	default:
+		code := status.Code(info.Err)
+		if code == codes.Canceled {
+			o.Abandoned = true
+		} else {
+			o.Failed = isFailure != nil && isFailure(code)
+		}
+	}
+	return o
+}
