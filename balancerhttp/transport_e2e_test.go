@@ -113,10 +113,10 @@ func TestTransport_endToEnd(t *testing.T) {
 				assert.Greater(t, b.hits.Load(), h, "%s serves after it recovered", b.name)
 			}
 
-			// dying goes down again and fails once: out for 10 s.
+			// dying goes down again and fails: out for 10 s. A picker
+			// that weighs it low may take a while to try it: rounds of
+			// 50 requests until it has (bounded).
 			dying.stop()
-			bad, errs = getAll(client, 50, clients)
-			assert.Zero(t, bad, "requests that failed: %v", errs)
 			var kept *balancer.Peer
 			for _, p := range bal.Peers() {
 				if p.Addr() == dying.addr {
@@ -124,8 +124,15 @@ func TestTransport_endToEnd(t *testing.T) {
 				}
 			}
 			require.NotNil(t, kept)
+			for round := 0; round < 40 && kept.State().Fails == 0; round++ {
+				bad, errs = getAll(client, 50, clients)
+				assert.Zero(t, bad, "requests that failed: %v", errs)
+			}
 			before := kept.State()
-			require.Equal(t, 1, before.Fails, "dying's failures before the update")
+			// Attempts picked before the first failure was reported (one
+			// per client at most) fail too.
+			require.GreaterOrEqual(t, before.Fails, 1, "dying's failures before the update")
+			require.LessOrEqual(t, before.Fails, clients, "dying's failures before the update")
 
 			// Discovery: slow leaves, fresh joins, the others stay.
 			fresh := newBackend(t, "fresh")
