@@ -375,7 +375,7 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		// peer's latency, which can only raise its estimate; the silence
 		// of the peer's other attempts goes on. An abandoned probe that
 		// cleared nginx's failure count confirms nothing.
-		p.lat.atLeastLocked(now, float64(o.Latency), f.tau)
+		p.lat.atLeast(now, float64(o.Latency), f.tau)
 		if p.lat.exploring || cleared {
 			p.lat.exploring, p.lat.confirmed = true, 0
 		}
@@ -396,12 +396,12 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		p.lat.exploring = p.lat.confirmed < exploreConfirm
 	}
 	if o.Failed {
-		p.lat.observeLocked(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
+		p.lat.observe(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
 	} else if cleared {
 		p.lat.restartLocked(now, float64(o.Latency))
 		p.lat.exploring, p.lat.confirmed = true, 1
 	} else {
-		p.lat.observeLocked(now, float64(o.Latency), f.tau)
+		p.lat.observe(now, float64(o.Latency), f.tau)
 	}
 	p.lat.since = now // an answer ends the silence
 	f.reweighLocked(l, p, now, first || cleared)

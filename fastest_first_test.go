@@ -292,10 +292,10 @@ func TestFastestFirst_staleEstimateProbedOneAtATime(t *testing.T) {
 	peers := weighted(1, 1, 1)
 	f := newTestFF(t, clk, peers)
 	f.mu.Lock()
-	peers[2].lat.observeLocked(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
+	peers[2].lat.observe(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
 	clk.add(time.Minute)
 	for _, p := range peers[:2] {
-		p.lat.observeLocked(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
+		p.lat.observe(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
 	}
 	f.recomputeLocked(f.load().primary, 0, clk.now().UnixNano())
 	f.mu.Unlock()

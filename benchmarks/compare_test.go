@@ -88,6 +88,7 @@ var families = []struct {
 		{"lbgo.LeastConn", ours(balancer.NewLeastConn, true)},
 		{"lbgo.P2CPeakEWMA", ours(balancer.NewP2CPeakEWMA, true)},
 		{"lbgo.FastestFirst", ours(balancer.NewFastestFirst, true)},
+		{"lbgo.RandomTwo", ours(balancer.NewRandomTwo, true)},
 		{"kratos.p2c", kratos(func() selector.Selector { return p2c.New() })},
 	}},
 }
