@@ -685,7 +685,7 @@ func TestFastestFirst_allExploringStillPicks(t *testing.T) {
 		p := mustPick(t, f, nil) // the probes, which succeed
 		require.NoError(t, f.Done(p, Outcome{Latency: 10 * time.Millisecond}))
 	}
-	require.True(t, a.lat.exploring && b.lat.exploring, "setup: both peers exploring")
+	require.True(t, a.lat.exploring.Load() && b.lat.exploring.Load(), "setup: both peers exploring")
 	for range 3 {
 		mustPick(t, f, nil) // held in flight
 	}

@@ -38,13 +38,15 @@ type latencyStats struct {
 	stamp    atomic.Int64  // unix nanoseconds of the last sample
 	measured atomic.Bool   // at least one sample since the picker took the peer
 
-	// FastestFirst, guarded by its lock.
-	since     int64   // unix ns: last completion, or when the peer last became busy
-	lo, hi    float64 // band (ns) the current weight was set for
-	exploring bool    // probed one attempt at a time: its weight is not borne out by replies
-	confirmed int     // replies in a row that bore out the weight while exploring
-	est       float64 // scratch of a recompute: the estimate (ns)
-	share     float64 // scratch of a recompute: the unscaled weight
+	// FastestFirst: written under its lock, except that its lock-free
+	// picks and reports (above ffExactMax peers) write since and read the
+	// rest; est and share are a recompute's scratch, under the lock.
+	since     atomic.Int64  // unix ns: last completion, or when the peer last became busy
+	lo, hi    atomic.Uint64 // math.Float64bits of the band (ns) the current weight was set for
+	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
+	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
+	est       float64       // scratch of a recompute: the estimate (ns)
+	share     float64       // scratch of a recompute: the unscaled weight
 }
 
 // reset forgets every sample: a peer new to the picker starts unmeasured.
@@ -52,9 +54,21 @@ func (s *latencyStats) reset() {
 	s.ewma.Store(0)
 	s.stamp.Store(0)
 	s.measured.Store(false)
-	s.since = 0
-	s.lo, s.hi = 0, 0
-	s.exploring, s.confirmed = false, 0
+	s.since.Store(0)
+	s.setBand(0, 0)
+	s.exploring.Store(false)
+	s.confirmed.Store(0)
+}
+
+// setBand stores FastestFirst's band [lo, hi].
+func (s *latencyStats) setBand(lo, hi float64) {
+	s.lo.Store(math.Float64bits(lo))
+	s.hi.Store(math.Float64bits(hi))
+}
+
+// inBand reports whether e lies in FastestFirst's band.
+func (s *latencyStats) inBand(e float64) bool {
+	return e >= math.Float64frombits(s.lo.Load()) && e <= math.Float64frombits(s.hi.Load())
 }
 
 // estimate returns the stored peak EWMA in nanoseconds, undecayed.
