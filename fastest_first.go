@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -116,10 +117,17 @@ type FastestFirst struct {
 	floor    int64
 	tol      float64
 
-	// Guarded by mu.
-	fastest    [2]float64 // fastest estimate (ns) of the primary and backup lists at their last recompute
-	cursor     int        // the peer the next Pick checks besides its own
-	recomputes uint64     // weight recomputations, for tests
+	// Written under mu.
+	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
+	cursor     int              // the peer the next Pick checks besides its own
+	recomputes uint64           // weight recomputations, for tests
+
+	// The sampled mode (more than ffExactMax peers): the draw table over
+	// the derived weights, rebuilt by every recompute, and the peers with
+	// failures on record, rebuilt when one starts or stops failing; nil in
+	// the exact mode.
+	lockFree bool // guarded by mu
+	draw     atomic.Pointer[ffTable]
 }
 
 var _ Picker = (*FastestFirst)(nil)
@@ -224,6 +232,9 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 // has nothing in flight is probed first. Pick is O(n) under the picker's
 // lock, and O(n) more when the chosen peer's estimate has left its band.
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
+	if t := f.draw.Load(); t != nil {
+		return f.pickSampled(t, r)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l := f.load()
@@ -235,7 +246,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 		return nil, err
 	}
 	if l.single && p.conns.Load() == 1 {
-		p.lat.since = now // as in scanFastest, for the frame's single peer
+		p.lat.since.Store(now) // as in scanFastest, for the frame's single peer
 	}
 	f.reweighLocked(l, p, now, false)
 	// Peers that are not picked must be checked too, or a silent stall or
@@ -280,7 +291,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 	var conns, w int64  // least's in-flight count + 1 and weight, as read
 	var many bool       // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring && p.conns.Load() != 0 {
+		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.conns.Load() != 0 {
 			continue // a peer being probed has its one attempt out
 		}
 		pc, pw := p.conns.Load()+1, p.effectiveWeight
@@ -317,7 +328,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring && p.conns.Load() != 0 {
+			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.conns.Load() != 0 {
 				continue
 			}
 			if p != least && compareLoad(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
@@ -343,7 +354,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 // its silence now. Requires the owner's lock.
 func takeFastest(p *Peer, now int64) {
 	if p.conns.Add(1) == 1 {
-		p.lat.since = now
+		p.lat.since.Store(now)
 	}
 }
 
@@ -354,6 +365,9 @@ func takeFastest(p *Peer, now int64) {
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if err := f.finish(p, o); err != nil {
 		return err
+	}
+	if f.draw.Load() != nil && f.doneSampled(p, o) {
+		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -370,48 +384,53 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	f.doneLocked(l, p, o)
 	p.effectiveWeight = ew
 	cleared := failing && p.fails.Load() == 0
+	if f.lockFree && failing != (p.fails.Load() != 0) {
+		f.publishFailingLocked(l)
+	}
 	if o.Abandoned {
 		// No reply: the time the caller waited is a lower bound on the
 		// peer's latency, which can only raise its estimate; the silence
 		// of the peer's other attempts goes on. An abandoned probe that
 		// cleared nginx's failure count confirms nothing.
-		p.lat.abandonLocked(now, float64(o.Latency), f.tau)
-		if p.lat.abandons >= exploreConfirm {
+		p.lat.abandon(now, float64(o.Latency), f.tau)
+		if p.lat.abandons.Load() >= exploreConfirm {
 			// As many attempts abandoned in a row as replies it takes to
 			// confirm a weight: the peer is not answering. Its weight
 			// goes to the floor, as for a failure, but nginx's failure
 			// count is left alone.
-			p.lat.atLeastLocked(now, f.floorEstimate(p), f.tau)
+			p.lat.atLeast(now, f.floorEstimate(p), f.tau)
 		}
-		if p.lat.exploring || cleared {
-			p.lat.exploring, p.lat.confirmed = true, 0
+		if p.lat.exploring.Load() || cleared {
+			p.lat.exploring.Store(true)
+			p.lat.confirmed.Store(0)
 		}
 		if p.conns.Load() == 0 {
-			p.lat.since = now
+			p.lat.since.Store(now)
 		}
 		f.reweighLocked(l, p, now, first || cleared)
 		return nil
 	}
-	if p.lat.exploring {
+	if p.lat.exploring.Load() {
 		// A reply within the band of what the peer's weight assumed
 		// confirms it; exploreConfirm of them in a row end the probing.
-		if !o.Failed && float64(o.Latency) <= f.estimateLocked(p, f.fastest[listOf(p)], now)*f.band {
-			p.lat.confirmed++
+		if !o.Failed && float64(o.Latency) <= f.estimateLocked(p, f.fastestOf(p), now)*f.band {
+			p.lat.confirmed.Add(1)
 		} else {
-			p.lat.confirmed = 0
+			p.lat.confirmed.Store(0)
 		}
-		p.lat.exploring = p.lat.confirmed < exploreConfirm
+		p.lat.exploring.Store(p.lat.confirmed.Load() < exploreConfirm)
 	}
-	p.lat.answeredLocked()
+	p.lat.answered()
 	if o.Failed {
-		p.lat.observeLocked(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
+		p.lat.observe(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
 	} else if cleared {
 		p.lat.restartLocked(now, float64(o.Latency))
-		p.lat.exploring, p.lat.confirmed = true, 1
+		p.lat.exploring.Store(true)
+		p.lat.confirmed.Store(1)
 	} else {
-		p.lat.observeLocked(now, float64(o.Latency), f.tau)
+		p.lat.observe(now, float64(o.Latency), f.tau)
 	}
-	p.lat.since = now // an answer ends the silence
+	p.lat.since.Store(now) // an answer ends the silence
 	f.reweighLocked(l, p, now, first || cleared)
 	return nil
 }
@@ -420,7 +439,7 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 // floor: tolerance × fastest × (100/floor)^(1/α), widened by the band so
 // that the next recompute keeps it there; 0 while nothing is measured.
 func (f *FastestFirst) floorEstimate(p *Peer) float64 {
-	m := f.fastest[listOf(p)]
+	m := f.fastestOf(p)
 	if m <= 0 || f.exponent == 0 {
 		return 0
 	}
@@ -448,7 +467,7 @@ func (f *FastestFirst) estimateLocked(p *Peer, m float64, now int64) float64 {
 		}
 	}
 	if p.conns.Load() > 0 {
-		e = max(e, float64(now-p.lat.since))
+		e = max(e, float64(now-p.lat.since.Load()))
 	}
 	return e
 }
@@ -459,11 +478,8 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 	if l.single {
 		return // a single server is picked whatever its weight
 	}
-	if !force {
-		e := f.estimateLocked(p, f.fastest[listOf(p)], now)
-		if e >= p.lat.lo && e <= p.lat.hi {
-			return
-		}
+	if !force && p.lat.inBand(f.estimateLocked(p, f.fastestOf(p), now)) {
+		return
 	}
 	if p.backup.Load() {
 		f.recomputeLocked(l.backup, 1, now)
@@ -486,6 +502,9 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 // the configured ones alone; a peer's first reply forces a recompute.
 func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	f.recomputes++
+	if f.lockFree {
+		defer f.publishDrawLocked(f.load())
+	}
 	m, measured := math.Inf(1), false
 	for _, p := range peers {
 		if p.down.Load() || p.weight.Load() == 0 || !p.lat.measured.Load() {
@@ -493,14 +512,14 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 		}
 		raw := p.lat.estimate()
 		if p.conns.Load() > 0 {
-			raw = max(raw, float64(now-p.lat.since))
+			raw = max(raw, float64(now-p.lat.since.Load()))
 		}
 		m, measured = min(m, raw), true
 	}
 	if !measured {
 		m = 0
 	}
-	f.fastest[which] = m
+	f.fastest[which].Store(math.Float64bits(m))
 
 	var top float64
 	for _, p := range peers {
@@ -514,14 +533,15 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 		p.lat.share = float64(p.weight.Load()) * f.ratio(m, p.lat.est)
 		if measured && p.lat.measured.Load() && p.lat.estimate() > p.lat.est*f.band {
 			// The weight rests on the decay, not on replies.
-			p.lat.exploring, p.lat.confirmed = true, 0
+			p.lat.exploring.Store(true)
+			p.lat.confirmed.Store(0)
 		}
 		top = max(top, p.lat.share)
 	}
 	for _, p := range peers {
 		if p.down.Load() || p.weight.Load() == 0 {
 			// A down peer is never picked; a weightless one stays at 0.
-			p.lat.lo, p.lat.hi = 0, math.Inf(1)
+			p.lat.setBand(0, math.Inf(1))
 			if p.weight.Load() == 0 {
 				p.effectiveWeight = 0
 			}
@@ -559,16 +579,16 @@ func (f *FastestFirst) setBandLocked(p *Peer, m, top float64, w int64, measured 
 	e := p.lat.est
 	switch {
 	case !measured:
-		p.lat.lo, p.lat.hi = 0, math.Inf(1)
+		p.lat.setBand(0, math.Inf(1))
 	case e > m && e <= f.tol*m:
-		p.lat.lo, p.lat.hi = m/f.band, f.tol*m
+		p.lat.setBand(m/f.band, f.tol*m)
 	case w == f.floor && f.exponent > 0 && e > f.tol*m:
 		// The weight leaves the floor when 100·base·(tol·m/e)^α/top
 		// reaches floor + ½.
 		up := f.tol * m * math.Pow(fastestScale*float64(p.weight.Load())/(top*(float64(f.floor)+0.5)), 1/f.exponent)
-		p.lat.lo, p.lat.hi = min(e, up)/f.band, math.Inf(1)
+		p.lat.setBand(min(e, up)/f.band, math.Inf(1))
 	default:
-		p.lat.lo, p.lat.hi = e/f.band, e*f.band
+		p.lat.setBand(e/f.band, e*f.band)
 	}
 }
 
@@ -576,6 +596,18 @@ func (f *FastestFirst) setBandLocked(p *Peer, m, top float64, w int64, measured 
 // recomputes every weight. Publishing has set every current weight to 0.
 func (f *FastestFirst) changedLocked(l *peerList) {
 	now := f.now()
+	f.lockFree = len(l.primary)+len(l.backup) > ffExactMax && !l.single
 	f.recomputeLocked(l.primary, 0, now)
 	f.recomputeLocked(l.backup, 1, now)
+	if f.lockFree {
+		f.publishDrawLocked(l)
+	} else {
+		f.draw.Store(nil)
+	}
+}
+
+// fastestOf returns the fastest estimate of p's list at its last
+// recompute.
+func (f *FastestFirst) fastestOf(p *Peer) float64 {
+	return math.Float64frombits(f.fastest[listOf(p)].Load())
 }

@@ -292,10 +292,10 @@ func TestFastestFirst_staleEstimateProbedOneAtATime(t *testing.T) {
 	peers := weighted(1, 1, 1)
 	f := newTestFF(t, clk, peers)
 	f.mu.Lock()
-	peers[2].lat.observeLocked(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
+	peers[2].lat.observe(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
 	clk.add(time.Minute)
 	for _, p := range peers[:2] {
-		p.lat.observeLocked(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
+		p.lat.observe(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
 	}
 	f.recomputeLocked(f.load().primary, 0, clk.now().UnixNano())
 	f.mu.Unlock()
@@ -685,7 +685,7 @@ func TestFastestFirst_allExploringStillPicks(t *testing.T) {
 		p := mustPick(t, f, nil) // the probes, which succeed
 		require.NoError(t, f.Done(p, Outcome{Latency: 10 * time.Millisecond}))
 	}
-	require.True(t, a.lat.exploring && b.lat.exploring, "setup: both peers exploring")
+	require.True(t, a.lat.exploring.Load() && b.lat.exploring.Load(), "setup: both peers exploring")
 	for range 3 {
 		mustPick(t, f, nil) // held in flight
 	}

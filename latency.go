@@ -28,30 +28,31 @@ const (
 
 // latencyStats is the per-peer latency state of the latency-aware pickers.
 //
-// The peak EWMA (ewma, stamp, measured) is written under the owning
-// picker's lock and read without it by P2CPeakEWMA's lock-free Pick, hence
-// the atomics. A reader may see a new estimate with the previous stamp
-// (they are two words); that only decays the new estimate a little more
-// than it should for one pick. The other fields belong to FastestFirst and
-// are guarded by its lock.
+// The peak EWMA (ewma, stamp, measured) is written by compare-and-swap on
+// reports and read without a lock by the picks, hence the atomics. A
+// reader may see a new estimate with the previous stamp (they are two
+// words); that only decays the new estimate a little more than it should
+// for one pick. The other fields belong to FastestFirst.
 type latencyStats struct {
 	ewma     atomic.Uint64 // math.Float64bits of the estimate, in nanoseconds
 	stamp    atomic.Int64  // unix nanoseconds of the last sample
 	measured atomic.Bool   // at least one sample since the picker took the peer
 
-	// unanswered (ns) sums the latencies of the abandons attempts
-	// abandoned since the peer's last reply; guarded by the owner's lock
-	// (see abandonLocked).
-	unanswered float64
-	abandons   int
+	// unanswered sums, as math.Float64bits (ns), the waits of the
+	// attempts abandoned since the peer's last reply, and abandons counts
+	// them (see abandon). Lock-free, as observe.
+	unanswered atomic.Uint64
+	abandons   atomic.Int64
 
-	// FastestFirst, guarded by its lock.
-	since     int64   // unix ns: last completion, or when the peer last became busy
-	lo, hi    float64 // band (ns) the current weight was set for
-	exploring bool    // probed one attempt at a time: its weight is not borne out by replies
-	confirmed int     // replies in a row that bore out the weight while exploring
-	est       float64 // scratch of a recompute: the estimate (ns)
-	share     float64 // scratch of a recompute: the unscaled weight
+	// FastestFirst: written under its lock, except that its lock-free
+	// picks and reports (above ffExactMax peers) write since and read the
+	// rest; est and share are a recompute's scratch, under the lock.
+	since     atomic.Int64  // unix ns: last completion, or when the peer last became busy
+	lo, hi    atomic.Uint64 // math.Float64bits of the band (ns) the current weight was set for
+	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
+	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
+	est       float64       // scratch of a recompute: the estimate (ns)
+	share     float64       // scratch of a recompute: the unscaled weight
 }
 
 // reset forgets every sample: a peer new to the picker starts unmeasured.
@@ -59,92 +60,137 @@ func (s *latencyStats) reset() {
 	s.ewma.Store(0)
 	s.stamp.Store(0)
 	s.measured.Store(false)
-	s.unanswered, s.abandons = 0, 0
-	s.since = 0
-	s.lo, s.hi = 0, 0
-	s.exploring, s.confirmed = false, 0
+	s.unanswered.Store(0)
+	s.abandons.Store(0)
+	s.since.Store(0)
+	s.setBand(0, 0)
+	s.exploring.Store(false)
+	s.confirmed.Store(0)
+}
+
+// setBand stores FastestFirst's band [lo, hi].
+func (s *latencyStats) setBand(lo, hi float64) {
+	s.lo.Store(math.Float64bits(lo))
+	s.hi.Store(math.Float64bits(hi))
+}
+
+// inBand reports whether e lies in FastestFirst's band.
+func (s *latencyStats) inBand(e float64) bool {
+	return e >= math.Float64frombits(s.lo.Load()) && e <= math.Float64frombits(s.hi.Load())
 }
 
 // estimate returns the stored peak EWMA in nanoseconds, undecayed.
 func (s *latencyStats) estimate() float64 { return math.Float64frombits(s.ewma.Load()) }
 
-// observeLocked feeds one latency sample (ns) taken at now into the peak
-// EWMA with decay time tau (ns). As in Finagle's PeakEwma.observe, a sample
+// observe feeds one latency sample (ns) taken at now into the peak EWMA
+// with decay time tau (ns). As in Finagle's PeakEwma.observe, a sample
 // above the estimate replaces it at once, so a slowdown shows on its first
 // reply; a lower one is averaged in with weight 1−exp(−Δt/τ), Δt being the
 // time since the previous sample, so a long-idle peer takes its next sample
 // almost whole. The first sample is taken as is. A clock that steps back
-// counts as Δt = 0. Requires the owner's lock.
-func (s *latencyStats) observeLocked(now int64, sample, tau float64) {
-	if !s.measured.Load() {
-		s.ewma.Store(math.Float64bits(sample))
-		s.stamp.Store(now)
-		s.measured.Store(true)
-		return
+// counts as Δt = 0.
+//
+// observe is lock-free: the estimate moves by compare-and-swap, so two
+// concurrent reports on one peer both count, in some order. The stamp is a
+// second word, stored after the estimate: a report that reads the previous
+// stamp with the new estimate decays it over a little more time than it
+// should, weighing its own sample a little more; two first samples racing
+// may keep only one of them.
+func (s *latencyStats) observe(now int64, sample, tau float64) {
+	for {
+		old := s.ewma.Load()
+		e := sample
+		if s.measured.Load() {
+			if cur := math.Float64frombits(old); sample <= cur {
+				w := decayWeight(now-s.stamp.Load(), tau)
+				e = cur*w + sample*(1-w)
+			}
+		}
+		if s.ewma.CompareAndSwap(old, math.Float64bits(e)) {
+			break
+		}
 	}
-	e := s.estimate()
-	if sample > e {
-		e = sample
-	} else {
-		w := decayWeight(now-s.stamp.Load(), tau)
-		e = e*w + sample*(1-w)
-	}
-	s.ewma.Store(math.Float64bits(e))
 	s.stamp.Store(now)
+	s.measured.Store(true)
 }
 
 // restartLocked replaces the estimate by sample, as if it were the first:
 // FastestFirst does this when a probe clears a peer's failures, so the
 // penalty that kept it at the floor while it failed does not outlive the
-// failure. Requires the owner's lock.
+// failure. Requires the owner's lock (or the peer's, for FastestFirst).
 func (s *latencyStats) restartLocked(now int64, sample float64) {
 	s.ewma.Store(math.Float64bits(sample))
 	s.stamp.Store(now)
 	s.measured.Store(true)
 }
 
-// atLeastLocked takes bound (ns), how long an abandoned attempt had run
-// when its caller gave up, as a lower bound on the peer's latency: if the
-// estimate, decayed to now as P2CPeakEWMA reads it, is below bound, the
-// estimate becomes bound, as a slower reply would make it; otherwise
-// nothing changes, since a bound below the estimate says nothing new. An
-// unmeasured peer takes bound as its first estimate. Requires the owner's
-// lock.
-func (s *latencyStats) atLeastLocked(now int64, bound, tau float64) {
-	if s.measured.Load() && s.estimate()*decayWeight(now-s.stamp.Load(), tau) >= bound {
-		return
+// atLeast takes bound (ns), how long an abandoned attempt had run when its
+// caller gave up, as a lower bound on the peer's latency: if the estimate,
+// decayed to now as P2CPeakEWMA reads it, is below bound, the estimate
+// becomes bound, as a slower reply would make it; otherwise nothing
+// changes, since a bound below the estimate says nothing new. An unmeasured
+// peer takes bound as its first estimate. Lock-free, as observe.
+func (s *latencyStats) atLeast(now int64, bound, tau float64) {
+	for {
+		old := s.ewma.Load()
+		if s.measured.Load() && math.Float64frombits(old)*decayWeight(now-s.stamp.Load(), tau) >= bound {
+			return
+		}
+		if s.ewma.CompareAndSwap(old, math.Float64bits(bound)) {
+			break
+		}
 	}
-	s.restartLocked(now, bound)
+	s.stamp.Store(now)
+	s.measured.Store(true)
 }
 
-// abandonLocked takes an attempt abandoned after waited (ns) as a lower
-// bound on the peer's latency (atLeastLocked), the bound being the sum of
-// the waits of every attempt abandoned since the peer's last reply, this
-// one included. One abandoned attempt says only "slower than the caller's
-// patience"; k of them in a row with no reply between say the peer has
-// given nothing back for k such waits, and a peer that stalls then loses to
-// the responsive ones within a few attempts instead of looking like a peer
-// just over the deadline forever. A peer whose replies always come after
-// the caller's deadline is as useless to that caller as one that never
-// replies, so the sum overstating its latency costs nothing. Any reply
-// (answeredLocked) starts the sum again. Requires the owner's lock.
-func (s *latencyStats) abandonLocked(now int64, waited, tau float64) {
-	s.unanswered += waited
-	s.abandons++
-	s.atLeastLocked(now, s.unanswered, tau)
+// abandon takes an attempt abandoned after waited (ns) as a lower bound on
+// the peer's latency (atLeast), the bound being the sum of the waits of
+// every attempt abandoned since the peer's last reply, this one included.
+// One abandoned attempt says only "slower than the caller's patience"; k of
+// them in a row with no reply between say the peer has given nothing back
+// for k such waits, and a peer that stalls then loses to the responsive
+// ones within a few attempts instead of looking like a peer just over the
+// deadline forever. A peer whose replies always come after the caller's
+// deadline is as useless to that caller as one that never replies, so the
+// sum overstating its latency costs nothing. Any reply (answered) starts
+// the sum again. Lock-free, as observe.
+func (s *latencyStats) abandon(now int64, waited, tau float64) {
+	var sum float64
+	for {
+		old := s.unanswered.Load()
+		sum = math.Float64frombits(old) + waited
+		if s.unanswered.CompareAndSwap(old, math.Float64bits(sum)) {
+			break
+		}
+	}
+	s.abandons.Add(1)
+	s.atLeast(now, sum, tau)
 }
 
-// answeredLocked records that the peer replied (a success or a failure):
-// the run of abandoned attempts, if any, is over. Requires the owner's
-// lock.
-func (s *latencyStats) answeredLocked() { s.unanswered, s.abandons = 0, 0 }
+// answered ends a run of abandoned attempts, if any: the peer replied. It
+// writes nothing when there was none, so a report on a healthy peer keeps
+// the line clean.
+func (s *latencyStats) answered() {
+	if s.abandons.Load() != 0 {
+		s.unanswered.Store(0)
+		s.abandons.Store(0)
+	}
+}
 
-// decayWeight returns exp(−dt/tau), 1 for a negative dt.
+// decayWeight returns exp(−dt/tau), 1 for a negative dt. For dt below
+// tau/1000, the common case of a busy peer, it takes 1 − x + x²/2, whose
+// relative error is below x³/6 < 2·10⁻¹⁰, for a third of the cost of
+// math.Exp.
 func decayWeight(dt int64, tau float64) float64 {
 	if dt <= 0 {
 		return 1
 	}
-	return math.Exp(-float64(dt) / tau)
+	x := float64(dt) / tau
+	if x < 1e-3 {
+		return 1 - x*(1-x*0.5)
+	}
+	return math.Exp(-x)
 }
 
 // sampleOf returns the latency (ns) an outcome counts as: its latency, or

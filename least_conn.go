@@ -23,6 +23,17 @@ package balancer
 // failure lowers and later ties restore), backup and down peers,
 // max_conns, per-request tries and the single-server rule all follow
 // nginx's round-robin module, which least_conn shares.
+//
+// Why the pick stays O(n) under the lock. The least loaded peer depends on
+// in-flight counts that Done changes without the lock, one at a time, from
+// any goroutine; an index kept sorted by load (a heap, or SmoothWRR's
+// grouping by weight) would need every report to move its peer in that
+// index under the lock, which puts the lock back on the report. And the
+// tie-break is nginx's smooth step over every tied peer, a write to each
+// of them, so a pick among k tied peers is O(k) and serial whatever the
+// index. No exact sublinear form was found; RandomTwo, nginx's random two
+// least_conn, is the scalable alternative: O(1), lock-free, the least
+// loaded of two peers drawn by weight.
 
 // LeastConn is nginx's least_conn (ngx_http_upstream_least_conn_module.c,
 // from nginx 1.3.1/1.2.2 on): each pick goes to the eligible peer with the
@@ -33,7 +44,8 @@ package balancer
 // gets fewer of them.
 //
 // A pick is O(n) under the picker's lock, since it reads every in-flight
-// count. The zero value is not usable; use [NewLeastConn]. LeastConn is
+// count; for thousands of peers or many cores use [RandomTwo]. The zero
+// value is not usable; use [NewLeastConn]. LeastConn is
 // safe for concurrent use.
 type LeastConn struct {
 	peerSet

@@ -113,9 +113,9 @@ func WithClock(now func() time.Time) Option {
 
 // WithRand makes a randomized picker (RoundRobin's starting point,
 // RandomWeighted, P2CPeakEWMA) draw from src. The picker serializes its use
-// of src, so src itself need not be safe for concurrent use. Default: a
-// per-goroutine runtime generator with no shared state (math/rand/v2's
-// top-level functions), which no seed can reproduce.
+// of src, so src itself need not be safe for concurrent use. Default: the
+// runtime's per-thread generators, with no shared state, which no seed can
+// reproduce.
 func WithRand(src rand.Source) Option {
 	return optionFunc(func(c *config) { c.src = src; c.set |= optRand })
 }

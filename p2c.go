@@ -39,12 +39,14 @@ package balancer
 // two drawn among them exactly, so the pair is always two distinct random
 // eligible peers whenever two exist.
 //
-// Cost of a pick: O(1) with equal weights, O(log n) otherwise, lock-free,
-// and allocation-free; O(n) only when the first draws keep landing on
-// ineligible peers. Done takes the picker's lock for O(1) to update the
-// estimate. With WithRand the source is used under a small lock of its
-// own; without it the draws come from math/rand/v2's top-level functions,
-// which no seed can reproduce.
+// Cost of a pick: O(1), lock-free and allocation-free (Vose's alias table
+// for unequal weights, as in RandomWeighted); O(n) only when the first draws keep landing on
+// ineligible peers. Done updates the estimate by compare-and-swap, O(1),
+// and takes the picker's lock only for nginx's failure accounting (a
+// failure, or a success on a peer with failures on record). With WithRand
+// the source is used under a small lock of its own; without it the draws
+// come from the runtime's per-thread generator, which no seed can
+// reproduce.
 
 // P2CPeakEWMA is Finagle's and Linkerd's balancer: the power of two
 // choices over a peak-EWMA load (Finagle's P2CPick and PeakEwma, tower's
@@ -55,8 +57,8 @@ package balancer
 // [WithFailurePenalty]. Choose it for latency-sensitive traffic to peers of
 // unknown or changing speed.
 //
-// A pick is O(1) with equal weights, O(log n) otherwise, and lock-free;
-// Done takes a lock for O(1). The zero value is not usable; use
+// A pick is O(1) and lock-free; so is Done, unless it must account a
+// failure. The zero value is not usable; use
 // [NewP2CPeakEWMA]. It is safe for concurrent use.
 type P2CPeakEWMA struct {
 	twoChoices
@@ -89,10 +91,21 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 }
 
 // Pick draws two distinct eligible peers and returns the one with the lower
-// cost, counting the attempt in flight until Done. It is O(1) with equal
-// weights and O(log n) otherwise, without a lock.
+// cost, counting the attempt in flight until Done. It is O(1), without a
+// lock.
 func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
-	return b.pick(r, &b.peakEWMA, b.now())
+	return b.pick(r, &b.peakEWMA)
+}
+
+// less reports whether p costs less than q. Both costs decay by the same
+// clock, so they compare at the later of their stamps as they would now:
+// the ratio of exp(−(t−s_p)/τ) to exp(−(t−s_q)/τ) is the same at every t
+// past both stamps. That reads no clock and takes one exponential, not two.
+func (m *peakEWMA) less(p, q *Peer) bool {
+	at := max(p.lat.stamp.Load(), q.lat.stamp.Load())
+	pp, pc := m.cost(p, at)
+	qp, qc := m.cost(q, at)
+	return cheaper(pp, pc, p.weight.Load(), qp, qc, q.weight.Load())
 }
 
 // cost returns p's load at now: whether it is being probed for its first
@@ -112,22 +125,30 @@ func (m *peakEWMA) cost(p *Peer, now int64) (probing bool, c float64) {
 
 // Done reports the outcome of an attempt on p: it ends the attempt, feeds
 // its latency (or the failure penalty, if higher) into p's estimate and
-// applies nginx's failure accounting. O(1) under the picker's lock.
+// applies nginx's failure accounting. The estimate moves lock-free; only a
+// failure, or a success on a peer with failures on record, takes the
+// picker's lock, for nginx's accounting. O(1).
 func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	if err := b.finish(p, o); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if p.owner.Load() != &b.peerSet {
 		return nil // removed while in flight
 	}
-	b.doneLocked(b.load(), p, o)
+	now := b.now()
+	if o.Failed || p.needsLockOnSuccess() {
+		b.mu.Lock()
+		b.doneLocked(b.load(), p, o) // rechecks the owner under the lock
+		b.mu.Unlock()
+	}
+	// A report racing a Remove and an Add to another picker may feed this
+	// one sample into the new picker's estimate: one sample, which the
+	// decay soon outweighs, against a lock on every report.
 	if o.Abandoned {
-		p.lat.abandonLocked(b.now(), float64(o.Latency), b.tau)
+		p.lat.abandon(now, float64(o.Latency), b.tau)
 	} else {
-		p.lat.answeredLocked()
-		p.lat.observeLocked(b.now(), sampleOf(o, b.penalty), b.tau)
+		p.lat.answered()
+		p.lat.observe(now, sampleOf(o, b.penalty), b.tau)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2
 func p2cMeasure(s *peerSet, p *Peer, at time.Time, lat time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p.lat.observeLocked(at.UnixNano(), float64(lat), float64(DefaultDecay))
+	p.lat.observe(at.UnixNano(), float64(lat), float64(DefaultDecay))
 }
 
 func TestPeakEWMA_observe(t *testing.T) {
@@ -53,9 +53,9 @@ func TestPeakEWMA_observe(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var s latencyStats
 			if tt.first != 0 {
-				s.observeLocked(0, tt.first, tau)
+				s.observe(0, tt.first, tau)
 			}
-			s.observeLocked(int64(tt.dt), tt.second, tau)
+			s.observe(int64(tt.dt), tt.second, tau)
 			assert.InDelta(t, tt.want, s.estimate(), 1, "estimate (ns)")
 			assert.Equal(t, int64(tt.dt), s.stamp.Load(), "stamp")
 		})

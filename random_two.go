@@ -26,7 +26,7 @@ import (
 // Cost of a pick: O(1) and lock-free (one alias-table draw per try, a
 // locked scan only for the round-robin fallback), no allocation; Done takes
 // the lock only to account a failure or clear one. Randomness: WithRand(src),
-// used under a small mutex, or math/rand/v2's per-thread generator. The zero
+// used under a small mutex, or the runtime's per-thread generator. The zero
 // value is not usable; use NewRandom. Random is safe for concurrent use by
 // multiple goroutines.
 type Random struct{ randomPicker }
@@ -67,7 +67,7 @@ type randomPicker struct {
 	peerSet
 	name  string
 	table atomic.Pointer[randomTable]
-	src   rand.Source // nil: math/rand/v2's per-thread generator
+	src   rand.Source // nil: the runtime's per-thread generator
 	srcMu sync.Mutex  // serializes src
 }
 
@@ -140,7 +140,7 @@ func (b *randomPicker) changedLocked(l *peerList) {
 
 func (b *randomPicker) rand64() uint64 {
 	if b.src == nil {
-		return rand.Uint64()
+		return fastRand64()
 	}
 	b.srcMu.Lock()
 	x := b.src.Uint64()

@@ -52,8 +52,10 @@ import (
 // table stays as it is and Pick no longer reads the clock, until a peer is
 // added.
 //
-// Randomness comes from math/rand/v2's top-level generator, which keeps its
-// state per thread: picks on different cores share no written memory. With
+// Randomness comes from the runtime's per-thread wyrand generator
+// (fastRand64), about half the cost of math/rand/v2's top-level ChaCha8
+// and, like it, per thread: picks on different cores share no written
+// memory. With
 // WithRand(src) every draw comes from src under a small mutex, so that src
 // need not be safe for concurrent use and a seeded source makes the picks
 // of one goroutine reproducible; concurrent picks then serialize on that
@@ -76,7 +78,7 @@ type RandomWeighted struct {
 
 	// Immutable after construction.
 	warmup int64       // nanoseconds; 0: no warm-up
-	src    rand.Source // nil: math/rand/v2's top-level generator
+	src    rand.Source // nil: the runtime's per-thread generator
 
 	srcMu sync.Mutex // serializes src
 }
@@ -309,7 +311,7 @@ func (t *rwTable) draw(x uint64) int {
 // rand64 returns a uniform 64-bit value from the configured source.
 func (b *RandomWeighted) rand64() uint64 {
 	if b.src == nil {
-		return rand.Uint64()
+		return fastRand64()
 	}
 	b.srcMu.Lock()
 	x := b.src.Uint64()

@@ -11,10 +11,10 @@ import (
 // compares: P2CPeakEWMA hands it the peak-EWMA cost; another cost (least
 // request, weighted least request) is another small type.
 type loadCost interface {
-	// cost returns p's load at now. A peer reported as probing (sent its
-	// first attempt, no reply yet) loses to any peer that is not; two
-	// probing peers, or two that are not, compare by c per unit of weight.
-	cost(p *Peer, now int64) (probing bool, c float64)
+	// less reports whether p's load is below q's, per unit of weight. It
+	// reads no clock: a cost that changes with time compares the two at
+	// a common time of its choosing.
+	less(p, q *Peer) bool
 }
 
 // twoChoices is the power of two choices (Mitzenmacher 2001; Finagle's
@@ -25,7 +25,7 @@ type loadCost interface {
 // counted by take.
 type twoChoices struct {
 	peerSet
-	rnd  *rand.Rand // immutable; nil: math/rand/v2's top-level functions
+	rnd  *rand.Rand // immutable; nil: the runtime's per-thread generator
 	rmu  sync.Mutex // serializes rnd
 	draw atomic.Pointer[drawTable]
 }
@@ -35,6 +35,10 @@ type twoChoices struct {
 // maxEffort = 5 times.
 const p2cEffort = 5
 
+// p2cRedraws bounds the alias-table redraws of a pair's second peer
+// before drawPair draws it by search.
+const p2cRedraws = 4
+
 // drawTable is what the draws need for one peer list, rebuilt on every
 // change.
 type drawTable struct {
@@ -43,10 +47,12 @@ type drawTable struct {
 	backup  drawList
 }
 
-// drawList holds the cumulative weights of one list: cum[i] is the sum of
-// the weights of peers 0..i.
+// drawList holds the cumulative weights of one list, cum[i] being the sum
+// of the weights of peers 0..i, and Vose's alias table over the same
+// weights, which draws in O(1) where a search of cum takes O(log n).
 type drawList struct {
 	cum     []int64
+	alias   rwTable
 	uniform bool // every weight equal: draw indices directly
 }
 
@@ -63,6 +69,13 @@ func newDrawList(peers []*Peer) drawList {
 	}
 	if sum == 0 {
 		d.uniform = true // all weights 0: every peer counts as one
+	}
+	if !d.uniform {
+		w := make([]uint64, len(peers))
+		for i := range peers {
+			w[i] = uint64(d.weight(i))
+		}
+		d.alias = newRWTable(peers, w)
 	}
 	return d
 }
@@ -82,64 +95,63 @@ func (b *twoChoices) changedLocked(l *peerList) {
 	b.draw.Store(&drawTable{list: l, primary: newDrawList(l.primary), backup: newDrawList(l.backup)})
 }
 
-// pick runs the frame around the two-choice rule with cost c at now.
-func (b *twoChoices) pick(r *Request, c loadCost, now int64) (*Peer, error) {
+// pick runs the frame around the two-choice rule with cost c. The clock is
+// read only if a peer with failures on record needs it.
+func (b *twoChoices) pick(r *Request, c loadCost) (*Peer, error) {
 	t := b.draw.Load()
 	if t == nil {
 		return nil, ErrNoPeers
 	}
+	clk := lazyClock{now: b.now}
 	return pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
 		if backup {
-			return b.choose(peers, &t.backup, r, c, now)
+			return b.choose(peers, &t.backup, r, c, &clk)
 		}
-		return b.choose(peers, &t.primary, r, c, now)
+		return b.choose(peers, &t.primary, r, c, &clk)
 	})
 }
 
 // choose returns the index of the winner of a pair of distinct eligible
 // peers of one list, with its attempt already counted in flight, or -1 if
 // no peer of the list is eligible.
-func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCost, now int64) int {
+func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCost, clk *lazyClock) int {
 	if len(peers) == 0 { // a list of backups only: nothing to draw from the primaries
 		return -1
 	}
-	clk := clockAt(now)
 	for range p2cEffort + 1 {
 		a, c := -1, -1
 		for try := 0; try < p2cEffort; try++ {
 			a, c = b.drawPair(d, len(peers))
-			if eligibleAt(peers, a, r, now) && (c < 0 || eligibleAt(peers, c, r, now)) {
+			if eligibleAt(peers, a, r, clk) && (c < 0 || eligibleAt(peers, c, r, clk)) {
 				break
 			}
 			a, c = -1, -1
 		}
 		if a < 0 {
 			// The draws keep missing: draw exactly among the eligible.
-			a, c = b.drawEligible(peers, r, now)
+			a, c = b.drawEligible(peers, r, clk)
 			if a < 0 {
 				return -1
 			}
 		}
 		// Take the cheaper; if another pick claimed its probe or filled
 		// its max_conns meanwhile, the other one; if both went, draw again.
-		if c >= 0 && cheaper(cost, peers[c], peers[a], now) {
+		if c >= 0 && cost.less(peers[c], peers[a]) {
 			a, c = c, a
 		}
-		if peers[a].take(&clk) {
+		if peers[a].take(clk) {
 			return a
 		}
-		if c >= 0 && peers[c].take(&clk) {
+		if c >= 0 && peers[c].take(clk) {
 			return c
 		}
 	}
 	return -1
 }
 
-// eligibleAt reports whether peer i of peers may take r's next attempt at
-// now.
-func eligibleAt(peers []*Peer, i int, r *Request, now int64) bool {
-	clk := clockAt(now)
-	return !r.isTried(i) && peers[i].eligible(&clk)
+// eligibleAt reports whether peer i of peers may take r's next attempt.
+func eligibleAt(peers []*Peer, i int, r *Request, clk *lazyClock) bool {
+	return !r.isTried(i) && peers[i].eligible(clk)
 }
 
 // drawPair draws two distinct indices of a list of n peers, each in
@@ -159,12 +171,21 @@ func (b *twoChoices) drawPair(d *drawList, n int) (int, int) {
 		return a, c
 	}
 	total := d.cum[n-1]
-	a := search(d.cum, b.int64N(total))
+	a := d.alias.draw(b.rand64())
 	start, w := d.cum[a]-d.weight(a), d.weight(a)
 	if total == w {
 		return a, -1 // only a has weight: the others wait for the exact draw
 	}
-	// Draw over the total without a's range, then step over it.
+	// The second from the same table, redrawn while it is a: given a, each
+	// other peer j comes up with probability w_j/(W − w_a), as required.
+	// A peer with most of the weight could take many redraws; past a few,
+	// one draw over the total without a's range, stepped over, is exact
+	// too.
+	for range p2cRedraws {
+		if c := d.alias.draw(b.rand64()); c != a {
+			return a, c
+		}
+	}
 	y := b.int64N(total - w)
 	if y >= start {
 		y += w
@@ -188,10 +209,10 @@ func search(cum []int64, x int64) int {
 // drawEligible counts the eligible peers and draws two distinct ones among
 // them in proportion to their weights, or uniformly when none of them has
 // a weight. It returns -1 for a peer it cannot draw. O(n).
-func (b *twoChoices) drawEligible(peers []*Peer, r *Request, now int64) (int, int) {
+func (b *twoChoices) drawEligible(peers []*Peer, r *Request, clk *lazyClock) (int, int) {
 	var sum, count int64
 	for i, p := range peers {
-		if eligibleAt(peers, i, r, now) {
+		if eligibleAt(peers, i, r, clk) {
 			sum += p.weight.Load()
 			count++
 		}
@@ -203,7 +224,7 @@ func (b *twoChoices) drawEligible(peers []*Peer, r *Request, now int64) (int, in
 	if unit {
 		sum = count
 	}
-	a := findEligible(peers, b.int64N(sum), -1, unit, r, now)
+	a := findEligible(peers, b.int64N(sum), -1, unit, r, clk)
 	if a < 0 {
 		return -1, -1
 	}
@@ -211,7 +232,7 @@ func (b *twoChoices) drawEligible(peers []*Peer, r *Request, now int64) (int, in
 	if sum <= wa { // <: a concurrent SetWeight raised a's weight since sum was taken
 		return a, -1
 	}
-	return a, findEligible(peers, b.int64N(sum-wa), a, unit, r, now)
+	return a, findEligible(peers, b.int64N(sum-wa), a, unit, r, clk)
 }
 
 // drawWeight is p's weight in an exact draw: 1 when only weightless peers
@@ -226,9 +247,9 @@ func drawWeight(p *Peer, unit bool) int64 {
 // findEligible returns the eligible peer, other than skip, whose range of
 // the eligible peers' cumulative weights holds x, or -1 if an eligible peer
 // went away between the count and this pass.
-func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, now int64) int {
+func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, clk *lazyClock) int {
 	for i, p := range peers {
-		if i == skip || !eligibleAt(peers, i, r, now) {
+		if i == skip || !eligibleAt(peers, i, r, clk) {
 			continue
 		}
 		if x -= drawWeight(p, unit); x < 0 {
@@ -241,23 +262,31 @@ func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, now i
 // int64N returns a uniform draw in [0, n).
 func (b *twoChoices) int64N(n int64) int64 {
 	if b.rnd == nil {
-		return rand.Int64N(n)
+		return fastInt64N(n)
 	}
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
 	return b.rnd.Int64N(n)
 }
 
-// cheaper reports whether p costs less than q at now under cost: a probing
-// peer loses to any other.
-// Costs are compared per unit of weight by cross multiplication, a weight
-// of 0 counting as 1 (such peers only ever meet each other).
-func cheaper(cost loadCost, p, q *Peer, now int64) bool {
-	pp, pc := cost.cost(p, now)
-	qp, qc := cost.cost(q, now)
+// rand64 returns a uniform 64-bit value.
+func (b *twoChoices) rand64() uint64 {
+	if b.rnd == nil {
+		return fastRand64()
+	}
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
+	return b.rnd.Uint64()
+}
+
+// cheaper reports whether a peer of cost (probing pp, load pc) and weight
+// pw costs less than one of (qp, qc) and qw: a probing peer loses to any
+// other; otherwise loads compare per unit of weight by cross
+// multiplication, a weight of 0 counting as 1 (such peers only ever meet
+// each other).
+func cheaper(pp bool, pc float64, pw int64, qp bool, qc float64, qw int64) bool {
 	if pp != qp {
 		return qp
 	}
-	pw, qw := float64(max(p.weight.Load(), 1)), float64(max(q.weight.Load(), 1))
-	return pc*qw < qc*pw
+	return pc*float64(max(qw, 1)) < qc*float64(max(pw, 1))
 }

@@ -1,0 +1,348 @@
+package balancer
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+)
+
+// FastestFirst's sampled mode. With more than ffExactMax peers a scan of
+// every peer under the picker's lock costs O(n) a pick and serializes the
+// cores, so the pick becomes the least expected delay among ffChoices peers
+// drawn by derived weight, lock-free:
+//
+//   - The derived weights are those of the exact mode, recomputed under the
+//     lock as before (law 3: only when an estimate leaves its band); each
+//     recompute rebuilds Vose's alias table over them, O(n), off the pick
+//     path. A pick draws ffChoices peers from it, O(1) each, and takes the
+//     eligible one with the least (in flight + 1)/weight, the first drawn
+//     on a tie. Drawing by weight and then comparing per unit of weight is
+//     the weighted power of d choices (as in P2CPeakEWMA and nginx's
+//     random two): a peer's share still falls with its weight (law 1), and
+//     the in-flight counts still steer attempts away from a peer whose
+//     replies lag. Smooth round-robin's order among ties needs a serial
+//     state and is dropped: ties go to the first drawn.
+//   - A failed peer due for its probe goes first (law 2), as in the exact
+//     mode: the peers with failures on record are kept in a short list,
+//     rebuilt only when a peer starts or stops failing, and a pick checks
+//     them before drawing. A peer being explored (law 4) is skipped while
+//     its one attempt is out.
+//   - A successful report on a peer with no failures on record and not
+//     being explored takes no lock: the estimate moves by compare-and-swap,
+//     and the lock is taken only when the peer's estimate, or that of one
+//     other peer drawn at random (so that a stalled or idle peer is still
+//     checked, on average once every n reports, where the exact mode checks
+//     one in turn on every pick), has left its band. Failures, abandoned
+//     attempts, probes and explored peers take the exact mode's locked
+//     path.
+//
+// What this trades: the exact mode finds the least loaded of all n peers;
+// the sampled one the least loaded of three, which with n in the hundreds
+// or more is what the power of d choices is known to need (the maximum
+// load falls from log n/log log n to log log n/log d). The simulator's
+// scenarios run 10 backends, in the exact mode.
+
+// ffExactMax is the most peers (primaries and backups) FastestFirst scans
+// exactly, under its lock; above it, picks are sampled and lock-free.
+const ffExactMax = 32
+
+// ffChoices is how many peers a sampled pick draws.
+const ffChoices = 3
+
+// ffEffort is how many rounds of draws a sampled pick makes before it scans
+// the eligible peers.
+const ffEffort = 4
+
+// ffTable is the sampled mode's snapshot of one peer list: Vose's alias
+// tables over the derived weights and the peers with failures on record.
+// The list and the sizes are fixed when the list changes, which allocates
+// them; a recompute rewrites the tables in place, through atomics, so that
+// neither it nor a pick allocates. A pick that races a rewrite may draw
+// from a table half old and half new: every column still names a peer of
+// the list, so the draw is only skewed, for that one pick.
+type ffTable struct {
+	list    *peerList
+	primary ffAliasTable
+	backup  ffAliasTable
+
+	failing  []atomic.Int64 // the first nFailing entries: i for primary i, -1-i for backup i
+	nFailing atomic.Int64
+}
+
+// ffAliasTable is rwTable with atomic columns, and the scratch of its
+// rebuild (guarded by the owner's lock).
+type ffAliasTable struct {
+	n     uint64
+	thr   []atomic.Uint64
+	alias []atomic.Int32
+	w     []atomic.Int64 // the derived weight each peer is drawn with
+
+	s            []uint64
+	small, large []int
+}
+
+func newFFAliasTable(n int) ffAliasTable {
+	return ffAliasTable{
+		n: uint64(n), thr: make([]atomic.Uint64, n), alias: make([]atomic.Int32, n), w: make([]atomic.Int64, n),
+		s: make([]uint64, n), small: make([]int, 0, n), large: make([]int, 0, n),
+	}
+}
+
+// rebuildLocked rewrites t over peers' derived weights (0 for down peers;
+// all 1 if every weight is 0), by newRWTable's construction. Requires the
+// owner's lock.
+func (t *ffAliasTable) rebuildLocked(peers []*Peer) {
+	n := t.n
+	if n == 0 {
+		return
+	}
+	var total uint64
+	for i, p := range peers {
+		var w int64
+		if !p.down.Load() {
+			w = p.effectiveWeight
+		}
+		t.s[i] = uint64(w)
+		total += uint64(w)
+	}
+	if total == 0 {
+		for i := range t.s {
+			t.s[i] = 1
+		}
+		total = n
+	}
+	small, large := t.small[:0], t.large[:0]
+	for i := range t.s {
+		t.w[i].Store(int64(t.s[i]))
+		t.s[i] *= n
+		if t.s[i] < total {
+			small = append(small, i)
+		} else {
+			large = append(large, i)
+		}
+	}
+	for len(small) > 0 && len(large) > 0 {
+		l := small[len(small)-1]
+		small = small[:len(small)-1]
+		g := large[len(large)-1]
+		large = large[:len(large)-1]
+		thr, _ := bits.Div64(t.s[l], 0, total)
+		t.thr[l].Store(thr)
+		t.alias[l].Store(int32(g))
+		t.s[g] -= total - t.s[l]
+		if t.s[g] < total {
+			small = append(small, g)
+		} else {
+			large = append(large, g)
+		}
+	}
+	for _, list := range [2][]int{small, large} {
+		for _, i := range list {
+			t.thr[i].Store(math.MaxUint64)
+			t.alias[i].Store(int32(i))
+		}
+	}
+}
+
+// draw maps one 64-bit random value to a peer index, as rwTable.draw.
+func (t *ffAliasTable) draw(x uint64) int {
+	hi, lo := bits.Mul64(x, t.n)
+	if lo >= t.thr[hi].Load() {
+		return int(t.alias[hi].Load())
+	}
+	return int(hi)
+}
+
+// newFFTableLocked allocates the sampled mode's table for l. Requires f.mu.
+func newFFTableLocked(l *peerList) *ffTable {
+	return &ffTable{
+		list:    l,
+		primary: newFFAliasTable(len(l.primary)),
+		backup:  newFFAliasTable(len(l.backup)),
+		failing: make([]atomic.Int64, len(l.primary)+len(l.backup)),
+	}
+}
+
+// publishDrawLocked rewrites the draw tables over l's derived weights.
+// Requires f.mu.
+func (f *FastestFirst) publishDrawLocked(l *peerList) {
+	t := f.draw.Load()
+	if t == nil || t.list != l {
+		t = newFFTableLocked(l)
+		f.publishFailingIn(t)
+		defer f.draw.Store(t)
+	}
+	t.primary.rebuildLocked(l.primary)
+	t.backup.rebuildLocked(l.backup)
+}
+
+// publishFailingLocked rewrites the list of peers with failures on record.
+// Requires f.mu.
+func (f *FastestFirst) publishFailingLocked(l *peerList) {
+	if t := f.draw.Load(); t != nil && t.list == l {
+		f.publishFailingIn(t)
+		return
+	}
+	f.publishDrawLocked(l)
+}
+
+func (f *FastestFirst) publishFailingIn(t *ffTable) {
+	k := 0
+	for i, p := range t.list.primary {
+		if p.fails.Load() != 0 {
+			t.failing[k].Store(int64(i))
+			k++
+		}
+	}
+	for i, p := range t.list.backup {
+		if p.fails.Load() != 0 {
+			t.failing[k].Store(int64(-1 - i))
+			k++
+		}
+	}
+	t.nFailing.Store(int64(k))
+}
+
+// pickSampled is Pick in the sampled mode: the frame around chooseSampled,
+// without a lock.
+func (f *FastestFirst) pickSampled(t *ffTable, r *Request) (*Peer, error) {
+	clk := lazyClock{now: f.now}
+	return pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
+		tb := &t.primary
+		if backup {
+			tb = &t.backup
+		}
+		i := f.chooseSampled(t, peers, tb, backup, r, &clk)
+		if i >= 0 && peers[i].conns.Load() == 1 {
+			// A peer idle until now starts its silence now (takeFastest).
+			peers[i].lat.since.Store(clk.get())
+		}
+		return i
+	})
+}
+
+// chooseSampled returns the index in peers of the peer taken, or -1.
+func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable, backup bool, r *Request, clk *lazyClock) int {
+	if t.n == 0 || uint64(len(peers)) != t.n {
+		return -1
+	}
+	if i := probeSampled(ft, peers, backup, r, clk); i >= 0 {
+		return i
+	}
+	for range ffEffort {
+		best := -1
+		var bc, bw int64
+		for range ffChoices {
+			i := t.draw(fastRand64())
+			p := peers[i]
+			if r.isTried(i) || !p.eligible(clk) || p.lat.exploring.Load() && p.conns.Load() != 0 {
+				continue
+			}
+			c, w := p.conns.Load()+1, t.w[i].Load()
+			if best < 0 || compareLoad(c, w, bc, bw) < 0 {
+				best, bc, bw = i, c, w
+			}
+		}
+		if best >= 0 && peers[best].take(clk) {
+			return best
+		}
+	}
+	// The draws keep missing: the least loaded eligible peer, exactly.
+	for _, gate := range [2]bool{true, false} {
+		best := -1
+		var bc, bw int64
+		for i, p := range peers {
+			if r.isTried(i) || !p.eligible(clk) || gate && p.lat.exploring.Load() && p.conns.Load() != 0 {
+				continue
+			}
+			c, w := p.conns.Load()+1, t.w[i].Load()
+			if best < 0 || compareLoad(c, w, bc, bw) < 0 {
+				best, bc, bw = i, c, w
+			}
+		}
+		if best >= 0 && peers[best].take(clk) {
+			return best
+		}
+	}
+	return -1
+}
+
+// probeSampled takes the failed peer of peers due for its probe that has
+// waited longest, if any: past its fail window, nothing in flight, a
+// configured weight. The probe is claimed by compare-and-swap (take).
+func probeSampled(t *ffTable, peers []*Peer, backup bool, r *Request, clk *lazyClock) int {
+	k := min(int(t.nFailing.Load()), len(t.failing))
+	best := -1
+	for j := range k {
+		i := int(t.failing[j].Load())
+		if backup != (i < 0) {
+			continue
+		}
+		if i < 0 {
+			i = -1 - i
+		}
+		if i >= len(peers) {
+			continue
+		}
+		p := peers[i]
+		if r.isTried(i) || p.down.Load() ||
+			p.fails.Load() == 0 || p.weight.Load() == 0 || p.conns.Load() != 0 ||
+			clk.get()-p.checked.Load() <= p.failTimeout.Load() {
+			continue
+		}
+		if best < 0 || p.checked.Load() < peers[best].checked.Load() {
+			best = i
+		}
+	}
+	if best >= 0 && peers[best].take(clk) {
+		return best
+	}
+	return -1
+}
+
+// doneSampled is Done's lock-free path in the sampled mode, after finish:
+// it reports whether it accounted the outcome; if not, Done takes the lock.
+func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
+	if p.owner.Load() != &f.peerSet {
+		return true // removed while in flight
+	}
+	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || f.fastestOf(p) == 0 {
+		return false
+	}
+	now := f.now()
+	p.lat.answered()
+	p.lat.observe(now, float64(o.Latency), f.tau)
+	p.lat.since.Store(now) // an answer ends the silence
+	if !f.inBandAt(p, now) {
+		f.reweigh(p, now)
+	}
+	if t := f.draw.Load(); t != nil {
+		peers := t.list.primary
+		if p.backup.Load() {
+			peers = t.list.backup
+		}
+		if n := len(peers); n > 1 {
+			hi, _ := bits.Mul64(fastRand64(), uint64(n))
+			if q := peers[hi]; !f.inBandAt(q, now) {
+				f.reweigh(q, now)
+			}
+		}
+	}
+	return true
+}
+
+// inBandAt reports whether p's estimate at now lies in its band.
+func (f *FastestFirst) inBandAt(p *Peer, now int64) bool {
+	e := f.estimateLocked(p, f.fastestOf(p), now) // reads atomics only
+	return p.lat.inBand(e) || math.IsNaN(e)
+}
+
+// reweigh takes the lock and recomputes p's list if p's estimate is still
+// out of its band.
+func (f *FastestFirst) reweigh(p *Peer, now int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.owner.Load() == &f.peerSet {
+		f.reweighLocked(f.load(), p, now, false)
+	}
+}
