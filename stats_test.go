@@ -109,6 +109,7 @@ func TestStats_latency(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, p.Done(got, Outcome{Latency: 7 * time.Millisecond}))
 		st := a.Stats()
+		assert.Equal(t, uint64(1), st.Attempts, "the single-peer path counts too")
 		if pc.alg.Latency {
 			assert.True(t, st.Measured)
 			assert.Equal(t, 7*time.Millisecond, st.Latency)

@@ -31,6 +31,16 @@ const (
 	NoLivePeerName      = "balancer_no_live_peer_total"
 )
 
+// Source is what a Collector reads: every picker of the balancer package
+// (a balancer.Balancer or balancer.Updater) is one. An integration that
+// replaces its picker (a gRPC balancer rebuilt on a resolver update) can
+// pass a Source of its own whose Peers reads the current one; it may also
+// implement NoLivePeerCount() uint64, which every picker of the balancer
+// package has.
+type Source interface {
+	Peers() []*balancer.Peer
+}
+
 // noLiveCounter is what every picker of the balancer package implements to
 // count its picks that returned ErrNoLivePeer.
 type noLiveCounter interface{ NoLivePeerCount() uint64 }
@@ -60,7 +70,7 @@ type noLiveCounter interface{ NoLivePeerCount() uint64 }
 // disappear. Create it with New; register it with prometheus.Register or
 // a Registry's Register. Safe for concurrent scrapes.
 type Collector struct {
-	b balancer.Updater
+	b Source
 	d descs
 }
 
@@ -70,7 +80,7 @@ type descs struct {
 
 // New returns a Collector for b, labelling its series picker=name: give
 // each picker registered on one registry its own name.
-func New(name string, b balancer.Updater) *Collector {
+func New(name string, b Source) *Collector {
 	c := prometheus.Labels{"picker": name}
 	peer := []string{"peer"}
 	return &Collector{b: b, d: descs{
