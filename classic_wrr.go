@@ -109,6 +109,7 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.conns.Add(1)
+				p.attempts.Add(1)
 				if r != nil {
 					r.begin(c.list)
 					r.record(int(i))

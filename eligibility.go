@@ -105,6 +105,7 @@ func (p *Peer) take(clk *lazyClock) bool {
 func (p *Peer) probeLocked(now int64) {
 	if now-p.checked.Load() > p.failTimeout.Load() {
 		p.checked.Store(now)
+		p.probed(now)
 	}
 }
 
@@ -121,6 +122,7 @@ func (p *Peer) claimProbe(now int64) bool {
 			return !p.inFailWindow(now)
 		}
 		if p.checked.CompareAndSwap(c, now) {
+			p.probed(now)
 			return true
 		}
 	}

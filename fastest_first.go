@@ -552,6 +552,7 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 		f.setBandLocked(p, m, top, w, measured)
 		p.effectiveWeight = w
 	}
+	f.reweighed(peers, now)
 }
 
 // ratio returns min(1, tol·m/e)^α.

@@ -24,6 +24,12 @@ package balancer
 // Lock-free pickers call it with no lock; locked pickers with theirs held.
 // A picker's fast path (a precomputed cycle, a first draw) may run ahead of
 // the frame where a benchmark shows the frame's cost; each says so.
+// handOff is what choose returns when it hands the request to another
+// frame (nginx's random module falling back to round robin) instead of
+// finding no live peer: pickFrame returns ErrNoLivePeer for the caller to
+// discard, without counting it in NoLivePeerCount.
+const handOff = -2
+
 func pickFrame(l *peerList, r *Request, choose func(peers []*Peer, backup bool) int) (*Peer, error) {
 	if l.empty() {
 		return nil, ErrNoPeers
@@ -50,8 +56,12 @@ func pickFrame(l *peerList, r *Request, choose func(peers []*Peer, backup bool) 
 		i = choose(peers, true)
 	}
 	if i < 0 {
+		if i != handOff {
+			l.noLive.Add(1)
+		}
 		return nil, ErrNoLivePeer
 	}
+	peers[i].attempts.Add(1)
 	if r != nil {
 		r.record(i)
 	}

@@ -27,6 +27,7 @@ type config struct {
 	floor    int
 	tol      float64
 	bound    float64 // ConsistentHash's bounded-load factor; 0: off
+	events   func(Event)
 	set      optionSet
 }
 
@@ -45,6 +46,7 @@ const (
 	optFloor
 	optTolerance
 	optBounded
+	optEvents
 	optEnd // one past the last bit: newConfig checks every bit below it
 )
 
@@ -52,6 +54,7 @@ const (
 var optionNames = [...]string{
 	"WithClock", "WithRand", "WithWarmup", "WithDecay", "WithFailurePenalty",
 	"WithBand", "WithExponent", "WithFloor", "WithTolerance", "WithBoundedLoad",
+	"WithEvents",
 }
 
 func (s optionSet) String() string {
@@ -75,6 +78,7 @@ const (
 // options' ranges depend on the picker: see checkLatency and checkFastest.
 func newConfig(picker string, allowed optionSet, opts []Option) (config, error) {
 	c := config{now: time.Now}
+	allowed |= optEvents // every picker reports events
 	for i, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("balancer: %s: option %d is nil: %w", picker, i, ErrInvalidConfig)
@@ -89,6 +93,8 @@ func newConfig(picker string, allowed optionSet, opts []Option) (config, error) 
 	switch {
 	case c.now == nil:
 		return c, fmt.Errorf("balancer: %s: WithClock(nil): %w", picker, ErrInvalidConfig)
+	case c.set&optEvents != 0 && c.events == nil:
+		return c, fmt.Errorf("balancer: %s: WithEvents(nil): %w", picker, ErrInvalidConfig)
 	case c.set&optRand != 0 && c.src == nil:
 		return c, fmt.Errorf("balancer: %s: WithRand(nil): %w", picker, ErrInvalidConfig)
 	case c.warmup < 0:

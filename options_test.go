@@ -31,6 +31,7 @@ func TestOptions_everyOptionEveryPicker(t *testing.T) {
 		{"WithFloor", WithFloor(2), []string{"FastestFirst"}},
 		{"WithTolerance", WithTolerance(2), []string{"FastestFirst"}},
 		{"WithBoundedLoad", WithBoundedLoad(1.25), []string{"ConsistentHash"}},
+		{"WithEvents", WithEvents(func(Event) {}), nil},
 	}
 	require.Len(t, tests, len(optionNames), "one row per option")
 	for _, tt := range tests {

@@ -48,6 +48,10 @@ type Peer struct {
 	down   atomic.Bool
 	conns  atomic.Int64 // attempts picked and not yet reported
 
+	// Totals since NewPeer, for Stats: attempts picked, failures reported.
+	attempts atomic.Uint64
+	failures atomic.Uint64
+
 	// Failure accounting. Written by the owning picker, under its lock or,
 	// for the probe claim, by compare-and-swap; read lock-free.
 	fails    atomic.Int64

@@ -15,8 +15,9 @@ type peerList struct {
 	primary []*Peer
 	backup  []*Peer
 	gen     uint64
-	tries   int  // peers not down, both lists: nginx's pc->tries
-	single  bool // one primary and no backup: nginx's peers->single
+	tries   int            // peers not down, both lists: nginx's pc->tries
+	single  bool           // one primary and no backup: nginx's peers->single
+	noLive  *atomic.Uint64 // the owner's count of ErrNoLivePeer, bumped by pickFrame
 }
 
 func (l *peerList) empty() bool { return len(l.primary)+len(l.backup) == 0 }
@@ -40,6 +41,9 @@ type peerSet struct {
 	// currentWeight, if set, returns a peer's current weight where the
 	// picker keeps it implicitly (SmoothWRR's cycle). Runs with mu held.
 	currentWeight func(*Peer) (int64, bool)
+
+	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
+	events func(Event)   // WithEvents' hook; nil: none
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
@@ -54,7 +58,8 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 		s.now = func() int64 { return wall + int64(time.Since(base)) }
 	}
 	s.changed = changed
-	s.list.Store(&peerList{})
+	s.events = cfg.events
+	s.list.Store(&peerList{noLive: &s.noLive})
 	return s.Add(peers...)
 }
 
@@ -337,7 +342,7 @@ func (s *peerSet) ownsLocked(p *Peer) error {
 // publishLocked builds and stores a new list from all, in order, and lets the
 // picker rebuild. Requires s.mu.
 func (s *peerSet) publishLocked(all []*Peer) {
-	l := &peerList{gen: listGen.Add(1)}
+	l := &peerList{gen: listGen.Add(1), noLive: &s.noLive}
 	for _, p := range all {
 		p.currentWeight = 0
 		if p.backup.Load() {
@@ -383,6 +388,9 @@ func (s *peerSet) finish(p *Peer, o Outcome) error {
 		}
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrNotInFlight)
 	}
+	if o.Failed {
+		p.failures.Add(1)
+	}
 	return nil
 }
 
@@ -403,6 +411,10 @@ func (s *peerSet) done(p *Peer, o Outcome) error {
 // 783-863), including the single-peer rule: with one server nginx ignores
 // max_fails and any report clears its failures. Requires s.mu.
 func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
+	var before failMark
+	if s.events != nil {
+		before = p.markLocked()
+	}
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
@@ -412,5 +424,8 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 		p.failLocked(s.now())
 	default:
 		p.succeedLocked()
+	}
+	if s.events != nil {
+		s.noteDoneLocked(p, before)
 	}
 }

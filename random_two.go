@@ -163,7 +163,7 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 		hs, _ := r.hashState(&spare)
 		if t.total == 0 || hs.tries > maxHashTries {
 			fall = true
-			return -1
+			return handOff
 		}
 		var i int
 		if two {
@@ -171,7 +171,9 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 		} else {
 			i = b.drawOne(t, r, hs, &clk)
 		}
-		fall = i < 0
+		if fall = i < 0; fall {
+			return handOff
+		}
 		return i
 	})
 	if fall {

@@ -339,6 +339,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 		// the clock nor a compare-and-swap.
 		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
 			p.conns.Add(1)
+			p.attempts.Add(1)
 			if r != nil {
 				r.begin(st.list)
 				r.record(i)

@@ -100,6 +100,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.conns.Add(1)
+				p.attempts.Add(1)
 				if r != nil {
 					r.begin(c.list)
 					r.record(int(i))
@@ -110,6 +111,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			// nginx's single-server rule reads only down and max_conns
 			// and moves no weight (RR.c 626-638): no lock needed.
 			if p := l.primary[0]; !p.down.Load() && p.acquire() {
+				p.attempts.Add(1)
 				if r != nil {
 					r.begin(l)
 					r.record(0)

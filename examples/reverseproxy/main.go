@@ -9,6 +9,10 @@
 // A backend is host:port, optionally followed by =weight. -max-fails and
 // -fail-timeout apply to every backend, as nginx's server parameters
 // max_fails and fail_timeout.
+//
+// The same proxy serving its picker's Prometheus metrics on /metrics is
+// the reverseproxy example of the metrics module (metrics/examples), which
+// keeps this module free of the Prometheus client.
 package main
 
 import (

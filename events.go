@@ -1,0 +1,118 @@
+package balancer
+
+import (
+	"fmt"
+	"time"
+)
+
+// EventKind names a change of a picker's state that WithEvents reports.
+type EventKind uint8
+
+// The events a picker reports. nginx logs none of them; they are the
+// transitions of its failure accounting (RR.c 774, 819-847) and, for
+// FastestFirst, of its derived weights.
+const (
+	// EventPeerOut: a failure took the peer out of rotation for its
+	// fail_timeout, its failures having reached max_fails, or a probe of
+	// it failed. Failures reported while it is already out add none.
+	EventPeerOut EventKind = iota + 1
+
+	// EventPeerProbe: the peer's fail_timeout passed and a pick chose it
+	// again; that attempt is the probe, and the peer is out for another
+	// fail_timeout unless a success is reported first.
+	EventPeerProbe
+
+	// EventPeerReadmitted: a success reported after a probe cleared the
+	// failures of a peer that had been taken out.
+	EventPeerReadmitted
+
+	// EventReweighted: FastestFirst recomputed the weights of one list
+	// (primaries or backups) from the latency estimates. Peer is nil.
+	EventReweighted
+)
+
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event is one change of a picker's state, as WithEvents reports it: what
+// happened, to which peer (nil for a change of the whole picker), and when,
+// on the picker's clock (WithClock).
+type Event struct {
+	Kind EventKind
+	Peer *Peer
+	Time time.Time
+}
+
+// WithEvents makes the picker call hook on each change of its failure
+// accounting: a peer taken out after max_fails failures (EventPeerOut),
+// probed once its fail_timeout has passed (EventPeerProbe), readmitted by
+// a success that cleared its failures (EventPeerReadmitted); and for
+// FastestFirst, each recompute of its weights (EventReweighted). Every
+// picker accepts it; WithEvents(nil) is refused. Default: no hook, which
+// costs one nil check where a change happens.
+//
+// The hook runs synchronously inside Pick or Done, under the picker's lock
+// when the picker holds one there, and the lock-free pickers report a
+// probe from Pick with no lock held, so the hook may run on several
+// goroutines at once. It must be quick, safe for concurrent use, and must
+// not call back into the picker (Pick, Done, the update methods or
+// Peer.State, which take its lock); Peer.Stats and the Peer's accessors are
+// safe. An Event is passed by value: reporting one allocates nothing.
+func WithEvents(hook func(Event)) Option {
+	return optionFunc(func(c *config) { c.events = hook; c.set |= optEvents })
+}
+
+// failMark is the failure accounting of a peer before a report, from which
+// noteDoneLocked tells what the report changed.
+type failMark struct {
+	fails, accessed, checked int64
+}
+
+func (p *Peer) markLocked() failMark {
+	return failMark{p.fails.Load(), p.accessed.Load(), p.checked.Load()}
+}
+
+// outFor reports whether m is a peer out for its failures, max_fails
+// failures on record and no probe since the last (checked is set by a
+// probe, accessed by a failure).
+func (m failMark) outFor(maxFails int64) bool {
+	return maxFails != 0 && m.fails >= maxFails && m.accessed >= m.checked
+}
+
+// noteDoneLocked reports what a report on p changed, before being its
+// accounting before the report. Requires s.mu and s.events.
+func (s *peerSet) noteDoneLocked(p *Peer, before failMark) {
+	after, limit := p.markLocked(), p.maxFails.Load()
+	switch {
+	case !before.outFor(limit) && after.outFor(limit):
+		s.events(Event{Kind: EventPeerOut, Peer: p, Time: time.Unix(0, after.accessed)})
+	case limit != 0 && before.fails >= limit && after.fails == 0:
+		s.events(Event{Kind: EventPeerReadmitted, Peer: p, Time: time.Unix(0, s.now())})
+	}
+}
+
+// probed reports the probe of p at now, if p is out for its failures, to
+// its owner's hook. It runs where a probe is claimed, under the lock or by
+// compare-and-swap.
+func (p *Peer) probed(now int64) {
+	if limit := p.maxFails.Load(); limit == 0 || p.fails.Load() < limit {
+		return
+	}
+	if s := p.owner.Load(); s != nil && s.events != nil {
+		s.events(Event{Kind: EventPeerProbe, Peer: p, Time: time.Unix(0, now)})
+	}
+}
+
+// reweighed reports a recompute of the weights of peers, one list of
+// FastestFirst. Requires the picker's lock.
+func (s *peerSet) reweighed(peers []*Peer, now int64) {
+	if s.events != nil && len(peers) != 0 {
+		s.events(Event{Kind: EventReweighted, Time: time.Unix(0, now)})
+	}
+}

@@ -1,0 +1,135 @@
+// Package metrics exports a balancer picker's state to Prometheus: a
+// prometheus.Collector that reads, at each scrape, what the picker already
+// keeps per peer (in-flight attempts, totals of attempts and failures,
+// health, effective weight, latency estimate) and per picker (the picks
+// that found no live peer).
+//
+// It is a module of its own so that the balancer module itself depends on
+// nothing beyond the standard library. The picker's Pick and Done pay
+// nothing for it: a scrape reads the picker's atomic counters
+// (balancer.Peer.Stats) and takes its lock once per peer, briefly, for the
+// effective weight (balancer.Peer.State).
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lbgo/balancer"
+)
+
+// The metrics a Collector exports, each with the constant label picker and,
+// per peer, the label peer (the peer's address).
+const (
+	InFlightName        = "balancer_peer_in_flight"
+	AttemptsName        = "balancer_peer_attempts_total"
+	FailuresName        = "balancer_peer_failures_total"
+	HealthName          = "balancer_peer_health"
+	FailsName           = "balancer_peer_fails"
+	WeightName          = "balancer_peer_weight"
+	EffectiveWeightName = "balancer_peer_effective_weight"
+	LatencyName         = "balancer_peer_latency_seconds"
+	NoLivePeerName      = "balancer_no_live_peer_total"
+)
+
+// Source is what a Collector reads: every picker of the balancer package
+// (a balancer.Balancer or balancer.Updater) is one. An integration that
+// replaces its picker (a gRPC balancer rebuilt on a resolver update) can
+// pass a Source of its own whose Peers reads the current one; it may also
+// implement NoLivePeerCount() uint64, which every picker of the balancer
+// package has.
+type Source interface {
+	Peers() []*balancer.Peer
+}
+
+// noLiveCounter is what every picker of the balancer package implements to
+// count its picks that returned ErrNoLivePeer.
+type noLiveCounter interface{ NoLivePeerCount() uint64 }
+
+// Collector is a prometheus.Collector for one picker. Each scrape exports,
+// for every peer the picker holds (labels picker, peer):
+//
+//   - balancer_peer_in_flight (gauge): attempts picked, not yet reported;
+//   - balancer_peer_attempts_total (counter): attempts picked;
+//   - balancer_peer_failures_total (counter): attempts reported failed;
+//   - balancer_peer_health (gauge, label state): 1 for the peer's
+//     balancer.Health (healthy, down, failed, probing, full), 0 for the
+//     others, so that sum by (state) counts the peers in each;
+//   - balancer_peer_fails (gauge): nginx's failure count, which max_fails
+//     failures within fail_timeout turn into the failed state;
+//   - balancer_peer_weight and balancer_peer_effective_weight (gauges): the
+//     configured weight and the one the picker balances by now (nginx's
+//     effective_weight, or FastestFirst's latency-derived weight);
+//   - balancer_peer_latency_seconds (gauge): the latency estimate of the
+//     latency-aware pickers, for each peer they have measured;
+//
+// and for the picker (label picker) balancer_no_live_peer_total (counter):
+// the picks that returned balancer.ErrNoLivePeer, if the picker counts them
+// (every picker of the balancer package does).
+//
+// The totals belong to the peer and only grow; a removed peer's series
+// disappear. Create it with New; register it with prometheus.Register or
+// a Registry's Register. Safe for concurrent scrapes.
+type Collector struct {
+	b Source
+	d descs
+}
+
+type descs struct {
+	inFlight, attempts, failures, health, fails, weight, effective, latency, noLive *prometheus.Desc
+}
+
+// New returns a Collector for b, labelling its series picker=name: give
+// each picker registered on one registry its own name.
+func New(name string, b Source) *Collector {
+	c := prometheus.Labels{"picker": name}
+	peer := []string{"peer"}
+	return &Collector{b: b, d: descs{
+		inFlight:  prometheus.NewDesc(InFlightName, "Attempts picked and not yet reported.", peer, c),
+		attempts:  prometheus.NewDesc(AttemptsName, "Attempts picked.", peer, c),
+		failures:  prometheus.NewDesc(FailuresName, "Attempts reported as failed.", peer, c),
+		health:    prometheus.NewDesc(HealthName, "1 for the peer's state (healthy, down, failed, probing, full), 0 for the others.", []string{"peer", "state"}, c),
+		fails:     prometheus.NewDesc(FailsName, "Failures on record (nginx's fails), cleared by a success after a probe.", peer, c),
+		weight:    prometheus.NewDesc(WeightName, "Configured weight.", peer, c),
+		effective: prometheus.NewDesc(EffectiveWeightName, "Weight the picker balances by now (effective weight).", peer, c),
+		latency:   prometheus.NewDesc(LatencyName, "Peak EWMA latency estimate of the latency-aware pickers.", peer, c),
+		noLive:    prometheus.NewDesc(NoLivePeerName, "Picks that found no live peer.", nil, c),
+	}}
+}
+
+// Describe sends the descriptors of every metric the Collector exports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.d.inFlight, c.d.attempts, c.d.failures, c.d.health,
+		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive} {
+		ch <- d
+	}
+}
+
+// Collect reads the picker's peers and sends their metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, p := range c.b.Peers() {
+		addr := p.Addr()
+		st, state := p.Stats(), p.State()
+		gauge(c.d.inFlight, float64(st.InFlight), addr)
+		ch <- prometheus.MustNewConstMetric(c.d.attempts, prometheus.CounterValue, float64(st.Attempts), addr)
+		ch <- prometheus.MustNewConstMetric(c.d.failures, prometheus.CounterValue, float64(st.Failures), addr)
+		for _, h := range balancer.Healths() {
+			v := 0.0
+			if h == st.Health {
+				v = 1
+			}
+			gauge(c.d.health, v, addr, h.String())
+		}
+		gauge(c.d.fails, float64(st.Fails), addr)
+		gauge(c.d.weight, float64(state.Weight), addr)
+		gauge(c.d.effective, float64(state.EffectiveWeight), addr)
+		if st.Measured {
+			gauge(c.d.latency, st.Latency.Seconds(), addr)
+		}
+	}
+	if n, ok := c.b.(noLiveCounter); ok {
+		ch <- prometheus.MustNewConstMetric(c.d.noLive, prometheus.CounterValue, float64(n.NoLivePeerCount()))
+	}
+}

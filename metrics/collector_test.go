@@ -1,0 +1,203 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lbgo/balancer"
+)
+
+// clock is a settable clock; it never moves by itself.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+// TestCollector drives two pickers registered on one pedantic registry
+// (which checks that Collect matches Describe) and compares the scrape with
+// the exposition written out below, derived from nginx's rules:
+//
+// SmoothWRR over a and b (weight 1) and c (down), max_fails 1: smooth
+// round robin picks a first (both reach current weight 1; the first of
+// the tie wins), then b. b fails: fails 1 = max_fails takes it out for
+// fail_timeout (state failed) and lowers its effective weight by
+// weight/max_fails = 1 to 0. Then a is the only live peer: one attempt is
+// left in flight, and a retried request takes a and then finds no live
+// peer (a tried, b out, c down), one ErrNoLivePeer. So a has 3 attempts,
+// 1 in flight; b 1 attempt, 1 failure; c none.
+//
+// P2CPeakEWMA over x alone: one reply of 250ms is its first sample, so its
+// estimate is 0.25 s.
+func TestCollector(t *testing.T) {
+	clk := &clock{time.Unix(1000, 0)}
+	a, b, c := balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("c", balancer.Down())
+	wrr, err := balancer.NewSmoothWRR([]*balancer.Peer{a, b, c}, balancer.WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := balancer.NewPeer("x")
+	p2c, err := balancer.NewP2CPeakEWMA([]*balancer.Peer{x}, balancer.WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(New("wrr", wrr)); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(New("p2c", p2c)); err != nil {
+		t.Fatal(err)
+	}
+
+	pick := func(p balancer.Picker, r *balancer.Request, want *balancer.Peer) {
+		t.Helper()
+		got, err := p.Pick(r)
+		if err != nil || got != want {
+			t.Fatalf("Pick = %v, %v; want %v", got, err, want)
+		}
+	}
+	done := func(p balancer.Picker, peer *balancer.Peer, o balancer.Outcome) {
+		t.Helper()
+		if err := p.Done(peer, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pick(wrr, nil, a)
+	done(wrr, a, balancer.Outcome{})
+	pick(wrr, nil, b)
+	done(wrr, b, balancer.Outcome{Failed: true})
+	pick(wrr, nil, a) // left in flight
+	var r balancer.Request
+	pick(wrr, &r, a)
+	done(wrr, a, balancer.Outcome{})
+	if _, err := wrr.Pick(&r); err != balancer.ErrNoLivePeer {
+		t.Fatalf("retry: %v, want ErrNoLivePeer", err)
+	}
+	pick(p2c, nil, x)
+	done(p2c, x, balancer.Outcome{Latency: 250 * time.Millisecond})
+
+	const want = `
+# HELP balancer_peer_attempts_total Attempts picked.
+# TYPE balancer_peer_attempts_total counter
+balancer_peer_attempts_total{peer="a",picker="wrr"} 3
+balancer_peer_attempts_total{peer="b",picker="wrr"} 1
+balancer_peer_attempts_total{peer="c",picker="wrr"} 0
+balancer_peer_attempts_total{peer="x",picker="p2c"} 1
+# HELP balancer_peer_failures_total Attempts reported as failed.
+# TYPE balancer_peer_failures_total counter
+balancer_peer_failures_total{peer="a",picker="wrr"} 0
+balancer_peer_failures_total{peer="b",picker="wrr"} 1
+balancer_peer_failures_total{peer="c",picker="wrr"} 0
+balancer_peer_failures_total{peer="x",picker="p2c"} 0
+# HELP balancer_peer_in_flight Attempts picked and not yet reported.
+# TYPE balancer_peer_in_flight gauge
+balancer_peer_in_flight{peer="a",picker="wrr"} 1
+balancer_peer_in_flight{peer="b",picker="wrr"} 0
+balancer_peer_in_flight{peer="c",picker="wrr"} 0
+balancer_peer_in_flight{peer="x",picker="p2c"} 0
+# HELP balancer_peer_fails Failures on record (nginx's fails), cleared by a success after a probe.
+# TYPE balancer_peer_fails gauge
+balancer_peer_fails{peer="a",picker="wrr"} 0
+balancer_peer_fails{peer="b",picker="wrr"} 1
+balancer_peer_fails{peer="c",picker="wrr"} 0
+balancer_peer_fails{peer="x",picker="p2c"} 0
+# HELP balancer_peer_weight Configured weight.
+# TYPE balancer_peer_weight gauge
+balancer_peer_weight{peer="a",picker="wrr"} 1
+balancer_peer_weight{peer="b",picker="wrr"} 1
+balancer_peer_weight{peer="c",picker="wrr"} 1
+balancer_peer_weight{peer="x",picker="p2c"} 1
+# HELP balancer_peer_effective_weight Weight the picker balances by now (effective weight).
+# TYPE balancer_peer_effective_weight gauge
+balancer_peer_effective_weight{peer="a",picker="wrr"} 1
+balancer_peer_effective_weight{peer="b",picker="wrr"} 0
+balancer_peer_effective_weight{peer="c",picker="wrr"} 1
+balancer_peer_effective_weight{peer="x",picker="p2c"} 1
+# HELP balancer_peer_latency_seconds Peak EWMA latency estimate of the latency-aware pickers.
+# TYPE balancer_peer_latency_seconds gauge
+balancer_peer_latency_seconds{peer="x",picker="p2c"} 0.25
+# HELP balancer_no_live_peer_total Picks that found no live peer.
+# TYPE balancer_no_live_peer_total counter
+balancer_no_live_peer_total{picker="p2c"} 0
+balancer_no_live_peer_total{picker="wrr"} 1
+`
+	names := []string{AttemptsName, FailuresName, InFlightName, FailsName, WeightName, EffectiveWeightName, LatencyName, NoLivePeerName}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+
+	// The health gauge: one series per state and peer, 1 for the peer's.
+	health := map[string]string{"a": "healthy", "b": "failed", "c": "down", "x": "healthy"}
+	var hw strings.Builder
+	hw.WriteString("# HELP balancer_peer_health 1 for the peer's state (healthy, down, failed, probing, full), 0 for the others.\n# TYPE balancer_peer_health gauge\n")
+	for _, peer := range []struct{ addr, picker string }{{"a", "wrr"}, {"b", "wrr"}, {"c", "wrr"}, {"x", "p2c"}} {
+		for _, s := range []string{"healthy", "down", "failed", "probing", "full"} {
+			v := "0"
+			if health[peer.addr] == s {
+				v = "1"
+			}
+			hw.WriteString(`balancer_peer_health{peer="` + peer.addr + `",picker="` + peer.picker + `",state="` + s + `"} ` + v + "\n")
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(hw.String()), HealthName); err != nil {
+		t.Error(err)
+	}
+
+	// Past fail_timeout, b is due a probe.
+	clk.t = clk.t.Add(balancer.DefaultFailTimeout + time.Second)
+	if got := testutil.ToFloat64(healthOf(t, reg, "b", "probing")); got != 1 {
+		t.Errorf("b probing = %v after its fail_timeout, want 1", got)
+	}
+}
+
+// healthOf returns the collector of one series of the health gauge, read
+// from a fresh gather of reg.
+func healthOf(t *testing.T, reg *prometheus.Registry, peer, state string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != HealthName {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["peer"] == peer && labels["state"] == state {
+				g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "v"})
+				g.Set(m.GetGauge().GetValue())
+				return g
+			}
+		}
+	}
+	t.Fatalf("no %s{peer=%q,state=%q}", HealthName, peer, state)
+	return nil
+}
+
+// TestCollector_noAllocsInPick checks that a registered, scraped collector
+// leaves Pick and Done allocation-free.
+func TestCollector_noAllocsInPick(t *testing.T) {
+	p, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer("a", balancer.MaxFails(0)), balancer.NewPeer("b", balancer.MaxFails(0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New("rr", p))
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		peer, _ := p.Pick(nil)
+		_ = p.Done(peer, balancer.Outcome{Failed: true})
+	})
+	if allocs != 0 {
+		t.Errorf("Pick+Done allocate %v", allocs)
+	}
+}
