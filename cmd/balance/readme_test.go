@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,7 +26,6 @@ var readmeSections = []struct {
 	args []string
 }{
 	{"trace", []string{"trace", "../../examples/upstream.conf"}},
-	{"sim", []string{"sim", "-format", "markdown"}},
 	{"check", []string{"sim", "-check"}},
 }
 
@@ -44,9 +44,6 @@ func TestReadme(t *testing.T) {
 		i, j := strings.Index(readme, begin), strings.Index(readme, end)
 		require.True(t, i >= 0 && j > i, "README.md has no %s section", s.name)
 		block := "```\n" + out + "```\n"
-		if s.name == "sim" {
-			block = out
-		}
 		if *updateReadme {
 			readme = readme[:i+len(begin)] + block + readme[j:]
 			continue
@@ -55,5 +52,39 @@ func TestReadme(t *testing.T) {
 	}
 	if *updateReadme {
 		require.NoError(t, os.WriteFile(path, []byte(readme), 0o644))
+	}
+}
+
+// TestReadmeSnippets checks that each code block the README marks with
+// <!-- snippet: FILE --> is what FILE runs: every line of the block, in
+// order, is a line of FILE (leading white space aside).
+func TestReadmeSnippets(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	const mark = "<!-- snippet: "
+	parts := strings.Split(string(raw), mark)
+	require.Greater(t, len(parts), 1, "the README marks no snippet")
+	for _, part := range parts[1:] {
+		file, rest, ok := strings.Cut(part, " -->\n```go\n")
+		require.True(t, ok, "a snippet mark must be followed by a go block: %.40q", part)
+		block, _, ok := strings.Cut(rest, "```")
+		require.True(t, ok, "unterminated snippet of %s", file)
+		src, err := os.ReadFile(filepath.Join("..", "..", file))
+		require.NoError(t, err)
+		var lines []string
+		for _, l := range strings.Split(string(src), "\n") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+		at := 0
+		for _, want := range strings.Split(strings.TrimRight(block, "\n"), "\n") {
+			want = strings.TrimSpace(want)
+			for at < len(lines) && lines[at] != want {
+				at++
+			}
+			if !assert.Less(t, at, len(lines), "%s does not run the README's line %q (in order)", file, want) {
+				break
+			}
+			at++
+		}
 	}
 }
