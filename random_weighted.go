@@ -335,8 +335,8 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	if t := &st.primary; t.n != 0 && r.fresh() {
 		i := t.draw(b.rand64())
 		p := t.peers[i]
-		// As in RoundRobin.Pick: no failures and no max_conns need neither
-		// the clock nor a compare-and-swap.
+		// As in RoundRobin.Pick, ahead of pickFrame: no failures and no
+		// max_conns need neither the clock nor a compare-and-swap.
 		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
 			p.conns.Add(1)
 			p.attempts.Add(1)

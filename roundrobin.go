@@ -170,9 +170,10 @@ func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 		j := g.next(&b.ctr)
 		s := &g.slots[j]
 		p := s.p
-		// The common case needs no clock: a peer with no failures on record
-		// cannot be in its fail window, and one without max_conns cannot be
-		// full, so the in-flight count needs no compare-and-swap.
+		// The common case runs ahead of pickFrame (pickSlow runs it) and
+		// needs no clock: a peer with no failures on record cannot be in
+		// its fail window, and one without max_conns cannot be full, so
+		// the in-flight count needs no compare-and-swap.
 		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
 			p.conns.Add(1)
 			p.attempts.Add(1)

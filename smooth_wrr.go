@@ -93,10 +93,12 @@ func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 // lock-free while the weights are static (or there is one peer) and r is
 // fresh; otherwise it runs the scan under the lock.
 func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
+	// The fast paths run ahead of pickFrame, which the locked path runs:
+	// a fresh request on a healthy list needs none of the frame's checks,
+	// and the frame's call and closure would double the pick's cost.
 	if r.fresh() {
 		if c := s.cycle.Load(); c != nil {
-			// The cycle's next slot, or a closed cycle: written out here
-			// rather than in a method, which would be too large to inline.
+			// The cycle's next slot, or -1 for a closed cycle.
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.conns.Add(1)
