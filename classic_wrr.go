@@ -89,7 +89,7 @@ var _ Picker = (*ClassicWRR)(nil)
 
 // NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock.
 func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
-	cfg, err := newConfig("ClassicWRR", optClock, opts)
+	cfg, err := newConfig("ClassicWRR", optPicker, opts)
 	if err != nil {
 		return nil, err
 	}

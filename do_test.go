@@ -176,6 +176,9 @@ func TestDo_badInput(t *testing.T) {
 		{"nil picker", func() error { return Do(context.Background(), nil, nil, ok) }},
 		{"nil try", func() error { return Do(context.Background(), lb, nil, nil) }},
 		{"an option Do does not use", func() error { return Do(context.Background(), lb, nil, ok, WithDecay(time.Second)) }},
+		{"an events hook, which Do does not call", func() error {
+			return Do(context.Background(), lb, nil, ok, WithEvents(func(Event) {}))
+		}},
 		{"nil clock", func() error { return Do(context.Background(), lb, nil, ok, WithClock(nil)) }},
 		{"nil option", func() error { return Do(context.Background(), lb, nil, ok, nil) }},
 	}

@@ -1,67 +1,37 @@
-// Package balancer chooses an upstream peer for each request: nginx's
-// weighted round-robin algorithms reproduced exactly, the classic
+// Package balancer chooses an upstream peer for each attempt of a request:
+// nginx's balancing methods reproduced exactly (weighted round robin,
+// least_conn, hash, consistent hash, ip_hash, random), the classic
 // lock-free and random balancers, and latency-aware ones, all behind one
-// small Picker interface and one Peer type that carries nginx's per-server
-// state (weight, effective_weight, current_weight, max_fails, fail_timeout,
-// max_conns, backup, down).
+// small [Picker] interface and one [Peer] type that carries nginx's
+// per-server state (weight, effective_weight, current_weight, max_fails,
+// fail_timeout, max_conns, backup, down).
 //
-// A service builds a picker over its peers, then, for each request, asks
-// it for a peer, reports the outcome, and retries on failure:
+// A service builds a picker over its peers, then runs each request through
+// it: [Do] picks a peer, calls it, reports the outcome and retries on
+// failure, as nginx's proxy_next_upstream does.
 //
-//	var r balancer.Request
-//	for {
-//		peer, err := lb.Pick(&r)
-//		if err != nil {
-//			return err // ErrNoLivePeer, ErrTriesExhausted, ...
-//		}
-//		start := time.Now()
-//		err = call(peer.Addr())
-//		lb.Done(peer, balancer.Outcome{Failed: err != nil, Latency: time.Since(start)})
-//		if err == nil {
-//			return nil
-//		}
-//	}
+//	err := balancer.Do(ctx, lb, nil, func(ctx context.Context, peer *balancer.Peer) error {
+//		return call(ctx, peer.Addr())
+//	})
 //
-// The Request remembers which peers this request tried, so a retry never
-// returns one of them, moves to the backup peers once no primary is
-// eligible, and bounds the attempts by the number of peers that are not
-// down, exactly as nginx's proxy_next_upstream does.
+// By hand, the same loop is Pick, the call, and Done with an [Outcome]:
+// Failed for what nginx counts as a failure, Abandoned for an attempt the
+// caller gave up on. A [Request] carries one request's retry state across
+// its attempts: each peer is tried at most once, the backups are used once
+// no primary is eligible, and the attempts are bounded by the number of
+// peers that are not down.
 //
 // # Algorithms
 //
-// [Algorithms] lists every picker, by its type name, in the order below;
-// [AlgorithmNamed] finds one by name. Each type's doc states its contract.
-//
-// [RoundRobin] is Ribbon's lock-free round robin: one atomic add a pick,
-// weights ignored. Choose it for equal peers and the cheapest pick there is.
-//
-// [SmoothWRR] is nginx's smooth weighted round-robin as nginx 1.22 runs it,
-// failures and retries included; weights {5,1,1} give a a b a c a a. It is
-// checked against sequences recorded from a real nginx and, where nginx is
-// installed, against a live one. A pick is O(1) and lock-free while the
-// weights are static. Choose it to spread load smoothly by weight, or to
-// predict what an nginx in front of the same servers does.
-//
-// [ClassicWRR] is the weighted round-robin nginx used before 1.2.1: {5,1,1}
-// gives c b a a a a a, the heavy peer bunched. Choose it to reproduce an
-// old nginx.
-//
-// [RandomWeighted] is Dubbo's weighted random, with its optional warm-up
-// ([WithWarmup]): O(1) by an alias table, nothing shared between
-// goroutines but the peer's in-flight count. Choose it for many
-// uncoordinated clients.
-//
-// [LeastConn] is nginx's least_conn: the fewest attempts in flight per unit
-// of weight, O(n) under a lock. Choose it for long or uneven requests.
-//
-// [P2CPeakEWMA] is Finagle's and Linkerd's power of two choices over a
-// peak-EWMA latency. Choose it for latency-sensitive traffic to peers of
-// unknown or changing speed.
-//
-// [FastestFirst] derives nginx's weights from measured latency and sends
-// each attempt to the least (in flight + 1)/weight, O(n) under a lock.
-// Choose it for latency-sensitive traffic when nginx's failure model and
-// smooth order matter.
+// [Algorithms] lists every picker by its type name, the one name it goes
+// by in every tool; [AlgorithmNamed] finds one. Each type's doc states its
+// contract. Round robin: [SmoothWRR] (nginx 1.22), [ClassicWRR] (nginx
+// 1.2.0), [RoundRobin] (Ribbon). Random: [RandomWeighted] (Dubbo, with
+// warm-up), [Random] and [RandomTwo] (nginx's random and random two
+// least_conn). Load and latency: [LeastConn] (nginx's least_conn),
+// [P2CPeakEWMA] (Finagle, Linkerd), [FastestFirst] (latency-derived nginx
+// weights). Key affinity: [Hash], [ConsistentHash] (with optional bounded
+// loads) and [IPHash].
 //
 // # Failures
 //
@@ -72,16 +42,25 @@
 // effective weight by weight/max_fails, which then recovers as in nginx;
 // ClassicWRR cuts its current weight instead, FastestFirst its derived
 // weight. MaxFails(0) turns all of this off for a peer. With a single peer,
-// as in nginx, failures never take it out.
+// as in nginx, failures never take it out. [Updater.NextEligible] says
+// when the next failed peer is back.
+//
+// # Changes
+//
+// Every picker is a [Balancer]: a Picker and an [Updater]. Update
+// reconciles a discovery snapshot in one change, keeping the state of the
+// peers it already holds; Add, Remove, SetWeight and SetDown change one
+// peer.
 //
 // # Errors
 //
 // Bad input never panics and never changes a picker in use: constructors
 // and update methods return errors wrapping [ErrInvalidConfig],
 // [ErrDuplicatePeer] or [ErrPeerInUse], with messages that name the
-// offending value; Done returns [ErrUnknownPeer], [ErrNotInFlight] or
-// [ErrInvalidLatency]. Pick returns [ErrNoPeers], [ErrNoLivePeer] or
-// [ErrTriesExhausted], and never a nil peer with a nil error.
+// offending value; Done returns [ErrUnknownPeer], [ErrNotInFlight],
+// [ErrInvalidLatency] or [ErrInvalidOutcome]. Pick returns [ErrNoPeers],
+// [ErrNoLivePeer] or [ErrTriesExhausted], and never a nil peer with a nil
+// error.
 //
 // # Time and randomness
 //
@@ -92,9 +71,9 @@
 // # Concurrency
 //
 // Every picker is safe for concurrent use by multiple goroutines, including
-// the update methods (Add, Remove, SetWeight, SetDown) while others pick.
-// Pick and Done allocate nothing (a Request's tried set lives inline up to
-// 64 peers per list), but for RandomWeighted's occasional table rebuild
-// while a peer warms up. A Request belongs to one request and is not safe
-// for concurrent use.
+// the update methods while others pick. Pick and Done allocate nothing (a
+// Request's tried set lives inline up to 64 peers per list), but for
+// RandomWeighted's occasional table rebuild while a peer warms up and the
+// round-robin cycle rebuilt once after a recovery. A Request belongs to one
+// request and is not safe for concurrent use.
 package balancer

@@ -15,7 +15,10 @@ import (
 // ([WithBand]); an idle peer's estimate decays toward the fastest's
 // ([WithDecay]), so the fastest peer is always found again. Choose it for
 // latency-sensitive traffic when nginx's failure model and smooth order
-// matter. A pick is O(n) under a lock. The zero value is not usable; use
+// matter. Cost: up to 32 peers a pick is an exact O(n) scan under a lock;
+// above, it takes the least loaded of three peers drawn by derived weight,
+// O(1) and lock-free, and so does a successful report while no estimate
+// leaves its band. The zero value is not usable; use
 // [NewFastestFirst]. FastestFirst is safe for concurrent use.
 type FastestFirst struct {
 	peerSet
@@ -27,6 +30,7 @@ type FastestFirst struct {
 	exponent float64
 	floor    int64
 	tol      float64
+	rand     randSource // the sampled mode's draws
 
 	// Written under mu.
 	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
@@ -109,10 +113,10 @@ const exploreConfirm = 3
 const maxExponent = 8
 
 // NewFastestFirst returns a FastestFirst over peers. It accepts WithClock,
-// WithDecay, WithFailurePenalty, WithBand, WithExponent, WithFloor and
-// WithTolerance.
+// WithRand (the sampled mode's draws, above 32 peers), WithDecay,
+// WithFailurePenalty, WithBand, WithExponent, WithFloor and WithTolerance.
 func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
-	cfg, err := newConfig("FastestFirst", optClock|fastestOptions, opts)
+	cfg, err := newConfig("FastestFirst", optPicker|optRand|fastestOptions, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +134,7 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 		exponent: c.exponent,
 		floor:    int64(c.floor),
 		tol:      c.tol,
+		rand:     newRandSource(cfg),
 	}
 	if err := f.init(peers, cfg, f.changedLocked); err != nil {
 		return nil, err
@@ -140,8 +145,10 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 // Pick returns the eligible peer with the least expected delay, (in flight
 // + 1)/weight, nginx's smooth round-robin breaking ties, and counts the
 // attempt in flight until Done. A peer whose fail window has passed and
-// has nothing in flight is probed first. Pick is O(n) under the picker's
-// lock, and O(n) more when the chosen peer's estimate has left its band.
+// has nothing in flight is probed first. Up to 32 peers Pick is O(n) under
+// the picker's lock, and O(n) more when the chosen peer's estimate has left
+// its band; above, it chooses among three peers drawn by derived weight,
+// lock-free (the ties then go to the first drawn).
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	if t := f.draw.Load(); t != nil {
 		return f.pickSampled(t, r)
@@ -271,8 +278,9 @@ func takeFastest(p *Peer, now int64) {
 
 // Done reports the outcome of an attempt on p: it ends the attempt, applies
 // nginx's failure accounting and feeds the latency (for a failure, at least
-// the penalty) into p's estimate. O(1) under the picker's lock, and O(n)
-// when the estimate leaves its band.
+// the penalty; for an abandoned attempt, a lower bound) into p's estimate.
+// O(1), under the picker's lock up to 32 peers and for failures, lock-free
+// above; O(n) under the lock when an estimate leaves its band.
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if err := f.finish(p, o); err != nil {
 		return err

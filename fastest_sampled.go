@@ -233,7 +233,7 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 		best := -1
 		var bc, bw int64
 		for range ffChoices {
-			i := t.draw(fastRand64())
+			i := t.draw(f.rand.uint64())
 			p := peers[i]
 			if r.isTried(i) || !p.eligible(clk) || p.lat.exploring.Load() && p.conns.Load() != 0 {
 				continue
@@ -322,8 +322,7 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 			peers = t.list.backup
 		}
 		if n := len(peers); n > 1 {
-			hi, _ := bits.Mul64(fastRand64(), uint64(n))
-			if q := peers[hi]; !f.inBandAt(q, now) {
+			if q := peers[f.rand.int64N(int64(n))]; !f.inBandAt(q, now) {
 				f.reweigh(q, now)
 			}
 		}

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -121,4 +122,31 @@ func TestFastestFirst_sampledConcurrent(t *testing.T) {
 	for _, p := range peers {
 		assert.Zero(t, p.InFlight(), "peer %s", p)
 	}
+}
+
+// TestFastestFirst_sampledSeeded checks that the sampled mode draws from
+// WithRand: two pickers over 40 peers with the same seed and clock pick the
+// same sequence, and another seed a different one.
+func TestFastestFirst_sampledSeeded(t *testing.T) {
+	run := func(seed uint64) []string {
+		clk := newFakeClock()
+		peers := make([]*Peer, 40)
+		for i := range peers {
+			peers[i] = NewPeer(fmt.Sprintf("p%02d", i), Weight(i%4+1))
+		}
+		f, err := NewFastestFirst(peers, WithClock(clk.now), WithRand(rand.NewPCG(seed, 1)))
+		require.NoError(t, err)
+		var seq []string
+		for k := range 300 {
+			p, err := f.Pick(nil)
+			require.NoError(t, err)
+			seq = append(seq, p.Addr())
+			clk.add(time.Millisecond)
+			require.NoError(t, f.Done(p, Outcome{Latency: time.Duration(1+k%7) * time.Millisecond}))
+		}
+		return seq
+	}
+	a, b := run(7), run(7)
+	assert.Equal(t, a, b, "the same seed, the same picks")
+	assert.NotEqual(t, a, run(8), "another seed, other picks")
 }

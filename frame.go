@@ -1,5 +1,11 @@
 package balancer
 
+// handOff is what choose returns when it hands the request to another
+// frame (nginx's random module falling back to round robin) instead of
+// finding no live peer: pickFrame returns ErrNoLivePeer for the caller to
+// discard, without counting it in NoLivePeerCount.
+const handOff = -2
+
 // pickFrame is the frame of nginx's ngx_http_upstream_get_round_robin_peer
 // (RR.c 601-700), which every picker runs around its own choice of peer:
 //
@@ -24,12 +30,6 @@ package balancer
 // Lock-free pickers call it with no lock; locked pickers with theirs held.
 // A picker's fast path (a precomputed cycle, a first draw) may run ahead of
 // the frame where a benchmark shows the frame's cost; each says so.
-// handOff is what choose returns when it hands the request to another
-// frame (nginx's random module falling back to round robin) instead of
-// finding no live peer: pickFrame returns ErrNoLivePeer for the caller to
-// discard, without counting it in NoLivePeerCount.
-const handOff = -2
-
 func pickFrame(l *peerList, r *Request, choose func(peers []*Peer, backup bool) int) (*Peer, error) {
 	if l.empty() {
 		return nil, ErrNoPeers

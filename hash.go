@@ -71,7 +71,7 @@ func (w *weightWalk) find(x int64) int {
 // NewHash returns a Hash over peers. It accepts WithClock. A backup peer is
 // rejected with ErrInvalidConfig naming it.
 func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
-	cfg, err := newConfig("Hash", optClock, opts)
+	cfg, err := newConfig("Hash", optPicker, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -85,8 +85,8 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 	return h, nil
 }
 
-// Add adds peers as peerSet.Add does, refusing backup peers with
-// ErrInvalidConfig.
+// Add adds peers as every picker's Add does (see Updater), refusing
+// backup peers with ErrInvalidConfig.
 func (h *Hash) Add(peers ...*Peer) error {
 	if err := refuseBackups("Hash", peers); err != nil {
 		return err
@@ -94,8 +94,8 @@ func (h *Hash) Add(peers ...*Peer) error {
 	return h.peerSet.Add(peers...)
 }
 
-// Update reconciles a snapshot as peerSet.Update does, refusing backup
-// peers with ErrInvalidConfig.
+// Update reconciles a snapshot as every picker's Update does (see
+// SmoothWRR.Update), refusing backup peers with ErrInvalidConfig.
 func (h *Hash) Update(snapshot []*Peer) error {
 	if err := refuseBackups("Hash", snapshot); err != nil {
 		return err

@@ -82,7 +82,7 @@ type chashRing struct {
 // MaxRingWeight or a bound factor below 1, infinite or NaN is rejected with
 // ErrInvalidConfig naming the value.
 func NewConsistentHash(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
-	cfg, err := newConfig("ConsistentHash", optClock|optBounded, opts)
+	cfg, err := newConfig("ConsistentHash", optPicker|optBounded, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ const ipHashStart = 89
 // NewIPHash returns an IPHash over peers. It accepts WithClock. A backup
 // peer is rejected with ErrInvalidConfig naming it.
 func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
-	cfg, err := newConfig("IPHash", optClock, opts)
+	cfg, err := newConfig("IPHash", optPicker, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +55,8 @@ func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 	return h, nil
 }
 
-// Add adds peers as peerSet.Add does, refusing backup peers with
-// ErrInvalidConfig.
+// Add adds peers as every picker's Add does (see Updater), refusing
+// backup peers with ErrInvalidConfig.
 func (h *IPHash) Add(peers ...*Peer) error {
 	if err := refuseBackups("IPHash", peers); err != nil {
 		return err
@@ -64,8 +64,8 @@ func (h *IPHash) Add(peers ...*Peer) error {
 	return h.peerSet.Add(peers...)
 }
 
-// Update reconciles a snapshot as peerSet.Update does, refusing backup
-// peers with ErrInvalidConfig.
+// Update reconciles a snapshot as every picker's Update does (see
+// SmoothWRR.Update), refusing backup peers with ErrInvalidConfig.
 func (h *IPHash) Update(snapshot []*Peer) error {
 	if err := refuseBackups("IPHash", snapshot); err != nil {
 		return err

@@ -55,7 +55,7 @@ var _ Picker = (*LeastConn)(nil)
 
 // NewLeastConn returns a LeastConn over peers. It accepts WithClock.
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
-	cfg, err := newConfig("LeastConn", optClock, opts)
+	cfg, err := newConfig("LeastConn", optPicker, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,9 @@ func (s optionSet) String() string {
 	return fmt.Sprintf("option(%#x)", uint16(s))
 }
 
+// optPicker is what every picker accepts: a clock and an events hook.
+const optPicker = optClock | optEvents
+
 // latencyOptions and fastestOptions are the bits the latency-aware pickers
 // accept besides the clock.
 const (
@@ -78,10 +81,9 @@ const (
 // options' ranges depend on the picker: see checkLatency and checkFastest.
 func newConfig(picker string, allowed optionSet, opts []Option) (config, error) {
 	c := config{now: time.Now}
-	allowed |= optEvents // every picker reports events
 	for i, o := range opts {
 		if o == nil {
-			return c, fmt.Errorf("balancer: %s: option %d is nil: %w", picker, i, ErrInvalidConfig)
+			return c, fmt.Errorf("balancer: %s: opts[%d] is nil: %w", picker, i, ErrInvalidConfig)
 		}
 		o.apply(&c)
 	}
@@ -118,7 +120,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithRand makes a randomized picker (RoundRobin's starting point,
-// RandomWeighted, P2CPeakEWMA) draw from src. The picker serializes its use
+// RandomWeighted, P2CPeakEWMA, FastestFirst above 32 peers, Random,
+// RandomTwo; see Algorithm.Random) draw from src. The picker serializes its use
 // of src, so src itself need not be safe for concurrent use. Default: the
 // runtime's per-thread generators, with no shared state, which no seed can
 // reproduce.

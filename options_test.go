@@ -22,7 +22,7 @@ func TestOptions_everyOptionEveryPicker(t *testing.T) {
 		accepts []string // nil: every picker
 	}{
 		{"WithClock", WithClock(time.Now), nil},
-		{"WithRand", WithRand(rand.NewPCG(1, 2)), []string{"RoundRobin", "RandomWeighted", "P2CPeakEWMA", "Random", "RandomTwo"}},
+		{"WithRand", WithRand(rand.NewPCG(1, 2)), []string{"RoundRobin", "RandomWeighted", "P2CPeakEWMA", "FastestFirst", "Random", "RandomTwo"}},
 		{"WithWarmup", WithWarmup(time.Minute), []string{"RandomWeighted"}},
 		{"WithDecay", WithDecay(time.Second), latency},
 		{"WithFailurePenalty", WithFailurePenalty(time.Second), latency},
@@ -56,7 +56,7 @@ func TestOptions_nil(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		_, err := pc.new([]*Peer{NewPeer("a")}, WithClock(time.Now), nil)
 		assert.ErrorIs(t, err, ErrInvalidConfig)
-		assert.ErrorContains(t, err, "option 1 is nil")
+		assert.ErrorContains(t, err, "opts[1] is nil")
 	})
 }
 

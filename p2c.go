@@ -76,7 +76,7 @@ var _ Picker = (*P2CPeakEWMA)(nil)
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
 // WithRand, WithDecay and WithFailurePenalty.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
-	cfg, err := newConfig("P2CPeakEWMA", optClock|optRand|latencyOptions, opts)
+	cfg, err := newConfig("P2CPeakEWMA", optPicker|optRand|latencyOptions, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -18,9 +18,10 @@ type Picker interface {
 	Pick(r *Request) (*Peer, error)
 
 	// Done reports the outcome of one attempt on p, a peer Pick returned.
-	// It returns ErrUnknownPeer for a peer this picker does not hold and
-	// ErrNotInFlight when p has no attempt waiting for a report; both leave
-	// the picker unchanged.
+	// It returns ErrUnknownPeer for a peer this picker does not hold,
+	// ErrNotInFlight when p has no attempt waiting for a report, and
+	// ErrInvalidLatency or ErrInvalidOutcome for an outcome out of range;
+	// each leaves the picker unchanged.
 	Done(p *Peer, o Outcome) error
 }
 

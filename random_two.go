@@ -99,7 +99,7 @@ func NewRandomTwo(peers []*Peer, opts ...Option) (*RandomTwo, error) {
 }
 
 func (b *randomPicker) setup(name string, peers []*Peer, opts []Option) error {
-	cfg, err := newConfig(name, optClock|optRand, opts)
+	cfg, err := newConfig(name, optPicker|optRand, opts)
 	if err != nil {
 		return err
 	}

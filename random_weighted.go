@@ -121,7 +121,7 @@ type rwColumn struct {
 // NewRandomWeighted returns a RandomWeighted over peers. It accepts
 // WithClock, WithRand and WithWarmup.
 func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
-	cfg, err := newConfig("RandomWeighted", optClock|optRand|optWarmup, opts)
+	cfg, err := newConfig("RandomWeighted", optPicker|optRand|optWarmup, opts)
 	if err != nil {
 		return nil, err
 	}

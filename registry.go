@@ -46,7 +46,7 @@ var algorithms = []Algorithm{
 	{Name: "RandomWeighted", New: as(NewRandomWeighted), Random: true},
 	{Name: "LeastConn", New: as(NewLeastConn)},
 	{Name: "P2CPeakEWMA", New: as(NewP2CPeakEWMA), Random: true, Latency: true},
-	{Name: "FastestFirst", New: as(NewFastestFirst), Latency: true},
+	{Name: "FastestFirst", New: as(NewFastestFirst), Random: true, Latency: true},
 	{Name: "Hash", New: as(NewHash), Keyed: true, NoBackups: true},
 	{Name: "ConsistentHash", New: as(NewConsistentHash), Keyed: true, NoBackups: true},
 	{Name: "IPHash", New: as(NewIPHash), Keyed: true, NoBackups: true},

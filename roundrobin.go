@@ -96,7 +96,7 @@ type rrSlot struct {
 // NewRoundRobin returns a RoundRobin over peers. It accepts WithClock (for
 // fail_timeout) and WithRand (the source of the starting offset).
 func NewRoundRobin(peers []*Peer, opts ...Option) (*RoundRobin, error) {
-	cfg, err := newConfig("RoundRobin", optClock|optRand, opts)
+	cfg, err := newConfig("RoundRobin", optPicker|optRand, opts)
 	if err != nil {
 		return nil, err
 	}

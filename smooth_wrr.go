@@ -77,7 +77,7 @@ var _ Picker = (*SmoothWRR)(nil)
 
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
-	cfg, err := newConfig("SmoothWRR", optClock, opts)
+	cfg, err := newConfig("SmoothWRR", optPicker, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -211,11 +211,20 @@ func simPolicies(arg string) ([]sim.Policy, error) {
 	for _, name := range strings.Split(arg, ",") {
 		p, ok := sim.PolicyByName(strings.TrimSpace(name))
 		if !ok {
-			return nil, fmt.Errorf("unknown picker %q (see -list)", name)
+			return nil, unknownPicker(name)
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// unknownPicker explains why name is not a policy: a keyed picker of the
+// library needs keys the simulator does not send; anything else is unknown.
+func unknownPicker(name string) error {
+	if a, err := balancer.AlgorithmNamed(strings.TrimSpace(name)); err == nil && a.Keyed {
+		return fmt.Errorf("%s routes by key, and the simulated requests carry none: it is not simulated", a.Name)
+	}
+	return fmt.Errorf("unknown picker %q (see -list)", name)
 }
 
 // simPair returns the candidate and baseline of -check: the named ones, or
@@ -226,7 +235,7 @@ func simPair(candidate, baseline string) (c, b sim.Policy, err error) {
 			if p, ok := sim.PolicyByName(name); ok {
 				return p, nil
 			}
-			return sim.Policy{}, fmt.Errorf("unknown picker %q (see -list)", name)
+			return sim.Policy{}, unknownPicker(name)
 		}
 		for _, n := range defaults {
 			if p, ok := sim.PolicyByName(n); ok {

@@ -66,6 +66,7 @@ func TestSimBadUsage(t *testing.T) {
 	}{
 		{"unknown scenario", []string{"sim", "-scenario", "nope"}, `unknown scenario "nope"`},
 		{"unknown picker", []string{"sim", "-pickers", "Nope"}, `unknown picker "Nope"`},
+		{"keyed picker", []string{"sim", "-pickers", "consistenthash"}, `ConsistentHash routes by key, and the simulated requests carry none`},
 		{"unknown format", []string{"sim", "-format", "csv"}, `unknown format "csv"`},
 		{"no seeds", []string{"sim", "-seeds", "0"}, "-seeds 0"},
 		{"argument", []string{"sim", "extra"}, `unexpected argument "extra"`},
