@@ -44,8 +44,10 @@ import (
 //
 // A first attempt is O(1) and lock-free while every primary is healthy at
 // full weight and the weights fit the precomputed cycle ([MaxCycle]);
-// otherwise a pick runs nginx's scan under a lock, O(n). The zero value is
-// not usable; use [NewSmoothWRR]. SmoothWRR is safe for concurrent use.
+// otherwise a pick runs nginx's scan under a lock: O(n) below 16 primaries,
+// O(d + k + log n) from 16 on (d distinct weights, k peers not at full
+// health), with the same picks. The zero value is not usable; use
+// [NewSmoothWRR]. SmoothWRR is safe for concurrent use.
 type SmoothWRR struct {
 	peerSet
 	cycle atomic.Pointer[cycle] // nil while the exact scan is in charge

@@ -27,7 +27,11 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	err := run(os.Args[1:], os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the flag package has printed the usage
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "httpclient:", err)
 		os.Exit(2)
 	}

@@ -36,7 +36,11 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	err := run(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the flag package has printed the usage
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "reverseproxy:", err)
 		os.Exit(2)
 	}

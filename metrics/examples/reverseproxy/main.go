@@ -50,6 +50,9 @@ func main() {
 	err := run(ctx, os.Args[1:], func(proxy, metrics net.Addr) {
 		log.Printf("reverseproxy: serving on http://%s, metrics on http://%s/metrics", proxy, metrics)
 	})
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the flag package has printed the usage
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reverseproxy:", err)
 		os.Exit(2)
