@@ -2,32 +2,30 @@ package balancer
 
 import "hash/crc32"
 
-// Hash is nginx's `hash KEY` (ngx_http_upstream_hash_module.c, nginx
-// 1.22.1), the Cache::Memcached-compatible key hash: requests with the same
-// key (Request.SetKey) go to the same peer for as long as the peer list is
-// unchanged and that peer is eligible. Use it for cache affinity where the
-// peer list rarely changes; where it does, ConsistentHash moves far fewer
-// keys (a change here remaps most of them).
+// Hash in detail. Each iteration hashes the key, prefixed from the second
+// on by the iteration number, with CRC-32, adds bits 16-30 of it to a
+// running sum and takes the sum modulo the total weight (down peers
+// included) to a peer along the cumulative weights, so a peer of weight w
+// gets w/W of the keys. A peer that is down, inside its fail window, at
+// max_conns or already tried by the request makes it iterate again; the sum
+// lives in the Request, so a retry continues the same sequence, as in nginx.
+// After 20 fruitless iterations, and for an empty key, a nil Request, a
+// single peer or a total weight of 0, the request goes to nginx's smooth
+// round-robin over the same peers and current weights. A peer of weight 0
+// is never hashed to.
+
+// Hash is nginx's `hash KEY` (nginx 1.22.1), the Cache::Memcached-compatible
+// key hash: requests with the same key (Request.SetKey) go to the same peer
+// while the peer list is unchanged and that peer is eligible; a retry
+// continues the key's rehash sequence, and after 20 fruitless steps, or with
+// no key, the request goes to smooth round-robin, as in nginx. Use it for
+// affinity over a fixed list; where the list changes, ConsistentHash moves
+// far fewer keys. Failures, max_fails, fail_timeout, down, max_conns and
+// retries follow nginx; backup peers are refused with ErrInvalidConfig, as
+// nginx refuses them.
 //
-// Each iteration hashes the key, prefixed from the second on by the
-// iteration number, with CRC-32, adds bits 16-30 of it to a running sum and
-// takes the sum modulo the total weight (down peers included) to a peer
-// along the cumulative weights, so a peer of weight w gets w/W of the keys.
-// A peer that is down, inside its fail window, at max_conns or already
-// tried by the request makes it iterate again; the sum lives in the
-// Request, so a retry continues the same sequence, as in nginx. After 20
-// fruitless iterations, and for an empty key, a nil Request, a single peer
-// or a total weight of 0, the request goes to nginx's smooth round-robin
-// over the same peers and current weights (see SmoothWRR). Failures,
-// max_fails and fail_timeout, down, max_conns and the retry bound follow
-// nginx's round-robin module; backup peers are refused with
-// ErrInvalidConfig, as nginx refuses them, and a peer of weight 0 is never
-// hashed to.
-//
-// Cost of a pick: O(log n) under the picker's lock (a CRC-32 of the key and
-// a binary search of the cumulative weights per iteration); no allocation.
-// The zero value is not usable; use NewHash. Hash is safe for concurrent use
-// by multiple goroutines.
+// A pick is O(log n) under the picker's lock and allocates nothing. The
+// zero value is not usable; use NewHash. Hash is safe for concurrent use.
 type Hash struct {
 	peerSet
 	walk weightWalk // guarded by mu

@@ -2,32 +2,29 @@ package balancer
 
 import "net/netip"
 
-// IPHash is nginx's ip_hash (ngx_http_upstream_ip_hash_module.c, nginx
-// 1.22.1): requests from one client address (Request.SetAddr) go to the
-// same peer while the peer list is unchanged and that peer is eligible.
-// Only the first three bytes of an IPv4 address count, so a whole /24 shares
-// a peer; an IPv6 address counts whole. Use it for session affinity without
-// a cookie, with nginx's mapping; for affinity on any other key, or to move
-// fewer clients when peers change, use Hash or ConsistentHash.
+// IPHash in detail. The hash starts at 89; each iteration folds the
+// address bytes in, hash = (hash·113 + byte) mod 6271, and takes hash mod
+// the total weight (down peers included) along the cumulative weights to a
+// peer. A peer that is down, inside its fail window, at max_conns or already
+// tried makes it iterate again, the hash going on from where it was; the
+// hash lives in the Request, so a retry continues the sequence, as in
+// nginx. After 20 fruitless iterations, for a single peer or a total weight
+// of 0, the request goes to nginx's smooth round-robin over the same peers
+// and current weights.
+
+// IPHash is nginx's ip_hash (nginx 1.22.1): requests from one client
+// address (Request.SetAddr) go to the same peer while the peer list is
+// unchanged and that peer is eligible. Only the first three bytes of an
+// IPv4 address count, so a /24 shares a peer; an IPv6 address counts whole.
+// A request with no address, or a nil one, hashes as nginx hashes a client
+// that is not IP (a unix socket), so all such requests share a peer: there
+// is no round-robin fallback for a missing address. Use it for session
+// affinity without a key of your own. Failures, down, max_conns and retries
+// follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// The hash starts at 89; each iteration folds the address bytes in, hash =
-// (hash·113 + byte) mod 6271, and takes hash mod the total weight (down
-// peers included) along the cumulative weights to a peer. A peer that is
-// down, inside its fail window, at max_conns or already tried makes it
-// iterate again, the hash going on from where it was; the hash lives in the
-// Request, so a retry continues the sequence, as in nginx. After 20
-// fruitless iterations, for a single peer or a total weight of 0, the
-// request goes to nginx's smooth round-robin over the same peers and current
-// weights. Unlike Hash there is no fallback for a missing key: a Request
-// with no address, or a nil one, hashes as nginx hashes a client that is not
-// IP (a unix socket), three zero bytes, so all such requests share a peer.
-// Failures, max_fails/fail_timeout, down, max_conns and the retry bound
-// follow nginx's round-robin module; backup peers are refused with
-// ErrInvalidConfig, as nginx refuses them.
-//
-// Cost of a pick: O(log n) under the picker's lock; no allocation. The zero
-// value is not usable; use NewIPHash. IPHash is safe for concurrent use by
-// multiple goroutines.
+// A pick is O(log n) under the picker's lock and allocates nothing. The
+// zero value is not usable; use NewIPHash. IPHash is safe for concurrent
+// use.
 type IPHash struct {
 	peerSet
 	walk weightWalk // guarded by mu

@@ -25,7 +25,11 @@
 // reported Abandoned, not as the backend's failure, and is not retried;
 // IPHash hashes the client's address, nginx's $remote_addr.
 //
-// Transport brings the same rules to an http.Client.
+// Transport brings the same rules to an http.Client, with one difference
+// of default: its failure statuses (DefaultFailureStatuses) are the gateway
+// errors 502, 503 and 504, without the 500 the Proxy retries, because a
+// client usually wants its own service's 500 back rather than retried; set
+// Transport.FailureStatuses to change it.
 package balancerhttp
 
 import (
