@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 )
@@ -57,12 +58,13 @@ import (
 //
 // Cost of a pick. While every primary peer is healthy, the sequence is
 // periodic with period W, so ClassicWRR serves it from a precomputed cycle
-// as SmoothWRR does: one atomic add, no lock, O(1), when W <= MaxCycle and
-// W·n <= maxCycleWork, n the number of primaries (SmoothWRR's bound counts
-// distinct weights instead). A failure, a retry or max_conns turns the
-// cycle back into the exact current weights it stands for, in O(W) once,
-// and ClassicWRR runs the O(n) scan under a lock until every primary is
-// healthy again and a round has ended, where the cycle resumes.
+// as SmoothWRR does: one atomic add, no lock, O(1), when W <= MaxCycle.
+// The cycle is built once per peer-list change by classicRound, which runs
+// the scan incrementally in O(n + W·(n/4096+1)) rather than W scans of
+// O(n). A failure, a retry or max_conns turns the cycle back into the exact
+// current weights it stands for, in O(n) once, and ClassicWRR runs the O(n)
+// scan under a lock until every primary is healthy again and a round has
+// ended, where the cycle resumes.
 
 // ClassicWRR is nginx's weighted round-robin up to nginx 1.2.0
 // (ngx_http_upstream_get_peer, the same since 0.8): each round of
@@ -252,7 +254,8 @@ func sortByWeight(peers []*Peer) []*Peer {
 // first j = (k−1) mod W + 1, the picks of the round under way: each pick
 // lowers the winner's current weight by one, and a round ends with all of
 // them at 0, as in nginx, whose next pick starts a new round. A cycle that
-// served nothing leaves the state it opened on.
+// served nothing leaves the state it opened on. O(n), from the cycle's
+// checkpoints.
 func (s *ClassicWRR) closeLocked() {
 	c := s.cycle.Swap(nil)
 	if c == nil {
@@ -262,10 +265,7 @@ func (s *ClassicWRR) closeLocked() {
 	if k == 0 {
 		return
 	}
-	clear(c.counts)
-	for _, i := range c.seq[:(k-1)%c.w+1] {
-		c.counts[i]++
-	}
+	c.roundCountLocked(k)
 	// Down peers have weight 0 in the cycle and no picks: they get 0,
 	// which the scan never looks at.
 	for i, p := range c.list.primary {
@@ -273,24 +273,30 @@ func (s *ClassicWRR) closeLocked() {
 	}
 }
 
+// roundCountLocked sets c.counts to the picks of each primary in the round
+// under way after k > 0 picks: its first (k−1) mod W + 1. A whole round
+// gives every primary its weight.
+func (c *cycle) roundCountLocked(k uint64) {
+	if j := (k-1)%c.w + 1; j < c.w {
+		c.countLocked(j)
+	} else {
+		copy(c.counts, c.weights)
+	}
+}
+
 // impliedLocked returns p's current weight while the cycle stands for it, by
-// the formula closeLocked uses, in O(W).
+// the formula closeLocked uses, in O(n).
 func (s *ClassicWRR) impliedLocked(p *Peer) (int64, bool) {
 	c := s.cycle.Load()
 	if c == nil || p.backup.Load() || p.index >= len(c.list.primary) || c.list.primary[p.index] != p {
 		return 0, false
 	}
-	k := c.ctr.Load()
+	k := c.ctr.Load() &^ closedBit
 	if k == 0 {
 		return p.currentWeight, true
 	}
-	var picked int64
-	for _, i := range c.seq[:(k-1)%c.w+1] {
-		if int(i) == p.index {
-			picked++
-		}
-	}
-	return c.weights[p.index] - picked, true
+	c.roundCountLocked(k)
+	return c.weights[p.index] - c.counts[p.index], true
 }
 
 // maybeOpenLocked starts serving from the cycle when the exact state is the
@@ -314,7 +320,7 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 		spent = spent && p.currentWeight == 0
 		w += p.weight.Load()
 	}
-	if !full && !spent || w == 0 || w > MaxCycle || w*int64(len(l.primary)) > maxCycleWork {
+	if !full && !spent || w == 0 || w > MaxCycle || w*int64(len(l.primary)/4096+1) > maxCycleWork {
 		return
 	}
 	c := s.built
@@ -327,13 +333,10 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 	s.cycle.Store(c.reopen()) // a fresh counter: the cycle restarts at its first pick
 }
 
-// buildCycleLocked records one round by running scanClassic itself W times
-// on the live peers, which maybeOpenLocked found at the start of a round, so
-// the cycle is exact by construction. A round of W picks takes every
-// current weight from the weight down to 0 (each pick lowers a positive one
-// by one, and no reset comes before all are spent), which is again the start
-// of a round, so the build leaves the exact state where it found it. The
-// peers are all healthy with no max_conns, so the clock plays no part.
+// buildCycleLocked builds the cycle for l, whose live primaries weigh w in
+// all, from classicRound over the sorted primaries. It allocates the
+// sequence, its checkpoints and classicRound's scratch: once per peer-list
+// change, as maybeOpenLocked keeps the cycle built for a list in s.built.
 func (s *ClassicWRR) buildCycleLocked(l *peerList, w int64) *cycle {
 	weights := make([]int64, len(l.primary))
 	for i, p := range l.primary {
@@ -341,14 +344,134 @@ func (s *ClassicWRR) buildCycleLocked(l *peerList, w int64) *cycle {
 			weights[i] = p.weight.Load()
 		}
 	}
-	seq := make([]int32, w)
-	clk := lazyClock{now: s.now}
-	for k := range seq {
-		p := scanClassic(s.primary, nil, &clk)
-		if p == nil {
-			return nil // unreachable: maybeOpenLocked found weight to pick
-		}
-		seq[k] = int32(p.index)
+	seq := classicRound(s.primary, w)
+	if seq == nil {
+		return nil // unreachable: maybeOpenLocked found weight to pick
 	}
 	return newCycle(l, seq, weights)
+}
+
+// classicRound returns the W = w picks (indices in the primary list) that
+// scanClassic makes over sorted, the primaries sorted by weight, from the
+// start of a round in which every primary that is not down has its whole
+// weight left, with nothing tried and every such primary eligible (no
+// failures on record, no max_conns): the round maybeOpenLocked opens the
+// cycle at. It reads the peers and changes nothing, in O(n + W·(n/4096+1))
+// where scanClassic run W times costs O(W·n).
+//
+// Why it is scanClassic's sequence exactly. With every live peer eligible,
+// a scan looks only at the chain of live peers whose current weight is
+// above 0, in sorted order, and picks the first chain member n whose
+// successor i in the chain has cw[n]·1000/cw[i] > w[n]·1000/w[i], or the
+// chain's last member if no pair does. So its answer is a function of the
+// chain and of that test on each adjacent pair. classicRound keeps the
+// chain as a doubly linked list and the set of members whose test with
+// their successor holds as a two-level bitset, whose first member is found
+// in O(n/4096 + 1). A pick lowers the winner's current weight by one,
+// which changes the test only for the pairs it belongs to, (pred, winner)
+// and (winner, succ); at 0 the winner leaves the chain and the new pair
+// (pred, succ) is tested. No reset falls inside the round: the chain is
+// empty only after W picks. Peers of weight 0 and down peers are never in
+// the chain, as the scan skips them. TestClassicWRR_roundMatchesScan checks
+// it against scanClassic on random weight sets.
+func classicRound(sorted []*Peer, w int64) []int32 {
+	var (
+		index  []int32 // chain position → primary index
+		weight []int64
+	)
+	for _, p := range sorted {
+		if !p.down.Load() && p.weight.Load() > 0 {
+			index = append(index, int32(p.index))
+			weight = append(weight, p.weight.Load())
+		}
+	}
+	m := int32(len(index))
+	if m == 0 {
+		return nil
+	}
+	cw := slices.Clone(weight)
+	prev := make([]int32, m) // -1: none
+	next := make([]int32, m) // m: none
+	for j := range m {
+		prev[j], next[j] = j-1, j+1
+	}
+	stops := newBitset2(int(m))
+	test := func(a int32) { // the pair (a, next[a]), a in the chain
+		if b := next[a]; b < m && cw[a]*1000/cw[b] > weight[a]*1000/weight[b] {
+			stops.set(a)
+		} else {
+			stops.clear(a)
+		}
+	}
+	for j := range m {
+		test(j)
+	}
+	last := m - 1
+	seq := make([]int32, w)
+	for k := range seq {
+		j := stops.first()
+		if j < 0 {
+			j = last
+		}
+		if j < 0 {
+			return nil // unreachable: the weights sum to w
+		}
+		seq[k] = index[j]
+		a := prev[j]
+		if cw[j]--; cw[j] == 0 {
+			stops.clear(j)
+			b := next[j]
+			if a >= 0 {
+				next[a] = b
+			}
+			if b < m {
+				prev[b] = a
+			} else {
+				last = a
+			}
+		} else {
+			test(j)
+		}
+		if a >= 0 {
+			test(a)
+		}
+	}
+	if last >= 0 {
+		return nil // unreachable: W picks spend every current weight
+	}
+	return seq
+}
+
+// bitset2 is a set of small integers with its first member found in
+// O(n/4096 + 1): a bit per member, and a bit per nonzero word of those.
+type bitset2 struct {
+	words []uint64
+	sum   []uint64 // bit k: words[k] != 0
+}
+
+func newBitset2(n int) bitset2 {
+	nw := (n + 63) / 64
+	return bitset2{words: make([]uint64, nw), sum: make([]uint64, (nw+63)/64)}
+}
+
+func (b *bitset2) set(i int32) {
+	b.words[i>>6] |= 1 << (i & 63)
+	b.sum[i>>12] |= 1 << ((i >> 6) & 63)
+}
+
+func (b *bitset2) clear(i int32) {
+	if b.words[i>>6] &^= 1 << (i & 63); b.words[i>>6] == 0 {
+		b.sum[i>>12] &^= 1 << ((i >> 6) & 63)
+	}
+}
+
+// first returns the smallest member, or -1 for an empty set.
+func (b *bitset2) first() int32 {
+	for k, s := range b.sum {
+		if s != 0 {
+			wi := k<<6 | bits.TrailingZeros64(s)
+			return int32(wi<<6 | bits.TrailingZeros64(b.words[wi]))
+		}
+	}
+	return -1
 }

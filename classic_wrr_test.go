@@ -558,3 +558,83 @@ func (m *classicModel) free(p *ngxPeer, failed bool, now int64) {
 		p.fails = 0
 	}
 }
+
+// TestClassicWRR_roundMatchesScan checks classicRound, which keeps nginx
+// 1.2.0's scan incremental, against the scan itself, written out here as
+// ngx_http_upstream_get_peer (release-1.2.0) runs it over the peers sorted
+// by weight, W times from a fresh round: on lists with many peers per
+// weight, weights past 1000 (where the ×1000 integer division rounds), down
+// peers, peers of weight 0, and lists of more than 4096 live peers (the
+// bitset's second level). It also checks that the cycle opens at the
+// benchmark's 10,000 peers.
+func TestClassicWRR_roundMatchesScan(t *testing.T) {
+	type shape struct{ n, distinct, maxW int }
+	shapes := []shape{{2, 2, 5}, {7, 3, 20}, {50, 4, 10}, {300, 8, 3000}, {600, 600, 60}, {5000, 3, 3}}
+	rng := rand.New(rand.NewPCG(5, 6))
+	trial := 0
+	for _, sh := range shapes {
+		for range max(1, 40/(1+sh.n/100)) {
+			trial++
+			choices := make([]int, sh.distinct)
+			for k := range choices {
+				choices[k] = 1 + rng.IntN(sh.maxW)
+			}
+			peers := make([]*Peer, sh.n)
+			for i := range peers {
+				w := choices[rng.IntN(len(choices))]
+				if rng.IntN(25) == 0 {
+					w = 0
+				}
+				opts := []PeerOption{Weight(w)}
+				if rng.IntN(12) == 0 {
+					opts = append(opts, Down())
+				}
+				peers[i] = NewPeer(fmt.Sprint("p", i), opts...)
+			}
+			s, err := NewClassicWRR(peers)
+			require.NoError(t, err)
+			var total int64
+			for _, p := range peers {
+				if !p.IsDown() {
+					total += int64(p.Weight())
+				}
+			}
+			if total == 0 || total > MaxCycle {
+				continue
+			}
+
+			// The list sorted by weight, heaviest first, stable; the live
+			// peers of it at full weight; then nginx's loop.
+			type peer struct{ i, w, cw int64 }
+			var sorted []peer
+			for i, p := range peers {
+				if !p.IsDown() {
+					sorted = append(sorted, peer{int64(i), int64(p.Weight()), int64(p.Weight())})
+				}
+			}
+			sort.SliceStable(sorted, func(a, b int) bool { return sorted[a].w > sorted[b].w })
+			want := make([]int32, total)
+			for k := range want {
+				n := -1
+				for i := range sorted {
+					if sorted[i].cw <= 0 {
+						continue
+					}
+					if n >= 0 && sorted[n].cw*1000/sorted[i].cw > sorted[n].w*1000/sorted[i].w {
+						break
+					}
+					n = i
+				}
+				require.GreaterOrEqual(t, n, 0, "trial %d: round ended early at pick %d", trial, k)
+				sorted[n].cw--
+				want[k] = int32(sorted[n].i)
+			}
+			got := classicRound(s.primary, total)
+			require.Equal(t, want, got, "trial %d: %d peers, weights from %v", trial, sh.n, choices)
+		}
+	}
+
+	s, err := NewClassicWRR(benchPeers(10000))
+	require.NoError(t, err)
+	require.NotNil(t, s.cycle.Load(), "10,000 peers of weights 1..10: the cycle is open")
+}

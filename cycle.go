@@ -22,8 +22,9 @@ import (
 const MaxCycle = 1 << 16
 
 // maxCycleWork bounds the work of building a cycle: W steps, each comparing
-// the d distinct weights of the live primaries (buildCycle), about 10 ms at
-// the bound.
+// the d distinct weights of the live primaries (buildCycle), or finding the
+// first of ClassicWRR's stops in n/4096+1 words (classicRound), about 10 ms
+// at the bound.
 const maxCycleWork = 1 << 23
 
 // closedBit marks a cycle's counter closed: a fast pick that finds it set

@@ -94,7 +94,7 @@ func BenchmarkConsistentHashRing(b *testing.B) {
 				}
 			}
 			g := c.ring
-			bytes := 8*cap(g.points) + 4*cap(g.start) + 4*cap(g.members)
+			bytes := 8*cap(g.points) + 4*cap(g.start) + 4*cap(g.members) + 4*cap(g.index)
 			b.ReportMetric(float64(len(g.points)), "points")
 			b.ReportMetric(float64(bytes), "ring-bytes")
 		})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,18 +34,31 @@ import (
 // With WithBoundedLoad(c), beyond nginx, no peer takes an attempt while it
 // holds its share of the load: see WithBoundedLoad.
 //
-// Cost: a pick is a CRC-32 of the key and an O(log p) binary search over
-// the p = 160·W points (W the total weight), under the picker's lock, with
-// no allocation; the ring takes 8 bytes a point and is rebuilt, in
-// O(p log p), on every change of the peers or their weights (not on
-// SetDown). The total weight is limited to MaxRingWeight. The zero value is
-// not usable; use NewConsistentHash. ConsistentHash is safe for concurrent
-// use by multiple goroutines.
+// Cost: a pick is a CRC-32 of the key, one read of an index on the hash's
+// top bits and a short binary search among the p = 160·W points (W the
+// total weight), with no allocation. A first attempt whose point's server
+// text has one peer, up with no failures on record, takes no lock while
+// every peer is at full effective weight; retries, shared server texts,
+// failures being recovered and WithBoundedLoad take the picker's lock. The
+// ring takes 8 bytes a point plus an index of at most 256 KB and is
+// rebuilt, in O(p log p), on every change of the peers or their weights
+// (not on SetDown). The total weight is limited to MaxRingWeight. The zero
+// value is not usable; use NewConsistentHash. ConsistentHash is safe for
+// concurrent use by multiple goroutines.
 type ConsistentHash struct {
 	peerSet
 	ring  *chashRing // guarded by mu
 	bound float64    // WithBoundedLoad's factor; 0: off
 	live  int64      // weight of the peers not down; guarded by mu
+
+	// view is the ring with the list it was published for, read by the
+	// lock-free first attempt (see Pick).
+	view atomic.Pointer[chashView]
+
+	// degraded counts the peers of the list whose effective weight is
+	// below their weight: while any is, every pick takes the lock, where
+	// nginx's smooth step recovers it. Written under mu.
+	degraded atomic.Int64
 
 	// inflight counts the attempts Pick returned and Done has not
 	// reported, for the load bound.
@@ -66,10 +80,21 @@ const chashPointsPerWeight = 160
 // chashRing is the ring for one peer list: points sorted by hash, each
 // hash<<32 | group, one per distinct hash, and the peers of each group
 // (those sharing a hash key), in list order, in members[start[g]:start[g+1]].
+// Immutable once built.
 type chashRing struct {
 	points  []uint64
 	start   []int32
 	members []int32
+
+	// solo: every group has one member, so a point's group is its peer's
+	// index in the list (groups are numbered in list order).
+	solo bool
+
+	// The search's shortcut: the points whose hash has top bits b (the
+	// hash >> shift) are points[index[b]:index[b+1]], so a search reads
+	// one entry of index and bisects a few points.
+	index []uint32
+	shift uint
 
 	// What the ring was built from, so that a change that leaves the
 	// peers and their weights alone (SetDown) keeps it.
@@ -170,9 +195,11 @@ func (c *ConsistentHash) changedLocked(l *peerList) {
 	}
 	if g := c.ring; g != nil && slices.Equal(g.peers, l.primary) &&
 		slices.EqualFunc(g.weights, l.primary, func(w int64, p *Peer) bool { return w == p.weight.Load() }) {
-		return
+	} else {
+		c.ring = buildRing(l.primary)
 	}
-	c.ring = buildRing(l.primary)
+	c.countDegradedLocked(l.primary)
+	c.view.Store(&chashView{list: l, ring: c.ring, fast: c.bound == 0 && !l.single && len(c.ring.points) > 0})
 }
 
 // buildRing is ngx_http_upstream_update_chash over peers, down ones
@@ -241,51 +268,151 @@ func buildRing(peers []*Peer) *chashRing {
 	slices.Sort(g.points)
 	g.points = slices.CompactFunc(g.points, func(a, b uint64) bool { return a>>32 == b>>32 })
 	g.points = slices.Clip(g.points)
+	g.solo = len(g.start) == len(peers)+1
+	g.buildIndex()
 	return g
+}
+
+// chashIndexMaxBits bounds the search index at 2^16 entries of 4 bytes,
+// 256 KB, next to the ring's 8 bytes a point (12.8 MB at 1.6 million).
+const chashIndexMaxBits = 16
+
+// buildIndex fills the search index: about one entry per 4 points, at most
+// 2^chashIndexMaxBits, each the first point whose hash's top bits are at
+// least the entry's number.
+func (g *chashRing) buildIndex() {
+	b := min(max(bits.Len(uint(len(g.points)))-2, 0), chashIndexMaxBits)
+	g.shift = uint(32 - b)
+	g.index = make([]uint32, 1<<b+1)
+	k := 0
+	for e := range g.index {
+		for k < len(g.points) && g.points[k]>>32>>g.shift < uint64(e) {
+			k++
+		}
+		g.index[e] = uint32(k)
+	}
 }
 
 // find is ngx_http_upstream_find_chash_point: the index of the first point
 // whose hash is at least h, len(points) if none (a position the walk takes
-// modulo len(points), so it wraps to the first).
+// modulo len(points), so it wraps to the first). The index narrows the
+// search to the points sharing h's top bits (any point before them has a
+// smaller hash, any after a larger one), which it bisects without branches.
 func (g *chashRing) find(h uint32) int {
 	x := uint64(h) << 32
-	lo, hi := 0, len(g.points)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if g.points[m] >= x {
-			hi = m
-		} else {
-			lo = m + 1
+	b := h >> g.shift
+	base, n := int(g.index[b]), int(g.index[b+1]-g.index[b])
+	// Invariant: the answer is in [base, base+n].
+	for n > 1 {
+		half := n >> 1
+		if g.points[base+half-1] < x {
+			base += half
 		}
+		n -= half
 	}
-	return lo
+	if n == 1 && g.points[base] < x {
+		base++
+	}
+	return base
+}
+
+// chashView is a ring with the list it serves, published for the lock-free
+// first attempt; fast reports that the attempt may use it.
+type chashView struct {
+	list *peerList
+	ring *chashRing
+	fast bool // keyed picks of the list may skip the lock: see Pick
 }
 
 // Pick returns the peer of the first point at or after r's key on the ring
 // that is eligible (and, with WithBoundedLoad, has room), and counts the
 // attempt in flight until Done.
+//
+// A first attempt whose point belongs to a server text with one peer, that
+// peer up with no failures on record, takes no lock while no peer's
+// effective weight is below its weight: nginx's smooth step over that one
+// eligible peer adds its effective weight to its current weight and gives
+// the same total back, and its effective weight, at its weight, does not
+// move, so the step changes nothing and the pick is the point's peer. Any
+// other case (a retry, a peer to skip, a shared server text, the load
+// bound, the single-server rule) runs the walk under the lock.
 func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
+	if r != nil && r.attempts == 0 && r.key != "" {
+		if v := c.view.Load(); v.fast {
+			g := v.ring
+			pos := g.find(crc32String(0, r.key))
+			at := pos
+			if at == len(g.points) {
+				at = 0 // the walk wraps
+			}
+			grp := uint32(g.points[at])
+			i := int(grp)
+			if !g.solo {
+				i = -1
+				if g.start[grp+1]-g.start[grp] == 1 {
+					i = int(g.members[g.start[grp]])
+				}
+			}
+			if i >= 0 {
+				p := v.list.primary[i]
+				if p.fails.Load() == 0 && c.degraded.Load() == 0 && !p.down.Load() && p.acquire() {
+					r.begin(v.list)
+					r.hs = hashState{hash: uint64(pos), begun: true}
+					p.attempts.Add(1)
+					r.record(i)
+					return p, nil
+				}
+			}
+		}
+	}
+	return c.pickLocked(r)
+}
+
+// pickLocked is Pick under the lock.
+func (c *ConsistentHash) pickLocked(r *Request) (*Peer, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.ring
 	clk := lazyClock{now: c.now}
 	p, err := pickFrame(c.load(), r, func(peers []*Peer, _ bool) int {
 		if r == nil || r.key == "" || len(g.points) == 0 {
-			return fallbackLocked(peers, r, &clk)
+			return c.fallbackLocked(peers, r, &clk)
 		}
 		hs, fresh := r.hashState(nil)
 		if fresh {
 			hs.hash = uint64(g.find(crc32String(0, r.key)))
 		}
 		if hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, &clk)
+			return c.fallbackLocked(peers, r, &clk)
 		}
 		return c.walkLocked(peers, r, g, &clk)
 	})
-	if err == nil {
+	if err == nil && c.bound != 0 {
 		c.inflight.Add(1)
 	}
 	return p, err
+}
+
+// fallbackLocked is the round-robin fallback, after which it counts the
+// peers whose effective weight is below their weight again: the scan
+// recovers every eligible one by one. Both are O(n).
+func (c *ConsistentHash) fallbackLocked(peers []*Peer, r *Request, clk *lazyClock) int {
+	i := fallbackLocked(peers, r, clk)
+	if c.degraded.Load() != 0 {
+		c.countDegradedLocked(peers)
+	}
+	return i
+}
+
+// countDegradedLocked sets degraded for peers, the list's primaries.
+func (c *ConsistentHash) countDegradedLocked(peers []*Peer) {
+	var n int64
+	for _, p := range peers {
+		if p.effectiveWeight != p.weight.Load() {
+			n++
+		}
+	}
+	c.degraded.Store(n)
 }
 
 // walkLocked is the loop of ngx_http_upstream_get_chash_peer: at the point
@@ -311,7 +438,11 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 				full = true
 				continue
 			}
+			below := p.effectiveWeight != p.weight.Load()
 			total += smoothStep(p)
+			if below && p.effectiveWeight == p.weight.Load() {
+				c.degraded.Add(-1) // recovered
+			}
 			if best == nil || p.currentWeight > best.currentWeight {
 				best = p
 			}
@@ -326,7 +457,7 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 			continue
 		}
 		if r.hs.tries++; r.hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, clk)
+			return c.fallbackLocked(peers, r, clk)
 		}
 	}
 }
@@ -342,9 +473,24 @@ func (c *ConsistentHash) overLocked(p *Peer) bool {
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
 func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
-	if err := c.done(p, o); err != nil {
-		return err
+	if !o.Failed {
+		if err := c.done(p, o); err != nil {
+			return err
+		}
+	} else {
+		if err := c.finish(p, o); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		full := p.effectiveWeight == p.weight.Load()
+		c.doneLocked(c.load(), p, o)
+		if full && p.owner.Load() == &c.peerSet && p.effectiveWeight != p.weight.Load() {
+			c.degraded.Add(1)
+		}
+		c.mu.Unlock()
 	}
-	c.inflight.Add(-1)
+	if c.bound != 0 {
+		c.inflight.Add(-1)
+	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sort"
@@ -550,5 +551,76 @@ func TestHashPickers_concurrent(t *testing.T) {
 func TestCRC32Decimal(t *testing.T) {
 	for _, v := range []uint64{1, 9, 10, 19, 20, 99, 100, 12345, math.MaxUint64} {
 		assert.Equal(t, crc32.ChecksumIEEE([]byte(strconv.FormatUint(v, 10))), crc32Decimal(v), "%d", v)
+	}
+}
+
+// TestConsistentHash_findIndexed checks the ring's indexed search against a
+// plain search for the first point at or above a hash (nginx's
+// ngx_http_upstream_find_chash_point), on rings of several sizes, at every
+// point's hash, one either side of it, and at random hashes.
+func TestConsistentHash_findIndexed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{1, 2, 3, 10, 100, 1000} {
+		peers := make([]*Peer, n)
+		for i := range peers {
+			peers[i] = NewPeer(fmt.Sprintf("10.1.%d.%d:80", i/256, i%256), Weight(1+i%3))
+		}
+		c, err := NewConsistentHash(peers)
+		require.NoError(t, err)
+		g := c.ring
+		plain := func(h uint32) int {
+			return sort.Search(len(g.points), func(k int) bool { return g.points[k]>>32 >= uint64(h) })
+		}
+		hashes := []uint32{0, 1, math.MaxUint32, math.MaxUint32 - 1}
+		for _, p := range g.points {
+			h := uint32(p >> 32)
+			hashes = append(hashes, h, h-1, h+1)
+		}
+		for range 10000 {
+			hashes = append(hashes, rng.Uint32())
+		}
+		for _, h := range hashes {
+			require.Equal(t, plain(h), g.find(h), "%d peers: hash %#x", n, h)
+		}
+	}
+}
+
+// TestConsistentHash_effectiveWeightRecovers: a peer whose effective weight
+// a failure lowered recovers it one step per pick of its point, as nginx's
+// smooth step does (effective_weight++ while below weight), even with no
+// failure left on record, where a first attempt would otherwise skip the
+// lock: weight 4 and max_fails 2, so each failure costs 4/2 = 2.
+func TestConsistentHash_effectiveWeightRecovers(t *testing.T) {
+	clk := newFakeClock()
+	peers := make([]*Peer, 3)
+	for i := range peers {
+		peers[i] = NewPeer(fmt.Sprintf("10.2.0.%d:80", i), Weight(4), MaxFails(2), FailTimeout(10*time.Second))
+	}
+	c, err := NewConsistentHash(peers, WithClock(clk.now))
+	require.NoError(t, err)
+	var r Request
+	pick := func() *Peer {
+		r.Reset()
+		r.SetKey("user:42")
+		return mustHashPick(t, c, &r)
+	}
+	a := pick()
+	require.NoError(t, c.Done(a, Outcome{Failed: true}))
+	assert.Equal(t, 2, a.State().EffectiveWeight, "after one failure")
+	require.Equal(t, a, pick()) // fails 1 < max_fails: still eligible; its step raises ew to 3
+	require.NoError(t, c.Done(a, Outcome{Failed: true}))
+	assert.Equal(t, 1, a.State().EffectiveWeight, "3 − 2 after the second failure")
+	b := pick()
+	require.NotEqual(t, a, b, "inside its fail window")
+	require.NoError(t, c.Done(b, Outcome{}))
+
+	clk.add(11 * time.Second)
+	require.Equal(t, a, pick(), "the probe after the window") // ew 1 → 2
+	require.NoError(t, c.Done(a, Outcome{}))                  // answers the probe: fails = 0
+	require.Equal(t, 0, a.State().Fails)
+	for _, want := range []int{2, 3, 4, 4, 4} {
+		assert.Equal(t, want, a.State().EffectiveWeight)
+		require.Equal(t, a, pick())
+		require.NoError(t, c.Done(a, Outcome{}))
 	}
 }
