@@ -370,7 +370,7 @@ func TestFastestFirst_options(t *testing.T) {
 		{"all of them", []Option{WithClock(time.Now), WithDecay(time.Second), WithFailurePenalty(time.Second),
 			WithBand(1.5), WithExponent(1), WithFloor(5), WithTolerance(2)}, true},
 		{"exponent 0 ignores latency", []Option{WithExponent(0)}, true},
-		{"rand is not used", []Option{WithRand(rand.NewPCG(1, 2))}, false},
+		{"rand seeds the sampled mode", []Option{WithRand(rand.NewPCG(1, 2))}, true},
 		{"warm-up is not used", []Option{WithWarmup(time.Second)}, false},
 		{"zero decay", []Option{WithDecay(0)}, false},
 		{"negative penalty", []Option{WithFailurePenalty(-1)}, false},

@@ -111,37 +111,13 @@ func (t *ffAliasTable) rebuildLocked(peers []*Peer) {
 		}
 		total = n
 	}
-	small, large := t.small[:0], t.large[:0]
 	for i := range t.s {
 		t.w[i].Store(int64(t.s[i]))
-		t.s[i] *= n
-		if t.s[i] < total {
-			small = append(small, i)
-		} else {
-			large = append(large, i)
-		}
 	}
-	for len(small) > 0 && len(large) > 0 {
-		l := small[len(small)-1]
-		small = small[:len(small)-1]
-		g := large[len(large)-1]
-		large = large[:len(large)-1]
-		thr, _ := bits.Div64(t.s[l], 0, total)
-		t.thr[l].Store(thr)
-		t.alias[l].Store(int32(g))
-		t.s[g] -= total - t.s[l]
-		if t.s[g] < total {
-			small = append(small, g)
-		} else {
-			large = append(large, g)
-		}
-	}
-	for _, list := range [2][]int{small, large} {
-		for _, i := range list {
-			t.thr[i].Store(math.MaxUint64)
-			t.alias[i].Store(int32(i))
-		}
-	}
+	t.small, t.large = voseAlias(t.s, total, t.s, t.small, t.large, func(i int, thr uint64, alias int) {
+		t.thr[i].Store(thr)
+		t.alias[i].Store(int32(alias))
+	})
 }
 
 // draw maps one 64-bit random value to a peer index, as rwTable.draw.

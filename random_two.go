@@ -1,8 +1,6 @@
 package balancer
 
 import (
-	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 )
 
@@ -67,8 +65,7 @@ type randomPicker struct {
 	peerSet
 	name  string
 	table atomic.Pointer[randomTable]
-	src   rand.Source // nil: the runtime's per-thread generator
-	srcMu sync.Mutex  // serializes src
+	rng   randSource // the draws: WithRand's source, or the runtime's
 }
 
 // randomTable is the alias table over one list's peers (nginx's ranges).
@@ -106,7 +103,7 @@ func (b *randomPicker) setup(name string, peers []*Peer, opts []Option) error {
 	if err := refuseBackups(name, peers); err != nil {
 		return err
 	}
-	b.name, b.src = name, cfg.src
+	b.name, b.rng = name, newRandSource(cfg)
 	return b.init(peers, cfg, b.changedLocked)
 }
 
@@ -136,16 +133,6 @@ func (b *randomPicker) changedLocked(l *peerList) {
 		total += p.weight.Load()
 	}
 	b.table.Store(&randomTable{list: l, alias: newRWTable(l.primary, w), total: total})
-}
-
-func (b *randomPicker) rand64() uint64 {
-	if b.src == nil {
-		return fastRand64()
-	}
-	b.srcMu.Lock()
-	x := b.src.Uint64()
-	b.srcMu.Unlock()
-	return x
 }
 
 // pick runs the frame lock-free around nginx's draws, one peer (random) or
@@ -201,7 +188,7 @@ func (b *Random) Pick(r *Request) (*Peer, error) { return b.pick(r, false) }
 func (b *randomPicker) drawOne(t *randomTable, r *Request, hs *hashState, clk *lazyClock) int {
 	peers := t.list.primary
 	for {
-		i := t.alias.draw(b.rand64())
+		i := t.alias.draw(b.rng.uint64())
 		if p := peers[i]; !r.isTried(i) && p.eligible(clk) && p.take(clk) {
 			return i
 		}
@@ -223,7 +210,7 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 	peers := t.list.primary
 	first := -1
 	for {
-		i := t.alias.draw(b.rand64())
+		i := t.alias.draw(b.rng.uint64())
 		if p := peers[i]; i != first && !r.isTried(i) && p.eligible(clk) {
 			if first < 0 {
 				first = i

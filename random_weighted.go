@@ -3,8 +3,6 @@ package balancer
 import (
 	"math"
 	"math/bits"
-	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -77,10 +75,8 @@ type RandomWeighted struct {
 	state atomic.Pointer[rwState] // rebuilt under mu
 
 	// Immutable after construction.
-	warmup int64       // nanoseconds; 0: no warm-up
-	src    rand.Source // nil: the runtime's per-thread generator
-
-	srcMu sync.Mutex // serializes src
+	warmup int64      // nanoseconds; 0: no warm-up
+	rng    randSource // the draws: WithRand's source, or the runtime's
 }
 
 var _ Picker = (*RandomWeighted)(nil)
@@ -125,7 +121,7 @@ func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &RandomWeighted{warmup: int64(cfg.warmup), src: cfg.src}
+	b := &RandomWeighted{warmup: int64(cfg.warmup), rng: newRandSource(cfg)}
 	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
 	}
@@ -236,16 +232,8 @@ func dubboWarmupWeight(uptime, warmup, weight int64) int64 {
 	return min(ww, weight)
 }
 
-// newRWTable builds Vose's alias table over peers with weights w, in exact
-// integer arithmetic: column i starts with s_i = w_i·n out of a capacity of
-// W = Σw, so that the n columns hold n·W in all. A column below W (small)
-// is topped up from one at or above it (large), which becomes its alias and
-// loses what it gave; every column ends full, and peer i's share of all
-// columns is s_i/(n·W) = w_i/W. Column i keeps its own peer with
-// probability s_i/W, stored as the 64-bit threshold ⌊s_i·2^64/W⌋. With
-// W <= MaxWeightSum and n below 2^33, s_i fits in 64 bits.
-//
-// If every weight is 0 the table is uniform over all peers, as Dubbo's pick
+// newRWTable builds Vose's alias table (voseAlias) over peers with weights
+// w. If every weight is 0 the table is uniform over all peers, as Dubbo's pick
 // is. w is kept (with those 1s) for the scan.
 func newRWTable(peers []*Peer, w []uint64) rwTable {
 	n := uint64(len(peers))
@@ -263,36 +251,9 @@ func newRWTable(peers []*Peer, w []uint64) rwTable {
 		}
 		total = n
 	}
-	s := make([]uint64, n)
-	var small, large []int
-	for i, x := range w {
-		s[i] = x * n
-		if s[i] < total {
-			small = append(small, i)
-		} else {
-			large = append(large, i)
-		}
-	}
-	for len(small) > 0 && len(large) > 0 {
-		l := small[len(small)-1]
-		small = small[:len(small)-1]
-		g := large[len(large)-1]
-		large = large[:len(large)-1]
-		t.cols[l].thr, _ = bits.Div64(s[l], 0, total) // s[l] < total: no overflow
-		t.cols[l].alias = g
-		s[g] -= total - s[l]
-		if s[g] < total {
-			small = append(small, g)
-		} else {
-			large = append(large, g)
-		}
-	}
-	// The columns left are full: the integer sums leave none short (what
-	// is left sums to its count times W, and none is below W once the
-	// small ones are gone).
-	for _, i := range append(small, large...) {
-		t.cols[i] = rwColumn{thr: math.MaxUint64, alias: i}
-	}
+	voseAlias(w, total, make([]uint64, n), nil, nil, func(i int, thr uint64, alias int) {
+		t.cols[i] = rwColumn{thr: thr, alias: alias}
+	})
 	return t
 }
 
@@ -306,17 +267,6 @@ func (t *rwTable) draw(x uint64) int {
 		return c.alias
 	}
 	return int(hi)
-}
-
-// rand64 returns a uniform 64-bit value from the configured source.
-func (b *RandomWeighted) rand64() uint64 {
-	if b.src == nil {
-		return fastRand64()
-	}
-	b.srcMu.Lock()
-	x := b.src.Uint64()
-	b.srcMu.Unlock()
-	return x
 }
 
 // Pick returns a peer chosen at random by weight among the eligible ones.
@@ -333,7 +283,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 		st = b.rewarm(st, &clk)
 	}
 	if t := &st.primary; t.n != 0 && r.fresh() {
-		i := t.draw(b.rand64())
+		i := t.draw(b.rng.uint64())
 		p := t.peers[i]
 		// As in RoundRobin.Pick, ahead of pickFrame: no failures and no
 		// max_conns need neither the clock nor a compare-and-swap.
@@ -389,7 +339,7 @@ func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *lazyClock, first 
 	for k := range rwDraws {
 		i := first
 		if k > 0 || i < 0 {
-			i = t.draw(b.rand64())
+			i = t.draw(b.rng.uint64())
 		}
 		if !r.isTried(i) && t.peers[i].take(clk) {
 			return i
@@ -415,7 +365,7 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 	if sum == 0 {
 		return -1
 	}
-	x, _ := bits.Mul64(b.rand64(), sum)
+	x, _ := bits.Mul64(b.rng.uint64(), sum)
 	start := 0
 	for i := range t.peers {
 		if !ok(i) {

@@ -1,9 +1,7 @@
 package balancer
 
 import (
-	"math/rand/v2"
 	"sort"
-	"sync"
 	"sync/atomic"
 )
 
@@ -25,8 +23,7 @@ type loadCost interface {
 // counted by take.
 type twoChoices struct {
 	peerSet
-	rnd  *rand.Rand // immutable; nil: the runtime's per-thread generator
-	rmu  sync.Mutex // serializes rnd
+	rng  randSource // the draws: WithRand's source, or the runtime's
 	draw atomic.Pointer[drawTable]
 }
 
@@ -83,9 +80,7 @@ func newDrawList(peers []*Peer) drawList {
 // initDraws sets up the peer set, the source of the draws and the draw
 // tables.
 func (b *twoChoices) initDraws(peers []*Peer, cfg config) error {
-	if cfg.src != nil {
-		b.rnd = rand.New(cfg.src)
-	}
+	b.rng = newRandSource(cfg)
 	return b.init(peers, cfg, b.changedLocked)
 }
 
@@ -163,15 +158,15 @@ func (b *twoChoices) drawPair(d *drawList, n int) (int, int) {
 		return 0, -1
 	}
 	if d.uniform {
-		a := int(b.int64N(int64(n)))
-		c := int(b.int64N(int64(n - 1)))
+		a := int(b.rng.int64N(int64(n)))
+		c := int(b.rng.int64N(int64(n - 1)))
 		if c >= a {
 			c++ // one draw over the n-1 others: unbiased, always distinct
 		}
 		return a, c
 	}
 	total := d.cum[n-1]
-	a := d.alias.draw(b.rand64())
+	a := d.alias.draw(b.rng.uint64())
 	start, w := d.cum[a]-d.weight(a), d.weight(a)
 	if total == w {
 		return a, -1 // only a has weight: the others wait for the exact draw
@@ -182,11 +177,11 @@ func (b *twoChoices) drawPair(d *drawList, n int) (int, int) {
 	// one draw over the total without a's range, stepped over, is exact
 	// too.
 	for range p2cRedraws {
-		if c := d.alias.draw(b.rand64()); c != a {
+		if c := d.alias.draw(b.rng.uint64()); c != a {
 			return a, c
 		}
 	}
-	y := b.int64N(total - w)
+	y := b.rng.int64N(total - w)
 	if y >= start {
 		y += w
 	}
@@ -224,7 +219,7 @@ func (b *twoChoices) drawEligible(peers []*Peer, r *Request, clk *lazyClock) (in
 	if unit {
 		sum = count
 	}
-	a := findEligible(peers, b.int64N(sum), -1, unit, r, clk)
+	a := findEligible(peers, b.rng.int64N(sum), -1, unit, r, clk)
 	if a < 0 {
 		return -1, -1
 	}
@@ -232,7 +227,7 @@ func (b *twoChoices) drawEligible(peers []*Peer, r *Request, clk *lazyClock) (in
 	if sum <= wa { // <: a concurrent SetWeight raised a's weight since sum was taken
 		return a, -1
 	}
-	return a, findEligible(peers, b.int64N(sum-wa), a, unit, r, clk)
+	return a, findEligible(peers, b.rng.int64N(sum-wa), a, unit, r, clk)
 }
 
 // drawWeight is p's weight in an exact draw: 1 when only weightless peers
@@ -257,26 +252,6 @@ func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, clk *
 		}
 	}
 	return -1
-}
-
-// int64N returns a uniform draw in [0, n).
-func (b *twoChoices) int64N(n int64) int64 {
-	if b.rnd == nil {
-		return fastInt64N(n)
-	}
-	b.rmu.Lock()
-	defer b.rmu.Unlock()
-	return b.rnd.Int64N(n)
-}
-
-// rand64 returns a uniform 64-bit value.
-func (b *twoChoices) rand64() uint64 {
-	if b.rnd == nil {
-		return fastRand64()
-	}
-	b.rmu.Lock()
-	defer b.rmu.Unlock()
-	return b.rnd.Uint64()
 }
 
 // cheaper reports whether a peer of cost (probing pp, load pc) and weight
