@@ -110,8 +110,7 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 		if c := s.cycle.Load(); c != nil {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
-				p.conns.Add(1)
-				p.attempts.Add(1)
+				p.pick()
 				if r != nil {
 					r.begin(c.list)
 					r.record(int(i))
@@ -139,7 +138,7 @@ func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 			return -1
 		}
 		p.probeLocked(clk.get())
-		p.conns.Add(1)
+		p.pick()
 		return p.index
 	})
 	if err == nil {

@@ -49,7 +49,7 @@ func (p *Peer) inFailWindow(now int64) bool {
 
 // full reports whether the peer is at its max_conns limit.
 func (p *Peer) full() bool {
-	return p.maxConns.Load() != 0 && p.conns.Load() >= p.maxConns.Load()
+	return p.maxConns.Load() != 0 && p.inFlight() >= p.maxConns.Load()
 }
 
 // eligible reports whether the peer may take an attempt now, not counting
@@ -65,16 +65,55 @@ func (p *Peer) eligible(clk *lazyClock) bool {
 func (p *Peer) acquire() bool {
 	limit := p.maxConns.Load()
 	if limit == 0 {
-		p.conns.Add(1)
+		p.slots.Add(pickUnit)
 		return true
 	}
 	for {
-		c := p.conns.Load()
-		if c >= limit {
+		c := p.slots.Load()
+		if c&connMask >= limit {
 			return false
 		}
-		if p.conns.CompareAndSwap(c, c+1) {
+		if p.slots.CompareAndSwap(c, c+pickUnit) {
 			return true
+		}
+	}
+}
+
+// The slots word: a pick adds pickUnit, one attempt in flight and one
+// picked, in one atomic add (a second counter would be a second locked
+// instruction on every pick); a report subtracts 1. The in-flight count
+// has connBits bits, far more attempts than one peer can hold at once;
+// the picks above it wrap at 2^(64-connBits), about 1.1·10^12.
+const (
+	connBits = 24
+	connMask = 1<<connBits - 1
+	pickUnit = 1<<connBits | 1
+)
+
+// inFlight returns the attempts picked on p and not yet reported.
+func (p *Peer) inFlight() int64 { return p.slots.Load() & connMask }
+
+// picked returns the attempts ever picked on p, modulo 2^40.
+func (p *Peer) picked() uint64 { return uint64(p.slots.Load()) >> connBits }
+
+// pick counts an attempt on p, picked and in flight, where no max_conns
+// can refuse it (a locked picker that has checked full, or a peer with no
+// limit), and returns the attempts now in flight.
+func (p *Peer) pick() int64 { return p.slots.Add(pickUnit) & connMask }
+
+// unpick undoes an acquire that did not become an attempt (take's probe
+// claim lost): neither in flight nor picked. It never takes the in-flight
+// count below 0, even if a stray duplicate Done consumed this attempt in
+// between (a borrow would corrupt the picks above it).
+func (p *Peer) unpick() {
+	for {
+		c := p.slots.Load()
+		d := int64(pickUnit)
+		if c&connMask == 0 {
+			d = 1 << connBits
+		}
+		if p.slots.CompareAndSwap(c, c-d) {
+			return
 		}
 	}
 }
@@ -90,9 +129,7 @@ func (p *Peer) take(clk *lazyClock) bool {
 		return false
 	}
 	if p.fails.Load() != 0 && !p.claimProbe(clk.get()) {
-		// release, not Add(-1): it never takes the count below 0, even if a
-		// stray duplicate Done consumed this attempt in between.
-		p.release()
+		p.unpick()
 		return false
 	}
 	return true
@@ -159,11 +196,11 @@ func (p *Peer) needsLockOnSuccess() bool { return p.fails.Load() != 0 }
 // release ends one in-flight attempt and reports whether there was one.
 func (p *Peer) release() bool {
 	for {
-		c := p.conns.Load()
-		if c <= 0 {
+		c := p.slots.Load()
+		if c&connMask == 0 {
 			return false
 		}
-		if p.conns.CompareAndSwap(c, c-1) {
+		if p.slots.CompareAndSwap(c, c-1) {
 			return true
 		}
 	}

@@ -163,7 +163,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.single && p.conns.Load() == 1 {
+	if l.single && p.inFlight() == 1 {
 		p.lat.since.Store(now) // as in scanFastest, for the frame's single peer
 	}
 	f.reweighLocked(l, p, now, false)
@@ -209,10 +209,10 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 	var conns, w int64  // least's in-flight count + 1 and weight, as read
 	var many bool       // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.conns.Load() != 0 {
+		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
 			continue // a peer being probed has its one attempt out
 		}
-		pc, pw := p.conns.Load()+1, p.effectiveWeight
+		pc, pw := p.inFlight()+1, p.effectiveWeight
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
@@ -246,10 +246,10 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.conns.Load() != 0 {
+			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
-			if p != least && compareLoad(p.conns.Load()+1, p.effectiveWeight, conns, w) != 0 {
+			if p != least && compareLoad(p.inFlight()+1, p.effectiveWeight, conns, w) != 0 {
 				continue
 			}
 			// nginx's step, except that the effective weight, which
@@ -271,7 +271,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 // takeFastest counts an attempt on p in flight; a peer idle until now starts
 // its silence now. Requires the owner's lock.
 func takeFastest(p *Peer, now int64) {
-	if p.conns.Add(1) == 1 {
+	if p.pick() == 1 {
 		p.lat.since.Store(now)
 	}
 }
@@ -323,7 +323,7 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 			p.lat.exploring.Store(true)
 			p.lat.confirmed.Store(0)
 		}
-		if p.conns.Load() == 0 {
+		if p.inFlight() == 0 {
 			p.lat.since.Store(now)
 		}
 		f.reweighLocked(l, p, now, first || cleared)

@@ -352,7 +352,7 @@ func TestFastestFirst_failurePenalty(t *testing.T) {
 			loop := newFFLoop(t, f, clk, peers, ffFixed(10*time.Millisecond, 10*time.Millisecond))
 			loop.run(2, time.Second)
 			p := peers[1]
-			p.conns.Add(1) // an attempt on b, as Pick would count it
+			p.pick() // an attempt on b, as Pick would count it
 			require.NoError(t, f.Done(p, Outcome{Failed: true, Latency: time.Millisecond}))
 			assert.InDelta(t, float64(tt.want), p.lat.estimate(), float64(time.Microsecond))
 			assert.Equal(t, DefaultFloor, p.State().EffectiveWeight)

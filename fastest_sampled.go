@@ -189,7 +189,7 @@ func (f *FastestFirst) pickSampled(t *ffTable, r *Request) (*Peer, error) {
 			tb = &t.backup
 		}
 		i := f.chooseSampled(t, peers, tb, backup, r, &clk)
-		if i >= 0 && peers[i].conns.Load() == 1 {
+		if i >= 0 && peers[i].inFlight() == 1 {
 			// A peer idle until now starts its silence now (takeFastest).
 			peers[i].lat.since.Store(clk.get())
 		}
@@ -211,10 +211,10 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 		for range ffChoices {
 			i := t.draw(f.rand.uint64())
 			p := peers[i]
-			if r.isTried(i) || !p.eligible(clk) || p.lat.exploring.Load() && p.conns.Load() != 0 {
+			if r.isTried(i) || !p.eligible(clk) || p.lat.exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
-			c, w := p.conns.Load()+1, t.w[i].Load()
+			c, w := p.inFlight()+1, t.w[i].Load()
 			if best < 0 || compareLoad(c, w, bc, bw) < 0 {
 				best, bc, bw = i, c, w
 			}
@@ -228,10 +228,10 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 		best := -1
 		var bc, bw int64
 		for i, p := range peers {
-			if r.isTried(i) || !p.eligible(clk) || gate && p.lat.exploring.Load() && p.conns.Load() != 0 {
+			if r.isTried(i) || !p.eligible(clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
-			c, w := p.conns.Load()+1, t.w[i].Load()
+			c, w := p.inFlight()+1, t.w[i].Load()
 			if best < 0 || compareLoad(c, w, bc, bw) < 0 {
 				best, bc, bw = i, c, w
 			}
@@ -262,7 +262,7 @@ func probeSampled(t *ffTable, peers []*Peer, backup bool, r *Request, clk *lazyC
 		}
 		p := peers[i]
 		if r.isTried(i) || p.down.Load() ||
-			p.fails.Load() == 0 || p.weight.Load() == 0 || p.conns.Load() != 0 ||
+			p.fails.Load() == 0 || p.weight.Load() == 0 || p.inFlight() != 0 ||
 			clk.get()-p.checked.Load() <= p.failTimeout.Load() {
 			continue
 		}

@@ -37,7 +37,7 @@ func (f *FastestFirst) estimateLocked(p *Peer, m float64, now int64) float64 {
 			e = m + (e-m)*decayWeight(now-p.lat.stamp.Load(), f.tau)
 		}
 	}
-	if p.conns.Load() > 0 {
+	if p.inFlight() > 0 {
 		e = max(e, float64(now-p.lat.since.Load()))
 	}
 	return e
@@ -82,7 +82,7 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 			continue
 		}
 		raw := p.lat.estimate()
-		if p.conns.Load() > 0 {
+		if p.inFlight() > 0 {
 			raw = max(raw, float64(now-p.lat.since.Load()))
 		}
 		m, measured = min(m, raw), true

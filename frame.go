@@ -61,7 +61,6 @@ func pickFrame(l *peerList, r *Request, choose func(peers []*Peer, backup bool) 
 		}
 		return nil, ErrNoLivePeer
 	}
-	peers[i].attempts.Add(1)
 	if r != nil {
 		r.record(i)
 	}

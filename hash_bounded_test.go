@@ -105,7 +105,7 @@ func TestConsistentHash_boundedLoad(t *testing.T) {
 			j, key := ch.step(t)
 			before := map[*Peer]int64{}
 			for _, p := range c.Peers() {
-				before[p] = p.conns.Load()
+				before[p] = p.inFlight()
 			}
 			p := blPick(t, c, key)
 			if bounded {

@@ -358,7 +358,6 @@ func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
 				if p.fails.Load() == 0 && c.degraded.Load() == 0 && !p.down.Load() && p.acquire() {
 					r.begin(v.list)
 					r.hs = hashState{hash: uint64(pos), begun: true}
-					p.attempts.Add(1)
 					r.record(i)
 					return p, nil
 				}
@@ -467,7 +466,7 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 func (c *ConsistentHash) overLocked(p *Peer) bool {
 	t := max(c.inflight.Load(), 0)
 	limit := math.Ceil(c.bound * float64(t+1) * float64(p.weight.Load()) / float64(max(c.live, 1)))
-	return float64(p.conns.Load()) >= limit
+	return float64(p.inFlight()) >= limit
 }
 
 // Done reports the outcome of an attempt on p, which ends its in-flight

@@ -159,7 +159,7 @@ func fallbackLocked(peers []*Peer, r *Request, clk *lazyClock) int {
 // (nginx's `checked = now`, skipped for a peer with no failures on record,
 // whose check time nothing reads; see scanSmooth), and returns its index.
 func takeLocked(p *Peer, clk *lazyClock) int {
-	p.conns.Add(1)
+	p.pick()
 	if p.fails.Load() != 0 {
 		p.probeLocked(clk.get())
 	}

@@ -95,7 +95,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock) int {
 		if r.isTried(i) || !p.eligible(clk) {
 			continue
 		}
-		pc, pw := p.conns.Load(), p.weight.Load()
+		pc, pw := p.inFlight(), p.weight.Load()
 		if least == nil {
 			least, at, conns, w, many = p, i, pc, pw, false
 			continue
@@ -120,7 +120,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock) int {
 			if r.isTried(i) || !p.eligible(clk) {
 				continue
 			}
-			if p != least && compareLoad(p.conns.Load(), p.weight.Load(), conns, w) != 0 {
+			if p != least && compareLoad(p.inFlight(), p.weight.Load(), conns, w) != 0 {
 				continue
 			}
 			total += smoothStep(p)
@@ -131,7 +131,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock) int {
 		best.currentWeight -= total
 	}
 	best.probeLocked(clk.get())
-	best.conns.Add(1)
+	best.pick()
 	return bestAt
 }
 

@@ -88,7 +88,7 @@ func TestLeastConn_lowestLoad(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			peers := weighted(tt.weights...)
 			for i, c := range tt.conns {
-				peers[i].conns.Store(c)
+				peers[i].slots.Store(c)
 			}
 			b, err := NewLeastConn(peers)
 			require.NoError(t, err)

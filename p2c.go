@@ -112,7 +112,7 @@ func (m *peakEWMA) less(p, q *Peer) bool {
 // reply, and the peak EWMA decayed over its idle time times (in flight+1);
 // for a probed peer, its in-flight count.
 func (m *peakEWMA) cost(p *Peer, now int64) (probing bool, c float64) {
-	pending := float64(p.conns.Load())
+	pending := float64(p.inFlight())
 	if !p.lat.measured.Load() {
 		if pending > 0 {
 			return true, pending

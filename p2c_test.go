@@ -177,7 +177,7 @@ func TestP2CPeakEWMA_fastFailureIsPenalized(t *testing.T) {
 			b := newTestP2C(t, clk, peers, tt.opts...)
 			p2cMeasure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
 			p2cMeasure(&b.peerSet, peers[1], clk.now(), 10*time.Millisecond)
-			peers[1].conns.Add(1) // an attempt on b, as Pick would count it
+			peers[1].pick() // an attempt on b, as Pick would count it
 			require.NoError(t, b.Done(peers[1], Outcome{Failed: true, Latency: time.Millisecond}))
 			assert.InDelta(t, float64(tt.penalty), peers[1].lat.estimate(), 1)
 			for k := range 10 {

@@ -46,10 +46,12 @@ type Peer struct {
 
 	weight atomic.Int64
 	down   atomic.Bool
-	conns  atomic.Int64 // attempts picked and not yet reported
+	// slots packs two counters into the one word a pick writes: the
+	// attempts in flight (nginx's conns) in the low connBits bits, and
+	// every attempt ever picked above them; see eligibility.go.
+	slots atomic.Int64
 
-	// Totals since NewPeer, for Stats: attempts picked, failures reported.
-	attempts atomic.Uint64
+	// Total failures reported since NewPeer, for Stats.
 	failures atomic.Uint64
 
 	// Failure accounting. Written by the owning picker, under its lock or,
@@ -215,7 +217,7 @@ func (p *Peer) IsBackup() bool { return p.backup.Load() }
 func (p *Peer) IsDown() bool { return p.down.Load() }
 
 // InFlight returns the number of attempts picked and not yet reported.
-func (p *Peer) InFlight() int { return int(p.conns.Load()) }
+func (p *Peer) InFlight() int { return int(p.inFlight()) }
 
 // PeerState is a snapshot of a peer's balancing state.
 type PeerState struct {
@@ -250,7 +252,7 @@ func (p *Peer) State() PeerState {
 		EffectiveWeight: int(p.effectiveWeight),
 		CurrentWeight:   int(cw),
 		Fails:           int(p.fails.Load()),
-		InFlight:        int(p.conns.Load()),
+		InFlight:        int(p.inFlight()),
 		Down:            p.down.Load(),
 		Accessed:        unixTime(p.accessed.Load()),
 		Checked:         unixTime(p.checked.Load()),

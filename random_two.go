@@ -216,7 +216,7 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 				first = i
 			} else {
 				q := peers[first]
-				if p.conns.Load()*q.weight.Load() > q.conns.Load()*p.weight.Load() {
+				if p.inFlight()*q.weight.Load() > q.inFlight()*p.weight.Load() {
 					p, i = q, first
 				}
 				if p.take(clk) {

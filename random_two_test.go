@@ -72,13 +72,13 @@ func TestRandomTwo_choice(t *testing.T) {
 			b, err := NewRandomTwo(peers, hkClock(), WithRand(hkSource(draw4(tc.draws...))))
 			require.NoError(t, err)
 			for i, c := range tc.conns {
-				peers[i].conns.Store(c)
+				peers[i].slots.Store(c)
 			}
 			var r Request
 			got := mustHashPick(t, b, &r)
 			assert.Equal(t, peers[tc.want], got)
 			assert.Equal(t, tc.wantTries, r.hs.tries)
-			assert.Equal(t, tc.conns[tc.want]+1, got.conns.Load())
+			assert.Equal(t, tc.conns[tc.want]+1, got.inFlight())
 		})
 	}
 }

@@ -288,8 +288,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 		// As in RoundRobin.Pick, ahead of pickFrame: no failures and no
 		// max_conns need neither the clock nor a compare-and-swap.
 		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
-			p.conns.Add(1)
-			p.attempts.Add(1)
+			p.pick()
 			if r != nil {
 				r.begin(st.list)
 				r.record(i)

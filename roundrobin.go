@@ -175,8 +175,7 @@ func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 		// its fail window, and one without max_conns cannot be full, so
 		// the in-flight count needs no compare-and-swap.
 		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
-			p.conns.Add(1)
-			p.attempts.Add(1)
+			p.pick()
 			if r != nil {
 				r.begin(t.list) // a fresh request: sets its bound, which p counts in
 				r.record(s.i)

@@ -103,8 +103,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			// The cycle's next slot, or -1 for a closed cycle.
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
-				p.conns.Add(1)
-				p.attempts.Add(1)
+				p.pick()
 				if r != nil {
 					r.begin(c.list)
 					r.record(int(i))
@@ -115,7 +114,6 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			// nginx's single-server rule reads only down and max_conns
 			// and moves no weight (RR.c 626-638): no lock needed.
 			if p := l.primary[0]; !p.down.Load() && p.acquire() {
-				p.attempts.Add(1)
 				if r != nil {
 					r.begin(l)
 					r.record(0)
@@ -150,7 +148,7 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 		if p == nil {
 			return -1
 		}
-		p.conns.Add(1)
+		p.pick()
 		return p.index
 	})
 	if err != nil {

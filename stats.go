@@ -49,7 +49,7 @@ func Healths() []Health {
 // NewPeer, which only grow (they move with the peer between pickers), and
 // its current state. Stats fills it.
 type PeerStats struct {
-	Attempts uint64 // attempts picked, ever
+	Attempts uint64 // attempts picked, ever (modulo 2^40)
 	Failures uint64 // attempts reported with Outcome.Failed, ever
 	InFlight int    // attempts picked and not yet reported
 	Fails    int    // nginx's failure count, cleared by a success after a probe
@@ -73,9 +73,9 @@ type PeerStats struct {
 // in-flight count it already adds to, and the report of a failure one more.
 func (p *Peer) Stats() PeerStats {
 	st := PeerStats{
-		Attempts: p.attempts.Load(),
+		Attempts: p.picked(),
 		Failures: p.failures.Load(),
-		InFlight: int(p.conns.Load()),
+		InFlight: int(p.inFlight()),
 		Fails:    int(p.fails.Load()),
 		Measured: p.lat.measured.Load(),
 	}
