@@ -10,41 +10,41 @@ import (
 	"sync/atomic"
 )
 
-// ConsistentHash is nginx's `hash KEY consistent`
-// (ngx_http_upstream_hash_module.c, nginx 1.22.1), ketama consistent
-// hashing compatible with Cache::Memcached::Fast: requests with the same
-// key (Request.SetKey) go to the same peer, and when a peer joins or leaves
-// only about 1/n of the keys move. Use it for cache or shard affinity on a
-// peer list that changes.
-//
-// Each peer puts 160 points per unit of weight on a ring of 32-bit CRC-32
-// values, derived from its hash key (HashKey, by default its address, split
-// into host and port as nginx splits the server text). A key goes to the
-// first point at or after CRC-32(key), wrapping around. If no eligible
-// untried peer holds that point (down, inside its fail window, at max_conns
-// or tried), the key walks on to the next point; the position lives in the
-// Request, so a retry continues the walk, as in nginx. Peers sharing a hash
-// key share their points and smooth round-robin chooses among them. After
-// 20 fruitless points, and for an empty key, a nil Request, a single peer or
-// a total weight of 0, the request goes to nginx's smooth round-robin over
-// the same peers and current weights. Failures, max_fails/fail_timeout,
-// down, max_conns and the retry bound follow nginx's round-robin module;
-// backup peers are refused with ErrInvalidConfig, as nginx refuses them.
-//
-// With WithBoundedLoad(c), beyond nginx, no peer takes an attempt while it
-// holds its share of the load: see WithBoundedLoad.
+// ConsistentHash in detail. Each peer puts 160 points per unit of weight on
+// a ring of 32-bit CRC-32 values, derived from its hash key (HashKey, by
+// default its address, split into host and port as nginx splits the server
+// text). A key goes to the first point at or after CRC-32(key), wrapping
+// around. If no eligible untried peer holds that point (down, inside its
+// fail window, at max_conns or tried), the key walks on to the next point;
+// the position lives in the Request, so a retry continues the walk, as in
+// nginx. Peers sharing a hash key share their points and smooth round-robin
+// chooses among them. After 20 fruitless points, and for an empty key, a
+// nil Request, a single peer or a total weight of 0, the request goes to
+// nginx's smooth round-robin over the same peers and current weights.
 //
 // Cost: a pick is a CRC-32 of the key, one read of an index on the hash's
 // top bits and a short binary search among the p = 160·W points (W the
-// total weight), with no allocation. A first attempt whose point's server
-// text has one peer, up with no failures on record, takes no lock while
-// every peer is at full effective weight; retries, shared server texts,
-// failures being recovered and WithBoundedLoad take the picker's lock. The
-// ring takes 8 bytes a point plus an index of at most 256 KB and is
-// rebuilt, in O(p log p), on every change of the peers or their weights
-// (not on SetDown). The total weight is limited to MaxRingWeight. The zero
-// value is not usable; use NewConsistentHash. ConsistentHash is safe for
-// concurrent use by multiple goroutines.
+// total weight). A first attempt whose point's server text has one peer,
+// up with no failures on record, takes no lock while every peer is at full
+// effective weight; retries, shared server texts, failures being recovered
+// and WithBoundedLoad take the picker's lock. The ring takes 8 bytes a
+// point plus an index of at most 256 KB and is rebuilt, in O(p log p), on
+// every change of the peers or their weights (not on SetDown).
+
+// ConsistentHash is nginx's `hash KEY consistent` (nginx 1.22.1), ketama
+// consistent hashing compatible with Cache::Memcached::Fast: requests with
+// the same key (Request.SetKey) go to the same peer, and when a peer joins
+// or leaves only about 1/n of the keys move; a retry walks on along the
+// ring, and with no key a request goes round robin, as in nginx. Use it for
+// cache or shard affinity on a peer list that changes. With
+// WithBoundedLoad(c), beyond nginx, no peer takes more than c times its
+// share of the attempts in flight. Backup peers are refused with
+// ErrInvalidConfig, as nginx refuses them; the total weight is limited to
+// MaxRingWeight.
+//
+// A pick is O(log points) and allocates nothing; a first attempt to a
+// healthy peer takes no lock. The zero value is not usable; use
+// NewConsistentHash. ConsistentHash is safe for concurrent use.
 type ConsistentHash struct {
 	peerSet
 	ring  *chashRing // guarded by mu
@@ -142,7 +142,7 @@ func checkRing(add []*Peer, have []*Peer, w int) error {
 	return nil
 }
 
-// Add adds peers as peerSet.Add does, refusing backup peers and a total
+// Add adds peers as every picker's Add does (see Updater), refusing backup peers and a total
 // weight past MaxRingWeight with ErrInvalidConfig.
 func (c *ConsistentHash) Add(peers ...*Peer) error {
 	c.admin.Lock()
@@ -153,7 +153,7 @@ func (c *ConsistentHash) Add(peers ...*Peer) error {
 	return c.peerSet.Add(peers...)
 }
 
-// SetWeight changes p's weight as peerSet.SetWeight does, refusing a total
+// SetWeight changes p's weight as every picker's SetWeight does, refusing a total
 // weight past MaxRingWeight with ErrInvalidConfig. The ring is rebuilt.
 func (c *ConsistentHash) SetWeight(p *Peer, w int) error {
 	c.admin.Lock()
@@ -172,7 +172,7 @@ func (c *ConsistentHash) SetWeight(p *Peer, w int) error {
 	return c.peerSet.SetWeight(p, w)
 }
 
-// Update reconciles a snapshot as peerSet.Update does, refusing backup
+// Update reconciles a snapshot as every picker's Update does, refusing backup
 // peers and a total weight past MaxRingWeight with ErrInvalidConfig. The
 // ring is rebuilt.
 func (c *ConsistentHash) Update(snapshot []*Peer) error {

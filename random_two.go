@@ -4,55 +4,45 @@ import (
 	"sync/atomic"
 )
 
-// Random is nginx's `random` (ngx_http_upstream_random_module.c, nginx
-// 1.22.1): each pick draws a peer at random in proportion to its weight,
-// and draws again while the peer is down, inside its fail window, at
-// max_conns or already tried by the request. Use it where many balancers
-// share peers and a round-robin position per balancer would synchronize
-// them; RandomTwo spreads load better.
+// Random and RandomTwo in detail. A draw that lands on a peer that is
+// down, inside its fail window, at max_conns or already tried is a try;
+// for RandomTwo, so is a second draw on the first peer, and so is the first
+// peer's draw. After 20 tries per request, counted in the Request so that
+// retries add to them, and for a single peer or a total weight of 0, the
+// request goes to nginx's smooth round-robin over the same peers and
+// current weights; so with fewer than two eligible peers a RandomTwo pick
+// ends in round robin, as in nginx. RandomTwo keeps the first draw only if
+// second.conns·first.weight > first.conns·second.weight, so a tie goes to
+// the second. nginx draws ngx_random() modulo the total weight; these draw
+// from Vose's alias table, the same distribution, so only proportions
+// compare with nginx.
+
+// Random is nginx's `random` (nginx 1.22.1): each pick draws a peer in
+// proportion to its weight, and draws again while the peer is down,
+// failing, full or already tried. Use it where many balancers share peers
+// and a round-robin position per balancer would synchronize them;
+// RandomTwo spreads load better. Failures, down, max_conns and retries
+// follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// After 20 fruitless draws, counted per request so that retries add to
-// them, and for a single peer or a total weight of 0, the request goes to
-// nginx's smooth round-robin over the same peers and current weights (see
-// SmoothWRR). Failures, max_fails/fail_timeout (the probe after the window
-// claimed by compare-and-swap), down, max_conns and the retry bound follow
-// nginx's round-robin module; backup peers are refused with
-// ErrInvalidConfig, as nginx refuses them. nginx draws ngx_random() modulo
-// the total weight; Random draws from Vose's alias table (see
-// RandomWeighted), the same distribution, so only proportions compare.
-//
-// Cost of a pick: O(1) and lock-free (one alias-table draw per try, a
-// locked scan only for the round-robin fallback), no allocation; Done takes
-// the lock only to account a failure or clear one. Randomness: WithRand(src),
-// used under a small mutex, or the runtime's per-thread generator. The zero
-// value is not usable; use NewRandom. Random is safe for concurrent use by
-// multiple goroutines.
+// A pick is O(1) and lock-free (a locked scan only for nginx's round-robin
+// fallback) and allocates nothing; Done takes the lock only to account a
+// failure. Randomness: WithRand(src), or the runtime's per-thread
+// generator. The zero value is not usable; use NewRandom. Random is safe
+// for concurrent use.
 type Random struct{ randomPicker }
 
-// RandomTwo is nginx's `random two least_conn` (the default and only
-// method of `random two`), the power of two choices on in-flight counts
-// that Envoy and gRPC call least request: each pick draws two distinct
-// eligible peers at random in proportion to their weights and keeps the one
-// with fewer attempts in flight per unit of weight, compared by cross
-// multiplication as nginx does (the first is kept only if
-// second.conns·first.weight > first.conns·second.weight, so a tie goes to
-// the second). Use it when requests vary in cost and a full least_conn scan
-// (LeastConn) is too slow or too herd-prone across many balancers.
+// RandomTwo is nginx's `random two least_conn`, the power of two choices on
+// in-flight counts that Envoy and gRPC call least request: each pick draws
+// two distinct eligible peers in proportion to their weights and keeps the
+// one with fewer attempts in flight per unit of weight, the second on a
+// tie. Use it when requests vary in cost, at any number of peers: it is the
+// scalable alternative to LeastConn. Failures, down, max_conns and retries
+// follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// A draw that lands on the first peer again or on an ineligible or tried
-// peer is a try, and so is the first peer's draw; after 20 tries per
-// request, for a single peer or a total weight of 0, the request goes to
-// nginx's smooth round-robin over the same peers and current weights. So
-// with fewer than two eligible peers a pick ends in round robin, as in
-// nginx. Failures, max_fails/fail_timeout, down, max_conns and the retry
-// bound follow nginx's round-robin module; backup peers are refused with
-// ErrInvalidConfig.
-//
-// Cost of a pick: O(1) and lock-free on the healthy path (two alias-table
-// draws over an immutable snapshot and two atomic reads), no allocation;
+// A pick is O(1) and lock-free on the healthy path and allocates nothing;
 // failures go through the locked accounting in Done. Randomness as in
 // Random. The zero value is not usable; use NewRandomTwo. RandomTwo is safe
-// for concurrent use by multiple goroutines.
+// for concurrent use.
 type RandomTwo struct{ randomPicker }
 
 var (
@@ -107,7 +97,7 @@ func (b *randomPicker) setup(name string, peers []*Peer, opts []Option) error {
 	return b.init(peers, cfg, b.changedLocked)
 }
 
-// Add adds peers as peerSet.Add does, refusing backup peers with
+// Add adds peers as every picker's Add does (see Updater), refusing backup peers with
 // ErrInvalidConfig.
 func (b *randomPicker) Add(peers ...*Peer) error {
 	if err := refuseBackups(b.name, peers); err != nil {
@@ -116,7 +106,7 @@ func (b *randomPicker) Add(peers ...*Peer) error {
 	return b.peerSet.Add(peers...)
 }
 
-// Update reconciles a snapshot as peerSet.Update does, refusing backup
+// Update reconciles a snapshot as every picker's Update does, refusing backup
 // peers with ErrInvalidConfig.
 func (b *randomPicker) Update(snapshot []*Peer) error {
 	if err := refuseBackups(b.name, snapshot); err != nil {
