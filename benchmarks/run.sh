@@ -24,6 +24,10 @@ i=1
 while [ "$i" -le "$ROUNDS" ]; do
 	echo "round $i of $ROUNDS" >&2
 	"$work/compare.test" -test.run '^$' -test.bench . -test.benchtime "$BENCHTIME" >"$work/round$i.txt"
+	# The parallel picks of the lock-free and feedback pickers again, on
+	# one core and on every core, for the report's table of cores.
+	"$work/compare.test" -test.run '^$' -test.cpu "1,$(nproc 2>/dev/null || echo 2)" -test.benchtime "$BENCHTIME" \
+		-test.bench 'Compare/(smooth|feedback|consistent)/(lbgo|kratos|kitex)[^/]*/peers=(10|1000|10000)/parallel' >"$work/cores$i.txt"
 	i=$((i + 1))
 done
 
@@ -38,5 +42,5 @@ fi
 "$work/report" -out "$root/BENCHMARKS.md" -cmd "$cmd" \
 	-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
 	-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-	-benchtime "$BENCHTIME" "$work"/round*.txt
+	-benchtime "$BENCHTIME" -cores-rounds "$(ls "$work"/cores*.txt | tr '\n' ',')" "$work"/round*.txt
 echo "wrote $root/BENCHMARKS.md" >&2

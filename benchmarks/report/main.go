@@ -20,6 +20,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -34,6 +35,72 @@ type results struct {
 	rounds int
 	procs  string // GOMAXPROCS, from the name suffix
 	data   map[string]map[int]sample
+	cores  *results // the rounds run with -cpu 1,N, keyed NAME@PROCS
+}
+
+// parseProcs is parse for the rounds run with -cpu 1,N: each result is
+// keyed by its name and its GOMAXPROCS, NAME@PROCS.
+func (r *results) parseProcs(round int, in io.Reader) error {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		ns, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			return fmt.Errorf("%q: %w", sc.Text(), err)
+		}
+		procs := m[2]
+		if procs == "" {
+			procs = "1" // go test adds no suffix for GOMAXPROCS 1
+		}
+		k := m[1] + "@" + procs
+		if r.data[k] == nil {
+			r.data[k] = map[int]sample{}
+		}
+		r.data[k][round] = sample{ns: ns}
+	}
+	return sc.Err()
+}
+
+// writeCores writes the parallel picks at GOMAXPROCS 1 and N.
+func (r *results) writeCores(w io.Writer) {
+	c := r.cores
+	if c == nil || c.rounds == 0 {
+		return
+	}
+	var procs []string
+	seen := map[string]bool{}
+	var names []string
+	for k := range c.data {
+		name, p, _ := strings.Cut(k, "@")
+		if !seen[p] {
+			seen[p] = true
+			procs = append(procs, p)
+		}
+		if !seen["name:"+name] {
+			seen["name:"+name] = true
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	sort.Slice(procs, func(i, j int) bool { a, _ := strconv.Atoi(procs[i]); b, _ := strconv.Atoi(procs[j]); return a < b })
+	if len(procs) < 2 {
+		return
+	}
+	lo, hi := procs[0], procs[len(procs)-1]
+	fmt.Fprintf(w, "\n## Cores: GOMAXPROCS %s against %s\n\n", lo, hi)
+	fmt.Fprintf(w, "The parallel picks again, with b.RunParallel on %s core and on %s (the machine's), medians of %d rounds. ns/op is wall time per pick over all goroutines, so a picker that shares nothing between cores halves it on two; the gain is the first column over the second (2.00× is perfect scaling on two cores). On a shared 2-core machine the second core is not always free, so read the gain as a lower bound.\n\n", lo, hi, c.rounds)
+	fmt.Fprintf(w, "| benchmark | ns/op, %s | ns/op, %s | gain |\n|---|---:|---:|---:|\n", lo, hi)
+	for _, name := range names {
+		a, b := c.ns(name+"@"+lo), c.ns(name+"@"+hi)
+		if a == 0 || b == 0 {
+			continue
+		}
+		label := strings.TrimPrefix(strings.TrimSuffix(name, "/parallel"), "Compare/")
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f× |\n", label, fmtNs(a), fmtNs(b), a/b)
+	}
 }
 
 var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) B/op)?(?:\s+([0-9.]+) allocs/op)?`)
@@ -179,7 +246,7 @@ var familyDocs = []family{
 	{"roundrobin", "Round robin", "lbgo.RoundRobin ignores weights; kitex.RR is kitex's padded-counter round robin, which its weighted balancer uses when all weights are equal (as here).", "atomic.Add"},
 	{"random", "Weighted random", "lbgo.RandomWeighted draws from a Vose alias table; kitex.alias is kitex's alias method (two draws, a float threshold); kitex.random its linear scan; mroth.v2 prefix sums and a binary search.", "rand.Uint64"},
 	{"feedback", "Pickers that learn from outcomes: Pick plus the report", "Each iteration picks a peer and reports a success with a latency. lbgo.RandomTwo is nginx's random two (least_conn): two weighted draws, the one with fewer attempts in flight per unit of weight. kratos.p2c is kratos's power of two choices over its EWMA nodes, with its done call.", "atomic.Add"},
-	{"consistent", "Consistent hashing", "Each pick hashes the next of 4096 keys and finds its point on a ring of 160 points per unit of weight (nginx's ketama; kitex's VirtualFactor set to 160 so that both rings have the same size). lbgo.ConsistentHash is nginx's hash KEY consistent: CRC-32 of the key, a binary search over the points, the eligibility checks and the in-flight count, under the picker's lock. kitex.consist is kitex's NewConsistBalancer: maphash of the key and a sort.Search over the virtual nodes, on one picker built beforehand (kitex gets one from its cache and recycles it per request). The ring build (the RingBuild benchmarks, not in this table) is timed apart.", "atomic.Add"},
+	{"consistent", "Consistent hashing", "Each pick hashes the next of 4096 keys and finds its point on a ring of 160 points per unit of weight (nginx's ketama; kitex's VirtualFactor set to 160 so that both rings have the same size). lbgo.ConsistentHash is nginx's hash KEY consistent: CRC-32 of the key, an index on its top bits and a short binary search over the points, the eligibility checks and the in-flight count, lock-free for a first attempt to a healthy peer. kitex.consist is kitex's NewConsistBalancer: maphash of the key and a sort.Search over the virtual nodes, on one picker built beforehand (kitex gets one from its cache and recycles it per request). The ring build (the RingBuild benchmarks, not in this table) is timed apart.", "atomic.Add"},
 }
 
 func (r *results) impls(family string) []string {
@@ -519,8 +586,32 @@ func (r *results) write(w io.Writer, m meta) {
 		r.writeFamily(w, f)
 	}
 	r.writeRingBuild(w)
+	r.writeCores(w)
+	fmt.Fprint(w, contention)
 	fmt.Fprint(w, notes)
 }
+
+// contention is the model of what more cores do; it states no measurement.
+const contention = `
+## Contention model: 16 to 64 cores
+
+This machine has two cores, so the table above is all that can be measured
+here. What more cores do follows from which cache lines a pick and a report
+write. Reads of immutable snapshots (peer lists, cycles, alias tables,
+rings) stay shared in every core's cache and cost nothing in coherence; a
+written line must move to the writing core, about 50–100 ns within a socket
+and 100–200 ns across sockets, and only one core can hold it for writing at
+a time.
+
+| picker | lines a pick writes | lines a report writes | prediction at 16–64 cores |
+|---|---|---|---|
+| SmoothWRR, ClassicWRR (cycle), RoundRobin | the shared counter; the chosen peer's slots word | the peer's slots word | the shared counter is written by every pick on every core, so throughput stays at about one pick per line transfer (5–20 M/s) however many cores; the peer lines spread over n peers. The atomic-add floor row shows the same limit. |
+| RandomWeighted, Random, RandomTwo | the chosen peer's slots word (the generator is per thread) | the peer's slots word | no shared write: throughput grows with cores while n ≫ cores; with n close to the core count, picks collide on peer lines and each pays about one transfer. |
+| P2CPeakEWMA | the chosen peer's slots word | the peer's slots word and its estimate (compare-and-swap) and stamp | as RandomTwo, plus two peer lines read that other cores write: about two coherence misses a pick at high core counts, still no shared line. |
+| FastestFirst above 32 peers | the chosen peer's slots word (and its since stamp when it was idle) | the peer's slots word and estimate; a recompute, only when an estimate leaves its band, rewrites the table under the lock | as P2CPeakEWMA while estimates stay in their bands; recomputes serialize, O(n) each. |
+| LeastConn; FastestFirst up to 32 peers; Hash, IPHash; ConsistentHash retries | the picker's mutex (twice) and the current weights of tied peers | the peer's slots word; failures take the mutex | every pick serializes on the mutex line: throughput flat at about 1/(critical section + transfer), falling under contention past a few cores. RandomTwo is the scalable alternative to LeastConn. |
+| ConsistentHash, first attempt to a healthy peer | the chosen peer's slots word | the peer's slots word | as RandomTwo. |
+`
 
 // notes explains the design behind the numbers; it states no measurement.
 const notes = `
@@ -528,43 +619,42 @@ const notes = `
 
 - **The in-flight count.** Every picker of this library counts each attempt
   in flight on the chosen peer until its report (Peer.InFlight, nginx's
-  conns), which max_conns, LeastConn and the reports rely on; none of the
-  other libraries here counts anything. It is an atomic add on the chosen
-  peer, and which peer depends on the shared counter's value, so a cycle or
-  round-robin pick is two atomic adds in sequence, and on x86 a locked
-  instruction lets nothing after it start before it completes. That is why
-  SmoothWRR, ClassicWRR and RoundRobin sit at several times the atomic-add
-  floor, and why RandomWeighted pays an atomic add that kitex's alias
-  method does not. What would remove it from the cycle's picks: derive the
-  count from the cycle's counter (peer i's picks after k cycle picks are
-  ⌊k/W⌋·w_i plus its picks in the first k mod W, which the checkpoints give
-  in O(n)), so that Pick does one atomic add and Done one subtraction;
-  that needs Peer.InFlight, Peer.full and the release of a report to
-  consult the picker, a change to the core Peer and peer set.
-- **Memory.** SmoothWRR's cycle holds W entries of 4 bytes and at most W
-  checkpoint counts of 4 bytes, W <= MaxCycle = 65536: 512 KiB at most, and
-  it is built in O(W·d) for d distinct weights. kitex's table holds Σw/gcd
-  interface values of 16 bytes, with no bound. Past the cap SmoothWRR runs
-  the scan, which stays exact.
+  conns), which max_conns, the load-aware pickers and the reports rely on;
+  none of the other libraries here counts anything. It is an atomic add on
+  the chosen peer's slots word (which also counts the picks, for
+  Peer.Stats, in the same add), and which peer depends on the shared
+  counter's value, so a cycle or round-robin pick is two atomic adds in
+  sequence, and on x86 a locked instruction lets nothing after it start
+  before it completes. That is why SmoothWRR, ClassicWRR and RoundRobin sit
+  at several times the atomic-add floor, and why RandomWeighted pays an
+  atomic add that kitex's alias method does not.
+- **Memory.** SmoothWRR's and ClassicWRR's cycle holds W entries of 4 bytes
+  and at most W checkpoint counts of 4 bytes, W <= MaxCycle = 65536: 512 KiB
+  at most. SmoothWRR builds it in O(W·d) for d distinct weights, ClassicWRR
+  in O(n + W·(n/4096+1)) by an incremental form of nginx 1.2.0's scan, once
+  per change of the peer list. kitex's table holds Σw/gcd interface values
+  of 16 bytes, with no bound. Past the cap both run the exact scan.
 - **SmoothWRR's scan.** From 16 primaries on, the scan keeps the peers at
-  full health (no failures on record, no max_conns, full effective weight)
-  in one heap per weight under a shared offset: a pick adds to every group
-  at once, compares the d group leaders and the k other peers, and sinks the
-  winner, so it costs O(d + k + log n) and gives nginx's picks and weights
-  exactly (checked against a literal model of nginx's module).
-- **ClassicWRR at 10000 peers.** Its cycle is built by replaying nginx
-  1.2.0's scan W times and is skipped when W·n passes 2^23; at 10000 peers
-  with these weights that is 5.5·10^8, so every pick runs the O(n) scan.
-  Building the cycle lazily, a batch of slots at a time from a private copy
-  of the replay state (as kitex fills its table), would serve it from the
-  cycle at every size.
-- **LeastConn and FastestFirst** scan every peer under the lock on each
-  pick, O(n), as nginx's least_conn does; grouping peers of equal weight by
-  in-flight count would make it O(d·log n).
-- **P2CPeakEWMA** reads the clock on each pick (to decay the estimates it
-  compares) and on each report, and takes the lock on each report to fold
-  the latency in; on this machine a clock read is a large part of the
-  pick.
+  full health in one heap per weight under a shared offset: a pick adds to
+  every group at once, compares the d group leaders and the k other peers,
+  and sinks the winner, so it costs O(d + k + log n) and gives nginx's picks
+  and weights exactly (checked against a literal model of nginx's module).
+- **LeastConn** scans every peer under the lock on each pick, O(n), as
+  nginx's least_conn does: an index sorted by load would put the lock back
+  on every report, and nginx's tie-break writes the current weight of every
+  tied peer. RandomTwo is its O(1), lock-free alternative.
+- **FastestFirst** keeps nginx's exact scan, and its smooth order among tied
+  peers, up to 32 peers; above, a pick takes the least loaded of three peers
+  drawn by derived weight from an alias table that is rewritten in place
+  only when an estimate leaves its band, and a successful report takes no
+  lock.
+- **P2CPeakEWMA** reads no clock on a pick: the two costs compare at the
+  later of their two stamps, one exponential between them; a report reads
+  the clock once and moves the estimate by compare-and-swap.
+- **ConsistentHash** takes no lock on a first attempt whose point's server
+  has one healthy peer at full effective weight (nginx's smooth step then
+  changes nothing), and finds the point through an index on the hash's top
+  bits; retries, shared server texts and recovering peers take the lock.
 `
 
 func main() {
@@ -576,6 +666,7 @@ func main() {
 	flag.StringVar(&m.goVersion, "go", "?", "Go version")
 	flag.StringVar(&m.date, "date", "?", "date of the run")
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
+	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "report: no round files")
@@ -595,6 +686,24 @@ func main() {
 			os.Exit(1)
 		}
 		r.rounds++
+	}
+	r.cores = &results{data: map[string]map[int]sample{}}
+	for i, name := range strings.Split(strings.Trim(*coreFiles, ","), ",") {
+		if name == "" {
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+		err = r.cores.parseProcs(i, f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "report: %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		r.cores.rounds++
 	}
 	var b strings.Builder
 	r.write(&b, m)
