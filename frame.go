@@ -1,10 +1,16 @@
 package balancer
 
+import "errors"
+
 // handOff is what choose returns when it hands the request to another
-// frame (nginx's random module falling back to round robin) instead of
-// finding no live peer: pickFrame returns ErrNoLivePeer for the caller to
-// discard, without counting it in NoLivePeerCount.
+// frame (the hash and random methods falling back to round robin) instead
+// of finding no live peer: pickFrame then returns errHandOff, which the
+// caller answers with the other frame (peerSet.roundRobin), and counts
+// nothing in NoLivePeerCount.
 const handOff = -2
+
+// errHandOff is pickFrame's answer to handOff; it never leaves a picker.
+var errHandOff = errors.New("balancer: handed off to round robin")
 
 // pickFrame is the frame of nginx's ngx_http_upstream_get_round_robin_peer
 // (RR.c 601-700), which every picker runs around its own choice of peer:
@@ -55,10 +61,11 @@ func pickFrame(l *peerList, r *Request, choose func(peers []*Peer, backup bool) 
 		peers = l.backup
 		i = choose(peers, true)
 	}
-	if i < 0 {
-		if i != handOff {
-			l.noLive.Add(1)
-		}
+	switch {
+	case i == handOff:
+		return nil, errHandOff
+	case i < 0:
+		l.noLive.Add(1)
 		return nil, ErrNoLivePeer
 	}
 	if r != nil {

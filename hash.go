@@ -1,6 +1,9 @@
 package balancer
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"sync/atomic"
+)
 
 // Hash in detail. Each iteration hashes the key, prefixed from the second
 // on by the iteration number, with CRC-32, adds bits 16-30 of it to a
@@ -24,11 +27,12 @@ import "hash/crc32"
 // retries follow nginx; backup peers are refused with ErrInvalidConfig, as
 // nginx refuses them.
 //
-// A pick is O(log n) under the picker's lock and allocates nothing. The
-// zero value is not usable; use NewHash. Hash is safe for concurrent use.
+// A pick is O(log n) a step and lock-free, but for nginx's round-robin
+// fallback, which takes the picker's lock; it allocates nothing. The zero
+// value is not usable; use NewHash. Hash is safe for concurrent use.
 type Hash struct {
 	peerSet
-	walk weightWalk // guarded by mu
+	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
 var _ Picker = (*Hash)(nil)
@@ -38,18 +42,23 @@ var _ Picker = (*Hash)(nil)
 // first peer i whose cumulative weight cum[i] (weights 0..i summed) passes
 // w, which a binary search finds in O(log n). Peers of weight 0 add nothing
 // to the sum and are never landed on.
+// A walk is an immutable snapshot of one peer list, read by lock-free
+// picks.
 type weightWalk struct {
+	list  *peerList
 	cum   []int64
 	total int64
 }
 
-func (w *weightWalk) build(peers []*Peer) {
-	w.cum = w.cum[:0]
-	w.total = 0
-	for _, p := range peers {
+// newWeightWalk returns the walk over l's primaries (the hash methods have
+// no backups).
+func newWeightWalk(l *peerList) *weightWalk {
+	w := &weightWalk{list: l, cum: make([]int64, len(l.primary))}
+	for i, p := range l.primary {
 		w.total += p.weight.Load()
-		w.cum = append(w.cum, w.total)
+		w.cum[i] = w.total
 	}
+	return w
 }
 
 // find returns the peer index for an offset x < total.
@@ -77,7 +86,7 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 		return nil, err
 	}
 	h := &Hash{}
-	if err := h.init(peers, cfg, func(l *peerList) { h.walk.build(l.primary) }); err != nil {
+	if err := h.init(peers, cfg, func(l *peerList) { h.walk.Store(newWeightWalk(l)) }); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -105,29 +114,35 @@ func (h *Hash) Update(snapshot []*Peer) error {
 // sequence when that one is not eligible, and counts the attempt in flight
 // until Done.
 func (h *Hash) Pick(r *Request) (*Peer, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	w := h.walk.Load()
 	clk := lazyClock{now: h.now}
-	return pickFrame(h.load(), r, func(peers []*Peer, _ bool) int {
-		if r == nil || r.key == "" || h.walk.total == 0 {
-			return fallbackLocked(peers, r, &clk)
+	p, err := pickFrame(w.list, r, func(peers []*Peer, _ bool) int {
+		if r == nil || r.key == "" || w.total == 0 {
+			return handOff
 		}
 		if hs, _ := r.hashState(nil); hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, &clk)
+			return handOff
 		}
-		return h.hashLocked(peers, r, &clk)
+		return hashWalk(w, peers, r, &clk)
 	})
+	if err == errHandOff {
+		return h.roundRobin(r)
+	}
+	return p, err
 }
 
-// hashLocked is the loop of ngx_http_upstream_get_hash_peer:
+// hashWalk is the loop of ngx_http_upstream_get_hash_peer:
 //
 //	h = crc32([REHASH] KEY)          // REHASH: decimal, omitted while 0
 //	hash += (h >> 16) & 0x7fff; rehash++
 //	w = hash % total_weight          // then the weight walk
 //
 // iterating while the peer is tried or not eligible, each such iteration a
-// try; past 20 tries, round robin. Requires h.mu.
-func (h *Hash) hashLocked(peers []*Peer, r *Request, clk *lazyClock) int {
+// try; past 20 tries it returns handOff, for round robin. Lock-free: the
+// walk is a snapshot, the state is the request's, and take claims the
+// peer's slot and probe atomically, a peer a concurrent pick has just
+// filled counting as a try, as a full peer does.
+func hashWalk(w *weightWalk, peers []*Peer, r *Request, clk *lazyClock) int {
 	for {
 		var c uint32
 		if r.hs.rehash > 0 {
@@ -136,12 +151,12 @@ func (h *Hash) hashLocked(peers []*Peer, r *Request, clk *lazyClock) int {
 		c = crc32String(c, r.key)
 		r.hs.hash += uint64(c>>16) & 0x7fff
 		r.hs.rehash++
-		i := h.walk.find(int64(r.hs.hash % uint64(h.walk.total)))
-		if p := peers[i]; !r.isTried(i) && p.eligible(clk) {
-			return takeLocked(p, clk)
+		i := w.find(int64(r.hs.hash % uint64(w.total)))
+		if p := peers[i]; !r.isTried(i) && p.eligible(clk) && p.take(clk) {
+			return i
 		}
 		if r.hs.tries++; r.hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, clk)
+			return handOff
 		}
 	}
 }

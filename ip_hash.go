@@ -1,6 +1,9 @@
 package balancer
 
-import "net/netip"
+import (
+	"net/netip"
+	"sync/atomic"
+)
 
 // IPHash in detail. The hash starts at 89; each iteration folds the
 // address bytes in, hash = (hash·113 + byte) mod 6271, and takes hash mod
@@ -22,12 +25,13 @@ import "net/netip"
 // affinity without a key of your own. Failures, down, max_conns and retries
 // follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// A pick is O(log n) under the picker's lock and allocates nothing. The
-// zero value is not usable; use NewIPHash. IPHash is safe for concurrent
+// A pick is O(log n) a step and lock-free, but for nginx's round-robin
+// fallback, which takes the picker's lock; it allocates nothing. The zero
+// value is not usable; use NewIPHash. IPHash is safe for concurrent
 // use.
 type IPHash struct {
 	peerSet
-	walk weightWalk // guarded by mu
+	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
 var _ Picker = (*IPHash)(nil)
@@ -46,7 +50,7 @@ func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 		return nil, err
 	}
 	h := &IPHash{}
-	if err := h.init(peers, cfg, func(l *peerList) { h.walk.build(l.primary) }); err != nil {
+	if err := h.init(peers, cfg, func(l *peerList) { h.walk.Store(newWeightWalk(l)) }); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -74,20 +78,23 @@ func (h *IPHash) Update(snapshot []*Peer) error {
 // the address's sequence when that one is not eligible, and counts the
 // attempt in flight until Done.
 func (h *IPHash) Pick(r *Request) (*Peer, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	w := h.walk.Load()
 	clk := lazyClock{now: h.now}
 	var spare hashState
-	return pickFrame(h.load(), r, func(peers []*Peer, _ bool) int {
+	p, err := pickFrame(w.list, r, func(peers []*Peer, _ bool) int {
 		hs, fresh := r.hashState(&spare)
 		if fresh {
 			hs.hash = ipHashStart
 		}
-		if h.walk.total == 0 || hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, &clk)
+		if w.total == 0 || hs.tries > maxHashTries {
+			return handOff
 		}
-		return h.hashLocked(peers, r, hs, &clk)
+		return ipHashWalk(w, peers, r, hs, &clk)
 	})
+	if err == errHandOff {
+		return h.roundRobin(r)
+	}
+	return p, err
 }
 
 // ipKey returns the bytes ip_hash folds in for r's address: three of an
@@ -109,9 +116,9 @@ func ipKey(r *Request) (b [16]byte, n int) {
 	return b, 3
 }
 
-// hashLocked is the loop of ngx_http_upstream_get_ip_hash_peer. Requires
-// h.mu.
-func (h *IPHash) hashLocked(peers []*Peer, r *Request, hs *hashState, clk *lazyClock) int {
+// ipHashWalk is the loop of ngx_http_upstream_get_ip_hash_peer, lock-free
+// as hashWalk is; past 20 tries it returns handOff, for round robin.
+func ipHashWalk(w *weightWalk, peers []*Peer, r *Request, hs *hashState, clk *lazyClock) int {
 	key, n := ipKey(r)
 	hash := hs.hash
 	for {
@@ -119,12 +126,12 @@ func (h *IPHash) hashLocked(peers []*Peer, r *Request, hs *hashState, clk *lazyC
 			hash = (hash*113 + uint64(b)) % 6271
 		}
 		hs.hash = hash
-		i := h.walk.find(int64(hash % uint64(h.walk.total)))
-		if p := peers[i]; !r.isTried(i) && p.eligible(clk) {
-			return takeLocked(p, clk)
+		i := w.find(int64(hash % uint64(w.total)))
+		if p := peers[i]; !r.isTried(i) && p.eligible(clk) && p.take(clk) {
+			return i
 		}
 		if hs.tries++; hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, clk)
+			return handOff
 		}
 	}
 }

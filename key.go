@@ -134,6 +134,20 @@ func refuseBackups(picker string, peers []*Peer) error {
 	return nil
 }
 
+// roundRobin hands r to nginx's smooth round-robin, as the hash and random
+// methods do (get_rr_peer) for an empty key, a total weight of 0 or past 20
+// fruitless tries: the frame again, under the lock, on the list current
+// there, around fallbackLocked. Their lock-free picks return handOff to
+// their frame and then call it.
+func (s *peerSet) roundRobin(r *Request) (*Peer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clk := lazyClock{now: s.now}
+	return pickFrame(s.load(), r, func(peers []*Peer, _ bool) int {
+		return fallbackLocked(peers, r, &clk)
+	})
+}
+
 // fallbackLocked is nginx's ngx_http_upstream_get_round_robin_peer as the
 // hash and random methods call it, on the same per-request state, past the
 // single-server rule pickFrame applies: the smooth scan over the peers

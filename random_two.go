@@ -126,7 +126,7 @@ func (b *randomPicker) changedLocked(l *peerList) {
 }
 
 // pick runs the frame lock-free around nginx's draws, one peer (random) or
-// two (random two), which return the index of the peer taken, or -1 to
+// two (random two), which return the index of the peer taken, or handOff to
 // hand the request to round robin. nginx's random module hands a request to
 // round robin for a single peer (the frame's rule), a total weight of 0 and
 // past 20 fruitless draws. The draws are chosen by a flag, not passed as a
@@ -135,39 +135,20 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 	t := b.table.Load()
 	clk := lazyClock{now: b.now}
 	var spare hashState
-	fall := false
 	p, err := pickFrame(t.list, r, func(_ []*Peer, _ bool) int {
 		hs, _ := r.hashState(&spare)
 		if t.total == 0 || hs.tries > maxHashTries {
-			fall = true
 			return handOff
 		}
-		var i int
 		if two {
-			i = b.drawTwo(t, r, hs, &clk)
-		} else {
-			i = b.drawOne(t, r, hs, &clk)
+			return b.drawTwo(t, r, hs, &clk)
 		}
-		if fall = i < 0; fall {
-			return handOff
-		}
-		return i
+		return b.drawOne(t, r, hs, &clk)
 	})
-	if fall {
-		return b.fallback(r)
+	if err == errHandOff {
+		return b.roundRobin(r)
 	}
 	return p, err
-}
-
-// fallback is the round-robin fallback: the frame again, under the lock,
-// on the list current there, around nginx's smooth scan.
-func (b *randomPicker) fallback(r *Request) (*Peer, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	clk := lazyClock{now: b.now}
-	return pickFrame(b.load(), r, func(peers []*Peer, _ bool) int {
-		return fallbackLocked(peers, r, &clk)
-	})
 }
 
 // Pick draws a peer by weight until one is eligible and untried, and counts
@@ -183,7 +164,7 @@ func (b *randomPicker) drawOne(t *randomTable, r *Request, hs *hashState, clk *l
 			return i
 		}
 		if hs.tries++; hs.tries > maxHashTries {
-			return -1
+			return handOff
 		}
 	}
 }
@@ -218,7 +199,7 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 			}
 		}
 		if hs.tries++; hs.tries > maxHashTries {
-			return -1
+			return handOff
 		}
 	}
 }

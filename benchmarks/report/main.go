@@ -609,8 +609,8 @@ a time.
 | RandomWeighted, Random, RandomTwo | the chosen peer's slots word (the generator is per thread) | the peer's slots word | no shared write: throughput grows with cores while n ≫ cores; with n close to the core count, picks collide on peer lines and each pays about one transfer. |
 | P2CPeakEWMA | the chosen peer's slots word | the peer's slots word and its estimate (compare-and-swap) and stamp | as RandomTwo, plus two peer lines read that other cores write: about two coherence misses a pick at high core counts, still no shared line. |
 | FastestFirst above 32 peers | the chosen peer's slots word (and its since stamp when it was idle) | the peer's slots word and estimate; a recompute, only when an estimate leaves its band, rewrites the table under the lock | as P2CPeakEWMA while estimates stay in their bands; recomputes serialize, O(n) each. |
-| LeastConn; FastestFirst up to 32 peers; Hash, IPHash; ConsistentHash retries | the picker's mutex (twice) and the current weights of tied peers | the peer's slots word; failures take the mutex | every pick serializes on the mutex line: throughput flat at about 1/(critical section + transfer), falling under contention past a few cores. RandomTwo is the scalable alternative to LeastConn. |
-| ConsistentHash, first attempt to a healthy peer | the chosen peer's slots word | the peer's slots word | as RandomTwo. |
+| LeastConn; FastestFirst up to 32 peers; ConsistentHash retries and bounded loads | the picker's mutex (twice) and the current weights of tied peers | the peer's slots word; failures take the mutex | every pick serializes on the mutex line: throughput flat at about 1/(critical section + transfer), falling under contention past a few cores. RandomTwo is the scalable alternative to LeastConn. |
+| Hash, IPHash; ConsistentHash, first attempt to a healthy peer | the chosen peer's slots word | the peer's slots word | as RandomTwo; the round-robin fallback (no key, 20 fruitless steps) takes the mutex. |
 `
 
 // notes explains the design behind the numbers; it states no measurement.
