@@ -53,6 +53,7 @@ func TestReadme(t *testing.T) {
 	if *updateReadme {
 		require.NoError(t, os.WriteFile(path, []byte(readme), 0o644))
 	}
+	assert.NotContains(t, readme, "PLACEHOLDER", "a section of the README was never written")
 }
 
 // TestReadmeSnippets checks that each code block the README marks with
