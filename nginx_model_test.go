@@ -193,6 +193,21 @@ func (m *ngxModel) getPeer(peers []*ngxPeer, now int64) *ngxPeer {
 }
 
 func (m *ngxModel) free(p *ngxPeer, failed bool, now int64) {
+	m.freeWith(p, failed, now, func(p *ngxPeer) {
+		if p.maxFails != 0 {
+			p.ew -= p.w / p.maxFails
+		}
+		if p.ew < 0 {
+			p.ew = 0
+		}
+	})
+}
+
+// freeWith is ngx_http_upstream_free_round_robin_peer around the failure
+// penalty, which is all that differs between nginx versions: nginx 1.22.1
+// lowers the effective weight (ngxModel.free), nginx 1.2.0 the current one
+// (classicModel.free).
+func (m *ngxModel) freeWith(p *ngxPeer, failed bool, now int64, penalize func(*ngxPeer)) {
 	if m.single {
 		p.fails = 0
 		return
@@ -200,12 +215,7 @@ func (m *ngxModel) free(p *ngxPeer, failed bool, now int64) {
 	if failed {
 		p.fails++
 		p.accessed, p.checked = now, now
-		if p.maxFails != 0 {
-			p.ew -= p.w / p.maxFails
-		}
-		if p.ew < 0 {
-			p.ew = 0
-		}
+		penalize(p)
 		return
 	}
 	if p.accessed < p.checked {
