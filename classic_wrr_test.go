@@ -542,21 +542,11 @@ func (m *classicModel) getPeer(list []*ngxPeer, now int64) *ngxPeer {
 }
 
 func (m *classicModel) free(p *ngxPeer, failed bool, now int64) {
-	if m.single {
-		p.fails = 0
-		return
-	}
-	if failed {
-		p.fails++
-		p.accessed, p.checked = now, now
+	m.freeWith(p, failed, now, func(p *ngxPeer) {
 		if p.maxFails != 0 {
 			p.cw = max(0, p.cw-p.w/p.maxFails)
 		}
-		return
-	}
-	if p.accessed < p.checked {
-		p.fails = 0
-	}
+	})
 }
 
 // TestClassicWRR_roundMatchesScan checks classicRound, which keeps nginx

@@ -35,44 +35,68 @@ type nginxCase struct {
 	Trace   []string `json:"trace"`
 }
 
-// block returns the case's upstream block and the set of dead servers.
+// block returns the case's upstream block, server i named by letter, and
+// the set of dead servers.
 func (c nginxCase) block() (string, map[string]bool) {
+	return vectorBlock(c.Servers, func(i int) string { return string(rune('a' + i)) })
+}
+
+// vectorServer splits a vector's server parameters: a leading "dead" marks
+// a server whose port refused every connection.
+func vectorServer(spec string) (params string, dead bool) {
+	params, dead = strings.CutPrefix(spec, "dead")
+	return strings.TrimSpace(params), dead
+}
+
+// vectorBlock returns the upstream block "back" of a vector's servers,
+// server i at addr(i), and the set of dead servers' addresses.
+func vectorBlock(servers []string, addr func(i int) string) (string, map[string]bool) {
 	var b strings.Builder
 	dead := map[string]bool{}
 	b.WriteString("upstream back {\n")
-	for i, params := range c.Servers {
-		addr := string(rune('a' + i))
-		if rest, ok := strings.CutPrefix(params, "dead"); ok {
-			dead[addr+":80"] = true // nginx logs `server a;` as a:80
-			params = rest
-		}
-		fmt.Fprintf(&b, "    server %s %s;\n", addr, params)
+	for i, spec := range servers {
+		params, isDead := vectorServer(spec)
+		dead[addr(i)] = isDead
+		fmt.Fprintf(&b, "    server %s %s;\n", addr(i), params)
 	}
 	b.WriteString("}\n")
 	return b.String(), dead
+}
+
+// readVectors decodes every line of a vectors file, one JSON case per line,
+// in order: case i is line i+1.
+func readVectors[V any](t *testing.T, file string) []V {
+	t.Helper()
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	var vs []V
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var v V
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &v), "%s:%d", file, len(vs)+1)
+		vs = append(vs, v)
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, vs, "no cases in %s", file)
+	return vs
 }
 
 // replayNginx replays every case of a vectors file through upstream.Parse,
 // a picker from newPicker on a clock that never moves (nginx ran each case
 // far inside every fail_timeout), and upstream.Trace.
 func replayNginx[P balancer.Picker](t *testing.T, file string, newPicker func([]*balancer.Peer, ...balancer.Option) (P, error)) {
-	f, err := os.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
 	clock := balancer.WithClock(func() time.Time { return time.Unix(1_700_000_000, 0) })
-	sc := bufio.NewScanner(f)
-	line := 0
-	for sc.Scan() {
-		line++
-		var c nginxCase
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &c), "%s:%d", file, line)
-		t.Run(fmt.Sprintf("%d:%s", line, strings.Join(c.Servers, "|")), func(t *testing.T) {
+	for k, c := range readVectors[nginxCase](t, file) {
+		t.Run(fmt.Sprintf("%d:%s", k+1, strings.Join(c.Servers, "|")), func(t *testing.T) {
 			src, dead := c.block()
 			b, err := upstream.Parse(file, []byte(src))
 			require.NoError(t, err)
 			p, err := newPicker(b.Peers(), clock)
 			require.NoError(t, err)
-			got, err := upstream.Trace(p, b.Name, c.N, func(addr string) bool { return dead[addr] })
+			// nginx logs `server a;` as a:80.
+			got, err := upstream.Trace(p, b.Name, c.N, func(addr string) bool { return dead[strings.TrimSuffix(addr, ":80")] })
 			require.NoError(t, err)
 			for i := range got {
 				got[i] = strings.ReplaceAll(got[i], ":80", "") // the vectors name servers by letter
@@ -80,6 +104,4 @@ func replayNginx[P balancer.Picker](t *testing.T, file string, newPicker func([]
 			assert.Equal(t, c.Trace, got, "trace of\n%s", src)
 		})
 	}
-	require.NoError(t, sc.Err())
-	require.Positive(t, line, "no cases in %s", file)
 }

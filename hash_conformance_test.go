@@ -1,12 +1,9 @@
 package balancer_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,19 +31,7 @@ type hashCase struct {
 // block returns the case's upstream block, with server i at
 // 127.0.0.1:(base+1+i), the text nginx hashed, and the dead addresses.
 func (c hashCase) block() (string, map[string]bool) {
-	var b strings.Builder
-	dead := map[string]bool{}
-	b.WriteString("upstream back {\n")
-	for i, params := range c.Servers {
-		addr := fmt.Sprintf("127.0.0.1:%d", c.Base+1+i)
-		if rest, ok := strings.CutPrefix(params, "dead"); ok {
-			dead[addr] = true
-			params = rest
-		}
-		fmt.Fprintf(&b, "    server %s %s;\n", addr, params)
-	}
-	b.WriteString("}\n")
-	return b.String(), dead
+	return vectorBlock(c.Servers, func(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.Base+1+i) })
 }
 
 // TestConformanceHash replays every recorded case of nginx 1.22.1's hash,
@@ -55,18 +40,10 @@ func (c hashCase) block() (string, map[string]bool) {
 // retried with the same Request, as nginx's proxy_next_upstream does.
 func TestConformanceHash(t *testing.T) {
 	const file = "testdata/nginx-1.22.1-hash.jsonl"
-	f, err := os.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
 	clock := balancer.WithClock(func() time.Time { return time.Unix(1_700_000_000, 0) })
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	line := 0
 	methods := map[string]int{}
-	for sc.Scan() {
-		line++
-		var c hashCase
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &c), "%s:%d", file, line)
+	for k, c := range readVectors[hashCase](t, file) {
+		line := k + 1
 		require.Len(t, c.Trace, len(c.Keys), "%s:%d", file, line)
 		methods[c.Method]++
 		t.Run(fmt.Sprintf("%d:%s:%s", line, c.Method, strings.Join(c.Servers, "|")), func(t *testing.T) {
@@ -105,7 +82,6 @@ func TestConformanceHash(t *testing.T) {
 			assert.Equal(t, c.Trace, got, "trace of\n%s", src)
 		})
 	}
-	require.NoError(t, sc.Err())
 	assert.Equal(t, map[string]int{"hash $arg_k": 8, "hash $arg_k consistent": 5, "ip_hash": 5}, methods)
 }
 

@@ -27,16 +27,33 @@ var _ = declareTraits("IPHash", fuzzTrait{zeroWeight: zwAny})
 
 // The derivations below restate nginx 1.22.1's hash methods from the
 // reference text, independently of the code under test: plain loops, the
-// standard library's CRC-32, no shared helper.
+// standard library's CRC-32, no helper shared with the code under test.
+
+// refWalk walks w (0 <= w < the total weight) along the weights, as nginx's
+// hash methods do: the first peer whose weight exceeds what is left of w.
+func refWalk(weights []int, w int) int {
+	p := 0
+	for w >= weights[p] {
+		w -= weights[p]
+		p++
+	}
+	return p
+}
+
+// refTotal is the sum of the weights.
+func refTotal(weights []int) int {
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	return total
+}
 
 // refHashCandidates returns the peer index each of the first n iterations
 // of nginx's `hash KEY` lands on: h = crc32([REHASH] KEY), hash += (h >> 16)
 // & 0x7fff, then hash % total walked along the weights.
 func refHashCandidates(key string, weights []int, n int) []int {
-	total := 0
-	for _, w := range weights {
-		total += w
-	}
+	total := refTotal(weights)
 	var out []int
 	var hash uint64
 	for rehash := 0; rehash < n; rehash++ {
@@ -45,13 +62,7 @@ func refHashCandidates(key string, weights []int, n int) []int {
 			text = strconv.Itoa(rehash) + key
 		}
 		hash += uint64(crc32.ChecksumIEEE([]byte(text))>>16) & 0x7fff
-		w := int(hash % uint64(total))
-		p := 0
-		for w >= weights[p] {
-			w -= weights[p]
-			p++
-		}
-		out = append(out, p)
+		out = append(out, refWalk(weights, int(hash%uint64(total))))
 	}
 	return out
 }
@@ -59,10 +70,7 @@ func refHashCandidates(key string, weights []int, n int) []int {
 // refIPCandidates is the same for ip_hash: hash = 89, then per iteration
 // hash = (hash·113 + b) % 6271 over 3 bytes of IPv4, 16 of IPv6.
 func refIPCandidates(addr netip.Addr, weights []int, n int) []int {
-	total := 0
-	for _, w := range weights {
-		total += w
-	}
+	total := refTotal(weights)
 	var key []byte
 	switch {
 	case addr.Is4():
@@ -80,13 +88,7 @@ func refIPCandidates(addr netip.Addr, weights []int, n int) []int {
 		for _, b := range key {
 			hash = (hash*113 + int(b)) % 6271
 		}
-		w := hash % total
-		p := 0
-		for w >= weights[p] {
-			w -= weights[p]
-			p++
-		}
-		out = append(out, p)
+		out = append(out, refWalk(weights, hash%total))
 	}
 	return out
 }
@@ -242,19 +244,11 @@ func TestHash_twentyTries(t *testing.T) {
 	require.NoError(t, err)
 	var r Request
 	r.SetKey(key)
-	p := mustHashPick(t, h, &r)
+	p := mustPick(t, h, &r)
 	assert.Equal(t, peers[0], p, "round robin after 20 tries")
 	assert.EqualValues(t, 21, r.hs.tries)
 	require.NoError(t, h.Done(p, Outcome{Failed: true}))
-	assert.Equal(t, peers[1], mustHashPick(t, h, &r), "the retry stays in round robin")
-}
-
-func mustHashPick(t *testing.T, p Picker, r *Request) *Peer {
-	t.Helper()
-	peer, err := p.Pick(r)
-	require.NoError(t, err)
-	require.NotNil(t, peer)
-	return peer
+	assert.Equal(t, peers[1], mustPick(t, h, &r), "the retry stays in round robin")
 }
 
 // TestHashPickers_roundRobinWithoutKey: an empty key or a nil Request is
@@ -280,7 +274,7 @@ func TestHashPickers_roundRobinWithoutKey(t *testing.T) {
 					if !nilReq {
 						r = &Request{}
 					}
-					peer := mustHashPick(t, p, r)
+					peer := mustPick(t, p, r)
 					got = append(got, peer.Addr())
 					require.NoError(t, p.Done(peer, Outcome{}))
 				}
@@ -324,7 +318,7 @@ func TestIPHash_derivedSequence(t *testing.T) {
 				}
 			}
 			require.GreaterOrEqual(t, want, 0)
-			got := mustHashPick(t, h, &r)
+			got := mustPick(t, h, &r)
 			require.Equal(t, peers[want], got, "addr %v attempt %d", a, attempt)
 			tried[want] = true
 			require.NoError(t, h.Done(got, Outcome{Failed: attempt == 0}))
@@ -333,11 +327,11 @@ func TestIPHash_derivedSequence(t *testing.T) {
 	// A /24 shares a peer: only three bytes count.
 	r.Reset()
 	r.SetAddr(netip.MustParseAddr("10.1.2.3"))
-	a := mustHashPick(t, h, &r)
+	a := mustPick(t, h, &r)
 	require.NoError(t, h.Done(a, Outcome{}))
 	r.Reset()
 	r.SetAddr(netip.MustParseAddr("10.1.2.200"))
-	assert.Equal(t, a, mustHashPick(t, h, &r))
+	assert.Equal(t, a, mustPick(t, h, &r))
 }
 
 // TestConsistentHash_derivedRing checks every pick against the reference
@@ -360,14 +354,14 @@ func TestConsistentHash_derivedRing(t *testing.T) {
 		key := "user:" + strconv.Itoa(k)
 		r.Reset()
 		r.SetKey(key)
-		first := mustHashPick(t, c, &r)
+		first := mustPick(t, c, &r)
 		require.Equal(t, peers[ring.at(key, 0)], first, "key %q", key)
 		require.NoError(t, c.Done(first, Outcome{Failed: true}))
 		skip := 1
 		for ring.at(key, skip) == ring.at(key, 0) {
 			skip++
 		}
-		second := mustHashPick(t, c, &r)
+		second := mustPick(t, c, &r)
 		require.Equal(t, peers[ring.at(key, skip)], second, "retry of key %q", key)
 		require.NoError(t, c.Done(second, Outcome{}))
 	}
@@ -395,7 +389,7 @@ func TestConsistentHash_sharedText(t *testing.T) {
 	for range 4 {
 		var r Request
 		r.SetKey(key)
-		p := mustHashPick(t, c, &r)
+		p := mustPick(t, c, &r)
 		got = append(got, p.Addr())
 		require.NoError(t, c.Done(p, Outcome{}))
 	}
@@ -472,7 +466,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 				var r Request
 				r.SetKey(strconv.Itoa(k))
 				r.SetAddr(netip.AddrFrom4([4]byte{10, byte(k), byte(k), 1}))
-				got := mustHashPick(t, p, &r)
+				got := mustPick(t, p, &r)
 				require.NotEqual(t, peers[0], got)
 				require.NoError(t, p.Done(got, Outcome{}))
 			}
@@ -480,7 +474,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 			require.NoError(t, err)
 			var r Request
 			r.SetKey("x")
-			assert.Equal(t, "p0", mustHashPick(t, zero, &r).Addr())
+			assert.Equal(t, "p0", mustPick(t, zero, &r).Addr())
 		})
 	}
 }
@@ -602,7 +596,7 @@ func TestConsistentHash_effectiveWeightRecovers(t *testing.T) {
 	pick := func() *Peer {
 		r.Reset()
 		r.SetKey("user:42")
-		return mustHashPick(t, c, &r)
+		return mustPick(t, c, &r)
 	}
 	a := pick()
 	require.NoError(t, c.Done(a, Outcome{Failed: true}))

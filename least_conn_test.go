@@ -387,9 +387,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 				for _, m := range model.all() {
 					st := byAddr[m.addr].State()
 					require.Equal(t, model.conns[m], int64(st.InFlight), "step %d peer %s in flight", step, m.addr)
-					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
-					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
-					require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+					requireModelState(t, step, m, st)
 				}
 			}
 			for _, a := range held {

@@ -8,18 +8,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // This file records what a real nginx does: it runs one nginx in the
@@ -488,4 +493,141 @@ func (b *nginxBatch) readLog() error {
 		}
 	}
 	return nil
+}
+
+// liveRun is one live test: the nginx binary, the test's deadline, and for
+// a test of random configurations its seed and the mismatches so far.
+type liveRun struct {
+	t          *testing.T
+	ctx        context.Context
+	bin        string
+	seed       uint64
+	mismatches int
+}
+
+// liveNginx skips the test in -short mode or without nginx, and otherwise
+// gives it liveTimeLimit.
+func liveNginx(t *testing.T) *liveRun {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("live nginx test skipped in -short mode")
+	}
+	bin, ok := findNginx()
+	if !ok {
+		t.Skip("nginx not found on PATH or at /usr/sbin/nginx: install nginx (Debian package nginx-core) to run the live differential test")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), liveTimeLimit)
+	t.Cleanup(cancel)
+	return &liveRun{t: t, ctx: ctx, bin: bin}
+}
+
+// drawSeed takes the seed of -nginx.seed, or draws one, and logs how to
+// rerun the test with it.
+func (l *liveRun) drawSeed() {
+	l.seed = *nginxSeed
+	if l.seed == 0 {
+		l.seed = rand.Uint64()
+	}
+	l.t.Logf("%s, seed %d (rerun: go test -run '%s$' . -nginx.seed=%d)", l.bin, l.seed, l.t.Name(), l.seed)
+}
+
+// batches runs n batches of perBatch random configurations, each batch on
+// one nginx. Configuration id = batch*perBatch+k is drawn by draw(rng, k)
+// from its own stream, so that each can be regenerated from the seed and
+// its number alone; check gets what nginx did with it and the library's
+// trace (libraryTrace, random pickers seeded with seed^id).
+func (l *liveRun) batches(n, perBatch int, draw func(rng *rand.Rand, k int) liveCase, check func(id int, r liveResult, c liveCase, got []string)) {
+	for batch := range n {
+		cases := make([]liveCase, perBatch)
+		for k := range cases {
+			cases[k] = draw(rand.New(rand.NewPCG(l.seed, uint64(batch*perBatch+k))), k)
+		}
+		results, err := runNginx(l.ctx, l.t, l.bin, cases)
+		require.NoError(l.t, err, "seed %d, batch %d", l.seed, batch)
+		for k, r := range results {
+			id := batch*perBatch + k
+			got, err := libraryTrace(r, cases[k], l.seed^uint64(id))
+			require.NoError(l.t, err, "seed %d, configuration %d:\n%s", l.seed, id, r.block)
+			check(id, r, cases[k], got)
+		}
+	}
+}
+
+// compare checks that the library tried the servers nginx tried, request
+// for request, reporting the first liveMismatches configurations that
+// differ in full and counting the rest.
+func (l *liveRun) compare(id int, r liveResult, c liveCase, got []string) {
+	if slices.Equal(r.trace, got) {
+		return
+	}
+	l.mismatches++
+	if l.mismatches <= liveMismatches {
+		// One line per trace, requests separated by "|": the expected
+		// one is nginx's.
+		assert.Equal(l.t, strings.Join(r.letterTrace(r.trace), " | "), strings.Join(r.letterTrace(got), " | "),
+			"seed %d, configuration %d: library differs from nginx\n%s", l.seed, id, describeMismatch(r, c, got))
+	}
+}
+
+// reportHidden fails the test for the mismatches compare counted but did
+// not show.
+func (l *liveRun) reportHidden() {
+	if l.mismatches > liveMismatches {
+		l.t.Errorf("%d more mismatching configurations not shown", l.mismatches-liveMismatches)
+	}
+}
+
+// replay runs recorded cases on the live nginx and checks that each gives
+// back its recorded trace, want[k] in letters.
+func (l *liveRun) replay(cases []liveCase, want [][]string) {
+	results, err := runNginx(l.ctx, l.t, l.bin, cases)
+	require.NoError(l.t, err)
+	for k, r := range results {
+		assert.Equal(l.t, want[k], r.letterTrace(r.trace), "vector %d: %s",
+			k+1, strings.TrimSpace(cases[k].method+" "+specs(cases[k])))
+	}
+}
+
+// liveServers reads the servers of a recorded vector.
+func liveServers(specs []string) []liveServer {
+	servers := make([]liveServer, len(specs))
+	for i, spec := range specs {
+		servers[i].params, servers[i].dead = vectorServer(spec)
+	}
+	return servers
+}
+
+// specs writes a case in the notation of the recorded vectors, the servers
+// named a, b, ... in order.
+func specs(c liveCase) string {
+	parts := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		spec := s.params
+		if s.dead {
+			spec = strings.TrimSpace("dead " + spec)
+		}
+		parts[i] = fmt.Sprintf("%c: %q", 'a'+i, spec)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// describeMismatch shows a failing case in both notations, its keys and
+// client addresses if any, and where its traces part.
+func describeMismatch(r liveResult, c liveCase, got []string) string {
+	first := len(r.trace)
+	for i := range r.trace {
+		if i >= len(got) || r.trace[i] != got[i] {
+			first = i
+			break
+		}
+	}
+	var extra strings.Builder
+	if c.keys != nil {
+		fmt.Fprintf(&extra, "keys %q\n", c.keys)
+	}
+	if c.clients != nil {
+		fmt.Fprintf(&extra, "clients %v\n", c.clients)
+	}
+	return fmt.Sprintf("servers %s, %d requests, first difference at request %d\n%s%s",
+		specs(c), c.n, first+1, extra.String(), r.block)
 }

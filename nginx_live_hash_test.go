@@ -3,27 +3,16 @@
 package balancer_test
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/lbgo/balancer"
-	"github.com/lbgo/balancer/upstream"
 )
 
 // The hash live test's size: each batch, served by one nginx process, holds
@@ -58,71 +47,42 @@ var (
 // homogeneity per configuration, summed over the configurations of each
 // method, must give p > 0.001.
 func TestNginxLiveHash(t *testing.T) {
-	bin := skipUnlessNginx(t)
-	ctx, cancel := context.WithTimeout(t.Context(), liveTimeLimit)
-	defer cancel()
-
-	seed := *nginxSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("%s, seed %d (rerun: go test -run 'TestNginxLiveHash$' . -nginx.seed=%d)", bin, seed, seed)
-
+	l := liveNginx(t)
+	l.drawSeed()
 	start := time.Now()
-	perBatch := liveHashDet + liveHashRand
-	ran, mismatches := map[string]int{}, 0
+	ran := map[string]int{}
 	chi := map[string]*chiSum{}
 	for _, m := range liveRandom {
 		chi[m] = &chiSum{minP: 1}
 	}
-	for batch := range liveHashBatches {
-		cases := make([]liveCase, perBatch)
-		for k := range cases {
-			rng := rand.New(rand.NewPCG(seed, uint64(batch*perBatch+k)))
+	l.batches(liveHashBatches, liveHashDet+liveHashRand,
+		func(rng *rand.Rand, k int) liveCase {
 			if k < liveHashDet {
-				cases[k] = randomHashCase(rng, liveDeterministic[k%len(liveDeterministic)])
-			} else {
-				cases[k] = randomRandCase(rng, liveRandom[(k-liveHashDet)%len(liveRandom)])
+				return randomHashCase(rng, liveDeterministic[k%len(liveDeterministic)])
 			}
-		}
-		results, err := runNginx(ctx, t, bin, cases)
-		require.NoError(t, err, "seed %d, batch %d", seed, batch)
-		for k, r := range results {
-			c, id := cases[k], batch*perBatch+k
+			return randomRandCase(rng, liveRandom[(k-liveHashDet)%len(liveRandom)])
+		},
+		func(id int, r liveResult, c liveCase, got []string) {
 			ran[c.method]++
-			got, err := libraryHashTrace(r, c, seed^uint64(id))
-			require.NoError(t, err, "seed %d, configuration %d:\n%s", seed, id, r.block)
 			if s := chi[c.method]; s != nil {
-				x, df := homogeneity(r.letterTrace(r.trace), r.letterTrace(got))
-				s.add(x, df)
-				continue
+				s.add(homogeneity(r.letterTrace(r.trace), r.letterTrace(got)))
+				return
 			}
-			if slices.Equal(r.trace, got) {
-				continue
-			}
-			mismatches++
-			if mismatches <= liveMismatches {
-				assert.Equal(t, strings.Join(r.letterTrace(r.trace), " | "), strings.Join(r.letterTrace(got), " | "),
-					"seed %d, configuration %d: library differs from nginx\nkeys %q\nclients %v\n%s",
-					seed, id, c.keys, c.clients, describeMismatch(r, c, got))
-			}
-		}
-	}
-	if mismatches > liveMismatches {
-		t.Errorf("%d more mismatching configurations not shown", mismatches-liveMismatches)
-	}
+			l.compare(id, r, c, got)
+		})
+	l.reportHidden()
 	for _, m := range liveRandom {
 		s := chi[m]
 		p := chiSquareQ(s.x, s.df)
 		t.Logf("%s: chi-square %.1f on %d degrees of freedom over %d configurations of %d requests: p = %.3g (smallest p of one configuration %.3g)",
 			m, s.x, s.df, ran[m], liveRandN, p, s.minP)
-		assert.Greater(t, p, livePValue, "%s: the library's traces are not distributed as nginx's (seed %d)", m, seed)
+		assert.Greater(t, p, livePValue, "%s: the library's traces are not distributed as nginx's (seed %d)", m, l.seed)
 	}
 	total := 0
 	for _, n := range ran {
 		total += n
 	}
-	t.Logf("%d configurations on live nginx in %v (%v), %d mismatches", total, time.Since(start).Round(time.Millisecond), ran, mismatches)
+	t.Logf("%d configurations on live nginx in %v (%v), %d mismatches", total, time.Since(start).Round(time.Millisecond), ran, l.mismatches)
 }
 
 // randomHashCase draws one configuration of a deterministic method: 1 to 6
@@ -131,7 +91,7 @@ func TestNginxLiveHash(t *testing.T) {
 // these methods), 20 to 40 requests, and for each request a key (hash) or
 // a client address (ip_hash).
 func randomHashCase(r *rand.Rand, method string) liveCase {
-	c := randomServers(r, 6, 10)
+	c := randomServers(r, 6, 10, hashTimeouts, false)
 	c.method = method
 	c.n = 20 + r.IntN(21)
 	if method == "ip_hash" {
@@ -146,50 +106,18 @@ func randomHashCase(r *rand.Rand, method string) liveCase {
 // servers, weights 1..5, with down and dead servers as above, and
 // liveRandN requests.
 func randomRandCase(r *rand.Rand, method string) liveCase {
-	c := randomServers(r, 5, 5)
+	c := randomServers(r, 5, 5, hashTimeouts, false)
 	for len(c.servers) < 2 {
-		c = randomServers(r, 5, 5)
+		c = randomServers(r, 5, 5, hashTimeouts, false)
 	}
 	c.method = method
 	c.n = liveRandN
 	return c
 }
 
-// randomServers draws 1 to most servers (2 or more but one time in
-// sixteen), weights 1..maxWeight.
-func randomServers(r *rand.Rand, most, maxWeight int) liveCase {
-	n := 2 + r.IntN(most-1)
-	if r.IntN(16) == 0 {
-		n = 1
-	}
-	c := liveCase{servers: make([]liveServer, n)}
-	timeouts := []string{"10s", "15s", "30s", "1m", "2m"}
-	deadOneIn := 4
-	if r.IntN(4) == 0 {
-		deadOneIn = 2
-	}
-	for i := range c.servers {
-		var params []string
-		if r.IntN(5) > 0 {
-			params = append(params, "weight="+strconv.Itoa(1+r.IntN(maxWeight)))
-		}
-		if r.IntN(2) == 0 {
-			params = append(params, "max_fails="+strconv.Itoa(r.IntN(4)))
-		}
-		if r.IntN(3) == 0 {
-			params = append(params, "fail_timeout="+timeouts[r.IntN(len(timeouts))])
-		}
-		if r.IntN(10) == 0 {
-			// Requests are sequential, so at most one is in flight.
-			params = append(params, "max_conns="+strconv.Itoa(1+r.IntN(3)))
-		}
-		if r.IntN(10) == 0 {
-			params = append(params, "down")
-		}
-		c.servers[i] = liveServer{params: strings.Join(params, " "), dead: r.IntN(deadOneIn) == 0}
-	}
-	return c
-}
+// hashTimeouts are the fail_timeout values of the hash and random
+// configurations.
+var hashTimeouts = []string{"10s", "15s", "30s", "1m", "2m"}
 
 // randomKeys draws n keys from a pool of 1 to 15 random alphanumeric keys,
 // with an empty key (nginx's round-robin fallback) one time in ten.
@@ -230,53 +158,6 @@ func randomClients(r *rand.Rand, n int) []netip.Addr {
 		clients[i] = pool[r.IntN(len(pool))]
 	}
 	return clients
-}
-
-// libraryHashTrace runs the block nginx ran through upstream.Parse, the
-// library's picker for its method on a clock that never moves (random ones
-// seeded with seed), and upstream.TraceEach with each request's key or
-// client address, the dead servers failing every attempt.
-func libraryHashTrace(r liveResult, c liveCase, seed uint64) ([]string, error) {
-	b, err := upstream.Parse(r.name+".conf", []byte(r.block))
-	if err != nil {
-		return nil, err
-	}
-	fixed := time.Unix(1_700_000_000, 0)
-	clock := balancer.WithClock(func() time.Time { return fixed })
-	src := balancer.WithRand(rand.NewPCG(seed, 0x6e67696e78))
-	var p balancer.Picker
-	switch c.method {
-	case "hash $arg_k":
-		p, err = balancer.NewHash(b.Peers(), clock)
-	case "hash $arg_k consistent":
-		p, err = balancer.NewConsistentHash(b.Peers(), clock)
-	case "ip_hash":
-		p, err = balancer.NewIPHash(b.Peers(), clock)
-	case "random":
-		p, err = balancer.NewRandom(b.Peers(), clock, src)
-	case "random two":
-		p, err = balancer.NewRandomTwo(b.Peers(), clock, src)
-	default:
-		err = fmt.Errorf("no picker for method %q", c.method)
-	}
-	if err != nil {
-		return nil, err
-	}
-	dead := make(map[string]bool)
-	for i, s := range c.servers {
-		if s.dead {
-			dead[r.addrs[i]] = true
-		}
-	}
-	prepare := func(i int, req *balancer.Request) {
-		if c.keys != nil {
-			req.SetKey(c.keys[i])
-		}
-		if c.clients != nil {
-			req.SetAddr(c.clients[i])
-		}
-	}
-	return upstream.TraceEach(p, b.Name, c.n, func(addr string) bool { return dead[addr] }, prepare)
 }
 
 // chiSum adds up independent chi-square statistics: their sum is
@@ -462,31 +343,14 @@ func TestHomogeneity(t *testing.T) {
 // choose, so those vectors replay through balance trace and the conformance
 // test instead.)
 func TestNginxLiveHashRecorded(t *testing.T) {
-	bin := skipUnlessNginx(t)
-	ctx, cancel := context.WithTimeout(t.Context(), liveTimeLimit)
-	defer cancel()
-
-	f, err := os.Open(filepath.Join("testdata", "nginx-1.22.1-hash.jsonl"))
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skip("no recorded vectors in testdata")
-	}
-	require.NoError(t, err)
-	defer f.Close()
+	l := liveNginx(t)
 	var cases []liveCase
 	var want [][]string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var v hashCase
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &v))
+	for _, v := range readVectors[hashCase](t, filepath.Join("testdata", "nginx-1.22.1-hash.jsonl")) {
 		if strings.HasSuffix(v.Method, "consistent") {
 			continue
 		}
-		c := liveCase{n: len(v.Keys), method: v.Method}
-		for _, s := range v.Servers {
-			params, dead := strings.CutPrefix(s, "dead")
-			c.servers = append(c.servers, liveServer{params: strings.TrimSpace(params), dead: dead})
-		}
+		c := liveCase{n: len(v.Keys), method: v.Method, servers: liveServers(v.Servers)}
 		if v.Method == "ip_hash" {
 			for _, k := range v.Keys {
 				c.clients = append(c.clients, netip.MustParseAddr(k))
@@ -497,12 +361,6 @@ func TestNginxLiveHashRecorded(t *testing.T) {
 		cases = append(cases, c)
 		want = append(want, v.Trace)
 	}
-	require.NoError(t, sc.Err())
 	require.Len(t, cases, 13, "8 hash and 5 ip_hash vectors")
-
-	results, err := runNginx(ctx, t, bin, cases)
-	require.NoError(t, err)
-	for k, r := range results {
-		assert.Equal(t, want[k], r.letterTrace(r.trace), "vector %d: %s %s", k+1, cases[k].method, specs(cases[k]))
-	}
+	l.replay(cases, want)
 }

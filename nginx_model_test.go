@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,11 +14,18 @@ import (
 // weights from weight, max_fails 0 to 2, fail_timeout 1 to 5 s, and now and
 // then a backup or a down server. byAddr maps each address to its Peer.
 func randomCluster(rng *rand.Rand, model *ngxModel, weight func() int) (peers []*Peer, byAddr map[string]*Peer) {
+	return clusterOf(rng, model, 1+rng.IntN(6), 5, 8, weight)
+}
+
+// clusterOf is randomCluster with n servers, a backup one time in
+// backupOneIn (never the first) and a down server one in downOneIn. The
+// servers are named a, b, ..., z, then p26, p27, ....
+func clusterOf(rng *rand.Rand, model *ngxModel, n, backupOneIn, downOneIn int, weight func() int) (peers []*Peer, byAddr map[string]*Peer) {
 	byAddr = map[string]*Peer{}
-	for i := range 1 + rng.IntN(6) {
+	for i := range n {
 		w, mf, ft := weight(), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
-		backup := i > 0 && rng.IntN(5) == 0
-		down := rng.IntN(8) == 0
+		backup := i > 0 && rng.IntN(backupOneIn) == 0
+		down := rng.IntN(downOneIn) == 0
 		opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
 		if backup {
 			opts = append(opts, Backup())
@@ -26,12 +34,24 @@ func randomCluster(rng *rand.Rand, model *ngxModel, weight func() int) (peers []
 			opts = append(opts, Down())
 		}
 		addr := string(rune('a' + i))
+		if i >= 26 {
+			addr = "p" + strconv.Itoa(i)
+		}
 		p := NewPeer(addr, opts...)
 		peers = append(peers, p)
 		byAddr[addr] = p
 		model.add(addr, w, mf, int64(ft), backup, down)
 	}
 	return peers, byAddr
+}
+
+// requireModelState checks a peer's failures, effective weight and current
+// weight against the model's peer m after step.
+func requireModelState(t *testing.T, step int, m *ngxPeer, st PeerState) {
+	t.Helper()
+	require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
+	require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
+	require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
 }
 
 // requestAsModel serves one request on p and on model, attempt by attempt,
@@ -193,6 +213,21 @@ func (m *ngxModel) getPeer(peers []*ngxPeer, now int64) *ngxPeer {
 }
 
 func (m *ngxModel) free(p *ngxPeer, failed bool, now int64) {
+	m.freeWith(p, failed, now, func(p *ngxPeer) {
+		if p.maxFails != 0 {
+			p.ew -= p.w / p.maxFails
+		}
+		if p.ew < 0 {
+			p.ew = 0
+		}
+	})
+}
+
+// freeWith is ngx_http_upstream_free_round_robin_peer around the failure
+// penalty, which is all that differs between nginx versions: nginx 1.22.1
+// lowers the effective weight (ngxModel.free), nginx 1.2.0 the current one
+// (classicModel.free).
+func (m *ngxModel) freeWith(p *ngxPeer, failed bool, now int64, penalize func(*ngxPeer)) {
 	if m.single {
 		p.fails = 0
 		return
@@ -200,12 +235,7 @@ func (m *ngxModel) free(p *ngxPeer, failed bool, now int64) {
 	if failed {
 		p.fails++
 		p.accessed, p.checked = now, now
-		if p.maxFails != 0 {
-			p.ew -= p.w / p.maxFails
-		}
-		if p.ew < 0 {
-			p.ew = 0
-		}
+		penalize(p)
 		return
 	}
 	if p.accessed < p.checked {

@@ -75,7 +75,7 @@ func TestRandomTwo_choice(t *testing.T) {
 				peers[i].slots.Store(c)
 			}
 			var r Request
-			got := mustHashPick(t, b, &r)
+			got := mustPick(t, b, &r)
 			assert.Equal(t, peers[tc.want], got)
 			assert.Equal(t, tc.wantTries, r.hs.tries)
 			assert.Equal(t, tc.conns[tc.want]+1, got.inFlight())
@@ -99,7 +99,7 @@ func TestRandomPickers_twentyTries(t *testing.T) {
 	rnd, err := NewRandom(peers, hkClock(), WithRand(hkSource(draw4(ks...))))
 	require.NoError(t, err)
 	var r Request
-	assert.Equal(t, peers[0], mustHashPick(t, rnd, &r))
+	assert.Equal(t, peers[0], mustPick(t, rnd, &r))
 	assert.EqualValues(t, 21, r.hs.tries, "21 draws on a down peer, then round robin")
 
 	peers2 := hkPeers(1, 1, 1, 1)
@@ -109,7 +109,7 @@ func TestRandomPickers_twentyTries(t *testing.T) {
 	two, err := NewRandomTwo(peers2, hkClock(), WithRand(hkSource(nil)))
 	require.NoError(t, err)
 	var r2 Request
-	assert.Equal(t, peers2[0], mustHashPick(t, two, &r2))
+	assert.Equal(t, peers2[0], mustPick(t, two, &r2))
 	assert.EqualValues(t, 21, r2.hs.tries, "a pair never forms: round robin")
 }
 
@@ -136,7 +136,7 @@ func TestRandom_proportions(t *testing.T) {
 		require.NoError(t, err)
 		count := map[*Peer]int{}
 		for range n {
-			q := mustHashPick(t, p, nil)
+			q := mustPick(t, p, nil)
 			count[q]++
 			require.NoError(t, p.Done(q, Outcome{}))
 		}

@@ -20,71 +20,34 @@ func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
 			clk := newFakeClock()
 			n := groupedScanMin + rng.IntN(300)
 			distinct := 1 + rng.IntN(6)
-			var peers []*Peer
 			model := &ngxModel{}
-			for i := range n {
-				w, mf, ft := rng.IntN(distinct+1), rng.IntN(3), time.Duration(1+rng.IntN(5))*time.Second
+			peers, byAddr := clusterOf(rng, model, n, 40, 50, func() int {
+				w := rng.IntN(distinct + 1)
 				if w == 0 && rng.IntN(4) != 0 {
 					w = 1
 				}
-				backup := i > 0 && rng.IntN(40) == 0
-				down := rng.IntN(50) == 0
-				opts := []PeerOption{Weight(w), MaxFails(mf), FailTimeout(ft)}
-				if backup {
-					opts = append(opts, Backup())
-				}
-				if down {
-					opts = append(opts, Down())
-				}
-				addr := fmt.Sprint("p", i)
-				peers = append(peers, NewPeer(addr, opts...))
-				model.add(addr, w, mf, int64(ft), backup, down)
-			}
+				return w
+			})
 			s, err := NewSmoothWRR(peers, WithClock(clk.now))
 			require.NoError(t, err)
-			byAddr := map[string]*Peer{}
-			for _, p := range peers {
-				byAddr[p.Addr()] = p
-			}
 			failProb := []float64{0.01, 0.05, 0.3}[rng.IntN(3)]
 			grouped := 0
 			for step := range 300 {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				now := clk.t.UnixNano()
-				var r Request
-				model.begin()
-				for {
-					want := model.pick(now)
-					got, err := s.Pick(&r)
-					if s.groups != nil {
-						grouped++
-					}
-					if want == nil {
-						require.Error(t, err, "step %d: model found no peer", step)
-						break
-					}
-					require.NoError(t, err, "step %d: model picked %s", step, want.addr)
-					require.Equal(t, want.addr, got.Addr(), "step %d", step)
-					failed := rng.Float64() < failProb
-					model.free(want, failed, now)
-					require.NoError(t, s.Done(got, Outcome{Failed: failed}))
-					if !failed {
-						break
-					}
+				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, clk.t.UnixNano(), step)
+				if s.groups != nil {
+					grouped++
 				}
 				if step%10 != 0 {
 					continue
 				}
 				for _, m := range model.all() {
-					st := byAddr[m.addr].State()
-					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
-					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
-					require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+					requireModelState(t, step, m, byAddr[m.addr].State())
 				}
 			}
-			t.Logf("%d peers, %d distinct weights: %d picks grouped", n, distinct, grouped)
+			t.Logf("%d peers, %d distinct weights: %d of 300 requests on the grouped scan", n, distinct, grouped)
 		})
 	}
 }
@@ -155,10 +118,7 @@ func TestSmoothWRR_groupedScanUpdates(t *testing.T) {
 					require.NoError(t, s.Done(h.p, Outcome{Failed: h.failed}))
 				}
 				for i, m := range model.primary {
-					st := peers[i].State()
-					require.Equal(t, m.fails, int64(st.Fails), "step %d peer %s fails", step, m.addr)
-					require.Equal(t, m.ew, int64(st.EffectiveWeight), "step %d peer %s ew", step, m.addr)
-					require.Equal(t, m.cw, int64(st.CurrentWeight), "step %d peer %s cw", step, m.addr)
+					requireModelState(t, step, m, peers[i].State())
 				}
 			}
 		})

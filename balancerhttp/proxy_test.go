@@ -174,25 +174,78 @@ func (t *tally) snapshot() (picks, dones, failed map[string]int) {
 	return cp(t.picks), cp(t.dones), cp(t.failed)
 }
 
-// algo is one picker the proxy is tested with: every picker of the
-// registry, on clock c, seeded where it draws random numbers.
-type algo struct {
-	name string
-	new  func(peers []*balancer.Peer, c *clock) (balancer.Picker, error)
+// totals returns the attempts picked and those reported failed, over all
+// backends.
+func (t *tally) totals() (attempts, failed int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for addr, n := range t.picks {
+		attempts += n
+		failed += t.failed[addr]
+	}
+	return attempts, failed
 }
 
-var algos = func() []algo {
-	var as []algo
-	for _, a := range balancer.Algorithms() {
-		as = append(as, algo{a.Name, func(ps []*balancer.Peer, c *clock) (balancer.Picker, error) {
-			if a.Random {
-				return a.New(ps, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
-			}
-			return a.New(ps, balancer.WithClock(c.now))
-		}})
+// onClock builds a's picker over peers on clock c, seeded where it draws
+// random numbers.
+func onClock(a balancer.Algorithm, peers []*balancer.Peer, c *clock) (balancer.Balancer, error) {
+	if a.Random {
+		return a.New(peers, balancer.WithClock(c.now), balancer.WithRand(rand.NewPCG(1, 2)))
 	}
-	return as
-}()
+	return a.New(peers, balancer.WithClock(c.now))
+}
+
+// peersOf returns one peer for each backend, with opts.
+func peersOf(bs []*backend, opts ...balancer.PeerOption) []*balancer.Peer {
+	peers := make([]*balancer.Peer, len(bs))
+	for i, b := range bs {
+		peers[i] = balancer.NewPeer(b.addr, opts...)
+	}
+	return peers
+}
+
+// statusBackends starts backends a, b, ..., backend i answering
+// statuses[i] (-1: stopped), and returns them with one peer each.
+func statusBackends(t *testing.T, statuses []int) ([]*backend, []*balancer.Peer) {
+	t.Helper()
+	bs := make([]*backend, len(statuses))
+	for i, st := range statuses {
+		bs[i] = newBackend(t, string(rune('a'+i)))
+		if st < 0 {
+			bs[i].stop()
+		} else {
+			bs[i].status.Store(int32(st))
+		}
+	}
+	return bs, peersOf(bs)
+}
+
+// newRequest builds a request with body (none if ""), the fields of header,
+// and X-Req: id, under which the backends record the body they read.
+func newRequest(t *testing.T, method, url, body string, header http.Header, id string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if body == "" {
+		req.Body, req.ContentLength, req.GetBody = http.NoBody, 0, nil
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("X-Req", id)
+	return req
+}
+
+// assertBodies checks that every backend that read request id's body (a
+// HEAD has none) read all of body.
+func assertBodies(t *testing.T, bs []*backend, id, method, body string) {
+	t.Helper()
+	for _, b := range bs {
+		if v, ok := b.bodies.Load(id); ok && method != "HEAD" {
+			assert.Equal(t, body, v, "body seen by %s", b.name)
+		}
+	}
+}
 
 // quietLog discards the proxy's 502 lines.
 var quietLog = log.New(io.Discard, "", 0)
@@ -206,34 +259,22 @@ func run(t *testing.T, url string, clients, n int, halfway func()) map[int]int {
 	codes := map[int]int{}
 	var done atomic.Int64
 	var once sync.Once
-	var wg sync.WaitGroup
-	jobs := make(chan int)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range jobs {
-				code := -1
-				resp, err := http.Get(url)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-				mu.Lock()
-				codes[code]++
-				mu.Unlock()
-				if done.Add(1) == int64(n/2) && halfway != nil {
-					once.Do(halfway)
-				}
-			}
-		}()
-	}
-	for i := range n {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	clientLoop(n, clients, func() error {
+		code := -1
+		resp, err := http.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			code = resp.StatusCode
+		}
+		mu.Lock()
+		codes[code]++
+		mu.Unlock()
+		if done.Add(1) == int64(n/2) && halfway != nil {
+			once.Do(halfway)
+		}
+		return nil
+	})
 	return codes
 }
 
@@ -246,16 +287,13 @@ func run(t *testing.T, url string, clients, n int, halfway func()) map[int]int {
 // fail window has passed. Every attempt is reported exactly once.
 func TestProxy_backendDiesAndRecovers(t *testing.T) {
 	const clients = 4
-	for _, algo := range algos {
-		t.Run(algo.name, func(t *testing.T) {
+	for _, algo := range balancer.Algorithms() {
+		t.Run(algo.Name, func(t *testing.T) {
 			bs := []*backend{newBackend(t, "a"), newBackend(t, "b"), newBackend(t, "c")}
 			dead := bs[1]
 			clk := newClock()
-			peers := make([]*balancer.Peer, len(bs))
-			for i, b := range bs {
-				peers[i] = balancer.NewPeer(b.addr, balancer.MaxFails(1), balancer.FailTimeout(10*time.Second))
-			}
-			p, err := algo.new(peers, clk)
+			peers := peersOf(bs, balancer.MaxFails(1), balancer.FailTimeout(10*time.Second))
+			p, err := onClock(algo, peers, clk)
 			require.NoError(t, err)
 			tl := newTally(p)
 			front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog})
@@ -263,7 +301,7 @@ func TestProxy_backendDiesAndRecovers(t *testing.T) {
 
 			// Healthy: every backend serves, except with IPHash, which
 			// sends every client of 127.0.0.1 to one: that one dies.
-			spreads := algo.name != "IPHash"
+			spreads := algo.Name != "IPHash"
 			codes := run(t, front.URL, clients, 90, nil)
 			assert.Equal(t, map[int]int{200: 90}, codes)
 			for _, b := range bs {
@@ -365,19 +403,7 @@ func TestProxy_nextUpstream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var peers []*balancer.Peer
-			bs := map[string]*backend{}
-			for i, st := range tt.statuses {
-				name := string(rune('a' + i))
-				b := newBackend(t, name)
-				if st < 0 {
-					b.stop()
-				} else {
-					b.status.Store(int32(st))
-				}
-				bs[b.addr] = b
-				peers = append(peers, balancer.NewPeer(b.addr))
-			}
+			bs, peers := statusBackends(t, tt.statuses)
 			p, err := balancer.NewSmoothWRR(peers)
 			require.NoError(t, err)
 			tl := newTally(p)
@@ -386,15 +412,7 @@ func TestProxy_nextUpstream(t *testing.T) {
 			})
 			defer front.Close()
 
-			req, err := http.NewRequest(tt.method, front.URL+"/x", strings.NewReader(tt.body))
-			require.NoError(t, err)
-			if tt.body == "" {
-				req.Body, req.ContentLength = http.NoBody, 0
-			}
-			for k, v := range tt.header {
-				req.Header[k] = v
-			}
-			req.Header.Set("X-Req", tt.name)
+			req := newRequest(t, tt.method, front.URL+"/x", tt.body, tt.header, tt.name)
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			got, _ := io.ReadAll(resp.Body)
@@ -404,12 +422,8 @@ func TestProxy_nextUpstream(t *testing.T) {
 			if tt.wantFrom != "" {
 				assert.Equal(t, tt.wantFrom, string(got), "answered by")
 			}
-			picks, dones, failed := tl.snapshot()
-			var n, f int
-			for addr, k := range picks {
-				n += k
-				f += failed[addr]
-			}
+			n, f := tl.totals()
+			picks, dones, _ := tl.snapshot()
 			assert.Equal(t, tt.attempts, n, "attempts")
 			assert.Equal(t, picks, dones, "every attempt reported")
 			wantFailed := tt.attempts
@@ -418,11 +432,7 @@ func TestProxy_nextUpstream(t *testing.T) {
 			}
 			assert.Equal(t, wantFailed, f, "attempts reported failed")
 			// Every backend that answered saw the whole body.
-			for _, b := range bs {
-				if v, ok := b.bodies.Load(tt.name); ok && tt.method != "HEAD" {
-					assert.Equal(t, tt.body, v, "body seen by %s", b.name)
-				}
-			}
+			assertBodies(t, bs, tt.name, tt.method, tt.body)
 		})
 	}
 }

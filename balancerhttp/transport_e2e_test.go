@@ -2,7 +2,6 @@ package balancerhttp_test
 
 import (
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"testing"
@@ -22,6 +21,16 @@ func slowBackend(b *backend, d time.Duration) {
 		time.Sleep(d)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// peerAt returns u's peer at addr, or nil.
+func peerAt(u balancer.Updater, addr string) *balancer.Peer {
+	for _, p := range u.Peers() {
+		if p.Addr() == addr {
+			return p
+		}
+	}
+	return nil
 }
 
 // getAll sends n GETs from `clients` goroutines through client and
@@ -70,16 +79,8 @@ func TestTransport_endToEnd(t *testing.T) {
 			slowBackend(slow, 40*time.Millisecond)
 			bs := []*backend{fast1, fast2, slow, flaky, dying}
 			opts := []balancer.PeerOption{balancer.MaxFails(1), balancer.FailTimeout(10 * time.Second)}
-			var peers []*balancer.Peer
-			for _, b := range bs {
-				peers = append(peers, balancer.NewPeer(b.addr, opts...))
-			}
 			clk := newClock()
-			popts := []balancer.Option{balancer.WithClock(clk.now)}
-			if a.Random {
-				popts = append(popts, balancer.WithRand(rand.NewPCG(1, 2)))
-			}
-			bal, err := a.New(peers, popts...)
+			bal, err := onClock(a, peersOf(bs, opts...), clk)
 			require.NoError(t, err)
 			tl := newTally(bal)
 			client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: tl}}
@@ -117,12 +118,7 @@ func TestTransport_endToEnd(t *testing.T) {
 			// that weighs it low may take a while to try it: rounds of
 			// 50 requests until it has (bounded).
 			dying.stop()
-			var kept *balancer.Peer
-			for _, p := range bal.Peers() {
-				if p.Addr() == dying.addr {
-					kept = p
-				}
-			}
+			kept := peerAt(bal, dying.addr)
 			require.NotNil(t, kept)
 			for round := 0; round < 40 && kept.State().Fails == 0; round++ {
 				bad, errs = getAll(client, 50, clients)
@@ -136,18 +132,8 @@ func TestTransport_endToEnd(t *testing.T) {
 
 			// Discovery: slow leaves, fresh joins, the others stay.
 			fresh := newBackend(t, "fresh")
-			snapshot := []*balancer.Peer{balancer.NewPeer(fresh.addr, opts...)}
-			for _, b := range []*backend{fast1, fast2, flaky, dying} {
-				snapshot = append(snapshot, balancer.NewPeer(b.addr, opts...))
-			}
-			require.NoError(t, bal.Update(snapshot))
-			var still *balancer.Peer
-			for _, p := range bal.Peers() {
-				if p.Addr() == dying.addr {
-					still = p
-				}
-			}
-			assert.Same(t, kept, still, "the kept peer is the picker's own")
+			require.NoError(t, bal.Update(peersOf([]*backend{fresh, fast1, fast2, flaky, dying}, opts...)))
+			assert.Same(t, kept, peerAt(bal, dying.addr), "the kept peer is the picker's own")
 			after := kept.State()
 			assert.Equal(t, before.Fails, after.Fails, "failures kept")
 			assert.Equal(t, before.Checked, after.Checked, "fail window kept")

@@ -57,18 +57,7 @@ func TestTransport_retries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var peers []*balancer.Peer
-			var bs []*backend
-			for i, st := range tt.statuses {
-				b := newBackend(t, string(rune('a'+i)))
-				if st < 0 {
-					b.stop()
-				} else {
-					b.status.Store(int32(st))
-				}
-				bs = append(bs, b)
-				peers = append(peers, balancer.NewPeer(b.addr))
-			}
+			bs, peers := statusBackends(t, tt.statuses)
 			p, err := balancer.NewSmoothWRR(peers)
 			require.NoError(t, err)
 			tl := newTally(p)
@@ -78,18 +67,10 @@ func TestTransport_retries(t *testing.T) {
 			}
 			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 
-			req, err := http.NewRequest(tt.method, "http://service/x", strings.NewReader(tt.body))
-			require.NoError(t, err)
-			if tt.body == "" {
-				req.Body, req.ContentLength, req.GetBody = http.NoBody, 0, nil
-			}
+			req := newRequest(t, tt.method, "http://service/x", tt.body, tt.header, tt.name)
 			if tt.noGetBody {
 				req.GetBody = nil
 			}
-			for k, v := range tt.header {
-				req.Header[k] = v
-			}
-			req.Header.Set("X-Req", tt.name)
 			resp, err := client.Do(req)
 			if tt.want == 0 {
 				require.Error(t, err)
@@ -117,20 +98,12 @@ func TestTransport_retries(t *testing.T) {
 				assert.Equal(t, tt.want, resp.StatusCode)
 				assert.Equal(t, tt.wantFrom, string(got), "answered by")
 			}
-			picks, dones, failed := tl.snapshot()
-			var n, f int
-			for addr, k := range picks {
-				n += k
-				f += failed[addr]
-			}
+			n, f := tl.totals()
+			picks, dones, _ := tl.snapshot()
 			assert.Equal(t, tt.attempts, n, "attempts")
 			assert.Equal(t, tt.failed, f, "attempts reported failed")
 			assert.Equal(t, picks, dones, "every attempt reported")
-			for _, b := range bs {
-				if v, ok := b.bodies.Load(tt.name); ok {
-					assert.Equal(t, tt.body, v, "body seen by %s", b.name)
-				}
-			}
+			assertBodies(t, bs, tt.name, tt.method, tt.body)
 		})
 	}
 }

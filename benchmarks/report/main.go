@@ -150,21 +150,26 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// ns and allocs return a benchmark's medians over the rounds.
-func (r *results) ns(key string) float64 {
+// median returns the median over the rounds of one measure of a
+// benchmark; ns, bytes and allocs are its three measures.
+func (r *results) median(key string, measure func(sample) float64) float64 {
 	var xs []float64
 	for _, s := range r.data[key] {
-		xs = append(xs, s.ns)
+		xs = append(xs, measure(s))
 	}
 	return median(xs)
 }
 
+func (r *results) ns(key string) float64 {
+	return r.median(key, func(s sample) float64 { return s.ns })
+}
+
 func (r *results) bytes(key string) float64 {
-	var xs []float64
-	for _, s := range r.data[key] {
-		xs = append(xs, s.bytes)
-	}
-	return median(xs)
+	return r.median(key, func(s sample) float64 { return s.bytes })
+}
+
+func (r *results) allocs(key string) float64 {
+	return r.median(key, func(s sample) float64 { return s.allocs })
 }
 
 // writeRingBuild writes the consistent-hash ring build times and memory,
@@ -200,14 +205,6 @@ func fmtBytes(x float64) string {
 	default:
 		return fmt.Sprintf("%.0f B", x)
 	}
-}
-
-func (r *results) allocs(key string) float64 {
-	var xs []float64
-	for _, s := range r.data[key] {
-		xs = append(xs, s.allocs)
-	}
-	return median(xs)
 }
 
 // ratio returns the median over the rounds of a's time over b's in the same
@@ -375,15 +372,22 @@ type target struct {
 // worst returns the largest median ratio of a to b over the sizes and
 // modes given, and where it occurs.
 func (r *results) worst(fa, a, fb, b string, ns, ms []string, floor bool) (float64, string) {
+	return largest(ns, ms, func(n, m string) float64 {
+		if floor {
+			return r.ratio(key(fa, a, n, m), floorKey(b, m))
+		}
+		return r.ratio(key(fa, a, n, m), key(fb, b, n, m))
+	})
+}
+
+// largest returns the largest of f(n, m) over the sizes and modes given,
+// leaving out the unmeasured (NaN), and where it occurs; -Inf if none was
+// measured.
+func largest(ns, ms []string, f func(n, m string) float64) (float64, string) {
 	best, at := math.Inf(-1), ""
 	for _, n := range ns {
 		for _, m := range ms {
-			kb := key(fb, b, n, m)
-			if floor {
-				kb = floorKey(b, m)
-			}
-			x := r.ratio(key(fa, a, n, m), kb)
-			if !math.IsNaN(x) && x > best {
+			if x := f(n, m); !math.IsNaN(x) && x > best {
 				best, at = x, fmt.Sprintf("%s peers, %s", n, m)
 			}
 		}
@@ -446,15 +450,9 @@ func growth(family, impl, linear string, limit float64) func(*results) (bool, st
 // any size is at most limit times its time at 10 peers.
 func flat(family, impl string, limit float64) func(*results) (bool, string) {
 	return func(r *results) (bool, string) {
-		worst, at := math.Inf(-1), ""
-		for _, n := range sizes {
-			for _, m := range modes {
-				x := r.ratio(key(family, impl, n, m), key(family, impl, "10", m))
-				if x > worst {
-					worst, at = x, fmt.Sprintf("%s peers, %s", n, m)
-				}
-			}
-		}
+		worst, at := largest(sizes, modes, func(n, m string) float64 {
+			return r.ratio(key(family, impl, n, m), key(family, impl, "10", m))
+		})
 		ok := worst <= limit
 		return ok, fmt.Sprintf("worst %s its time at 10 peers, at %s (limit %s)", fmtRatio(worst), at, fmtRatio(limit))
 	}
@@ -673,22 +671,22 @@ func main() {
 		os.Exit(2)
 	}
 	r := &results{data: map[string]map[int]sample{}}
-	for i, name := range flag.Args() {
-		f, err := os.Open(name)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "report:", err)
-			os.Exit(1)
-		}
-		err = r.parse(i, f)
-		f.Close()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "report: %s: %v\n", name, err)
-			os.Exit(1)
-		}
-		r.rounds++
-	}
+	r.rounds = readRounds(flag.Args(), r.parse)
 	r.cores = &results{data: map[string]map[int]sample{}}
-	for i, name := range strings.Split(strings.Trim(*coreFiles, ","), ",") {
+	r.cores.rounds = readRounds(strings.Split(strings.Trim(*coreFiles, ","), ","), r.cores.parseProcs)
+	var b strings.Builder
+	r.write(&b, m)
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+// readRounds parses each named file (an empty name is none) as one round,
+// numbered from 0, and returns how many it read; it exits on an error.
+func readRounds(names []string, parse func(round int, in io.Reader) error) int {
+	rounds := 0
+	for i, name := range names {
 		if name == "" {
 			continue
 		}
@@ -697,18 +695,13 @@ func main() {
 			fmt.Fprintln(os.Stderr, "report:", err)
 			os.Exit(1)
 		}
-		err = r.cores.parseProcs(i, f)
+		err = parse(i, f)
 		f.Close()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "report: %s: %v\n", name, err)
 			os.Exit(1)
 		}
-		r.cores.rounds++
+		rounds++
 	}
-	var b strings.Builder
-	r.write(&b, m)
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
-	}
+	return rounds
 }
