@@ -48,8 +48,9 @@ func (bb builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingCo
 // testBuilt, when set by a test, is told of every policy instance built.
 var testBuilt func(*lbBalancer)
 
-func (bb builder) Build(cc balancer.ClientConn, _ balancer.BuildOptions) balancer.Balancer {
-	b := &lbBalancer{cc: cc, alg: bb.alg, name: bb.name, ends: map[string]*endpoint{}}
+func (bb builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	b := &lbBalancer{cc: cc, alg: bb.alg, name: bb.name, target: opts.Target.String(), ends: map[string]*endpoint{}}
+	remember(b)
 	if testBuilt != nil {
 		testBuilt(b)
 	}
@@ -71,9 +72,10 @@ type endpoint struct {
 // mu guards the state both touch, and is held while calling cc.UpdateState
 // so that the newest state is the one gRPC sees last.
 type lbBalancer struct {
-	cc   balancer.ClientConn
-	alg  lbgo.Algorithm
-	name string
+	cc     balancer.ClientConn
+	alg    lbgo.Algorithm
+	name   string
+	target string // the channel's target, for Channel
 
 	mu      sync.Mutex
 	closed  bool
@@ -266,6 +268,7 @@ func (b *lbBalancer) ExitIdle() {
 }
 
 func (b *lbBalancer) Close() {
+	forget(b)
 	b.mu.Lock()
 	b.closed = true
 	for _, e := range b.ends {

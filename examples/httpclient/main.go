@@ -7,6 +7,10 @@
 // request gets a 200.
 //
 //	go run ./examples/httpclient -algo P2CPeakEWMA -requests 1000
+//
+// The same client with its picker's metrics served to Prometheus on
+// -metrics-listen is metrics/examples/httpclient, in the metrics module,
+// so that this module does not depend on Prometheus.
 package main
 
 import (

@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/lbgo/balancer/metrics/metricstest"
 )
 
 // backend is a loopback HTTP server answering 200, or 500 while failing
@@ -31,52 +29,16 @@ func backend(t *testing.T, failing *atomic.Bool) string {
 }
 
 // scrape fetches /metrics and parses the text exposition.
-func scrape(t *testing.T, c *http.Client, addr string) map[string]*dto.MetricFamily {
+func scrape(t *testing.T, c *http.Client, addr string) metricstest.Families {
 	t.Helper()
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-		t.Fatalf("Content-Type %q, want the text exposition", ct)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mfs
+	return metricstest.Scrape(t, c, "http://"+addr+"/metrics")
 }
 
 // value returns the value of the series of family name whose labels
 // include want.
-func value(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+func value(t *testing.T, mfs metricstest.Families, name string, want map[string]string) float64 {
 	t.Helper()
-	mf := mfs[name]
-	if mf == nil {
-		t.Fatalf("no %s in the scrape", name)
-	}
-next:
-	for _, m := range mf.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range want {
-			if labels[k] != v {
-				continue next
-			}
-		}
-		switch mf.GetType() {
-		case dto.MetricType_COUNTER:
-			return m.GetCounter().GetValue()
-		case dto.MetricType_GAUGE:
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no %s%v in the scrape", name, want)
-	return 0
+	return mfs.Value(t, name, want)
 }
 
 // TestRun_metrics runs the proxy over two loopback backends, good then bad
@@ -135,7 +97,7 @@ func TestRun_metrics(t *testing.T) {
 	// settled scrapes until nothing is in flight: the proxy reports a
 	// response's end once it has copied the body, which may be just after
 	// the client has read it. Bounded: 5 s.
-	settled := func() map[string]*dto.MetricFamily {
+	settled := func() metricstest.Families {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
