@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -880,6 +881,62 @@ func TestContract_addRestartsLatency(t *testing.T) {
 		assert.False(t, slow.lat.measured.Load(), "Add restarts them")
 		if pc.name == "FastestFirst" {
 			assert.Equal(t, fastestScale, slow.State().EffectiveWeight)
+		}
+	})
+}
+
+// TestContract_stateWhileRemoved reads a peer's state while another
+// goroutine removes it and adds it back: State must neither panic (it once
+// indexed the new list with the removed peer's old index) nor read under a
+// former owner's lock.
+func TestContract_stateWhileRemoved(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		peers := weighted(1, 1, 1)
+		p, err := pc.new(peers)
+		require.NoError(t, err)
+		last := peers[2]
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				_ = toSet(p).Remove(last)
+				_ = toSet(p).Add(last)
+			}
+		}()
+		for range 5000 {
+			assert.Equal(t, 1, last.State().Weight)
+		}
+		stop.Store(true)
+		wg.Wait()
+	})
+}
+
+// TestContract_backupRequestOnAnotherList carries a Request that has moved
+// to the backups of one picker to a picker whose list has no backups: the
+// retry must pick among its primaries, with nothing left in flight after
+// the report.
+func TestContract_backupRequestOnAnotherList(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		a := NewPeer("a", MaxConns(1))
+		b := NewPeer("b", Backup())
+		s, err := NewSmoothWRR([]*Peer{a, b})
+		require.NoError(t, err)
+		require.Same(t, a, mustPick(t, s, nil)) // a is now full
+		var r Request
+		r.SetKey("k")
+		require.Same(t, b, mustPick(t, s, &r), "the request moves to the backups")
+		require.NoError(t, s.Done(b, Outcome{Failed: true}))
+
+		peers := weighted(1, 1, 1)
+		p, err := pc.new(peers)
+		require.NoError(t, err)
+		got := mustPick(t, p, &r)
+		assert.Contains(t, peers, got)
+		require.NoError(t, p.Done(got, Outcome{}))
+		for _, q := range peers {
+			assert.Zero(t, q.InFlight(), "%s", q)
 		}
 	})
 }

@@ -43,7 +43,8 @@ import (
 // MaxRingWeight.
 //
 // A pick is O(log points) and allocates nothing; a first attempt to a
-// healthy peer takes no lock. The zero value is not usable; use
+// healthy peer takes no lock while no peer is recovering its effective
+// weight after a failure. The zero value is not usable; use
 // NewConsistentHash. ConsistentHash is safe for concurrent use.
 type ConsistentHash struct {
 	peerSet
@@ -199,6 +200,16 @@ func (c *ConsistentHash) changedLocked(l *peerList) {
 		c.ring = buildRing(l.primary)
 	}
 	c.countDegradedLocked(l.primary)
+	if c.bound != 0 {
+		// Resynchronize the bound's total with the peers held: a report
+		// refused because its peer moved to another picker never
+		// decremented it.
+		var t int64
+		for _, p := range l.primary {
+			t += p.inFlight()
+		}
+		c.inflight.Store(t)
+	}
 	c.view.Store(&chashView{list: l, ring: c.ring, fast: c.bound == 0 && !l.single && len(c.ring.points) > 0})
 }
 
@@ -448,7 +459,11 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 		}
 		if best != nil {
 			best.currentWeight -= total
-			return takeLocked(best, clk)
+			if i := takeLocked(best, clk); i >= 0 {
+				return i
+			}
+			// A lock-free first attempt filled it since the check: the
+			// point is passed as for a full peer.
 		}
 		r.hs.hash++
 		if full && spare < n {
@@ -481,10 +496,12 @@ func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
 			return err
 		}
 		c.mu.Lock()
-		full := p.effectiveWeight == p.weight.Load()
-		c.doneLocked(c.load(), p, o)
-		if full && p.owner.Load() == &c.peerSet && p.effectiveWeight != p.weight.Load() {
-			c.degraded.Add(1)
+		if p.owner.Load() == &c.peerSet { // else removed while in flight
+			full := p.effectiveWeight == p.weight.Load()
+			c.doneLocked(c.load(), p, o)
+			if full && p.effectiveWeight != p.weight.Load() {
+				c.degraded.Add(1)
+			}
 		}
 		c.mu.Unlock()
 	}

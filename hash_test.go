@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -617,4 +618,45 @@ func TestConsistentHash_effectiveWeightRecovers(t *testing.T) {
 		require.Equal(t, a, pick())
 		require.NoError(t, c.Done(a, Outcome{}))
 	}
+}
+
+// TestConsistentHash_maxConnsUnderRetries races lock-free first attempts
+// (which take a slot by compare-and-swap) with retries, which walk the ring
+// under the lock: no peer may ever hold more than its max_conns.
+func TestConsistentHash_maxConnsUnderRetries(t *testing.T) {
+	peers := []*Peer{NewPeer("10.0.0.1", MaxConns(1)), NewPeer("10.0.0.2", MaxConns(1))}
+	c, err := NewConsistentHash(peers)
+	require.NoError(t, err)
+	var over atomic.Int64
+	var held [2]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r Request
+			for k := range 20000 {
+				r.Reset()
+				r.SetKey(fmt.Sprint(g, "-", k))
+				p, err := c.Pick(&r)
+				if err != nil {
+					continue
+				}
+				if g%2 == 1 { // a retry: the second attempt walks under the lock
+					_ = c.Done(p, Outcome{})
+					if p, err = c.Pick(&r); err != nil {
+						continue
+					}
+				}
+				i := slices.Index(peers, p)
+				if held[i].Add(1) > 1 {
+					over.Add(1)
+				}
+				held[i].Add(-1)
+				_ = c.Done(p, Outcome{})
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, over.Load(), "attempts past max_conns=1")
 }

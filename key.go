@@ -169,11 +169,15 @@ func fallbackLocked(peers []*Peer, r *Request, clk *lazyClock) int {
 }
 
 // takeLocked counts p, found eligible by a hash picker under the owner's
-// lock, in flight, starts its probe window if its fail window has passed
-// (nginx's `checked = now`, skipped for a peer with no failures on record,
-// whose check time nothing reads; see scanSmooth), and returns its index.
+// lock, in flight by acquire (a lock-free first attempt may have filled it
+// since), starts its probe window if its fail window has passed (nginx's
+// `checked = now`, skipped for a peer with no failures on record, whose
+// check time nothing reads; see scanSmooth), and returns its index, or -1
+// if it was full.
 func takeLocked(p *Peer, clk *lazyClock) int {
-	p.pick()
+	if !p.acquire() {
+		return -1
+	}
 	if p.fails.Load() != 0 {
 		p.probeLocked(clk.get())
 	}

@@ -172,7 +172,9 @@ func (s *latencyStats) abandon(now int64, waited, tau float64) {
 // writes nothing when there was none, so a report on a healthy peer keeps
 // the line clean.
 func (s *latencyStats) answered() {
-	if s.abandons.Load() != 0 {
+	// Either word may be set alone by a concurrent abandon between the
+	// two stores below: test both.
+	if s.abandons.Load() != 0 || s.unanswered.Load() != 0 {
 		s.unanswered.Store(0)
 		s.abandons.Store(0)
 	}

@@ -231,25 +231,47 @@ type PeerState struct {
 	Checked         time.Time // last failure or probe; zero if none
 }
 
-// State returns a consistent snapshot of the peer's state. It takes the
-// owning picker's lock briefly, so it is safe while other goroutines pick.
-func (p *Peer) State() PeerState {
-	var cw int64
-	if s := p.owner.Load(); s != nil {
+// weightsNow returns p's current and effective weights under its owner's
+// lock, the current weight as the owner keeps it (SmoothWRR's cycle and
+// weight groups keep it implicitly). An owner that lost p between the load
+// and the lock (a concurrent Remove) is let go, and the new owner, if any,
+// asked.
+func (p *Peer) weightsNow() (cw, ew int64) {
+	for {
+		s := p.owner.Load()
+		if s == nil {
+			ownerMu.Lock()
+			if p.owner.Load() == nil { // no picker holds it: nothing writes them
+				cw, ew = p.currentWeight, p.effectiveWeight
+				ownerMu.Unlock()
+				return cw, ew
+			}
+			ownerMu.Unlock()
+			continue
+		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		cw = p.currentWeight
+		if p.owner.Load() != s {
+			s.mu.Unlock()
+			continue
+		}
+		cw, ew = p.currentWeight, p.effectiveWeight
 		if s.currentWeight != nil {
 			if v, ok := s.currentWeight(p); ok {
 				cw = v
 			}
 		}
-	} else {
-		cw = p.currentWeight // no picker holds it: nothing writes it
+		s.mu.Unlock()
+		return cw, ew
 	}
+}
+
+// State returns a consistent snapshot of the peer's state. It takes the
+// owning picker's lock briefly, so it is safe while other goroutines pick.
+func (p *Peer) State() PeerState {
+	cw, ew := p.weightsNow()
 	return PeerState{
 		Weight:          int(p.weight.Load()),
-		EffectiveWeight: int(p.effectiveWeight),
+		EffectiveWeight: int(ew),
 		CurrentWeight:   int(cw),
 		Fails:           int(p.fails.Load()),
 		InFlight:        int(p.inFlight()),

@@ -22,6 +22,12 @@ type peerList struct {
 
 func (l *peerList) empty() bool { return len(l.primary)+len(l.backup) == 0 }
 
+// ownerMu serializes a peer's change of owner (Add, Update, Remove, with
+// the owner's lock held) with State's reads of a peer no picker holds,
+// which have no owner's lock to take. It is never taken on a pick or a
+// report.
+var ownerMu sync.Mutex
+
 // listGen numbers every peer list of every picker, so that a Request
 // carried from one picker to another, or across a change, never mistakes
 // one list's tried bits for another's.
@@ -115,14 +121,17 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	}
 	// Claim each peer by compare-and-swap: another picker adding the same
 	// peer concurrently passed the check above too, and only one may win.
+	ownerMu.Lock()
 	for i, p := range peers {
 		if !p.owner.CompareAndSwap(nil, s) {
 			for _, q := range peers[:i] {
 				q.owner.Store(nil)
 			}
+			ownerMu.Unlock()
 			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
 		}
 	}
+	ownerMu.Unlock()
 	now := s.now()
 	for _, p := range peers {
 		p.effectiveWeight = p.weight.Load()
@@ -152,8 +161,10 @@ func (s *peerSet) Remove(p *Peer) error {
 			all = append(all, q)
 		}
 	}
+	ownerMu.Lock()
 	p.owner.Store(nil)
 	p.currentWeight = 0
+	ownerMu.Unlock()
 	s.publishLocked(all)
 	return nil
 }
@@ -253,6 +264,7 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 	}
 	// Claim the new peers; on a race with another picker, give back those
 	// claimed so far.
+	ownerMu.Lock()
 	for i, q := range all {
 		if held[q.addr] == q {
 			continue
@@ -263,9 +275,11 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 					c.owner.Store(nil)
 				}
 			}
+			ownerMu.Unlock()
 			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
 		}
 	}
+	ownerMu.Unlock()
 	now := s.now()
 	for i, q := range snapshot {
 		k := all[i]
@@ -282,10 +296,12 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 		k.added = now
 		k.lat.reset()
 	}
+	ownerMu.Lock()
 	for _, gone := range held {
 		gone.owner.Store(nil)
 		gone.currentWeight = 0
 	}
+	ownerMu.Unlock()
 	s.publishLocked(all)
 	return nil
 }

@@ -55,6 +55,9 @@ func (r *Request) begin(l *peerList) bool {
 	} else if r.gen != l.gen {
 		r.clearTried()
 		r.gen = l.gen
+		if len(l.backup) == 0 {
+			r.backup = false // no backups left to be on
+		}
 	}
 	return r.attempts == 0 || r.attempts < r.limit
 }

@@ -359,7 +359,7 @@ func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
 		return g.cw(int32(p.index)), true
 	}
 	c := s.cycle.Load()
-	if c == nil || p.backup.Load() || c.list.primary[p.index] != p {
+	if c == nil || p.backup.Load() || p.index >= len(c.list.primary) || c.list.primary[p.index] != p {
 		return 0, false
 	}
 	k := c.ctr.Load() % c.w
