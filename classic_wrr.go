@@ -218,7 +218,7 @@ func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 		// nginx 1.2.0's free: the failure costs the peer weight/max_fails
 		// of its round. failLocked lowered the effective weight instead,
 		// which the classic algorithm does not have.
-		p.effectiveWeight = p.weight.Load()
+		p.setEffectiveLocked(p.weight.Load())
 		if p.maxFails.Load() != 0 {
 			p.currentWeight = max(0, p.currentWeight-p.weight.Load()/p.maxFails.Load())
 		}

@@ -173,10 +173,7 @@ func (p *Peer) failLocked(now int64) {
 	p.accessed.Store(now)
 	p.checked.Store(now)
 	if p.maxFails.Load() != 0 {
-		p.effectiveWeight -= p.weight.Load() / p.maxFails.Load()
-		if p.effectiveWeight < 0 {
-			p.effectiveWeight = 0
-		}
+		p.setEffectiveLocked(max(0, p.effectiveWeight-p.weight.Load()/p.maxFails.Load()))
 	}
 }
 

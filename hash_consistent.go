@@ -25,9 +25,10 @@ import (
 // Cost: a pick is a CRC-32 of the key, one read of an index on the hash's
 // top bits and a short binary search among the p = 160·W points (W the
 // total weight). A first attempt whose point's server text has one peer,
-// up with no failures on record, takes no lock while every peer is at full
-// effective weight; retries, shared server texts, failures being recovered
-// and WithBoundedLoad take the picker's lock. The ring takes 8 bytes a
+// up, with no failures on record and at full effective weight (then
+// nginx's smooth step over that one peer changes nothing), takes no lock;
+// retries, shared server texts, a peer recovering its effective weight and
+// WithBoundedLoad take the picker's lock. The ring takes 8 bytes a
 // point plus an index of at most 256 KB and is rebuilt, in O(p log p), on
 // every change of the peers or their weights (not on SetDown).
 
@@ -43,8 +44,7 @@ import (
 // MaxRingWeight.
 //
 // A pick is O(log points) and allocates nothing; a first attempt to a
-// healthy peer takes no lock while no peer is recovering its effective
-// weight after a failure. The zero value is not usable; use
+// healthy peer takes no lock. The zero value is not usable; use
 // NewConsistentHash. ConsistentHash is safe for concurrent use.
 type ConsistentHash struct {
 	peerSet
@@ -55,11 +55,6 @@ type ConsistentHash struct {
 	// view is the ring with the list it was published for, read by the
 	// lock-free first attempt (see Pick).
 	view atomic.Pointer[chashView]
-
-	// degraded counts the peers of the list whose effective weight is
-	// below their weight: while any is, every pick takes the lock, where
-	// nginx's smooth step recovers it. Written under mu.
-	degraded atomic.Int64
 
 	// inflight counts the attempts Pick returned and Done has not
 	// reported, for the load bound.
@@ -199,7 +194,6 @@ func (c *ConsistentHash) changedLocked(l *peerList) {
 	} else {
 		c.ring = buildRing(l.primary)
 	}
-	c.countDegradedLocked(l.primary)
 	if c.bound != 0 {
 		// Resynchronize the bound's total with the peers held: a report
 		// refused because its peer moved to another picker never
@@ -366,7 +360,7 @@ func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
 			}
 			if i >= 0 {
 				p := v.list.primary[i]
-				if p.fails.Load() == 0 && c.degraded.Load() == 0 && !p.down.Load() && p.acquire() {
+				if p.fails.Load() == 0 && !p.recovering.Load() && !p.down.Load() && p.acquire() {
 					r.begin(v.list)
 					r.hs = hashState{hash: uint64(pos), begun: true}
 					r.record(i)
@@ -386,14 +380,14 @@ func (c *ConsistentHash) pickLocked(r *Request) (*Peer, error) {
 	clk := lazyClock{now: c.now}
 	p, err := pickFrame(c.load(), r, func(peers []*Peer, _ bool) int {
 		if r == nil || r.key == "" || len(g.points) == 0 {
-			return c.fallbackLocked(peers, r, &clk)
+			return fallbackLocked(peers, r, &clk)
 		}
 		hs, fresh := r.hashState(nil)
 		if fresh {
 			hs.hash = uint64(g.find(crc32String(0, r.key)))
 		}
 		if hs.tries > maxHashTries {
-			return c.fallbackLocked(peers, r, &clk)
+			return fallbackLocked(peers, r, &clk)
 		}
 		return c.walkLocked(peers, r, g, &clk)
 	})
@@ -401,28 +395,6 @@ func (c *ConsistentHash) pickLocked(r *Request) (*Peer, error) {
 		c.inflight.Add(1)
 	}
 	return p, err
-}
-
-// fallbackLocked is the round-robin fallback, after which it counts the
-// peers whose effective weight is below their weight again: the scan
-// recovers every eligible one by one. Both are O(n).
-func (c *ConsistentHash) fallbackLocked(peers []*Peer, r *Request, clk *lazyClock) int {
-	i := fallbackLocked(peers, r, clk)
-	if c.degraded.Load() != 0 {
-		c.countDegradedLocked(peers)
-	}
-	return i
-}
-
-// countDegradedLocked sets degraded for peers, the list's primaries.
-func (c *ConsistentHash) countDegradedLocked(peers []*Peer) {
-	var n int64
-	for _, p := range peers {
-		if p.effectiveWeight != p.weight.Load() {
-			n++
-		}
-	}
-	c.degraded.Store(n)
 }
 
 // walkLocked is the loop of ngx_http_upstream_get_chash_peer: at the point
@@ -448,11 +420,7 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 				full = true
 				continue
 			}
-			below := p.effectiveWeight != p.weight.Load()
 			total += smoothStep(p)
-			if below && p.effectiveWeight == p.weight.Load() {
-				c.degraded.Add(-1) // recovered
-			}
 			if best == nil || p.currentWeight > best.currentWeight {
 				best = p
 			}
@@ -471,7 +439,7 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 			continue
 		}
 		if r.hs.tries++; r.hs.tries > maxHashTries {
-			return c.fallbackLocked(peers, r, clk)
+			return fallbackLocked(peers, r, clk)
 		}
 	}
 }
@@ -487,23 +455,8 @@ func (c *ConsistentHash) overLocked(p *Peer) bool {
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
 func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
-	if !o.Failed {
-		if err := c.done(p, o); err != nil {
-			return err
-		}
-	} else {
-		if err := c.finish(p, o); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		if p.owner.Load() == &c.peerSet { // else removed while in flight
-			full := p.effectiveWeight == p.weight.Load()
-			c.doneLocked(c.load(), p, o)
-			if full && p.effectiveWeight != p.weight.Load() {
-				c.degraded.Add(1)
-			}
-		}
-		c.mu.Unlock()
+	if err := c.done(p, o); err != nil {
+		return err
 	}
 	if c.bound != 0 {
 		c.inflight.Add(-1)

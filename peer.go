@@ -62,6 +62,12 @@ type Peer struct {
 
 	owner atomic.Pointer[peerSet]
 
+	// recovering is set while effectiveWeight is below the weight, so that
+	// ConsistentHash's lock-free first attempt can tell, without the lock,
+	// whether nginx's smooth step would move it; written with
+	// effectiveWeight (setEffectiveLocked, failLocked, smoothStep).
+	recovering atomic.Bool
+
 	// Guarded by owner.mu.
 	effectiveWeight int64
 	currentWeight   int64
@@ -174,7 +180,7 @@ func (p *Peer) invalid(err error) {
 func (p *Peer) adopt(q *Peer) {
 	if w := q.weight.Load(); w != p.weight.Load() {
 		p.weight.Store(w)
-		p.effectiveWeight = w
+		p.setEffectiveLocked(w)
 	}
 	p.maxFails.Store(q.maxFails.Load())
 	p.failTimeout.Store(q.failTimeout.Load())
@@ -182,6 +188,13 @@ func (p *Peer) adopt(q *Peer) {
 	p.backup.Store(q.backup.Load())
 	p.down.Store(q.down.Load())
 	p.value.Store(q.value.Load())
+}
+
+// setEffectiveLocked sets p's effective weight, and recovering with it.
+// Requires the owner's lock, or p held by no picker.
+func (p *Peer) setEffectiveLocked(ew int64) {
+	p.effectiveWeight = ew
+	p.recovering.Store(ew < p.weight.Load())
 }
 
 // Addr returns the address the peer was created with.

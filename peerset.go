@@ -134,7 +134,7 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	ownerMu.Unlock()
 	now := s.now()
 	for _, p := range peers {
-		p.effectiveWeight = p.weight.Load()
+		p.setEffectiveLocked(p.weight.Load())
 		p.added = now
 		p.lat.reset() // latency measured for another picker says nothing here
 	}
@@ -193,7 +193,7 @@ func (s *peerSet) SetWeight(p *Peer, w int) error {
 		return fmt.Errorf("balancer: peer %q: weight %d makes the sum pass %d: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
 	}
 	p.weight.Store(int64(w))
-	p.effectiveWeight = int64(w)
+	p.setEffectiveLocked(int64(w))
 	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
 	return nil
 }
@@ -292,7 +292,7 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			delete(held, q.addr) // the caller passed back the picker's own peer
 			continue
 		}
-		k.effectiveWeight = k.weight.Load()
+		k.setEffectiveLocked(k.weight.Load())
 		k.added = now
 		k.lat.reset()
 	}

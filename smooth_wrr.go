@@ -249,8 +249,11 @@ func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *
 func smoothStep(p *Peer) int64 {
 	ew := p.effectiveWeight
 	p.currentWeight += ew
-	if ew < p.weight.Load() {
+	if w := p.weight.Load(); ew < w {
 		p.effectiveWeight++
+		if ew+1 == w {
+			p.recovering.Store(false)
+		}
 	}
 	return ew
 }
