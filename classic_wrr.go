@@ -87,8 +87,6 @@ type ClassicWRR struct {
 	backup  []*Peer // the list's backups, sorted the same way
 }
 
-var _ Picker = (*ClassicWRR)(nil)
-
 // NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock.
 func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
 	cfg, err := newConfig("ClassicWRR", optPicker, opts)

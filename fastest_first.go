@@ -45,8 +45,6 @@ type FastestFirst struct {
 	draw     atomic.Pointer[ffTable]
 }
 
-var _ Picker = (*FastestFirst)(nil)
-
 // How FastestFirst's defaults were chosen. They were tuned with the sim
 // package's scenarios (heterogeneous servers, brownout, blackholes, jitter
 // and herd, several seeds each): there the p99 stayed within its

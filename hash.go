@@ -35,8 +35,6 @@ type Hash struct {
 	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
-var _ Picker = (*Hash)(nil)
-
 // weightWalk is nginx's walk from a weight offset to a peer: `while (w >=
 // peer->weight) { w -= peer->weight; peer = peer->next; }` lands on the
 // first peer i whose cumulative weight cum[i] (weights 0..i summed) passes

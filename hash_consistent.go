@@ -63,8 +63,6 @@ type ConsistentHash struct {
 	admin sync.Mutex // serializes Add and SetWeight, so the limit holds
 }
 
-var _ Picker = (*ConsistentHash)(nil)
-
 // MaxRingWeight bounds the total weight of a ConsistentHash's peers: the
 // ring holds 160 points, 8 bytes each, per unit of weight, about 84 MB at
 // the bound.

@@ -34,8 +34,6 @@ type IPHash struct {
 	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
-var _ Picker = (*IPHash)(nil)
-
 // ipHashStart is nginx's initial iphp->hash.
 const ipHashStart = 89
 

@@ -51,8 +51,6 @@ type LeastConn struct {
 	peerSet
 }
 
-var _ Picker = (*LeastConn)(nil)
-
 // NewLeastConn returns a LeastConn over peers. It accepts WithClock.
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	cfg, err := newConfig("LeastConn", optPicker, opts)

@@ -71,8 +71,6 @@ type peakEWMA struct {
 	penalty float64 // failure penalty, ns
 }
 
-var _ Picker = (*P2CPeakEWMA)(nil)
-
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
 // WithRand, WithDecay and WithFailurePenalty.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {

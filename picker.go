@@ -55,22 +55,6 @@ type Balancer interface {
 	Updater
 }
 
-// Every picker type is a Balancer, checked at compile time in one place.
-var (
-	_ Balancer = (*SmoothWRR)(nil)
-	_ Balancer = (*ClassicWRR)(nil)
-	_ Balancer = (*RoundRobin)(nil)
-	_ Balancer = (*RandomWeighted)(nil)
-	_ Balancer = (*LeastConn)(nil)
-	_ Balancer = (*P2CPeakEWMA)(nil)
-	_ Balancer = (*FastestFirst)(nil)
-	_ Balancer = (*Hash)(nil)
-	_ Balancer = (*ConsistentHash)(nil)
-	_ Balancer = (*IPHash)(nil)
-	_ Balancer = (*Random)(nil)
-	_ Balancer = (*RandomTwo)(nil)
-)
-
 // Outcome is what the caller observed on one attempt.
 type Outcome struct {
 	// Failed reports whether the attempt counts as a failure of the peer,

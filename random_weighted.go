@@ -79,8 +79,6 @@ type RandomWeighted struct {
 	rng    randSource // the draws: WithRand's source, or the runtime's
 }
 
-var _ Picker = (*RandomWeighted)(nil)
-
 // rwDraws bounds the draws a pick makes from the alias table before it
 // scans. With a fraction q of the weight eligible, a pick reaches the scan
 // with probability (1-q)^8: 0.4% when half the weight is out.

@@ -79,7 +79,8 @@ func AlgorithmNames() string {
 	return strings.Join(names, ", ")
 }
 
-// as adapts a constructor to Algorithm.New.
+// as adapts a constructor to Algorithm.New; its type parameter checks, at
+// compile time, that every picker in the registry is a Balancer.
 func as[T Balancer](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option) (Balancer, error) {
 	return func(peers []*Peer, opts ...Option) (Balancer, error) {
 		p, err := f(peers, opts...)

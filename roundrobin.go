@@ -68,8 +68,6 @@ type RoundRobin struct {
 	bctr atomic.Uint64 // backup rotation
 }
 
-var _ Picker = (*RoundRobin)(nil)
-
 // rrTable is an immutable snapshot of the rotations, derived from one peer
 // list.
 type rrTable struct {

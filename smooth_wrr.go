@@ -75,8 +75,6 @@ type SmoothWRR struct {
 	sinceCheck int // scan picks since maybeOpenLocked last ran; guarded by mu
 }
 
-var _ Picker = (*SmoothWRR)(nil)
-
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 	cfg, err := newConfig("SmoothWRR", optPicker, opts)

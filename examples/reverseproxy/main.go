@@ -25,14 +25,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/internal/backends"
 )
 
 func main() {
@@ -49,7 +47,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("reverseproxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
-	backends := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
+	spec := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
 	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+balancer.AlgorithmNames())
 	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
 	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
@@ -62,7 +60,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("-algo: %w", err)
 	}
-	peers, err := parseBackends(*backends, balancer.MaxFails(*maxFails), balancer.FailTimeout(*failTimeout))
+	peers, err := backends.Parse(*spec, balancer.MaxFails(*maxFails), balancer.FailTimeout(*failTimeout))
 	if err != nil {
 		return err
 	}
@@ -92,25 +90,4 @@ func run(args []string) error {
 		return err
 	}
 	return nil
-}
-
-// parseBackends reads host:port[=weight],... into peers with opts.
-func parseBackends(s string, opts ...balancer.PeerOption) ([]*balancer.Peer, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("-backends is required")
-	}
-	var peers []*balancer.Peer
-	for _, item := range strings.Split(s, ",") {
-		addr, w, hasWeight := strings.Cut(strings.TrimSpace(item), "=")
-		o := slices.Clone(opts)
-		if hasWeight {
-			n, err := strconv.Atoi(w)
-			if err != nil {
-				return nil, fmt.Errorf("backend %q: weight %q is not a number", item, w)
-			}
-			o = append(o, balancer.Weight(n))
-		}
-		peers = append(peers, balancer.NewPeer(addr, o...))
-	}
-	return peers, nil
 }

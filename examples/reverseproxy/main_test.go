@@ -5,20 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/lbgo/balancer"
 )
-
-func TestParseBackends(t *testing.T) {
-	peers, err := parseBackends("127.0.0.1:9001, 127.0.0.1:9002=3", balancer.MaxFails(2))
-	require.NoError(t, err)
-	require.Len(t, peers, 2)
-	assert.Equal(t, "127.0.0.1:9001", peers[0].Addr())
-	assert.Equal(t, 1, peers[0].Weight())
-	assert.Equal(t, "127.0.0.1:9002", peers[1].Addr())
-	assert.Equal(t, 3, peers[1].Weight())
-	assert.Equal(t, 2, peers[1].MaxFails())
-}
 
 func TestRun_badFlags(t *testing.T) {
 	tests := []struct {

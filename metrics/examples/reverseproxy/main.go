@@ -30,9 +30,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -41,6 +38,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/internal/backends"
 	"github.com/lbgo/balancer/metrics"
 )
 
@@ -65,7 +63,7 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 	fs := flag.NewFlagSet("reverseproxy", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the proxy on")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9091", "address to serve /metrics on")
-	backends := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
+	spec := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
 	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+balancer.AlgorithmNames())
 	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
 	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
@@ -77,7 +75,7 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 	if err != nil {
 		return fmt.Errorf("-algo: %w", err)
 	}
-	peers, err := parseBackends(*backends, balancer.MaxFails(*maxFails), balancer.FailTimeout(*failTimeout))
+	peers, err := backends.Parse(*spec, balancer.MaxFails(*maxFails), balancer.FailTimeout(*failTimeout))
 	if err != nil {
 		return err
 	}
@@ -132,25 +130,4 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 		}
 	}
 	return served
-}
-
-// parseBackends reads host:port[=weight],... into peers with opts.
-func parseBackends(s string, opts ...balancer.PeerOption) ([]*balancer.Peer, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, errors.New("-backends is required")
-	}
-	var peers []*balancer.Peer
-	for _, item := range strings.Split(s, ",") {
-		addr, w, hasWeight := strings.Cut(strings.TrimSpace(item), "=")
-		o := slices.Clone(opts)
-		if hasWeight {
-			n, err := strconv.Atoi(w)
-			if err != nil {
-				return nil, fmt.Errorf("backend %q: weight %q is not a number", item, w)
-			}
-			o = append(o, balancer.Weight(n))
-		}
-		peers = append(peers, balancer.NewPeer(addr, o...))
-	}
-	return peers, nil
 }

@@ -1,0 +1,38 @@
+// Package backends reads the -backends flag the examples share: a
+// comma-separated list of host:port[=weight]. It is internal to this
+// repository's examples, in every module of the repository.
+package backends
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lbgo/balancer"
+)
+
+// Parse reads host:port[=weight],... into peers, each with opts and, where
+// given, its weight. An empty s is an error naming the flag; a weight that
+// is not a number names the item. Out-of-range values are left to the
+// picker, which rejects them naming the value.
+func Parse(s string, opts ...balancer.PeerOption) ([]*balancer.Peer, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("-backends is required")
+	}
+	var peers []*balancer.Peer
+	for _, item := range strings.Split(s, ",") {
+		addr, w, hasWeight := strings.Cut(strings.TrimSpace(item), "=")
+		o := slices.Clone(opts)
+		if hasWeight {
+			n, err := strconv.Atoi(w)
+			if err != nil {
+				return nil, fmt.Errorf("backend %q: weight %q is not a number", item, w)
+			}
+			o = append(o, balancer.Weight(n))
+		}
+		peers = append(peers, balancer.NewPeer(addr, o...))
+	}
+	return peers, nil
+}
