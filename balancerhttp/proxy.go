@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -88,6 +87,12 @@ type Proxy struct {
 	// proxy_next_upstream_tries). Default 0: only the Picker's bound, one
 	// attempt per peer that is not down.
 	MaxTries int
+
+	// ConnectTimeout and ReadTimeout are the per-attempt timeouts,
+	// nginx's proxy_connect_timeout and proxy_read_timeout, as
+	// Transport's fields of the same names: an attempt past one is a
+	// failure of the backend. Default 0: only Transport's own.
+	ConnectTimeout, ReadTimeout time.Duration
 
 	// MaxReplayBody is the largest request body kept so that the request
 	// can be retried; a request with a larger body gets one attempt.
@@ -148,7 +153,11 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if logger == nil {
 		logger = log.Default()
 	}
-	logger.Printf("balancerhttp: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+	if rt := (*RoundTripError)(nil); errors.As(err, &rt) {
+		logger.Print(rt) // names the request
+	} else {
+		logger.Printf("balancerhttp: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+	}
 	http.Error(w, http.StatusText(http.StatusBadGateway), http.StatusBadGateway)
 }
 
@@ -156,39 +165,37 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 // request; it makes the attempts.
 type attempts Proxy
 
-// idempotent lists the methods nginx and net/http retry: the idempotent
-// methods of RFC 9110, section 9.2.2.
-var idempotent = map[string]bool{
-	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true,
-	http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true,
-}
-
 // RoundTrip makes the attempts of one request, each on the peer the Picker
 // gives, until one gets a response that is not a failure, the request may
 // not be retried, or no peer is left.
 func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	p := (*Proxy)(a)
-	body, replayable, err := p.keepBody(out)
+	body, noReplay, err := p.keepBody(out)
 	if err != nil {
 		return nil, err
 	}
-	safe := idempotent[out.Method] || out.Header.Get("Idempotency-Key") != "" || out.Header.Get("X-Idempotency-Key") != ""
+	replayable := noReplay == ""
+	safe := retrySafe(out)
+	to := timeouts{p.ConnectTimeout, p.ReadTimeout}
 	var br balancer.Request
 	if ap, err := netip.ParseAddrPort(out.RemoteAddr); err == nil {
 		br.SetAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
 	}
 	var held *http.Response // the last failed response, passed on if the tries run out
-	var lastErr error
+	var errs []error        // each attempt's
+	stop := func(why error) (*http.Response, error) {
+		return nil, &RoundTripError{Method: out.Method, URL: out.URL.RequestURI(), Attempts: errs, Err: why}
+	}
 	for n := 0; ; n++ {
 		if err := gaveUp(out); err != nil {
 			// The client is gone: no attempt is picked that would
 			// never be sent.
 			closeBody(held)
-			return nil, err
+			return stop(err)
 		}
 		var peer *balancer.Peer
 		if p.MaxTries > 0 && n >= p.MaxTries {
-			err = balancer.ErrTriesExhausted
+			err = fmt.Errorf("MaxTries %d: %w", p.MaxTries, balancer.ErrTriesExhausted)
 		} else {
 			peer, err = p.Picker.Pick(&br)
 		}
@@ -197,10 +204,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 				return held, nil // nginx passes the last response on
 			}
 			closeBody(held)
-			if lastErr != nil {
-				return nil, fmt.Errorf("%w (after %d attempts, the last: %v)", err, n, lastErr)
-			}
-			return nil, err
+			return stop(err)
 		}
 		closeBody(held)
 		held = nil
@@ -213,21 +217,29 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		if replayable && req.Body != nil && req.Body != http.NoBody {
 			req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
 		}
+		sent, timer := to.begin(&req)
 		start := time.Now()
-		resp, err := p.tr.RoundTrip(&req)
+		resp, err := p.tr.RoundTrip(sent)
 		latency := time.Since(start)
+		if terr := timer.roundTripped(); terr != nil {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			err = terr
+		}
 		if err != nil {
-			if gaveUp(out) != nil {
+			timer.finish()
+			errs = append(errs, &peerError{peer.Addr(), err})
+			if why := gaveUp(out); why != nil {
 				// The client gave up, not the backend: not a failure,
 				// and the time waited is only a lower bound on the
 				// backend's latency.
 				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
-				return nil, err
+				return stop(why)
 			}
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
-			lastErr = fmt.Errorf("%s: %w", peer.Addr(), err)
-			if !replayable || !(safe || notSent(err)) {
-				return nil, lastErr
+			if why := whyNotRetried(out, err, safe, noReplay); why != nil {
+				return stop(why)
 			}
 			continue
 		}
@@ -236,17 +248,19 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 			// Report now, as nginx frees the peer before it asks for
 			// the next; keep the response in case none is left.
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			timer.finish()
 			held = resp
-			lastErr = fmt.Errorf("%s: %s", peer.Addr(), resp.Status)
+			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
 			continue
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// An upgraded connection (WebSocket, say) lives on outside
 			// the attempt; the ReverseProxy needs its body unwrapped.
 			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			timer.finish()
 			return resp, nil
 		}
-		resp.Body = &reportingBody{rc: resp.Body, req: out, picker: p.Picker, peer: peer, start: start, failed: failed}
+		resp.Body = &reportingBody{rc: resp.Body, req: out, picker: p.Picker, peer: peer, start: start, failed: failed, timer: timer}
 		return resp, nil
 	}
 }
@@ -259,19 +273,23 @@ func (p *Proxy) isFailure(resp *http.Response) bool {
 }
 
 // keepBody returns a function that gives the body of each attempt, and
-// whether the request can be sent more than once. A body up to
-// MaxReplayBody is read whole first, as nginx reads it before it picks a
-// backend; a larger one is streamed to the first attempt only.
-func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) {
+// why the request cannot be sent more than once ("" if it can). A body up
+// to MaxReplayBody is read whole first, as nginx reads it before it picks
+// a backend; a larger one is streamed to the first attempt only.
+func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, string, error) {
 	if out.Body == nil || out.Body == http.NoBody {
-		return func() io.ReadCloser { return out.Body }, true, nil
+		return func() io.ReadCloser { return out.Body }, "", nil
 	}
 	limit := p.MaxReplayBody
 	if limit == 0 {
 		limit = DefaultMaxReplayBody
 	}
-	if limit < 0 || out.ContentLength > limit {
-		return func() io.ReadCloser { return out.Body }, false, nil
+	over := fmt.Sprintf("over MaxReplayBody %d", limit)
+	if limit < 0 {
+		return func() io.ReadCloser { return out.Body }, fmt.Sprintf("MaxReplayBody %d", limit), nil
+	}
+	if out.ContentLength > limit {
+		return func() io.ReadCloser { return out.Body }, over, nil
 	}
 	var buf bytes.Buffer
 	if out.ContentLength > 0 {
@@ -279,7 +297,7 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) 
 	}
 	n, err := io.Copy(&buf, io.LimitReader(out.Body, limit+1))
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the request body: %w", err)
+		return nil, "", fmt.Errorf("reading the request body: %w", err)
 	}
 	if n > limit {
 		// Chunked and larger than the limit: send what was read, then
@@ -288,21 +306,13 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) 
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf.Bytes()), out.Body), out.Body}
-		return func() io.ReadCloser { return rest }, false, nil
+		return func() io.ReadCloser { return rest }, over, nil
 	}
 	_ = out.Body.Close()
 	b := buf.Bytes()
 	// Sent with its length from now on, as nginx sends a body it has read.
 	out.ContentLength, out.TransferEncoding = int64(len(b)), nil
-	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, true, nil
-}
-
-// notSent reports whether err is a failure to open a connection, so that
-// the backend never saw the request and even a non-idempotent one may go
-// to the next peer, as nginx does.
-func notSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, "", nil
 }
 
 func closeBody(resp *http.Response) {
@@ -325,11 +335,16 @@ type reportingBody struct {
 	peer   *balancer.Peer
 	start  time.Time
 	failed bool
+	timer  *attemptTimer // the attempt's ReadTimeout; nil if none
 	once   sync.Once
 }
 
 func (b *reportingBody) Read(buf []byte) (int, error) {
+	b.timer.readStart()
 	n, err := b.rc.Read(buf)
+	if terr := b.timer.readEnd(); terr != nil && err != io.EOF {
+		err = &peerError{b.peer.Addr(), terr}
+	}
 	switch {
 	case err == io.EOF:
 		b.report(true, false)
@@ -362,5 +377,6 @@ func (b *reportingBody) report(eof, readErr bool) {
 			o.Failed = true
 		}
 		_ = b.picker.Done(b.peer, o)
+		b.timer.finish()
 	})
 }
