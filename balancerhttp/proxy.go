@@ -91,7 +91,8 @@ type Proxy struct {
 	// ConnectTimeout and ReadTimeout are the per-attempt timeouts,
 	// nginx's proxy_connect_timeout and proxy_read_timeout, as
 	// Transport's fields of the same names: an attempt past one is a
-	// failure of the backend. Default 0: only Transport's own.
+	// failure of the backend. Default 0: only Transport's own. Negative:
+	// every request is answered 502, and the log names the field.
 	ConnectTimeout, ReadTimeout time.Duration
 
 	// MaxReplayBody is the largest request body kept so that the request
@@ -103,9 +104,10 @@ type Proxy struct {
 	// the log package's standard logger.
 	ErrorLog *log.Logger
 
-	once sync.Once
-	rp   *httputil.ReverseProxy
-	tr   http.RoundTripper
+	once    sync.Once
+	rp      *httputil.ReverseProxy
+	tr      http.RoundTripper
+	badConf error // a negative timeout: every request gets 502 and a log line
 }
 
 // DefaultIsFailure reports whether the status is one nginx's
@@ -123,10 +125,15 @@ func DefaultIsFailure(resp *http.Response) bool {
 // 502 Bad Gateway when no backend gave one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.once.Do(p.init)
+	if p.badConf != nil {
+		p.fail(w, r, p.badConf)
+		return
+	}
 	p.rp.ServeHTTP(w, r)
 }
 
 func (p *Proxy) init() {
+	p.badConf = timeouts{p.ConnectTimeout, p.ReadTimeout}.check("Proxy")
 	p.tr = p.Transport
 	if p.tr == nil {
 		p.tr = defaultTransport()
@@ -248,7 +255,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 			// Report now, as nginx frees the peer before it asks for
 			// the next; keep the response in case none is left.
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
-			timer.finish()
+			resp.Body = timer.wrap(resp.Body) // it may yet be passed on
 			held = resp
 			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
 			continue

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"time"
+
+	"github.com/lbgo/balancer"
 )
 
 // ErrConnectTimeout is the error of an attempt that had no connection to
@@ -25,6 +28,20 @@ var ErrReadTimeout = errors.New("balancerhttp: timed out reading from the peer")
 // timeouts are the per-attempt timeouts of a Transport or a Proxy; zero
 // is none.
 type timeouts struct{ connect, read time.Duration }
+
+// check returns balancer.ErrInvalidConfig naming a negative timeout of
+// owner ("Transport", "Proxy"), or nil.
+func (t timeouts) check(owner string) error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"ConnectTimeout", t.connect}, {"ReadTimeout", t.read}} {
+		if f.d < 0 {
+			return fmt.Errorf("%w: balancerhttp: %s.%s %v is negative", balancer.ErrInvalidConfig, owner, f.name, f.d)
+		}
+	}
+	return nil
+}
 
 // phase is where an attempt stands, for its timeouts: connecting (timed by
 // ConnectTimeout) until the Base reports a connection (httptrace's
@@ -187,4 +204,34 @@ func (a *attemptTimer) finish() {
 	}
 	a.mu.Unlock()
 	a.cancel(context.Canceled)
+}
+
+// wrap returns rc timed by a's ReadTimeout and releasing a's context when
+// closed, for the body of an attempt already reported (a failure status
+// drained, or held to be passed on); rc itself if a is nil.
+func (a *attemptTimer) wrap(rc io.ReadCloser) io.ReadCloser {
+	if a == nil {
+		return rc
+	}
+	return &timedBody{rc, a}
+}
+
+type timedBody struct {
+	rc    io.ReadCloser
+	timer *attemptTimer
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	b.timer.readStart()
+	n, err := b.rc.Read(p)
+	if terr := b.timer.readEnd(); terr != nil && err != io.EOF {
+		err = terr
+	}
+	return n, err
+}
+
+func (b *timedBody) Close() error {
+	err := b.rc.Close()
+	b.timer.finish()
+	return err
 }

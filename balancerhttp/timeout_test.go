@@ -21,6 +21,16 @@ import (
 // timeouts sets the per-attempt timeouts of a Transport or a Proxy.
 type timeouts struct{ connect, read time.Duration }
 
+// timeoutsOrNot runs a test without per-attempt timeouts and with timeouts
+// that do not expire: the rules must not change when they are set.
+var timeoutsOrNot = []struct {
+	name string
+	timeouts
+}{
+	{"no timeouts", timeouts{}},
+	{"timeouts", timeouts{connect: 5 * time.Second, read: 5 * time.Second}},
+}
+
 // balanced is one way to balance a client's requests: it returns the
 // client and the URL to ask.
 type balanced struct {
@@ -312,4 +322,54 @@ func TestProxy_notRetriedReasons(t *testing.T) {
 			assert.Equal(t, tt.attempts, f, "attempts reported failed")
 		})
 	}
+}
+
+// TestProxy_heldResponseWithTimeouts: with per-attempt timeouts set, the
+// last failed response, passed on when the tries run out, arrives whole,
+// a body larger than the socket buffers included: its attempt's context
+// lives until it has been copied.
+func TestProxy_heldResponseWithTimeouts(t *testing.T) {
+	big := strings.Repeat("x", 16<<20) // more than the socket buffers hold
+	var peers []*balancer.Peer
+	for range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, big)
+		}))
+		t.Cleanup(srv.Close)
+		peers = append(peers, balancer.NewPeer(srv.Listener.Addr().String()))
+	}
+	p, err := balancer.NewSmoothWRR(peers)
+	require.NoError(t, err)
+	proxy := &balancerhttp.Proxy{Picker: p, ConnectTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, ErrorLog: quietLog}
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+	defer proxy.CloseIdleConnections()
+	resp, err := http.Get(front.URL)
+	require.NoError(t, err)
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, len(big), len(got), "body length")
+}
+
+// TestTimeouts_negative: a negative timeout is refused, naming the field.
+func TestTimeouts_negative(t *testing.T) {
+	ok := okServer(t)
+	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(ok.Listener.Addr().String())})
+	require.NoError(t, err)
+	tr := &balancerhttp.Transport{Picker: p, ReadTimeout: -time.Second}
+	_, err = (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://backends/")
+	assert.ErrorIs(t, err, balancer.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "Transport.ReadTimeout -1s is negative")
+
+	var logged bytes.Buffer
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: p, ConnectTimeout: -time.Millisecond, ErrorLog: log.New(&logged, "", 0)})
+	defer front.Close()
+	resp, err := http.Get(front.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.Contains(t, logged.String(), "Proxy.ConnectTimeout -1ms is negative")
 }

@@ -60,7 +60,8 @@ var ErrNoPicker = errors.New("balancerhttp: Transport.Picker is nil")
 // Set Picker before the first request and change no field afterwards; the
 // peers change through the Picker's Updater methods at any time. The zero
 // value is unusable until Picker is set; RoundTrip then returns
-// ErrNoPicker. A Transport is safe for concurrent use.
+// ErrNoPicker. A negative timeout makes every RoundTrip return
+// balancer.ErrInvalidConfig, naming the field. A Transport is safe for concurrent use.
 type Transport struct {
 	// Picker chooses the peer of each attempt and learns its outcome.
 	// Required.
@@ -112,8 +113,9 @@ type Transport struct {
 	// ConsistentHash): balancer.Request.SetKey. Default: no key.
 	Key func(*http.Request) string
 
-	once sync.Once
-	base http.RoundTripper
+	once    sync.Once
+	base    http.RoundTripper
+	badConf error // a negative timeout, returned by every RoundTrip
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -185,6 +187,7 @@ func (e *peerError) Error() string { return e.peer + ": " + e.err.Error() }
 func (e *peerError) Unwrap() error { return e.err }
 
 func (t *Transport) init() {
+	t.badConf = timeouts{t.ConnectTimeout, t.ReadTimeout}.check("Transport")
 	t.base = t.Base
 	if t.base == nil {
 		t.base = defaultTransport()
@@ -200,6 +203,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrNoPicker
 	}
 	t.once.Do(t.init)
+	if t.badConf != nil {
+		closeRequestBody(req.Body)
+		return nil, t.badConf
+	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	replayable := !hasBody || req.GetBody != nil
 	safe := t.RetryNonIdempotent || retrySafe(req)
@@ -279,8 +286,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// Report before the next Pick, as nginx frees the peer
 			// before it asks for the next one.
 			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			resp.Body = timer.wrap(resp.Body) // the drain is a read too
 			closeBody(resp)
-			timer.finish()
 			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
 			continue
 		}
