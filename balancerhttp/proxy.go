@@ -4,8 +4,8 @@
 //
 // Each attempt of a request is bracketed by Pick and Done: Done reports how
 // long the attempt took and whether it failed, where a failure is a
-// transport error (connection refused or reset, a response cut short) or a
-// 5xx status that nginx can be told to treat as one (500, 502, 503, 504; see
+// transport error (connection refused or reset, a response cut short, a
+// per-attempt timeout) or a 5xx status that nginx can be told to treat as one (500, 502, 503, 504; see
 // Proxy.IsFailure). A failed attempt of a request that may be retried goes
 // to the next peer the Picker gives for the same balancer.Request, which
 // never gives a peer twice and stops after as many attempts as there are
@@ -17,13 +17,22 @@
 // its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or it
 // carries an Idempotency-Key header, or the failure was a connection that
 // could not be opened, so the backend never saw the request; and its body,
-// if any, could be kept for the replay (see Proxy.MaxReplayBody). When no
-// peer is left, the client gets what nginx sends: the last backend's
-// response if there was one and the tries ran out, and 502 Bad Gateway if
-// every attempt failed without a usable response or the Picker has no live
-// peer. An attempt whose client went away (the request's context ended) is
-// reported Abandoned, not as the backend's failure, and is not retried;
-// IPHash hashes the client's address, nginx's $remote_addr.
+// if any, could be kept for the replay (see Proxy.MaxReplayBody). A failed
+// attempt not retried says why, in the Transport's error and the Proxy's
+// log line: ErrNotIdempotent, ErrBodyNotRewindable or
+// balancer.ErrTriesExhausted. When no peer is left, the client gets what
+// nginx sends: the last backend's response if there was one and the tries
+// ran out, and 502 Bad Gateway if every attempt failed without a usable
+// response or the Picker has no live peer. An attempt whose client went
+// away (the request's context ended) is reported Abandoned, not as the
+// backend's failure, and is not retried; IPHash hashes the client's
+// address, nginx's $remote_addr.
+//
+// A client's deadline is thus never a backend's failure. The timeouts that
+// are, nginx's proxy_connect_timeout and proxy_read_timeout, are the
+// ConnectTimeout and ReadTimeout fields of Proxy and Transport, per attempt
+// (ErrConnectTimeout, ErrReadTimeout), besides those of Proxy.Transport
+// or Transport.Base (the default one waits 60 s for a response's headers).
 //
 // Transport brings the same rules to an http.Client, with one difference
 // of default: its failure statuses (DefaultFailureStatuses) are the gateway

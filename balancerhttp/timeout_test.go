@@ -74,7 +74,7 @@ var bothWays = []balanced{
 func TestReadTimeout_stallingBackendFails(t *testing.T) {
 	const (
 		clients = 4
-		short   = 20 * time.Millisecond * raceSlowdown
+		short   = 50 * time.Millisecond * raceSlowdown
 	)
 	for _, name := range []string{"RoundRobin", "SmoothWRR", "LeastConn"} {
 		for _, way := range bothWays {
@@ -111,6 +111,11 @@ func TestReadTimeout_stallingBackendFails(t *testing.T) {
 				assert.Equal(t, picks[stalled], abandoned[stalled], "the stalled backend's attempts are abandoned")
 				assert.Equal(t, picks[stalled], bad, "each request sent to the stalled backend timed out")
 				assert.Positive(t, picks[stalled], "the stalled backend was tried")
+				if name != "LeastConn" {
+					// Equal weights in turn, one attempt per request
+					// (an abandoned one is not retried): a third each.
+					assert.Equal(t, requests/3, picks[stalled], "the stalled backend's share")
+				}
 			})
 		}
 	}
