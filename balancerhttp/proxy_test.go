@@ -483,8 +483,15 @@ func TestProxy_chunkedBodyReplayed(t *testing.T) {
 }
 
 // TestProxy_upgrade: a connection upgrade passes through, and its attempt
-// is reported when the switch succeeds.
+// is reported when the switch succeeds; with per-attempt timeouts too,
+// which end with the attempt, not with the upgraded connection.
 func TestProxy_upgrade(t *testing.T) {
+	for _, to := range timeoutsOrNot {
+		t.Run(to.name, func(t *testing.T) { testUpgrade(t, to.timeouts) })
+	}
+}
+
+func testUpgrade(t *testing.T, to timeouts) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -501,7 +508,7 @@ func TestProxy_upgrade(t *testing.T) {
 	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(up.Listener.Addr().String())})
 	require.NoError(t, err)
 	tl := newTally(p)
-	front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog})
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog, ConnectTimeout: to.connect, ReadTimeout: to.read})
 	defer front.Close()
 
 	conn, err := net.Dial("tcp", front.Listener.Addr().String())

@@ -378,3 +378,22 @@ func TestTimeouts_negative(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
 	assert.Contains(t, logged.String(), "Proxy.ConnectTimeout -1ms is negative")
 }
+
+// TestBaseResponseHeaderTimeout_isFailure: a timeout of Base's own, here
+// http.Transport.ResponseHeaderTimeout, is the peer's failure too (the
+// caller is still waiting), and the request goes on to the next peer.
+func TestBaseResponseHeaderTimeout_isFailure(t *testing.T) {
+	stalled, ok := stallServer(t), okServer(t)
+	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(stalled.Listener.Addr().String()), balancer.NewPeer(ok.Listener.Addr().String())})
+	require.NoError(t, err)
+	tl := newTally(p)
+	base := &http.Transport{ResponseHeaderTimeout: 50 * time.Millisecond}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: tl, Base: base}}
+	resp, err := client.Get("http://backends/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	_, _, failed := tl.snapshot()
+	assert.Equal(t, map[string]int{stalled.Listener.Addr().String(): 1}, failed)
+}
