@@ -31,12 +31,13 @@ var ErrNoPicker = errors.New("balancerhttp: Transport.Picker is nil")
 // once per request (one balancer.Request per http.Request).
 //
 // A failure is a transport error (refused, reset, ConnectTimeout,
-// ReadTimeout, Base's timeouts) or a status in FailureStatuses. A request may be retried when its method is
-// idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), it carries an
-// Idempotency-Key header, RetryNonIdempotent is set, or the connection
-// could not be opened (the peer never saw it), as nginx decides; and its
-// body, if any, can be replayed through Request.GetBody (http.NewRequest
-// sets it for in-memory bodies). A request whose context ends is not
+// ReadTimeout, Base's timeouts) or a status in FailureStatuses. A request
+// may be retried when its method is idempotent (GET, HEAD, OPTIONS, TRACE,
+// PUT, DELETE), it carries an Idempotency-Key header, RetryNonIdempotent is
+// set, or the connection could not be opened or ConnectTimeout passed (the
+// peer never saw it), as nginx decides; and its body, if any, can be
+// replayed through Request.GetBody (http.NewRequest sets it for in-memory
+// bodies). A request whose context ends is not
 // retried: its attempt is reported Abandoned, not as the peer's failure,
 // so a caller's deadline (http.Client.Timeout) never marks a peer failed;
 // ConnectTimeout and ReadTimeout, shorter than it, do.
@@ -61,7 +62,8 @@ var ErrNoPicker = errors.New("balancerhttp: Transport.Picker is nil")
 // peers change through the Picker's Updater methods at any time. The zero
 // value is unusable until Picker is set; RoundTrip then returns
 // ErrNoPicker. A negative timeout makes every RoundTrip return
-// balancer.ErrInvalidConfig, naming the field. A Transport is safe for concurrent use.
+// balancer.ErrInvalidConfig, naming the field. A Transport is safe for
+// concurrent use.
 type Transport struct {
 	// Picker chooses the peer of each attempt and learns its outcome.
 	// Required.
