@@ -56,7 +56,7 @@ func TestConnectTimeout(t *testing.T) {
 			p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(stuck), balancer.NewPeer(ok.addr)})
 			require.NoError(t, err)
 			tl := newTally(p)
-			client, url := way.client(t, tl, timeouts{connect: 50 * time.Millisecond}, 5*time.Second)
+			client, url := way.client(t, tl, timeouts{connect: 250 * time.Millisecond}, 5*time.Second)
 			req := newRequest(t, "POST", url, "payload", nil, "connect")
 			resp, err := client.Do(req)
 			require.NoError(t, err)
@@ -77,10 +77,10 @@ func TestConnectTimeout_error(t *testing.T) {
 	stuck := fullBacklog(t)
 	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(stuck)})
 	require.NoError(t, err)
-	tr := &balancerhttp.Transport{Picker: p, ConnectTimeout: 50 * time.Millisecond}
+	tr := &balancerhttp.Transport{Picker: p, ConnectTimeout: 250 * time.Millisecond}
 	defer tr.CloseIdleConnections()
 	_, err = (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Get("http://backends/")
 	require.Error(t, err)
 	assert.ErrorIs(t, err, balancerhttp.ErrConnectTimeout)
-	assert.Contains(t, err.Error(), stuck+": balancerhttp: timed out connecting to the peer (ConnectTimeout 50ms)")
+	assert.Contains(t, err.Error(), stuck+": balancerhttp: timed out connecting to the peer (ConnectTimeout 250ms)")
 }

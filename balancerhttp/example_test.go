@@ -92,7 +92,7 @@ func ExampleTransport_readTimeout() {
 		fmt.Println(err)
 		return
 	}
-	tr := &balancerhttp.Transport{Picker: picker, ReadTimeout: 100 * time.Millisecond}
+	tr := &balancerhttp.Transport{Picker: picker, ReadTimeout: 250 * time.Millisecond}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
 	defer client.CloseIdleConnections()
 
