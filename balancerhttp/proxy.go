@@ -4,8 +4,8 @@
 //
 // Each attempt of a request is bracketed by Pick and Done: Done reports how
 // long the attempt took and whether it failed, where a failure is a
-// transport error (connection refused or reset, a response cut short) or a
-// 5xx status that nginx can be told to treat as one (500, 502, 503, 504; see
+// transport error (connection refused or reset, a response cut short, a
+// per-attempt timeout) or a 5xx status that nginx can be told to treat as one (500, 502, 503, 504; see
 // Proxy.IsFailure). A failed attempt of a request that may be retried goes
 // to the next peer the Picker gives for the same balancer.Request, which
 // never gives a peer twice and stops after as many attempts as there are
@@ -17,13 +17,22 @@
 // its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or it
 // carries an Idempotency-Key header, or the failure was a connection that
 // could not be opened, so the backend never saw the request; and its body,
-// if any, could be kept for the replay (see Proxy.MaxReplayBody). When no
-// peer is left, the client gets what nginx sends: the last backend's
-// response if there was one and the tries ran out, and 502 Bad Gateway if
-// every attempt failed without a usable response or the Picker has no live
-// peer. An attempt whose client went away (the request's context ended) is
-// reported Abandoned, not as the backend's failure, and is not retried;
-// IPHash hashes the client's address, nginx's $remote_addr.
+// if any, could be kept for the replay (see Proxy.MaxReplayBody). A failed
+// attempt not retried says why, in the Transport's error and the Proxy's
+// log line: ErrNotIdempotent, ErrBodyNotRewindable or
+// balancer.ErrTriesExhausted. When no peer is left, the client gets what
+// nginx sends: the last backend's response if there was one and the tries
+// ran out, and 502 Bad Gateway if every attempt failed without a usable
+// response or the Picker has no live peer. An attempt whose client went
+// away (the request's context ended) is reported Abandoned, not as the
+// backend's failure, and is not retried; IPHash hashes the client's
+// address, nginx's $remote_addr.
+//
+// A client's deadline is thus never a backend's failure. The timeouts that
+// are, nginx's proxy_connect_timeout and proxy_read_timeout, are the
+// ConnectTimeout and ReadTimeout fields of Proxy and Transport, per attempt
+// (ErrConnectTimeout, ErrReadTimeout), besides those of Proxy.Transport
+// or Transport.Base (the default one waits 60 s for a response's headers).
 //
 // Transport brings the same rules to an http.Client, with one difference
 // of default: its failure statuses (DefaultFailureStatuses) are the gateway
@@ -39,7 +48,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -89,6 +97,13 @@ type Proxy struct {
 	// attempt per peer that is not down.
 	MaxTries int
 
+	// ConnectTimeout and ReadTimeout are the per-attempt timeouts,
+	// nginx's proxy_connect_timeout and proxy_read_timeout, as
+	// Transport's fields of the same names: an attempt past one is a
+	// failure of the backend. Default 0: only Transport's own. Negative:
+	// every request is answered 502, and the log names the field.
+	ConnectTimeout, ReadTimeout time.Duration
+
 	// MaxReplayBody is the largest request body kept so that the request
 	// can be retried; a request with a larger body gets one attempt.
 	// Default 0: DefaultMaxReplayBody. Negative: no body is kept.
@@ -98,9 +113,10 @@ type Proxy struct {
 	// the log package's standard logger.
 	ErrorLog *log.Logger
 
-	once sync.Once
-	rp   *httputil.ReverseProxy
-	tr   http.RoundTripper
+	once    sync.Once
+	rp      *httputil.ReverseProxy
+	tr      http.RoundTripper
+	badConf error // a negative timeout: every request gets 502 and a log line
 }
 
 // DefaultIsFailure reports whether the status is one nginx's
@@ -118,10 +134,15 @@ func DefaultIsFailure(resp *http.Response) bool {
 // 502 Bad Gateway when no backend gave one.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.once.Do(p.init)
+	if p.badConf != nil {
+		p.fail(w, r, p.badConf)
+		return
+	}
 	p.rp.ServeHTTP(w, r)
 }
 
 func (p *Proxy) init() {
+	p.badConf = timeouts{p.ConnectTimeout, p.ReadTimeout}.check("Proxy")
 	p.tr = p.Transport
 	if p.tr == nil {
 		p.tr = defaultTransport()
@@ -148,7 +169,11 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if logger == nil {
 		logger = log.Default()
 	}
-	logger.Printf("balancerhttp: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+	if rt := (*RoundTripError)(nil); errors.As(err, &rt) {
+		logger.Print(rt) // names the request
+	} else {
+		logger.Printf("balancerhttp: %s %s: %v", r.Method, r.URL.RequestURI(), err)
+	}
 	http.Error(w, http.StatusText(http.StatusBadGateway), http.StatusBadGateway)
 }
 
@@ -156,39 +181,37 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 // request; it makes the attempts.
 type attempts Proxy
 
-// idempotent lists the methods nginx and net/http retry: the idempotent
-// methods of RFC 9110, section 9.2.2.
-var idempotent = map[string]bool{
-	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true,
-	http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true,
-}
-
 // RoundTrip makes the attempts of one request, each on the peer the Picker
 // gives, until one gets a response that is not a failure, the request may
 // not be retried, or no peer is left.
 func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	p := (*Proxy)(a)
-	body, replayable, err := p.keepBody(out)
+	body, noReplay, err := p.keepBody(out)
 	if err != nil {
 		return nil, err
 	}
-	safe := idempotent[out.Method] || out.Header.Get("Idempotency-Key") != "" || out.Header.Get("X-Idempotency-Key") != ""
+	replayable := noReplay == ""
+	safe := retrySafe(out)
+	to := timeouts{p.ConnectTimeout, p.ReadTimeout}
 	var br balancer.Request
 	if ap, err := netip.ParseAddrPort(out.RemoteAddr); err == nil {
 		br.SetAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
 	}
 	var held *http.Response // the last failed response, passed on if the tries run out
-	var lastErr error
+	var errs []error        // each attempt's
+	stop := func(why error) (*http.Response, error) {
+		return nil, &RoundTripError{Method: out.Method, URL: out.URL.RequestURI(), Attempts: errs, Err: why}
+	}
 	for n := 0; ; n++ {
 		if err := gaveUp(out); err != nil {
 			// The client is gone: no attempt is picked that would
 			// never be sent.
 			closeBody(held)
-			return nil, err
+			return stop(err)
 		}
 		var peer *balancer.Peer
 		if p.MaxTries > 0 && n >= p.MaxTries {
-			err = balancer.ErrTriesExhausted
+			err = fmt.Errorf("MaxTries %d: %w", p.MaxTries, balancer.ErrTriesExhausted)
 		} else {
 			peer, err = p.Picker.Pick(&br)
 		}
@@ -197,10 +220,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 				return held, nil // nginx passes the last response on
 			}
 			closeBody(held)
-			if lastErr != nil {
-				return nil, fmt.Errorf("%w (after %d attempts, the last: %v)", err, n, lastErr)
-			}
-			return nil, err
+			return stop(err)
 		}
 		closeBody(held)
 		held = nil
@@ -213,21 +233,29 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		if replayable && req.Body != nil && req.Body != http.NoBody {
 			req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
 		}
+		sent, timer := to.begin(&req)
 		start := time.Now()
-		resp, err := p.tr.RoundTrip(&req)
+		resp, err := p.tr.RoundTrip(sent)
 		latency := time.Since(start)
+		if terr := timer.roundTripped(); terr != nil {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			err = terr
+		}
 		if err != nil {
-			if gaveUp(out) != nil {
+			timer.finish()
+			errs = append(errs, &peerError{peer.Addr(), err})
+			if why := gaveUp(out); why != nil {
 				// The client gave up, not the backend: not a failure,
 				// and the time waited is only a lower bound on the
 				// backend's latency.
 				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
-				return nil, err
+				return stop(why)
 			}
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
-			lastErr = fmt.Errorf("%s: %w", peer.Addr(), err)
-			if !replayable || !(safe || notSent(err)) {
-				return nil, lastErr
+			if why := whyNotRetried(out, err, safe, noReplay); why != nil {
+				return stop(why)
 			}
 			continue
 		}
@@ -236,17 +264,19 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 			// Report now, as nginx frees the peer before it asks for
 			// the next; keep the response in case none is left.
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			resp.Body = timer.wrap(resp.Body) // it may yet be passed on
 			held = resp
-			lastErr = fmt.Errorf("%s: %s", peer.Addr(), resp.Status)
+			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
 			continue
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// An upgraded connection (WebSocket, say) lives on outside
 			// the attempt; the ReverseProxy needs its body unwrapped.
 			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			timer.finish()
 			return resp, nil
 		}
-		resp.Body = &reportingBody{rc: resp.Body, req: out, picker: p.Picker, peer: peer, start: start, failed: failed}
+		resp.Body = &reportingBody{rc: resp.Body, req: out, picker: p.Picker, peer: peer, start: start, failed: failed, timer: timer}
 		return resp, nil
 	}
 }
@@ -259,19 +289,23 @@ func (p *Proxy) isFailure(resp *http.Response) bool {
 }
 
 // keepBody returns a function that gives the body of each attempt, and
-// whether the request can be sent more than once. A body up to
-// MaxReplayBody is read whole first, as nginx reads it before it picks a
-// backend; a larger one is streamed to the first attempt only.
-func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) {
+// why the request cannot be sent more than once ("" if it can). A body up
+// to MaxReplayBody is read whole first, as nginx reads it before it picks
+// a backend; a larger one is streamed to the first attempt only.
+func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, string, error) {
 	if out.Body == nil || out.Body == http.NoBody {
-		return func() io.ReadCloser { return out.Body }, true, nil
+		return func() io.ReadCloser { return out.Body }, "", nil
 	}
 	limit := p.MaxReplayBody
 	if limit == 0 {
 		limit = DefaultMaxReplayBody
 	}
-	if limit < 0 || out.ContentLength > limit {
-		return func() io.ReadCloser { return out.Body }, false, nil
+	over := fmt.Sprintf("over MaxReplayBody %d", limit)
+	if limit < 0 {
+		return func() io.ReadCloser { return out.Body }, fmt.Sprintf("MaxReplayBody %d", limit), nil
+	}
+	if out.ContentLength > limit {
+		return func() io.ReadCloser { return out.Body }, over, nil
 	}
 	var buf bytes.Buffer
 	if out.ContentLength > 0 {
@@ -279,7 +313,7 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) 
 	}
 	n, err := io.Copy(&buf, io.LimitReader(out.Body, limit+1))
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the request body: %w", err)
+		return nil, "", fmt.Errorf("reading the request body: %w", err)
 	}
 	if n > limit {
 		// Chunked and larger than the limit: send what was read, then
@@ -288,21 +322,13 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, bool, error) 
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf.Bytes()), out.Body), out.Body}
-		return func() io.ReadCloser { return rest }, false, nil
+		return func() io.ReadCloser { return rest }, over, nil
 	}
 	_ = out.Body.Close()
 	b := buf.Bytes()
 	// Sent with its length from now on, as nginx sends a body it has read.
 	out.ContentLength, out.TransferEncoding = int64(len(b)), nil
-	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, true, nil
-}
-
-// notSent reports whether err is a failure to open a connection, so that
-// the backend never saw the request and even a non-idempotent one may go
-// to the next peer, as nginx does.
-func notSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, "", nil
 }
 
 func closeBody(resp *http.Response) {
@@ -325,11 +351,16 @@ type reportingBody struct {
 	peer   *balancer.Peer
 	start  time.Time
 	failed bool
+	timer  *attemptTimer // the attempt's ReadTimeout; nil if none
 	once   sync.Once
 }
 
 func (b *reportingBody) Read(buf []byte) (int, error) {
+	b.timer.readStart()
 	n, err := b.rc.Read(buf)
+	if terr := b.timer.readEnd(); terr != nil && err != io.EOF {
+		err = &peerError{b.peer.Addr(), terr}
+	}
 	switch {
 	case err == io.EOF:
 		b.report(true, false)
@@ -362,5 +393,6 @@ func (b *reportingBody) report(eof, readErr bool) {
 			o.Failed = true
 		}
 		_ = b.picker.Done(b.peer, o)
+		b.timer.finish()
 	})
 }

@@ -363,7 +363,8 @@ func TestProxy_backendDiesAndRecovers(t *testing.T) {
 // TestProxy_nextUpstream checks when a failed attempt goes on to the next
 // peer, and what the client gets when none is left, as nginx's
 // proxy_next_upstream error timeout http_500 http_502 http_503 http_504
-// behaves. SmoothWRR over equal weights tries the backends in order, a
+// behaves, without per-attempt timeouts and with timeouts that do not
+// expire. SmoothWRR over equal weights tries the backends in order, a
 // first.
 func TestProxy_nextUpstream(t *testing.T) {
 	big := strings.Repeat("x", 2048)
@@ -401,39 +402,42 @@ func TestProxy_nextUpstream(t *testing.T) {
 		{"MaxReplayBody -1 keeps no body", "PUT", "payload", nil, []int{503, 200}, 0, -1, 503, "a", 1},
 		{"a body-less PUT with MaxReplayBody -1 is retried", "PUT", "", nil, []int{503, 200}, 0, -1, 200, "b", 2},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			bs, peers := statusBackends(t, tt.statuses)
-			p, err := balancer.NewSmoothWRR(peers)
-			require.NoError(t, err)
-			tl := newTally(p)
-			front := httptest.NewServer(&balancerhttp.Proxy{
-				Picker: tl, MaxTries: tt.maxTries, MaxReplayBody: tt.maxBody, ErrorLog: quietLog,
+	for _, to := range timeoutsOrNot {
+		for _, tt := range tests {
+			t.Run(to.name+"/"+tt.name, func(t *testing.T) {
+				bs, peers := statusBackends(t, tt.statuses)
+				p, err := balancer.NewSmoothWRR(peers)
+				require.NoError(t, err)
+				tl := newTally(p)
+				front := httptest.NewServer(&balancerhttp.Proxy{
+					Picker: tl, MaxTries: tt.maxTries, MaxReplayBody: tt.maxBody, ErrorLog: quietLog,
+					ConnectTimeout: to.connect, ReadTimeout: to.read,
+				})
+				defer front.Close()
+
+				req := newRequest(t, tt.method, front.URL+"/x", tt.body, tt.header, tt.name)
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+
+				assert.Equal(t, tt.want, resp.StatusCode)
+				if tt.wantFrom != "" {
+					assert.Equal(t, tt.wantFrom, string(got), "answered by")
+				}
+				n, f := tl.totals()
+				picks, dones, _ := tl.snapshot()
+				assert.Equal(t, tt.attempts, n, "attempts")
+				assert.Equal(t, picks, dones, "every attempt reported")
+				wantFailed := tt.attempts
+				if tt.want < 500 || tt.want == 501 {
+					wantFailed-- // the last attempt answered
+				}
+				assert.Equal(t, wantFailed, f, "attempts reported failed")
+				// Every backend that answered saw the whole body.
+				assertBodies(t, bs, tt.name, tt.method, tt.body)
 			})
-			defer front.Close()
-
-			req := newRequest(t, tt.method, front.URL+"/x", tt.body, tt.header, tt.name)
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			got, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-
-			assert.Equal(t, tt.want, resp.StatusCode)
-			if tt.wantFrom != "" {
-				assert.Equal(t, tt.wantFrom, string(got), "answered by")
-			}
-			n, f := tl.totals()
-			picks, dones, _ := tl.snapshot()
-			assert.Equal(t, tt.attempts, n, "attempts")
-			assert.Equal(t, picks, dones, "every attempt reported")
-			wantFailed := tt.attempts
-			if tt.want < 500 || tt.want == 501 {
-				wantFailed-- // the last attempt answered
-			}
-			assert.Equal(t, wantFailed, f, "attempts reported failed")
-			// Every backend that answered saw the whole body.
-			assertBodies(t, bs, tt.name, tt.method, tt.body)
-		})
+		}
 	}
 }
 
@@ -479,8 +483,15 @@ func TestProxy_chunkedBodyReplayed(t *testing.T) {
 }
 
 // TestProxy_upgrade: a connection upgrade passes through, and its attempt
-// is reported when the switch succeeds.
+// is reported when the switch succeeds; with per-attempt timeouts too,
+// which end with the attempt, not with the upgraded connection.
 func TestProxy_upgrade(t *testing.T) {
+	for _, to := range timeoutsOrNot {
+		t.Run(to.name, func(t *testing.T) { testUpgrade(t, to.timeouts) })
+	}
+}
+
+func testUpgrade(t *testing.T, to timeouts) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -497,7 +508,7 @@ func TestProxy_upgrade(t *testing.T) {
 	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(up.Listener.Addr().String())})
 	require.NoError(t, err)
 	tl := newTally(p)
-	front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog})
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: tl, ErrorLog: quietLog, ConnectTimeout: to.connect, ReadTimeout: to.read})
 	defer front.Close()
 
 	conn, err := net.Dial("tcp", front.Listener.Addr().String())

@@ -30,14 +30,17 @@ var ErrNoPicker = errors.New("balancerhttp: Transport.Picker is nil")
 // request that may be retried goes to the next peer, each peer at most
 // once per request (one balancer.Request per http.Request).
 //
-// A failure is a transport error (refused, reset, Base's timeouts) or a
-// status in FailureStatuses. A request may be retried when its method is
-// idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), it carries an
-// Idempotency-Key header, RetryNonIdempotent is set, or the connection
-// could not be opened (the peer never saw it), as nginx decides; and its
-// body, if any, can be replayed through Request.GetBody (http.NewRequest
-// sets it for in-memory bodies). A request whose context ends is not
-// retried: its attempt is reported Abandoned, not as the peer's failure.
+// A failure is a transport error (refused, reset, ConnectTimeout,
+// ReadTimeout, Base's timeouts) or a status in FailureStatuses. A request
+// may be retried when its method is idempotent (GET, HEAD, OPTIONS, TRACE,
+// PUT, DELETE), it carries an Idempotency-Key header, RetryNonIdempotent is
+// set, or the connection could not be opened or ConnectTimeout passed (the
+// peer never saw it), as nginx decides; and its body, if any, can be
+// replayed through Request.GetBody (http.NewRequest sets it for in-memory
+// bodies). A request whose context ends is not
+// retried: its attempt is reported Abandoned, not as the peer's failure,
+// so a caller's deadline (http.Client.Timeout) never marks a peer failed;
+// ConnectTimeout and ReadTimeout, shorter than it, do.
 //
 // RoundTrip returns the first response that is not a failure, or a
 // failure's response when the request may not be retried. When no peer is
@@ -58,7 +61,9 @@ var ErrNoPicker = errors.New("balancerhttp: Transport.Picker is nil")
 // Set Picker before the first request and change no field afterwards; the
 // peers change through the Picker's Updater methods at any time. The zero
 // value is unusable until Picker is set; RoundTrip then returns
-// ErrNoPicker. A Transport is safe for concurrent use.
+// ErrNoPicker. A negative timeout makes every RoundTrip return
+// balancer.ErrInvalidConfig, naming the field. A Transport is safe for
+// concurrent use.
 type Transport struct {
 	// Picker chooses the peer of each attempt and learns its outcome.
 	// Required.
@@ -84,12 +89,35 @@ type Transport struct {
 	// attempt per peer that is not down.
 	MaxTries int
 
+	// ConnectTimeout bounds the wait of an attempt for its connection
+	// (dialled and, for https, handshaken, or taken from the idle ones),
+	// nginx's proxy_connect_timeout. An attempt past it fails with
+	// ErrConnectTimeout, a failure of the peer, and goes to the next
+	// peer whatever its method: the peer never saw it. Default 0: only
+	// Base's own bounds (the default Base's dialer gives up after 30 s).
+	ConnectTimeout time.Duration
+
+	// ReadTimeout bounds each wait of an attempt on its peer once the
+	// request is written: for the response's headers, then for each
+	// Read of the body, as nginx's proxy_read_timeout bounds the time
+	// between two reads. The caller's time between Reads is not
+	// counted, nor the writing of the request. An attempt past it fails
+	// with ErrReadTimeout, a failure of the peer. Default 0: only
+	// Base's own bounds (the default Base waits 60 s for the headers).
+	//
+	// Both timeouts follow the attempt through httptrace's GotConn and
+	// WroteRequest, which *http.Transport reports; over a Base that
+	// reports neither, ConnectTimeout bounds the wait for the headers
+	// and ReadTimeout only the body's reads.
+	ReadTimeout time.Duration
+
 	// Key, if set, gives each request's key for the keyed pickers (Hash,
 	// ConsistentHash): balancer.Request.SetKey. Default: no key.
 	Key func(*http.Request) string
 
-	once sync.Once
-	base http.RoundTripper
+	once    sync.Once
+	base    http.RoundTripper
+	badConf error // a negative timeout, returned by every RoundTrip
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -102,8 +130,9 @@ type RoundTripError struct {
 	Attempts []error
 	// Err is why no further attempt was made: Pick's error
 	// (balancer.ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers), the
-	// request's context error, a failure of Request.GetBody, or nil when
-	// the request may not be retried.
+	// request's context error, a failure of Request.GetBody, or why the
+	// request may not be retried (ErrNotIdempotent,
+	// ErrBodyNotRewindable).
 	Err error
 }
 
@@ -160,6 +189,7 @@ func (e *peerError) Error() string { return e.peer + ": " + e.err.Error() }
 func (e *peerError) Unwrap() error { return e.err }
 
 func (t *Transport) init() {
+	t.badConf = timeouts{t.ConnectTimeout, t.ReadTimeout}.check("Transport")
 	t.base = t.Base
 	if t.base == nil {
 		t.base = defaultTransport()
@@ -175,10 +205,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, ErrNoPicker
 	}
 	t.once.Do(t.init)
+	if t.badConf != nil {
+		closeRequestBody(req.Body)
+		return nil, t.badConf
+	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	replayable := !hasBody || req.GetBody != nil
-	safe := t.RetryNonIdempotent || idempotent[req.Method] ||
-		req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+	safe := t.RetryNonIdempotent || retrySafe(req)
+	noReplay := ""
+	if !replayable {
+		noReplay = "no Request.GetBody"
+	}
+	to := timeouts{t.ConnectTimeout, t.ReadTimeout}
 	var br balancer.Request
 	if t.Key != nil {
 		br.SetKey(t.Key(req))
@@ -220,10 +258,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			out.Host = req.URL.Host
 		}
 		out.Body = body
+		sent, timer := to.begin(&out)
 		start := time.Now()
-		resp, err := t.base.RoundTrip(&out)
+		resp, err := t.base.RoundTrip(sent)
 		latency := time.Since(start)
+		if terr := timer.roundTripped(); terr != nil {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			err = terr
+		}
 		if err != nil {
+			timer.finish()
 			errs = append(errs, &peerError{peer.Addr(), err})
 			if why := gaveUp(req); why != nil {
 				// The caller gave up, not the peer: the time waited is
@@ -232,8 +278,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return stop(errs, why)
 			}
 			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
-			if !replayable || !(safe || notSent(err)) {
-				return stop(errs, nil)
+			if why := whyNotRetried(req, err, safe, noReplay); why != nil {
+				return stop(errs, why)
 			}
 			continue
 		}
@@ -242,6 +288,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// Report before the next Pick, as nginx frees the peer
 			// before it asks for the next one.
 			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			resp.Body = timer.wrap(resp.Body) // the drain is a read too
 			closeBody(resp)
 			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
 			continue
@@ -250,9 +297,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// The upgraded connection lives on outside the attempt, and
 			// its body must stay an io.ReadWriteCloser.
 			_ = t.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			timer.finish()
 			return resp, nil
 		}
-		resp.Body = &reportingBody{rc: resp.Body, req: req, picker: t.Picker, peer: peer, start: start, failed: failed}
+		resp.Body = &reportingBody{rc: resp.Body, req: req, picker: t.Picker, peer: peer, start: start, failed: failed, timer: timer}
 		return resp, nil
 	}
 }

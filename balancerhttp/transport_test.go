@@ -19,7 +19,8 @@ import (
 )
 
 // TestTransport_retries checks when a failed attempt goes on to the next
-// peer and what the caller gets, the rules of Transport's doc. SmoothWRR
+// peer and what the caller gets, the rules of Transport's doc, without
+// per-attempt timeouts and with timeouts that do not expire. SmoothWRR
 // over equal weights tries the backends in order, a first.
 func TestTransport_retries(t *testing.T) {
 	tests := []struct {
@@ -55,56 +56,58 @@ func TestTransport_retries(t *testing.T) {
 		{name: "PATCH 502 is not retried", method: "PATCH", statuses: []int{502, 200}, want: 502, wantFrom: "a", attempts: 1, failed: 1},
 		{name: "no peers", method: "GET", wantErrs: []error{balancer.ErrNoPeers}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			bs, peers := statusBackends(t, tt.statuses)
-			p, err := balancer.NewSmoothWRR(peers)
-			require.NoError(t, err)
-			tl := newTally(p)
-			tr := &balancerhttp.Transport{Picker: tl}
-			if tt.set != nil {
-				tt.set(tr)
-			}
-			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-
-			req := newRequest(t, tt.method, "http://service/x", tt.body, tt.header, tt.name)
-			if tt.noGetBody {
-				req.GetBody = nil
-			}
-			resp, err := client.Do(req)
-			if tt.want == 0 {
-				require.Error(t, err)
-				for _, want := range tt.wantErrs {
-					assert.ErrorIs(t, err, want)
-				}
-				var rt *balancerhttp.RoundTripError
-				require.ErrorAs(t, err, &rt)
-				assert.Len(t, rt.Attempts, tt.attempts, "attempts in the error: %v", err)
-				var stats []int
-				for _, a := range rt.Attempts {
-					var se *balancerhttp.StatusError
-					if errors.As(a, &se) {
-						stats = append(stats, se.StatusCode)
-					}
-				}
-				assert.Equal(t, tt.wantStat, stats, "failure statuses in the error")
-				for _, b := range bs[:tt.attempts] {
-					assert.Contains(t, err.Error(), b.addr, "the error names every peer tried")
-				}
-			} else {
+	for _, to := range timeoutsOrNot {
+		for _, tt := range tests {
+			t.Run(to.name+"/"+tt.name, func(t *testing.T) {
+				bs, peers := statusBackends(t, tt.statuses)
+				p, err := balancer.NewSmoothWRR(peers)
 				require.NoError(t, err)
-				got, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				assert.Equal(t, tt.want, resp.StatusCode)
-				assert.Equal(t, tt.wantFrom, string(got), "answered by")
-			}
-			n, f := tl.totals()
-			picks, dones, _ := tl.snapshot()
-			assert.Equal(t, tt.attempts, n, "attempts")
-			assert.Equal(t, tt.failed, f, "attempts reported failed")
-			assert.Equal(t, picks, dones, "every attempt reported")
-			assertBodies(t, bs, tt.name, tt.method, tt.body)
-		})
+				tl := newTally(p)
+				tr := &balancerhttp.Transport{Picker: tl, ConnectTimeout: to.connect, ReadTimeout: to.read}
+				if tt.set != nil {
+					tt.set(tr)
+				}
+				client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+
+				req := newRequest(t, tt.method, "http://service/x", tt.body, tt.header, tt.name)
+				if tt.noGetBody {
+					req.GetBody = nil
+				}
+				resp, err := client.Do(req)
+				if tt.want == 0 {
+					require.Error(t, err)
+					for _, want := range tt.wantErrs {
+						assert.ErrorIs(t, err, want)
+					}
+					var rt *balancerhttp.RoundTripError
+					require.ErrorAs(t, err, &rt)
+					assert.Len(t, rt.Attempts, tt.attempts, "attempts in the error: %v", err)
+					var stats []int
+					for _, a := range rt.Attempts {
+						var se *balancerhttp.StatusError
+						if errors.As(a, &se) {
+							stats = append(stats, se.StatusCode)
+						}
+					}
+					assert.Equal(t, tt.wantStat, stats, "failure statuses in the error")
+					for _, b := range bs[:tt.attempts] {
+						assert.Contains(t, err.Error(), b.addr, "the error names every peer tried")
+					}
+				} else {
+					require.NoError(t, err)
+					got, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					assert.Equal(t, tt.want, resp.StatusCode)
+					assert.Equal(t, tt.wantFrom, string(got), "answered by")
+				}
+				n, f := tl.totals()
+				picks, dones, _ := tl.snapshot()
+				assert.Equal(t, tt.attempts, n, "attempts")
+				assert.Equal(t, tt.failed, f, "attempts reported failed")
+				assert.Equal(t, picks, dones, "every attempt reported")
+				assertBodies(t, bs, tt.name, tt.method, tt.body)
+			})
+		}
 	}
 }
 

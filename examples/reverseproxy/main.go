@@ -8,7 +8,8 @@
 //
 // A backend is host:port, optionally followed by =weight. -max-fails and
 // -fail-timeout apply to every backend, as nginx's server parameters
-// max_fails and fail_timeout.
+// max_fails and fail_timeout; -connect-timeout and -read-timeout to every
+// attempt, as nginx's proxy_connect_timeout and proxy_read_timeout.
 //
 // The same proxy serving its picker's Prometheus metrics on /metrics is
 // the reverseproxy example of the metrics module (metrics/examples), which
@@ -52,9 +53,19 @@ func run(args []string) error {
 	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
 	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
 	maxTries := fs.Int("max-tries", 0, "attempts per request at most (0: one per backend)")
+	connectTimeout := fs.Duration("connect-timeout", 0, "per-attempt wait for a connection, nginx's proxy_connect_timeout; a backend past it has failed (0: the dialer's 30 s)")
+	readTimeout := fs.Duration("read-timeout", 0, "per-attempt wait for the headers and for each read of the body, nginx's proxy_read_timeout; a backend past it has failed (0: 60 s for the headers)")
 	quiet := fs.Bool("quiet", false, "do not log requests that end in 502")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"-connect-timeout", *connectTimeout}, {"-read-timeout", *readTimeout}} {
+		if f.d < 0 {
+			return fmt.Errorf("%s %v: want 0 or more", f.name, f.d)
+		}
 	}
 	a, err := balancer.AlgorithmNamed(*algo)
 	if err != nil {
@@ -68,7 +79,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	proxy := &balancerhttp.Proxy{Picker: picker, MaxTries: *maxTries}
+	proxy := &balancerhttp.Proxy{Picker: picker, MaxTries: *maxTries, ConnectTimeout: *connectTimeout, ReadTimeout: *readTimeout}
 	if *quiet {
 		proxy.ErrorLog = log.New(io.Discard, "", 0)
 	}

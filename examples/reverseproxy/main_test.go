@@ -20,6 +20,8 @@ func TestRun_badFlags(t *testing.T) {
 		{"negative weight", []string{"-backends", "a:1=-2"}, "weight -2 out of range"},
 		{"duplicate backend", []string{"-backends", "a:1,a:1"}, "duplicate peer"},
 		{"empty backend", []string{"-backends", "a:1,,b:2"}, "empty peer address"},
+		{"negative connect timeout", []string{"-backends", "a:1", "-connect-timeout", "-1s"}, "-connect-timeout -1s: want 0 or more"},
+		{"negative read timeout", []string{"-backends", "a:1", "-read-timeout", "-5ms"}, "-read-timeout -5ms: want 0 or more"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
