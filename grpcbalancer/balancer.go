@@ -42,7 +42,7 @@ type builder struct {
 func (bb builder) Name() string { return bb.name }
 
 func (bb builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
-	return parseConfig(bb.name, bb.alg, js)
+	return parseConfig(bb.alg, js)
 }
 
 // testBuilt, when set by a test, is told of every policy instance built.

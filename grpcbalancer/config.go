@@ -15,9 +15,10 @@ import (
 )
 
 // ErrBadConfig is wrapped by every error the policies' config parser returns;
-// the message names the policy, the field and the offending value. gRPC
-// reports it when it applies the service config (grpc.NewClient with
-// WithDefaultServiceConfig, or a resolver's update).
+// the message names the field and its value as written ("maxFails -1:
+// negative"). gRPC reports it when it applies the service config
+// (grpc.NewClient with WithDefaultServiceConfig, or a resolver's update),
+// after the policy's name.
 var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 
 // Config is the JSON a policy accepts in the service config's
@@ -93,27 +94,28 @@ func defaultConfig() *lbConfig {
 	}
 }
 
-// parseConfig parses and checks the JSON of policy name for algorithm alg.
-// An error names the field as the JSON spells it and its value as written
-// (see configError).
-func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
+// parseConfig parses and checks the JSON of a policy for algorithm alg. An
+// error names the field as the JSON spells it and its value as written, not
+// the policy, which gRPC's message around it names ("error parsing config
+// for policy ...").
+func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	var c Config
 	var raw map[string]json.RawMessage // the fields as written, for errors
 	if len(bytes.TrimSpace(js)) > 0 {
 		if err := json.Unmarshal(js, &raw); err != nil {
 			var ute *json.UnmarshalTypeError
 			if errors.As(err, &ute) {
-				return nil, fmt.Errorf("%w: %s: %s: not a JSON object", ErrBadConfig, name, clip(js))
+				return nil, fmt.Errorf("%w: %s: not a JSON object", ErrBadConfig, clip(js))
 			}
-			return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, name, err)
+			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 		}
 		if err := json.Unmarshal(js, &c); err != nil {
-			return nil, unmarshalError(name, raw, err)
+			return nil, unmarshalError(raw, err)
 		}
 	}
 	cfg := defaultConfig()
 	bad := func(field, why string) error {
-		return configError(name, field, clip(raw[field]), why)
+		return configError(field, clip(raw[field]), why)
 	}
 	dur := func(field string, s *string) (time.Duration, error) {
 		d, err := time.ParseDuration(*s)
@@ -148,7 +150,7 @@ func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) 
 		cfg.failures = 0
 		for _, code := range c.FailureCodes {
 			if code == codes.OK || code >= 32 {
-				return nil, configError(name, "failureCodes", fmt.Sprintf("%q", code.String()), "cannot count as a failure")
+				return nil, configError("failureCodes", fmt.Sprintf("%q", code.String()), "cannot count as a failure")
 			}
 			cfg.failures |= 1 << code
 		}
@@ -220,38 +222,37 @@ func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) 
 	// And all together, over one peer with the server parameters: every
 	// value was checked above, so this refuses nothing today.
 	if _, err := alg.New(probe(), cfg.opts...); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, name, optionReason(alg.Name, err))
+		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(alg.Name, err))
 	}
 	return cfg, nil
 }
 
-// configError is the error for field of policy name whose value, as
-// written, is value.
-func configError(name, field, value, why string) error {
-	return fmt.Errorf("%w: %s: %s %s: %s", ErrBadConfig, name, field, value, why)
+// configError is the error for field whose value, as written, is value.
+func configError(field, value, why string) error {
+	return fmt.Errorf("%w: %s %s: %s", ErrBadConfig, field, value, why)
 }
 
 // unmarshalError names the field of a JSON type error, or the failure
 // codes' element that is not a code.
-func unmarshalError(name string, raw map[string]json.RawMessage, err error) error {
+func unmarshalError(raw map[string]json.RawMessage, err error) error {
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) && raw[ute.Field] != nil {
 		want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list"}[ute.Type.Kind()]
 		if want == "" {
 			want = ute.Type.String()
 		}
-		return configError(name, ute.Field, clip(raw[ute.Field]), "not "+want)
+		return configError(ute.Field, clip(raw[ute.Field]), "not "+want)
 	}
 	var elems []json.RawMessage
 	if json.Unmarshal(raw["failureCodes"], &elems) == nil {
 		for _, e := range elems {
 			var code codes.Code
 			if json.Unmarshal(e, &code) != nil {
-				return configError(name, "failureCodes", clip(e), "not a status code")
+				return configError("failureCodes", clip(e), "not a status code")
 			}
 		}
 	}
-	return fmt.Errorf("%w: %s: %v", ErrBadConfig, name, err)
+	return fmt.Errorf("%w: %v", ErrBadConfig, err)
 }
 
 // optionReason is what the balancer package's error for a picker option

@@ -51,9 +51,9 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 
-		// The message after "grpcbalancer: bad load-balancing config:
-		// <policy>: " names the field as the JSON spells it, the value as
-		// written and what is wrong, nothing else.
+		// The message after "grpcbalancer: bad load-balancing config: "
+		// names the field as the JSON spells it, the value as written and
+		// what is wrong, nothing else (gRPC's message names the policy).
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":-1}`, wantErr: `maxFails -1: negative`},
 		{policy: "lbgo_smoothwrr", json: `{"maxConns":-2}`, wantErr: `maxConns -2: negative`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"soon"}`, wantErr: `failTimeout "soon": not a duration`},
@@ -82,7 +82,7 @@ func TestParseConfig(t *testing.T) {
 			parser := balancer.Get(tc.policy).(balancer.ConfigParser)
 			got, err := parser.ParseConfig([]byte(tc.json))
 			if tc.wantErr != "" {
-				want := ErrBadConfig.Error() + ": " + tc.policy + ": " + tc.wantErr
+				want := ErrBadConfig.Error() + ": " + tc.wantErr
 				if !errors.Is(err, ErrBadConfig) || err.Error() != want {
 					t.Fatalf("ParseConfig(%s) = %v, want ErrBadConfig saying\n%s", tc.json, err, want)
 				}
