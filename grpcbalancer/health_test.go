@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestHealthChecking(t *testing.T) {
 	for _, policy := range policies {
 		t.Run(policy+"/on", func(t *testing.T) {
 			bs := []*backend{startBackend(t), startBackend(t), startBackend(t)}
-			conn := dialHealth(t, policy, true, bs)
+			conn, lb := dialHealth(t, policy, true, bs)
 			client := healthpb.NewHealthClient(conn)
 			if _, err := send(client, 1, grpc.WaitForReady(true)); err != nil {
 				t.Fatalf("first RPC: %v", err)
@@ -117,6 +118,15 @@ func TestHealthChecking(t *testing.T) {
 			if d := after[2] - before[2]; d != 1 || after[0] != before[0] || after[1] != before[1] {
 				t.Errorf("wait-for-ready RPC: served %v then %v, want one more by server 2 only", before, after)
 			}
+
+			// Health marks peers down; it is not an nginx failure.
+			if lb != nil {
+				for addr, p := range peersOf(lb) {
+					if s := p.State(); s.Fails != 0 {
+						t.Errorf("peer %s: %d failures counted, want 0: %+v", addr, s.Fails, s)
+					}
+				}
+			}
 		})
 
 		t.Run(policy+"/off", func(t *testing.T) {
@@ -124,20 +134,11 @@ func TestHealthChecking(t *testing.T) {
 			for _, b := range bs {
 				b.setServing(false)
 			}
-			built := make(chan *lbBalancer, 1)
-			testBuilt = func(b *lbBalancer) { built <- b }
-			t.Cleanup(func() { testBuilt = nil })
-			conn := dialHealth(t, policy, false, bs)
+			conn, lb := dialHealth(t, policy, false, bs)
 			client := healthpb.NewHealthClient(conn)
-			if policy != "round_robin" {
+			if lb != nil {
 				// Every SubConn connects and its peer comes up, whatever
 				// the health service says.
-				var lb *lbBalancer
-				select {
-				case lb = <-built:
-				case <-time.After(wait):
-					t.Fatal("the policy was not built")
-				}
 				if !waitFor(wait, func() bool {
 					m := peersOf(lb)
 					for _, p := range m {
@@ -162,9 +163,13 @@ func TestHealthChecking(t *testing.T) {
 }
 
 // dialHealth returns a client of policy over the backends, with client-side
-// health checking of the whole server (service name "") when health is set.
-func dialHealth(t *testing.T, policy string, health bool, bs []*backend) *grpc.ClientConn {
+// health checking of the whole server (service name "") when health is set,
+// and for an lbgo_* policy the instance it built.
+func dialHealth(t *testing.T, policy string, health bool, bs []*backend) (*grpc.ClientConn, *lbBalancer) {
 	t.Helper()
+	built := make(chan *lbBalancer, 1)
+	testBuilt = func(b *lbBalancer) { built <- b }
+	t.Cleanup(func() { testBuilt = nil })
 	r := manual.NewBuilderWithScheme("health")
 	r.InitialState(resolver.State{Addresses: addrs(bs...)})
 	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}]}`, policy)
@@ -180,7 +185,16 @@ func dialHealth(t *testing.T, policy string, health bool, bs []*backend) *grpc.C
 	}
 	t.Cleanup(func() { conn.Close() })
 	conn.Connect()
-	return conn
+	if !strings.HasPrefix(policy, Prefix) {
+		return conn, nil
+	}
+	select {
+	case lb := <-built:
+		return conn, lb
+	case <-time.After(5 * time.Second):
+		t.Fatal("the policy was not built")
+	}
+	return nil, nil
 }
 
 // send sends n health checks one after another, each with a 2 s deadline,
