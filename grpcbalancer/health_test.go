@@ -42,7 +42,7 @@ func TestHealthChecking(t *testing.T) {
 	}
 	const (
 		batch = 20  // RPCs per probe while waiting for a health update
-		rpcs  = 120 // RPCs whose every one must reach the expected server
+		rpcs  = 500 // RPCs whose every one must reach the expected server
 		wait  = 3 * time.Second
 	)
 	for _, policy := range policies {
