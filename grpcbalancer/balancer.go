@@ -42,7 +42,7 @@ type builder struct {
 func (bb builder) Name() string { return bb.name }
 
 func (bb builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
-	return parseConfig(bb.name, bb.alg, js)
+	return parseConfig(bb.alg, js)
 }
 
 // testBuilt, when set by a test, is told of every policy instance built.
@@ -57,14 +57,25 @@ func (bb builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) bala
 	return b
 }
 
-// endpoint is one resolver endpoint: its SubConn, that SubConn's state and
-// the picker's peer for it.
+// endpoint is one resolver endpoint: its SubConn, that SubConn's
+// connectivity and health states and the picker's peer for it.
 type endpoint struct {
 	key   string // the peer's address: the endpoint's addresses, comma-separated
 	addrs []resolver.Address
 	sc    balancer.SubConn
-	state connectivity.State
-	peer  *lbgo.Peer // the picker's own peer (kept across Update)
+	state connectivity.State // the SubConn's connectivity state
+	// health is the state the SubConn's health listener last reported
+	// since it became READY: CONNECTING until the first report, READY for
+	// SERVING (and at once when client-side health checking is off),
+	// TRANSIENT_FAILURE otherwise. Meaningful only while state is READY.
+	health connectivity.State
+	peer   *lbgo.Peer // the picker's own peer (kept across Update)
+}
+
+// up reports whether the endpoint takes RPCs: its SubConn is READY and its
+// health listener says so.
+func (e *endpoint) up() bool {
+	return e.state == connectivity.Ready && e.health == connectivity.Ready
 }
 
 // lbBalancer is one ClientConn's policy. gRPC calls its balancer.Balancer
@@ -162,7 +173,7 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	rebuild := b.picker == nil || b.cfg == nil || cfg.optsKey != b.cfg.optsKey
 	snapshot := make([]*lbgo.Peer, len(order))
 	for i, e := range order {
-		snapshot[i] = cfg.newPeer(e.key, weights[e.key], e.state != connectivity.Ready, e.sc)
+		snapshot[i] = cfg.newPeer(e.key, weights[e.key], !e.up(), e.sc)
 	}
 	var err error
 	picker := b.picker
@@ -234,27 +245,65 @@ func (b *lbBalancer) UpdateSubConnState(sc balancer.SubConn, st balancer.SubConn
 	logger.Errorf("%s: UpdateSubConnState(%v, %+v) called; StateListener is used instead", b.name, sc, st)
 }
 
-// subConnState maps a SubConn's state onto its peer: down unless READY.
+// subConnState maps a SubConn's connectivity state onto its peer: down
+// unless READY and healthy. On READY it registers a health listener, as
+// gRPC asks of a policy at each READY (grpc-go 1.85: pick_first does it for
+// round_robin; with client-side health checking off, gRPC answers the
+// listener with one READY). The peer stays down until the listener's
+// first report.
 func (b *lbBalancer) subConnState(e *endpoint, st balancer.SubConnState) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed || b.ends[e.key] != e || st.ConnectivityState == connectivity.Shutdown {
+		b.mu.Unlock()
 		return
 	}
-	wasReady := e.state == connectivity.Ready
+	wasUp := e.up()
 	e.state = st.ConnectivityState
 	switch e.state {
 	case connectivity.Idle:
 		e.sc.Connect() // reconnect at once; gRPC's backoff already paced it
 	case connectivity.TransientFailure:
 		b.connErr = st.ConnectionError
+	case connectivity.Ready:
+		e.health = connectivity.Connecting
 	}
-	if ready := e.state == connectivity.Ready; ready != wasReady && e.peer != nil {
-		if err := b.picker.SetDown(e.peer, !ready); err != nil {
+	b.setDownLocked(e, wasUp)
+	b.pushLocked()
+	b.mu.Unlock()
+	if st.ConnectivityState == connectivity.Ready {
+		// Outside b.mu: gRPC takes its own lock here and holds it while
+		// calling the listener, which takes b.mu. gRPC drops a listener
+		// registered before a later state change, and calls this one and
+		// the listener from one goroutine, so no update overtakes another.
+		e.sc.RegisterHealthListener(func(st balancer.SubConnState) { b.healthState(e, st) })
+	}
+}
+
+// healthState maps a READY SubConn's health, as its listener reports it,
+// onto its peer: down unless READY (SERVING).
+func (b *lbBalancer) healthState(e *endpoint, st balancer.SubConnState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.ends[e.key] != e || e.state != connectivity.Ready {
+		return
+	}
+	wasUp := e.up()
+	e.health = st.ConnectivityState
+	if e.health == connectivity.TransientFailure && st.ConnectionError != nil {
+		b.connErr = st.ConnectionError
+	}
+	b.setDownLocked(e, wasUp)
+	b.pushLocked()
+}
+
+// setDownLocked marks e's peer down or up when e.up() is no longer wasUp.
+// Requires b.mu.
+func (b *lbBalancer) setDownLocked(e *endpoint, wasUp bool) {
+	if up := e.up(); up != wasUp && e.peer != nil {
+		if err := b.picker.SetDown(e.peer, !up); err != nil {
 			logger.Warningf("%s: SetDown(%s): %v", b.name, e.key, err)
 		}
 	}
-	b.pushLocked()
 }
 
 func (b *lbBalancer) ExitIdle() {
@@ -287,17 +336,19 @@ func (b *lbBalancer) Close() {
 }
 
 // pushLocked hands gRPC a new picker over the current peers, with the
-// ClientConn's aggregate state: READY if a SubConn is, else CONNECTING if
-// one is connecting or idle (about to connect), else TRANSIENT_FAILURE,
-// whose picker fails fail-fast RPCs with the last connection error while
-// wait-for-ready ones wait. Requires b.mu.
+// ClientConn's aggregate state: READY if an endpoint is up (READY and
+// healthy), else CONNECTING if one is connecting, idle (about to connect)
+// or READY awaiting its first health report, else TRANSIENT_FAILURE, whose
+// picker fails fail-fast RPCs with the last connection or health error
+// while wait-for-ready ones wait. Requires b.mu.
 func (b *lbBalancer) pushLocked() {
 	ready, connecting := false, false
 	for _, e := range b.ends {
-		switch e.state {
-		case connectivity.Ready:
+		switch {
+		case e.up():
 			ready = true
-		case connectivity.Connecting, connectivity.Idle:
+		case e.state == connectivity.Connecting, e.state == connectivity.Idle,
+			e.state == connectivity.Ready && e.health == connectivity.Connecting:
 			connecting = true
 		}
 	}
@@ -310,7 +361,7 @@ func (b *lbBalancer) pushLocked() {
 		p.err = balancer.ErrNoSubConnAvailable
 	default:
 		state = connectivity.TransientFailure
-		p.err = fmt.Errorf("%s: no peer is connected: %v", b.name, b.connErr)
+		p.err = fmt.Errorf("%s: no peer is connected and healthy: %v", b.name, b.connErr)
 	}
 	b.cc.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	lbgo "github.com/lbgo/balancer"
@@ -13,9 +15,10 @@ import (
 )
 
 // ErrBadConfig is wrapped by every error the policies' config parser returns;
-// the message names the policy, the field and the offending value. gRPC
-// reports it when it applies the service config (grpc.NewClient with
-// WithDefaultServiceConfig, or a resolver's update).
+// the message names the field and its value as written ("maxFails -1:
+// negative"). gRPC reports it when it applies the service config
+// (grpc.NewClient with WithDefaultServiceConfig, or a resolver's update),
+// after the policy's name.
 var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 
 // Config is the JSON a policy accepts in the service config's
@@ -91,29 +94,46 @@ func defaultConfig() *lbConfig {
 	}
 }
 
-// parseConfig parses and checks the JSON of policy name for algorithm alg.
-func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
+// parseConfig parses and checks the JSON of a policy for algorithm alg. An
+// error names the field as the JSON spells it and its value as written, not
+// the policy, which gRPC's message around it names ("error parsing config
+// for policy ...").
+func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	var c Config
+	var raw map[string]json.RawMessage // the fields as written, for errors
 	if len(bytes.TrimSpace(js)) > 0 {
+		if err := json.Unmarshal(js, &raw); err != nil {
+			var ute *json.UnmarshalTypeError
+			if errors.As(err, &ute) {
+				return nil, fmt.Errorf("%w: %s: not a JSON object", ErrBadConfig, clip(js))
+			}
+			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
 		if err := json.Unmarshal(js, &c); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, name, err)
+			return nil, unmarshalError(raw, err)
 		}
 	}
 	cfg := defaultConfig()
-	bad := func(field string, v any, why string) error {
-		return fmt.Errorf("%w: %s: %s %v: %s", ErrBadConfig, name, field, v, why)
+	bad := func(field, why string) error {
+		return configError(field, clip(raw[field]), why)
 	}
 	dur := func(field string, s *string) (time.Duration, error) {
 		d, err := time.ParseDuration(*s)
 		if err != nil {
-			return 0, bad(field, fmt.Sprintf("%q", *s), "not a duration")
+			return 0, bad(field, "not a duration")
 		}
 		return d, nil
 	}
 	if c.MaxFails != nil {
+		if *c.MaxFails < 0 {
+			return nil, bad("maxFails", "negative")
+		}
 		cfg.maxFails = *c.MaxFails
 	}
 	if c.MaxConns != nil {
+		if *c.MaxConns < 0 {
+			return nil, bad("maxConns", "negative")
+		}
 		cfg.maxConns = *c.MaxConns
 	}
 	if c.FailTimeout != nil {
@@ -121,25 +141,34 @@ func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) 
 		if err != nil {
 			return nil, err
 		}
+		if d < 0 {
+			return nil, bad("failTimeout", "negative")
+		}
 		cfg.failTimeout = d
 	}
 	if c.FailureCodes != nil {
 		cfg.failures = 0
 		for _, code := range c.FailureCodes {
 			if code == codes.OK || code >= 32 {
-				return nil, bad("failureCodes", code, "cannot count as a failure")
+				return nil, configError("failureCodes", fmt.Sprintf("%q", code.String()), "cannot count as a failure")
 			}
 			cfg.failures |= 1 << code
 		}
 	}
 	if c.HashHeader != "" {
 		if !alg.Keyed {
-			return nil, bad("hashHeader", fmt.Sprintf("%q", c.HashHeader), "the picker "+alg.Name+" does not route by key")
+			return nil, bad("hashHeader", "the picker "+alg.Name+" does not route by key")
 		}
 		cfg.hashHeader = c.HashHeader
 	}
 
-	// Picker options: the picker itself rejects those it does not take.
+	// Picker options, each tried alone on the picker, which checks it (and
+	// refuses one it does not take), so the error names its field.
+	type option struct {
+		field string
+		opt   lbgo.Option
+	}
+	var opts []option
 	for _, d := range []struct {
 		field string
 		v     *string
@@ -154,24 +183,34 @@ func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) 
 			if err != nil {
 				return nil, err
 			}
-			cfg.opts = append(cfg.opts, d.opt(v))
+			opts = append(opts, option{d.field, d.opt(v)})
 		}
 	}
 	for _, f := range []struct {
-		v   *float64
-		opt func(float64) lbgo.Option
+		field string
+		v     *float64
+		opt   func(float64) lbgo.Option
 	}{
-		{c.Band, lbgo.WithBand},
-		{c.Exponent, lbgo.WithExponent},
-		{c.Tolerance, lbgo.WithTolerance},
-		{c.BoundedLoad, lbgo.WithBoundedLoad},
+		{"band", c.Band, lbgo.WithBand},
+		{"exponent", c.Exponent, lbgo.WithExponent},
+		{"tolerance", c.Tolerance, lbgo.WithTolerance},
+		{"boundedLoad", c.BoundedLoad, lbgo.WithBoundedLoad},
 	} {
 		if f.v != nil {
-			cfg.opts = append(cfg.opts, f.opt(*f.v))
+			opts = append(opts, option{f.field, f.opt(*f.v)})
 		}
 	}
 	if c.Floor != nil {
-		cfg.opts = append(cfg.opts, lbgo.WithFloor(*c.Floor))
+		opts = append(opts, option{"floor", lbgo.WithFloor(*c.Floor)})
+	}
+	// probe is one peer with the server parameters (a peer belongs to one
+	// picker, so a new one for each).
+	probe := func() []*lbgo.Peer { return []*lbgo.Peer{cfg.newPeer("config-check", 1, false, nil)} }
+	for _, o := range opts {
+		if _, err := alg.New(probe(), o.opt); err != nil {
+			return nil, bad(o.field, optionReason(alg.Name, err))
+		}
+		cfg.opts = append(cfg.opts, o.opt)
 	}
 	key, _ := json.Marshal(struct {
 		Decay, FailurePenalty, Warmup          *string
@@ -180,13 +219,65 @@ func parseConfig(name string, alg lbgo.Algorithm, js []byte) (*lbConfig, error) 
 	}{c.Decay, c.FailurePenalty, c.Warmup, c.Band, c.Exponent, c.Tolerance, c.BoundedLoad, c.Floor})
 	cfg.optsKey = string(key)
 
-	// Build the picker once over one peer with these parameters: the
-	// balancer package checks every value and names it.
-	probe := cfg.newPeer("config-check", 1, false, nil)
-	if _, err := alg.New([]*lbgo.Peer{probe}, cfg.opts...); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadConfig, name, err)
+	// And all together, over one peer with the server parameters: every
+	// value was checked above, so this refuses nothing today.
+	if _, err := alg.New(probe(), cfg.opts...); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(alg.Name, err))
 	}
 	return cfg, nil
+}
+
+// configError is the error for field whose value, as written, is value.
+func configError(field, value, why string) error {
+	return fmt.Errorf("%w: %s %s: %s", ErrBadConfig, field, value, why)
+}
+
+// unmarshalError names the field of a JSON type error, or the failure
+// codes' element that is not a code.
+func unmarshalError(raw map[string]json.RawMessage, err error) error {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) && raw[ute.Field] != nil {
+		want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list"}[ute.Type.Kind()]
+		if want == "" {
+			want = ute.Type.String()
+		}
+		return configError(ute.Field, clip(raw[ute.Field]), "not "+want)
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(raw["failureCodes"], &elems) == nil {
+		for _, e := range elems {
+			var code codes.Code
+			if json.Unmarshal(e, &code) != nil {
+				return configError("failureCodes", clip(e), "not a status code")
+			}
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrBadConfig, err)
+}
+
+// optionReason is what the balancer package's error for a picker option
+// says is wrong, without its prefixes (the package, the picker, the
+// option's Go name) and its sentinel's text: "out of (1, 16]" from
+// "balancer: FastestFirst: WithBand(0.5): out of (1, 16]: balancer:
+// invalid configuration".
+func optionReason(picker string, err error) string {
+	msg := strings.TrimSuffix(err.Error(), ": "+lbgo.ErrInvalidConfig.Error())
+	if strings.Contains(msg, " does not use ") {
+		return "not an option of " + picker
+	}
+	if i := strings.LastIndex(msg, "): "); i >= 0 {
+		return msg[i+len("): "):]
+	}
+	return msg
+}
+
+// clip returns a JSON value as written, cut to 64 bytes.
+func clip(v []byte) string {
+	v = bytes.TrimSpace(v)
+	if len(v) > 64 {
+		return string(v[:61]) + "..."
+	}
+	return string(v)
 }
 
 // newPeer returns a peer for addr with the config's server parameters.

@@ -38,7 +38,7 @@ func TestParseConfig(t *testing.T) {
 	for _, tc := range []struct {
 		policy, json string
 		want         *lbConfig // checked fields: maxFails, failTimeout, maxConns, failures, hashHeader, len(opts)
-		wantErr      string    // a substring naming the offending value
+		wantErr      string    // the message after the sentinel and the policy
 	}{
 		{policy: "lbgo_smoothwrr", json: ``, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures}},
 		{policy: "lbgo_smoothwrr", json: `{}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures}},
@@ -51,29 +51,40 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 
-		{policy: "lbgo_smoothwrr", json: `{"maxFails":-1}`, wantErr: "-1"},
-		{policy: "lbgo_smoothwrr", json: `{"maxConns":-2}`, wantErr: "-2"},
-		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"soon"}`, wantErr: `failTimeout "soon"`},
-		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"-1s"}`, wantErr: "-1s"},
-		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: "failTimeout"},
-		{policy: "lbgo_smoothwrr", json: `{"maxFails":"1"}`, wantErr: "maxFails"},
-		{policy: "lbgo_smoothwrr", json: `[1]`, wantErr: "lbgo_smoothwrr"},
-		{policy: "lbgo_smoothwrr", json: `{"decay":"1s"}`, wantErr: "WithDecay"},
-		{policy: "lbgo_smoothwrr", json: `{"hashHeader":"x-user"}`, wantErr: `"x-user"`},
-		{policy: "lbgo_smoothwrr", json: `{"failureCodes":["OK"]}`, wantErr: "OK"},
-		{policy: "lbgo_smoothwrr", json: `{"failureCodes":["NOT_A_CODE"]}`, wantErr: "NOT_A_CODE"},
-		{policy: "lbgo_fastestfirst", json: `{"decay":"0s"}`, wantErr: "WithDecay(0s)"},
-		{policy: "lbgo_fastestfirst", json: `{"band":0.5}`, wantErr: "WithBand(0.5)"},
-		{policy: "lbgo_fastestfirst", json: `{"floor":1000}`, wantErr: "WithFloor(1000)"},
-		{policy: "lbgo_consistenthash", json: `{"boundedLoad":0.5}`, wantErr: "WithBoundedLoad(0.5)"},
-		{policy: "lbgo_leastconn", json: `{"warmup":"1s"}`, wantErr: "WithWarmup"},
+		// The message after "grpcbalancer: bad load-balancing config: "
+		// names the field as the JSON spells it, the value as written and
+		// what is wrong, nothing else (gRPC's message names the policy).
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":-1}`, wantErr: `maxFails -1: negative`},
+		{policy: "lbgo_smoothwrr", json: `{"maxConns":-2}`, wantErr: `maxConns -2: negative`},
+		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"soon"}`, wantErr: `failTimeout "soon": not a duration`},
+		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"-1s"}`, wantErr: `failTimeout "-1s": negative`},
+		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: `failTimeout 5: not a string`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":"1"}`, wantErr: `maxFails "1": not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":1.5}`, wantErr: `maxFails 1.5: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"band":"wide"}`, wantErr: `band "wide": not a number`},
+		{policy: "lbgo_smoothwrr", json: `{"failureCodes":"UNAVAILABLE"}`, wantErr: `failureCodes "UNAVAILABLE": not a list`},
+		{policy: "lbgo_smoothwrr", json: `[1]`, wantErr: `[1]: not a JSON object`},
+		{policy: "lbgo_smoothwrr", json: `{`, wantErr: `unexpected end of JSON input`},
+		{policy: "lbgo_smoothwrr", json: `{"decay":"1s"}`, wantErr: `decay "1s": not an option of SmoothWRR`},
+		{policy: "lbgo_smoothwrr", json: `{"hashHeader":"x-user"}`, wantErr: `hashHeader "x-user": the picker SmoothWRR does not route by key`},
+		{policy: "lbgo_smoothwrr", json: `{"failureCodes":["OK"]}`, wantErr: `failureCodes "OK": cannot count as a failure`},
+		{policy: "lbgo_smoothwrr", json: `{"failureCodes":["UNAVAILABLE","NOT_A_CODE"]}`, wantErr: `failureCodes "NOT_A_CODE": not a status code`},
+		{policy: "lbgo_smoothwrr", json: `{"failureCodes":[14, 99]}`, wantErr: `failureCodes 99: not a status code`},
+		{policy: "lbgo_fastestfirst", json: `{"decay":"0s"}`, wantErr: `decay "0s": not positive`},
+		{policy: "lbgo_fastestfirst", json: `{"failurePenalty":"-1s"}`, wantErr: `failurePenalty "-1s": not positive`},
+		{policy: "lbgo_fastestfirst", json: `{"band":0.5}`, wantErr: `band 0.5: out of (1, 16]`},
+		{policy: "lbgo_fastestfirst", json: `{"band":2, "floor":1000}`, wantErr: `floor 1000: out of [1, 100]`},
+		{policy: "lbgo_consistenthash", json: `{"boundedLoad":0.5}`, wantErr: `boundedLoad 0.5: the factor must be finite and at least 1`},
+		{policy: "lbgo_leastconn", json: `{"warmup":"1s"}`, wantErr: `warmup "1s": not an option of LeastConn`},
+		{policy: "lbgo_randomweighted", json: `{"warmup":"-1s"}`, wantErr: `warmup "-1s": negative`},
 	} {
 		t.Run(tc.policy+tc.json, func(t *testing.T) {
 			parser := balancer.Get(tc.policy).(balancer.ConfigParser)
 			got, err := parser.ParseConfig([]byte(tc.json))
 			if tc.wantErr != "" {
-				if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), tc.policy) {
-					t.Fatalf("ParseConfig(%s) = %v, want ErrBadConfig naming %s and %q", tc.json, err, tc.policy, tc.wantErr)
+				want := ErrBadConfig.Error() + ": " + tc.wantErr
+				if !errors.Is(err, ErrBadConfig) || err.Error() != want {
+					t.Fatalf("ParseConfig(%s) = %v, want ErrBadConfig saying\n%s", tc.json, err, want)
 				}
 				return
 			}

@@ -26,6 +26,12 @@
 //     retried by gRPC's reconnect backoff: counting it as nginx failures as
 //     well would punish one outage twice, and marking down keeps the peer's
 //     failure window and latency history for when it returns.
+//   - Client-side health checking, as with gRPC's own policies: with
+//     "healthCheckConfig" in the service config and the client importing
+//     google.golang.org/grpc/health, a READY SubConn whose server's health
+//     service does not say SERVING counts as not READY (its peer is down
+//     until it does, and from READY until the first health report).
+//     Without it, READY is enough.
 //   - Each attempt's DoneInfo becomes an Outcome (see Config.FailureCodes
 //     and OutcomeOf); the latency is from pick to done. ORCA server load
 //     (DoneInfo.ServerLoad) is not used yet.

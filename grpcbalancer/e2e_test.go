@@ -31,12 +31,13 @@ type backend struct {
 	addr  string
 	mu    sync.Mutex
 	srv   *grpc.Server
-	delay atomic.Int64 // nanoseconds added to each reply
-	fail  atomic.Bool  // answer UNAVAILABLE
-	ok    atomic.Int64 // replies served
-	bad   atomic.Int64 // UNAVAILABLE answers
-	seen  sync.Map     // rpc-id metadata value → attempts seen
-	dup   atomic.Int64 // attempts of an RPC this backend had seen before
+	hs    *health.Server // the health service of srv; guarded by mu
+	delay atomic.Int64   // nanoseconds added to each reply
+	fail  atomic.Bool    // answer UNAVAILABLE
+	ok    atomic.Int64   // replies served
+	bad   atomic.Int64   // UNAVAILABLE answers
+	seen  sync.Map       // rpc-id metadata value → attempts seen
+	dup   atomic.Int64   // attempts of an RPC this backend had seen before
 }
 
 func startBackend(t *testing.T) *backend {
@@ -55,9 +56,10 @@ func (b *backend) start() {
 	}
 	b.addr = lis.Addr().String()
 	srv := grpc.NewServer(grpc.UnaryInterceptor(b.intercept))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
 	b.mu.Lock()
-	b.srv = srv
+	b.srv, b.hs = srv, hs
 	b.mu.Unlock()
 	go srv.Serve(lis)
 }
@@ -69,6 +71,18 @@ func (b *backend) stop() {
 		b.srv.Stop()
 		b.srv = nil
 	}
+}
+
+// setServing sets the health service's status of the server as a whole
+// (service name ""), which the health service streams to its watchers.
+func (b *backend) setServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hs.SetServingStatus("", st)
 }
 
 func (b *backend) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
