@@ -1,0 +1,73 @@
+package balancer
+
+import "fmt"
+
+// Connector reports that an attempt's connection is established, before the
+// attempt ends: for long-lived sessions (a proxied TCP stream, a WebSocket,
+// a tunnel), whose Done may come hours later. Every picker of the package
+// implements it; it is an interface of its own so that adding it broke no
+// implementation of Picker.
+type Connector interface {
+	// Connected reports that the connection of an attempt on p, picked
+	// and not yet reported with Done, is established.
+	Connected(p *Peer) error
+}
+
+// Connected reports that the connection of an attempt on p, a peer Pick
+// returned and Done has not yet reported, is established, as nginx's stream
+// module tells its balancer on connect: if the attempt is a probe (p was
+// selected past its fail_timeout since its last failure), p's failures are
+// cleared now, so the sessions that follow may go to it, instead of when
+// Done reports the probe's end. Nothing else changes: the attempt stays in
+// flight until Done, which reports its outcome as before (nginx's stream
+// module ends every TCP session as a success). The latency-aware pickers
+// learn latency only from Done. Call it once per attempt, for a
+// connection-oriented transport (nginx does not for UDP).
+//
+// Connected returns, as Done does, ErrUnknownPeer for a peer the picker does
+// not hold (one removed since Pick included) and ErrNotInFlight when p has
+// no attempt in flight; either leaves the picker unchanged. It is O(1),
+// takes the picker's lock only when p has failures on record, and may
+// report EventPeerReadmitted (WithEvents).
+func (s *peerSet) Connected(p *Peer) error {
+	if err := s.connectable(p); err != nil || p.fails.Load() == 0 {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.connectable(p); err != nil {
+		return err // removed, or its attempts reported, meanwhile
+	}
+	s.connectedLocked(p)
+	return nil
+}
+
+// connectable returns Connected's error for p, if any.
+func (s *peerSet) connectable(p *Peer) error {
+	switch {
+	case p == nil:
+		return fmt.Errorf("balancer: Connected(nil): %w", ErrUnknownPeer)
+	case p.owner.Load() != s:
+		return fmt.Errorf("balancer: Connected(%q): %w", p.addr, ErrUnknownPeer)
+	case p.inFlight() == 0:
+		return fmt.Errorf("balancer: Connected(%q): %w", p.addr, ErrNotInFlight)
+	}
+	return nil
+}
+
+// connectedLocked is ngx_stream_upstream_notify_round_robin_peer of nginx
+// 1.22.1 on NGX_STREAM_UPSTREAM_NOTIFY_CONNECT: the failures are cleared
+// when the peer has been checked since its last failure (accessed <
+// checked), the test free applies to a success (succeedLocked); conns,
+// effective_weight and both times stay. nginx applies it with one server
+// too, where the failures count for nothing. Requires s.mu.
+func (s *peerSet) connectedLocked(p *Peer) {
+	var before failMark
+	if s.events != nil {
+		before = p.markLocked()
+	}
+	p.succeedLocked()
+	if s.events != nil {
+		s.noteDoneLocked(p, before)
+	}
+}
