@@ -21,8 +21,10 @@ type Connector interface {
 // Done reports the probe's end. Nothing else changes: the attempt stays in
 // flight until Done, which reports its outcome as before (nginx's stream
 // module ends every TCP session as a success). The latency-aware pickers
-// learn latency only from Done. Call it once per attempt, for a
-// connection-oriented transport (nginx does not for UDP).
+// learn latency only from Done: with no pick between an attempt's
+// Connected and its successful Done, every picker ends as with Done alone.
+// Call it once per attempt, for a connection-oriented transport (nginx
+// does not for UDP).
 //
 // Connected returns, as Done does, ErrUnknownPeer for a peer the picker does
 // not hold (one removed since Pick included) and ErrNotInFlight when p has
@@ -39,6 +41,29 @@ func (s *peerSet) Connected(p *Peer) error {
 		return err // removed, or its attempts reported, meanwhile
 	}
 	s.connectedLocked(p)
+	return nil
+}
+
+// Connected reports that the connection of an attempt on p is established,
+// with the same effect and errors as the other pickers' Connected. A peer
+// it readmits has its latency estimate restarted from the next reply Done
+// reports, as when Done itself readmits a probe: the estimate a failing
+// peer dropped to says nothing about the peer that answers again.
+func (f *FastestFirst) Connected(p *Peer) error {
+	if err := f.connectable(p); err != nil || p.fails.Load() == 0 {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.connectable(p); err != nil {
+		return err
+	}
+	if f.connectedLocked(p) {
+		p.lat.connected.Store(true)
+		if f.lockFree {
+			f.publishFailingLocked(f.load()) // p no longer has failures on record
+		}
+	}
 	return nil
 }
 
@@ -60,14 +85,13 @@ func (s *peerSet) connectable(p *Peer) error {
 // when the peer has been checked since its last failure (accessed <
 // checked), the test free applies to a success (succeedLocked); conns,
 // effective_weight and both times stay. nginx applies it with one server
-// too, where the failures count for nothing. Requires s.mu.
-func (s *peerSet) connectedLocked(p *Peer) {
-	var before failMark
-	if s.events != nil {
-		before = p.markLocked()
-	}
+// too, where the failures count for nothing. It reports whether it
+// cleared any. Requires s.mu.
+func (s *peerSet) connectedLocked(p *Peer) bool {
+	before := p.markLocked()
 	p.succeedLocked()
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
 	}
+	return before.fails != 0 && p.fails.Load() == 0
 }

@@ -2,6 +2,9 @@ package balancer
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -359,5 +362,81 @@ func TestConnected_concurrent(t *testing.T) {
 		for _, q := range peers {
 			assert.Zero(t, q.InFlight(), q.Addr())
 		}
+	})
+}
+
+// TestConnected_thenDoneAsDoneAlone: Connected only moves the readmission
+// earlier. When no pick falls between an attempt's Connected and its
+// successful Done, every picker picks and ends in the same state as with
+// Done alone: the same picks, weights and failures, and, for the
+// latency-aware pickers, the same estimates (FastestFirst restarts a
+// readmitted peer's estimate from the reply either way).
+func TestConnected_thenDoneAsDoneAlone(t *testing.T) {
+	// 40 peers put FastestFirst in its sampled mode.
+	for _, n := range []int{4, 40} {
+		t.Run(fmt.Sprint(n, " peers"), func(t *testing.T) { connectedAsDoneAlone(t, n) })
+	}
+}
+
+func connectedAsDoneAlone(t *testing.T, n int) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		run := func(connect bool) ([]string, []PeerState) {
+			clk := newFakeClock()
+			peers := []*Peer{
+				NewPeer("a", Weight(3), MaxFails(1), FailTimeout(time.Second)),
+				NewPeer("b", Weight(2), MaxFails(2), FailTimeout(2*time.Second)),
+				NewPeer("c", FailTimeout(time.Second)),
+				NewPeer("d", Weight(2)),
+			}
+			for i := len(peers); i < n; i++ {
+				peers = append(peers, NewPeer(fmt.Sprint("e", i), Weight(1+i%3)))
+			}
+			opts := []Option{WithClock(clk.now)}
+			if pc.alg.Random {
+				opts = append(opts, WithRand(rand.NewPCG(1, 2)))
+			}
+			p, err := pc.new(peers, opts...)
+			require.NoError(t, err)
+			var trace []string
+			var r Request
+			for i := range 600 {
+				r.Reset()
+				r.SetKey(fmt.Sprint("k", i%7))
+				r.SetAddr(netip.AddrFrom4([4]byte{10, 0, byte(i % 5), 1}))
+				for {
+					peer, err := p.Pick(&r)
+					if err != nil {
+						trace = append(trace, err.Error())
+						break
+					}
+					trace = append(trace, peer.Addr())
+					// a refuses during [100, 300), b during [200, 250);
+					// the latencies differ by peer.
+					down := peer.Addr() == "a" && i >= 100 && i < 300 ||
+						peer.Addr() == "b" && i >= 200 && i < 250
+					lat := time.Duration(1+int(peer.Addr()[0]-'a')*3) * time.Millisecond
+					clk.add(lat)
+					if down {
+						require.NoError(t, p.Done(peer, Outcome{Failed: true, Latency: lat}))
+						continue
+					}
+					if connect {
+						require.NoError(t, p.(Connector).Connected(peer))
+					}
+					require.NoError(t, p.Done(peer, Outcome{Latency: lat}))
+					break
+				}
+				clk.add(20 * time.Millisecond)
+			}
+			states := make([]PeerState, len(peers))
+			for i, q := range peers {
+				states[i] = q.State()
+			}
+			return trace, states
+		}
+		alone, aloneStates := run(false)
+		with, withStates := run(true)
+		require.Equal(t, alone, with, "picks")
+		assert.Equal(t, aloneStates, withStates, "states")
 	})
 }
