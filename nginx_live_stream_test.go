@@ -182,10 +182,16 @@ func TestNginxLiveStream(t *testing.T) {
 		})
 	}
 	// The issue's claim, read from nginx alone: after a's fail_timeout,
-	// all 30 sessions kept open reach a.
+	// all 30 sessions kept open reach a; without Connected the library
+	// sends the probe to a and the 29 after it to the backup.
 	issue := run.results[0]
+	require.Len(t, issue.reached, 38)
 	assert.Equal(t, slices.Repeat([]string{"a"}, 30), issue.lettered(issue.reached[3:33]),
 		"nginx's placement of the 30 sessions after the window")
+	without, err := libraryStream(issue, streamCases[0], false)
+	require.NoError(t, err)
+	assert.Equal(t, append([]string{"a"}, slices.Repeat([]string{"b"}, 29)...), issue.lettered(without[3:33]),
+		"the library's placement without Connected")
 	t.Logf("%d stream cases on %s, %d sessions", len(streamCases), l.bin, run.sessions)
 }
 
@@ -240,7 +246,6 @@ func streamModuleLoad(version string) (load, missing string) {
 // each with its address on a line of its own and holding it open until
 // nginx closes it.
 type streamBackend struct {
-	t    *testing.T
 	addr string
 	port int
 	fd   int // the bound socket while refusing; -1 while listening
@@ -285,7 +290,7 @@ func newStreamBackend(t *testing.T) (*streamBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &streamBackend{t: t, fd: fd, port: port, addr: "127.0.0.1:" + strconv.Itoa(port)}
+	b := &streamBackend{fd: fd, port: port, addr: "127.0.0.1:" + strconv.Itoa(port)}
 	t.Cleanup(b.close)
 	return b, nil
 }
