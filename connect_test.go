@@ -440,3 +440,30 @@ func connectedAsDoneAlone(t *testing.T, n int) {
 		assert.Equal(t, aloneStates, withStates, "states")
 	})
 }
+
+// TestConnected_allocs: reporting a connection allocates nothing, on a
+// healthy peer (no lock) or on one with failures on record (the lock and
+// nginx's test).
+func TestConnected_allocs(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		for _, n := range []int{2, 64} {
+			peers := make([]*Peer, n)
+			for i := range peers {
+				peers[i] = NewPeer(fmt.Sprint("p", i), Weight(i%10+1), MaxFails(0))
+			}
+			p, err := pc.new(peers)
+			require.NoError(t, err)
+			c := p.(Connector)
+			var r Request
+			allocs := testing.AllocsPerRun(1000, func() {
+				r.Reset()
+				peer, _ := p.Pick(&r)
+				_ = p.Done(peer, Outcome{Failed: true, Latency: time.Millisecond})
+				peer, _ = p.Pick(&r)
+				_ = c.Connected(peer)
+				_ = p.Done(peer, Outcome{Latency: time.Millisecond})
+			})
+			assert.Zero(t, allocs, "a retried session with %d peers", n)
+		}
+	})
+}
