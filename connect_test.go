@@ -467,3 +467,124 @@ func TestConnected_allocs(t *testing.T) {
 		}
 	})
 }
+
+// ngxNotify is ngx_stream_upstream_notify_round_robin_peer of nginx 1.22.1
+// on NGX_STREAM_UPSTREAM_NOTIFY_CONNECT, on the literal model of
+// nginx_model_test.go.
+func ngxNotify(p *ngxPeer) {
+	if p.accessed < p.checked {
+		p.fails = 0
+	}
+}
+
+// streamDriver is what TestConnected_matchesStreamModel needs of a model:
+// ngxModel's or lcModel's selection and accounting.
+type streamDriver struct {
+	model *ngxModel
+	pick  func(now int64) *ngxPeer
+	end   func(p *ngxPeer, failed bool, now int64)
+}
+
+// TestConnected_matchesStreamModel drives SmoothWRR (short lists and lists
+// long enough for its grouped scan) and LeastConn beside the literal nginx
+// models with long-lived sessions as nginx's stream module runs them: a
+// session's attempts fail while their server refuses connections (free
+// with NGX_PEER_FAILED, then the next peer), the established one is
+// notified (Connected) and stays in flight until the session ends at a
+// random later step (free, a success); servers start and stop refusing,
+// the clock moves. Every pick and every peer's failures and weights must
+// agree.
+func TestConnected_matchesStreamModel(t *testing.T) {
+	tests := []struct {
+		name  string
+		seeds uint64
+		build func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer)
+	}{
+		{"SmoothWRR", 150, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
+			m := &ngxModel{}
+			peers, byAddr := randomCluster(rng, m, func() int { return 1 + rng.IntN(6) })
+			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			return s, &streamDriver{m, m.pick, m.free}, byAddr
+		}},
+		{"SmoothWRR grouped", 20, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
+			m := &ngxModel{}
+			peers, byAddr := clusterOf(rng, m, groupedScanMin+rng.IntN(40), 40, 50, func() int { return 1 + rng.IntN(3) })
+			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			return s, &streamDriver{m, m.pick, m.free}, byAddr
+		}},
+		{"LeastConn", 150, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
+			m := &lcModel{conns: map[*ngxPeer]int64{}}
+			peers, byAddr := randomCluster(rng, &m.ngxModel, func() int { return 1 + rng.IntN(4) })
+			b, err := NewLeastConn(peers, WithClock(clk.now))
+			require.NoError(t, err)
+			return b, &streamDriver{&m.ngxModel, m.pick, m.done}, byAddr
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := range tt.seeds {
+				rng := rand.New(rand.NewPCG(seed, 17))
+				clk := newFakeClock()
+				p, d, byAddr := tt.build(rng, clk)
+				if len(d.model.primary) == 0 {
+					continue // nginx refuses a block without a primary
+				}
+				refusing := map[*ngxPeer]bool{}
+				for _, m := range d.model.all() {
+					refusing[m] = rng.IntN(4) == 0
+				}
+				type session struct {
+					peer  *Peer
+					model *ngxPeer
+				}
+				var open []session
+				for step := range 300 {
+					now := clk.t.UnixNano()
+					switch k := rng.IntN(20); {
+					case k < 2:
+						clk.add(time.Duration(rng.IntN(4)) * time.Second)
+					case k < 3:
+						all := d.model.all()
+						m := all[rng.IntN(len(all))]
+						refusing[m] = !refusing[m]
+					case k < 9 && len(open) > 0:
+						i := rng.IntN(len(open))
+						s := open[i]
+						open = append(open[:i], open[i+1:]...)
+						d.end(s.model, false, now)
+						require.NoError(t, p.Done(s.peer, Outcome{}))
+					default:
+						var r Request
+						d.model.begin()
+						for {
+							want := d.pick(now)
+							got := pickAsModel(t, p, &r, want, d.model.exhausted(), step)
+							if got == nil {
+								break
+							}
+							if refusing[want] {
+								d.end(want, true, now)
+								require.NoError(t, p.Done(got, Outcome{Failed: true}))
+								continue
+							}
+							ngxNotify(want)
+							require.NoError(t, p.(Connector).Connected(got))
+							open = append(open, session{got, want})
+							break
+						}
+					}
+					for _, m := range d.model.all() {
+						st := byAddr[m.addr].State()
+						require.Equal(t, m.fails, int64(st.Fails), "seed %d step %d peer %s fails", seed, step, m.addr)
+						require.Equal(t, m.ew, int64(st.EffectiveWeight), "seed %d step %d peer %s ew", seed, step, m.addr)
+						if !d.model.single {
+							require.Equal(t, m.cw, int64(st.CurrentWeight), "seed %d step %d peer %s cw", seed, step, m.addr)
+						}
+					}
+				}
+			}
+		})
+	}
+}
