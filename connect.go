@@ -15,8 +15,8 @@ type Connector interface {
 
 // Connected reports that the connection of an attempt on p, a peer Pick
 // returned and Done has not yet reported, is established, as nginx's stream
-// module tells its balancer on connect: if the attempt is a probe (p was
-// selected past its fail_timeout since its last failure), p's failures are
+// module tells its balancer on connect: if p has been probed since its last
+// failure (selected once its fail_timeout had passed), its failures are
 // cleared now, so the sessions that follow may go to it, instead of when
 // Done reports the probe's end. Nothing else changes: the attempt stays in
 // flight until Done, which reports its outcome as before (nginx's stream
