@@ -38,7 +38,8 @@
 // Every picker shares nginx's failure accounting. A failed attempt counts
 // against the peer; max_fails failures within fail_timeout take it out for
 // fail_timeout; after that one request probes it, and a success brings it
-// back. In SmoothWRR and LeastConn a failure also lowers the peer's
+// back (for a long-lived session, its established connection: [Connector]).
+// In SmoothWRR and LeastConn a failure also lowers the peer's
 // effective weight by weight/max_fails, which then recovers as in nginx;
 // ClassicWRR cuts its current weight instead, FastestFirst its derived
 // weight. MaxFails(0) turns all of this off for a peer. With a single peer,

@@ -22,8 +22,9 @@ const (
 	// fail_timeout unless a success is reported first.
 	EventPeerProbe
 
-	// EventPeerReadmitted: a success reported after a probe cleared the
-	// failures of a peer that had been taken out.
+	// EventPeerReadmitted: a success, or an established connection
+	// (Connected), reported after a probe cleared the failures of a peer
+	// that had been taken out.
 	EventPeerReadmitted
 
 	// EventReweighted: FastestFirst recomputed the weights of one list

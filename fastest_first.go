@@ -300,7 +300,8 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	ew := p.effectiveWeight
 	f.doneLocked(l, p, o)
 	p.effectiveWeight = ew
-	cleared := failing && p.fails.Load() == 0
+	connected := p.lat.connected.Swap(false) // Connected cleared the failures
+	cleared := failing && p.fails.Load() == 0 || connected
 	if f.lockFree && failing != (p.fails.Load() != 0) {
 		f.publishFailingLocked(l)
 	}

@@ -282,7 +282,7 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	if p.owner.Load() != &f.peerSet {
 		return true // removed while in flight
 	}
-	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || f.fastestOf(p) == 0 {
+	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || p.lat.connected.Load() || f.fastestOf(p) == 0 {
 		return false
 	}
 	now := f.now()

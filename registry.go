@@ -80,8 +80,12 @@ func AlgorithmNames() string {
 }
 
 // as adapts a constructor to Algorithm.New; its type parameter checks, at
-// compile time, that every picker in the registry is a Balancer.
-func as[T Balancer](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option) (Balancer, error) {
+// compile time, that every picker in the registry is a Balancer and a
+// Connector.
+func as[T interface {
+	Balancer
+	Connector
+}](f func([]*Peer, ...Option) (T, error)) func([]*Peer, ...Option) (Balancer, error) {
 	return func(peers []*Peer, opts ...Option) (Balancer, error) {
 		p, err := f(peers, opts...)
 		if err != nil {
