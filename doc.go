@@ -33,6 +33,15 @@
 // weights). Key affinity: [Hash], [ConsistentHash] (with optional bounded
 // loads) and [IPHash].
 //
+// # Which picker
+//
+// By situation: [SmoothWRR] to replace nginx's round robin or follow
+// weights you set; [FastestFirst] for one client calling a pool whose
+// latencies differ; [RandomTwo] when many clients share a pool and each
+// balances alone; [ConsistentHash] when a key must stay on one server while
+// the list changes; [RoundRobin] for equal peers at the lowest cost. The
+// README's "Which picker?" gives the simulator's evidence for each.
+//
 // # Failures
 //
 // Every picker shares nginx's failure accounting. A failed attempt counts

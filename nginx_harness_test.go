@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbgo/balancer/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -514,7 +515,7 @@ func liveNginx(t *testing.T) *liveRun {
 	}
 	bin, ok := findNginx()
 	if !ok {
-		t.Skip("nginx not found on PATH or at /usr/sbin/nginx: install nginx (Debian package nginx-core) to run the live differential test")
+		testenv.Missing(t, "nginx not found on PATH or at /usr/sbin/nginx: install nginx (Debian package nginx-core) to run the live differential test")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), liveTimeLimit)
 	t.Cleanup(cancel)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lbgo/balancer/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -98,7 +99,7 @@ func TestVerdictsNginx(t *testing.T) {
 		}
 	}
 	if err != nil {
-		t.Skip("no nginx binary")
+		testenv.Missing(t, "no nginx binary: install nginx (Debian package nginx-core) to check the verdicts with nginx -t")
 	}
 	if testing.Short() {
 		t.Skip("runs nginx -t once per case")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lbgo/balancer/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -78,7 +79,7 @@ func TestDocsCharts(t *testing.T) {
 func TestDocsChartsRender(t *testing.T) {
 	tool, err := osexec.LookPath("rsvg-convert")
 	if err != nil {
-		t.Skip("rsvg-convert is not installed (package librsvg2-bin)")
+		testenv.Missing(t, "rsvg-convert is not installed (Debian package librsvg2-bin)")
 	}
 	files, err := filepath.Glob(filepath.Join(chartsDir, "*.svg"))
 	require.NoError(t, err)
