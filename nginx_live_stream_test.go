@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbgo/balancer/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -196,16 +197,16 @@ func TestNginxLiveStream(t *testing.T) {
 }
 
 // streamModule returns the directive that loads nginx's stream module, ""
-// if it is built in, and skips the test if bin has none.
+// if it is built in; without one the test skips or fails (testenv.Missing).
 func streamModule(t *testing.T, bin string) string {
 	t.Helper()
 	out, err := exec.Command(bin, "-V").CombinedOutput()
 	if err != nil {
-		t.Skipf("%s -V: %v", bin, err)
+		testenv.Missing(t, fmt.Sprintf("%s -V: %v", bin, err))
 	}
 	load, missing := streamModuleLoad(string(out))
 	if missing != "" {
-		t.Skipf("%s: %s", bin, missing)
+		testenv.Missing(t, fmt.Sprintf("%s: %s", bin, missing))
 	}
 	return load
 }
