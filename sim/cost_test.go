@@ -43,7 +43,7 @@ func TestRunRefuses(t *testing.T) {
 		{"rate 1e12", func(s *Scenario) { s.Rate = 1e12 }, ErrTooLarge, "requests expected"},
 		{"1e8 clients", func(s *Scenario) { s.Clients = 1e8 }, ErrTooLarge, "for every client's peers and picker"},
 		{"jitter every 1ns", func(s *Scenario) { s.Jitter = Jitter{Every: 1, Lo: 1, Hi: 3} }, ErrTooLarge, "for the jitter schedule"},
-		{"a few requests over 10,000 h", func(s *Scenario) { s.Rate, s.Duration = 1e-3, 10000 * time.Hour }, ErrTooLarge, "for the attempt counts"},
+		{"a few requests over 10,000 h", func(s *Scenario) { s.Rate, s.Duration = 1e-3, 10000*time.Hour }, ErrTooLarge, "for the attempt counts"},
 		{"a billion workers", func(s *Scenario) { s.Rate, s.Backends[0].Workers = 100, 1e9 }, ErrTooLarge, "for the backends' workers"},
 		{"timeout past the clock", func(s *Scenario) { s.Timeout = math.MaxInt64 / 4 }, ErrInvalid, "pass the virtual clock"},
 		{"duration past the clock", func(s *Scenario) { s.Duration = math.MaxInt64 }, ErrInvalid, "pass the virtual clock"},
@@ -92,7 +92,7 @@ func TestCompareRefuses(t *testing.T) {
 		{"a billion seeds", []Scenario{good}, Options{Seeds: 1e9}, ErrTooLarge, "requests expected over 1000000000 runs"},
 		// 40 runs of a long, sparse scenario: few requests, but each
 		// keeps 57.6 MB of per-bucket counts.
-		{"kept results", []Scenario{uniformWith(func(s *Scenario) { s.Rate, s.Duration = 1, 20 * time.Hour })}, Options{Seeds: 40}, ErrTooLarge, "bytes expected for 40 runs"},
+		{"kept results", []Scenario{uniformWith(func(s *Scenario) { s.Rate, s.Duration = 1, 20*time.Hour })}, Options{Seeds: 40}, ErrTooLarge, "bytes expected for 40 runs"},
 		// The bad scenario is refused before the good one runs.
 		{"one bad scenario", []Scenario{good, bad}, Options{Seeds: 3}, ErrTooLarge, `scenario "uniform"`},
 		{"no constructor", []Scenario{good}, Options{}, ErrInvalid, `policy "none" has no constructor`},
@@ -131,9 +131,9 @@ func TestCostBoundsAllocation(t *testing.T) {
 		name, most string
 		mod        func(*Scenario)
 	}{
-		{"per-bucket counts", "the attempt counts", func(s *Scenario) { s.Rate, s.Duration = 0.05, 20 * time.Hour }},
-		{"latencies", "the latency of every request", func(s *Scenario) { s.Load, s.Duration = 0.5, 4000 * time.Second }},
-		{"clients", "every client's peers and picker", func(s *Scenario) { s.Clients, s.Rate, s.Duration = 20000, 10, 10 * time.Second }},
+		{"per-bucket counts", "the attempt counts", func(s *Scenario) { s.Rate, s.Duration = 0.05, 20*time.Hour }},
+		{"latencies", "the latency of every request", func(s *Scenario) { s.Load, s.Duration = 0.5, 4000*time.Second }},
+		{"clients", "every client's peers and picker", func(s *Scenario) { s.Clients, s.Rate, s.Duration = 20000, 10, 10*time.Second }},
 		{"jitter", "the jitter schedule", func(s *Scenario) {
 			s.Jitter, s.Duration = Jitter{Every: 100 * time.Microsecond, Lo: 1, Hi: 3}, 20*time.Second
 		}},
