@@ -54,6 +54,9 @@ func TestBadFlagValues(t *testing.T) {
 		{args: []string{"sim", "-check", "-candidate", "Nope"}, flag: "-candidate"},
 		{args: []string{"sim", "-check", "-baseline", "Nope"}, flag: "-baseline"},
 		{args: []string{"sim", "-svg", ""}, flag: "-svg"},
+		// Overrides that no chosen scenario reads: they were ignored.
+		{args: []string{"sim", "-scenario", "linkerd", "-load", "0.5"}, flag: "-load", also: "fixed rate"},
+		{args: []string{"sim", "-scenario", "uniform", "-jitter-every", "1s"}, flag: "-jitter-every", also: "no chosen scenario has jitter"},
 		// Flags that only -check reads, without it: they were ignored.
 		{args: []string{"sim", "-candidate", "SmoothWRR"}, flag: "-candidate", also: "-check"},
 		{args: []string{"sim", "-baseline", "SmoothWRR"}, flag: "-baseline", also: "-check"},

@@ -131,6 +131,13 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("scenario", "%v", err)
 	}
+	// An override that no chosen scenario reads would be ignored.
+	if has("load") && !slices.ContainsFunc(scs, func(s sim.Scenario) bool { return s.Rate == 0 }) {
+		return bad("load", "no chosen scenario has a load to override: each sets a fixed rate")
+	}
+	if has("jitter-every") && !slices.ContainsFunc(scs, func(s sim.Scenario) bool { return s.Jitter.Every > 0 }) {
+		return bad("jitter-every", "no chosen scenario has jitter")
+	}
 	for i := range scs {
 		s := &scs[i]
 		if has("duration") {
