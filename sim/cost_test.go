@@ -179,3 +179,10 @@ func TestBoundsAgainstBuiltins(t *testing.T) {
 	assert.NoError(t, checkCompare(scs, len(Policies()), 3, runtime.GOMAXPROCS(0)))
 	assert.NoError(t, checkCompare(scs, len(Policies()), 3, 64))
 }
+
+func TestChecksRefusesTau(t *testing.T) {
+	for _, tau := range []time.Duration{0, -time.Second} {
+		_, err := (&Report{}).Checks("a", "b", tau)
+		assert.ErrorIs(t, err, ErrInvalid, "tau %v", tau)
+	}
+}

@@ -123,10 +123,10 @@ func TestTraceDefaultN(t *testing.T) {
 // the simulator applies.
 func TestBoundsDocumented(t *testing.T) {
 	_, _, help := exec([]string{"sim", "-h"}, "")
+	help = strings.Join(strings.Fields(help), " ")
 	for _, want := range []string{
-		fmt.Sprintf("more than %d requests", sim.MaxRequests),
-		fmt.Sprintf("%d GiB", sim.MaxBytes>>30),
-		fmt.Sprintf("more than %d\nrequests over every scenario", sim.MaxCompareRequests),
+		fmt.Sprintf("more than %d requests (its arrival rate times -duration) or %d GiB of memory", sim.MaxRequests, sim.MaxBytes>>30),
+		fmt.Sprintf("more than %d requests over every scenario", sim.MaxCompareRequests),
 	} {
 		assert.Contains(t, help, want)
 	}

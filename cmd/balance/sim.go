@@ -33,11 +33,11 @@ attempts over time per picker (NAME-share.svg), latency by percentile
 
 Every flag is checked: a value out of range exits 2 naming it. A run is
 refused before it starts (exit 2, with the estimate) when it is expected to
-need more than %d requests (its arrival rate times -duration) or %d
-bytes of memory (%d GiB), or the whole comparison more than %d
-requests over every scenario, picker and seed.
+need more than %d requests (its arrival rate times -duration) or
+%d GiB of memory, or the whole comparison more than %d requests over
+every scenario, picker and seed.
 
-`, sim.MaxRequests, sim.MaxBytes, sim.MaxBytes>>30, sim.MaxCompareRequests)
+`, sim.MaxRequests, sim.MaxBytes>>30, sim.MaxCompareRequests)
 
 // simDefaults are the candidate and baseline of -check, each the first of
 // its list that exists: FastestFirst against P2CPeakEWMA, with stand-ins
