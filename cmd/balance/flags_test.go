@@ -61,6 +61,11 @@ func TestBadFlagValues(t *testing.T) {
 		{args: []string{"sim", "-candidate", "SmoothWRR"}, flag: "-candidate", also: "-check"},
 		{args: []string{"sim", "-baseline", "SmoothWRR"}, flag: "-baseline", also: "-check"},
 		{args: []string{"sim", "-tau", "1s"}, flag: "-tau", also: "-check"},
+		// Flags the output they go with would ignore.
+		{args: []string{"sim", "-check", "-series"}, flag: "-series", also: "choose one"},
+		{args: []string{"sim", "-check", "-format", "markdown"}, flag: "-format"},
+		{args: []string{"sim", "-series", "-format", "markdown"}, flag: "-format"},
+		{args: []string{"sim", "-series", "-seeds", "5"}, flag: "-seeds", also: "first seed only"},
 		// Past the bounds: these ran out of memory, ran for minutes or
 		// overflowed the virtual clock.
 		{args: []string{"sim", "-duration", "100000h"}, flag: "-duration", also: "requests expected"},

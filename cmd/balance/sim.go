@@ -87,7 +87,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	}
 	set := given(fs, args)
 	bad := func(name, format string, args ...any) int {
-		fmt.Fprintf(stderr, "balance sim: -%s %s: %s\n%s", name, shown(set[name]), fmt.Sprintf(format, args...), hint("sim"))
+		what := "-" + name
+		if b, ok := fs.Lookup(name).Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			what += " " + shown(set[name])
+		}
+		fmt.Fprintf(stderr, "balance sim: %s: %s\n%s", what, fmt.Sprintf(format, args...), hint("sim"))
 		return 2
 	}
 	has := func(name string) bool { _, ok := set[name]; return ok }
@@ -121,6 +125,14 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if has(name) && !*check {
 			return bad(name, "applies only with -check")
 		}
+	}
+	switch {
+	case *series && *check:
+		return bad("series", "-series and -check print different things: choose one")
+	case has("format") && (*check || *series):
+		return bad("format", "applies to the tables, not to -check or -series")
+	case has("seeds") && *series:
+		return bad("seeds", "-series prints the first seed only")
 	}
 	if *list {
 		simList(stdout)
