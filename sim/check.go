@@ -36,8 +36,12 @@ type Check struct {
 //     decay constant;
 //   - herding with several clients no worse than baseline.
 //
-// It returns an error if r lacks either policy.
+// It returns an error if r lacks either policy, and one wrapping
+// ErrInvalid if tau is not positive.
 func (r *Report) Checks(candidate, baseline string, tau time.Duration) ([]Check, error) {
+	if tau <= 0 {
+		return nil, invalid("sim: decay constant %v is not positive", tau)
+	}
 	var out []Check
 	for s := range r.Scenarios {
 		sc := &r.Scenarios[s]

@@ -32,6 +32,12 @@
 // and the square-root rule's T* ([SqrtSplit]) are reproduced within their
 // confidence intervals in its tests.
 //
+// Run and Compare check their input before they allocate: a scenario that
+// makes no sense is refused with ErrInvalid, and one whose expected
+// requests or memory ([Scenario.Cost]) pass [MaxRequests], [MaxBytes] or,
+// over a whole comparison, [MaxCompareRequests], with ErrTooLarge and the
+// estimate.
+//
 // # Concurrency
 //
 // A run is single-threaded and owns everything it creates. Compare runs

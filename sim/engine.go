@@ -225,12 +225,15 @@ func stream(seed uint64, scenario, purpose string, index int) *rand.Rand {
 // peer as the scenario's Tries allows; a request fails when it runs out of
 // tries or the picker has no peer for it. Every attempt is reported with
 // Done, with its own latency.
+//
+// Run first checks sc with Scenario.Validate and returns its error, which
+// wraps ErrInvalid or ErrTooLarge, before allocating anything for the run.
 func Run(sc *Scenario, pol Policy, seed uint64) (*Result, error) {
-	if err := sc.validate(); err != nil {
+	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
 	if pol.New == nil && pol.oracle == nil {
-		return nil, fmt.Errorf("sim: policy %q has no constructor", pol.Name)
+		return nil, invalid("sim: policy %q has no constructor", pol.Name)
 	}
 	w, err := newWorld(sc, pol, seed)
 	if err != nil {
@@ -251,7 +254,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 		gap:        float64(time.Second) / rate,
 		dur:        int64(sc.Duration),
 		timeout:    int64(orDefault(sc.Timeout, DefaultTimeout)),
-		maxTries:   int32(orDefault(sc.Tries, len(sc.Backends))),
+		maxTries:   int32(min(orDefault(sc.Tries, len(sc.Backends)), math.MaxInt32)),
 		steady:     int64(sc.Steady),
 		nextSample: sampleEvery,
 	}
@@ -259,6 +262,9 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
 	w.picks = make([]int32, buckets*n)
 	w.weights = make([]int32, buckets*n)
+	// Allocated once at the size Cost counts, not grown.
+	w.lat = make([]int64, 0, int(poissonCap(sc.Cost().Requests)))
+	w.herd = make([]float64, 0, w.dur/sampleEvery+1)
 	w.backends = make([]backendState, n)
 	for i := range sc.Backends {
 		w.backends[i] = w.newBackend(seed, i)
@@ -320,22 +326,28 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 	jt, jf := []int64{0}, []float64{1}
 	if j := w.sc.Jitter; j.Every > 0 {
 		r := stream(seed, w.sc.Name, "jitter", i)
+		// No request ends after the horizon, so no redraw after it is read.
+		horizon := int64(w.sc.horizon())
+		m := int(poissonCap(float64(horizon) / float64(j.Every)))
+		jt, jf = make([]int64, 1, m), make([]float64, 1, m)
 		jf[0] = j.Lo + (j.Hi-j.Lo)*r.Float64()
 		for t := int64(0); ; {
 			t += int64(r.ExpFloat64() * float64(j.Every))
-			if t >= w.dur+w.timeout*int64(orDefault(w.sc.Tries, len(w.sc.Backends))) {
+			if t >= horizon {
 				break
 			}
 			jt = append(jt, t)
 			jf = append(jf, j.Lo+(j.Hi-j.Lo)*r.Float64())
 		}
 	}
-	points := slices.Clone(jt)
+	points := append(make([]int64, 0, len(jt)+2*len(spec.Phases)), jt...)
 	for _, p := range spec.Phases {
 		points = append(points, int64(p.From), int64(p.To))
 	}
 	slices.Sort(points)
 	points = slices.Compact(points)
+	b.from = make([]int64, 0, len(points))
+	b.mean = make([]float64, 0, len(points))
 	k := 0
 	for _, t := range points {
 		if t < 0 {

@@ -20,11 +20,12 @@ import (
 // is a plain value, safe to share.
 type Options struct {
 	// Seeds is the number of runs per scenario and policy, with seeds
-	// Seed, Seed+1, ...; 0 means 1.
+	// Seed, Seed+1, ...; 0 means 1, negative is invalid.
 	Seeds int
 	Seed  uint64
 	// Parallel is how many runs go at once, each on its own goroutine;
-	// 0 means GOMAXPROCS. It changes nothing in the results.
+	// 0 means GOMAXPROCS, negative is invalid. It changes nothing in the
+	// results.
 	Parallel int
 }
 
@@ -72,7 +73,30 @@ type Report struct {
 // Compare runs every policy in every scenario with o.Seeds seeds and
 // summarizes the runs. Runs are independent simulations, spread over
 // o.Parallel goroutines; the report is the same whatever their number.
+// Before running any, it checks every scenario (Scenario.Validate), the
+// options (ErrInvalid for negative Seeds or Parallel) and the whole
+// comparison's cost against MaxCompareRequests and MaxBytes (ErrTooLarge).
 func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
+	if o.Seeds < 0 || o.Parallel < 0 {
+		return nil, invalid("sim: negative Seeds %d or Parallel %d", o.Seeds, o.Parallel)
+	}
+	for i := range scs {
+		if err := scs[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range pols {
+		if p.New == nil && p.oracle == nil {
+			return nil, invalid("sim: policy %q has no constructor", p.Name)
+		}
+	}
+	par := o.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	if err := checkCompare(scs, len(pols), max(o.Seeds, 1), par); err != nil {
+		return nil, err
+	}
 	seeds := make([]uint64, max(o.Seeds, 1))
 	for i := range seeds {
 		seeds[i] = o.Seed + uint64(i)
@@ -90,10 +114,6 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 	errs := make([]error, len(jobs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	par := o.Parallel
-	if par <= 0 {
-		par = runtime.GOMAXPROCS(0)
-	}
 	for range min(par, len(jobs)) {
 		wg.Go(func() {
 			for {

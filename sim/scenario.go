@@ -157,36 +157,59 @@ type Scenario struct {
 // DefaultTimeout is the attempt timeout when a scenario sets none.
 const DefaultTimeout = time.Second
 
+// Validate reports the first problem that would make a run of s
+// meaningless, wrapping ErrInvalid, or too large, wrapping ErrTooLarge
+// with the estimate (see Cost and MaxRequests). Run and Compare call it
+// before they allocate anything.
+func (s *Scenario) Validate() error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	return s.checkCost()
+}
+
+// maxHorizon bounds the virtual time a run may reach, Duration plus every
+// attempt's timeout, far inside int64 nanoseconds (146 years), so that no
+// deadline overflows.
+const maxHorizon = 1 << 62
+
 // validate reports the first problem that would make a run meaningless.
 func (s *Scenario) validate() error {
 	switch {
 	case len(s.Backends) == 0:
-		return fmt.Errorf("sim: scenario %q has no backends", s.Name)
+		return invalid("sim: scenario %q has no backends", s.Name)
 	case s.Duration <= 0:
-		return fmt.Errorf("sim: scenario %q: duration %v is not positive", s.Name, s.Duration)
+		return invalid("sim: scenario %q: duration %v is not positive", s.Name, s.Duration)
 	case s.Clients < 0:
-		return fmt.Errorf("sim: scenario %q: negative client count %d", s.Name, s.Clients)
+		return invalid("sim: scenario %q: negative client count %d", s.Name, s.Clients)
 	case s.Tries < 0:
-		return fmt.Errorf("sim: scenario %q: negative tries %d", s.Name, s.Tries)
+		return invalid("sim: scenario %q: negative tries %d", s.Name, s.Tries)
 	case s.Timeout < 0:
-		return fmt.Errorf("sim: scenario %q: negative timeout %v", s.Name, s.Timeout)
+		return invalid("sim: scenario %q: negative timeout %v", s.Name, s.Timeout)
+	case s.horizon() > maxHorizon:
+		return invalid("sim: scenario %q: duration %v plus %d attempts of timeout %v pass the virtual clock's %v",
+			s.Name, s.Duration, s.attempts(), orDefault(s.Timeout, DefaultTimeout), time.Duration(maxHorizon))
 	case s.Watch < -1 || s.Watch >= len(s.Backends):
-		return fmt.Errorf("sim: scenario %q: watched backend %d out of range", s.Name, s.Watch)
-	case s.Jitter.Every < 0 || (s.Jitter.Every > 0 && (s.Jitter.Lo <= 0 || s.Jitter.Hi < s.Jitter.Lo)):
-		return fmt.Errorf("sim: scenario %q: bad jitter %+v", s.Name, s.Jitter)
+		return invalid("sim: scenario %q: watched backend %d out of range", s.Name, s.Watch)
+	case s.Jitter.Every < 0 || (s.Jitter.Every > 0 && (!(s.Jitter.Lo > 0) || !(s.Jitter.Hi >= s.Jitter.Lo) || math.IsInf(s.Jitter.Hi, 0))):
+		return invalid("sim: scenario %q: bad jitter %+v", s.Name, s.Jitter)
+	case math.IsNaN(s.Rate) || s.Rate < 0 || math.IsInf(s.Rate, 0):
+		return invalid("sim: scenario %q: rate %v is not a positive finite number of requests per second", s.Name, s.Rate)
+	case s.Rate == 0 && (math.IsNaN(s.Load) || s.Load <= 0 || math.IsInf(s.Load, 0)):
+		return invalid("sim: scenario %q: load %v is not a positive finite fraction of capacity", s.Name, s.Load)
 	}
 	for i, b := range s.Backends {
-		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) {
-			return fmt.Errorf("sim: scenario %q: backend %d: bad parameters %+v", s.Name, i, b)
+		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) {
+			return invalid("sim: scenario %q: backend %d: bad parameters %+v", s.Name, i, b)
 		}
 		for _, p := range b.Phases {
 			if !(p.Factor > 0) || math.IsInf(p.Factor, 0) || p.To < p.From {
-				return fmt.Errorf("sim: scenario %q: backend %d: bad phase %+v", s.Name, i, p)
+				return invalid("sim: scenario %q: backend %d: bad phase %+v", s.Name, i, p)
 			}
 		}
 		for _, f := range b.Faults {
 			if f.Mode != FastError && f.Mode != Stall || !(f.Prob >= 0 && f.Prob <= 1) || f.To < f.From {
-				return fmt.Errorf("sim: scenario %q: backend %d: bad fault %+v", s.Name, i, f)
+				return invalid("sim: scenario %q: backend %d: bad fault %+v", s.Name, i, f)
 			}
 		}
 	}
@@ -195,7 +218,7 @@ func (s *Scenario) validate() error {
 		return err
 	}
 	if !(r > 0) || math.IsInf(r, 0) {
-		return fmt.Errorf("sim: scenario %q: arrival rate %v is not positive", s.Name, r)
+		return invalid("sim: scenario %q: arrival rate %v is not positive", s.Name, r)
 	}
 	return nil
 }
@@ -235,7 +258,7 @@ func (s *Scenario) rate() (float64, error) {
 	}
 	c := s.TotalCapacity()
 	if math.IsInf(c, 0) {
-		return 0, fmt.Errorf("sim: scenario %q: load %v of unlimited capacity: set Rate", s.Name, s.Load)
+		return 0, invalid("sim: scenario %q: load %v of unlimited capacity: set Rate", s.Name, s.Load)
 	}
 	return s.Load * c, nil
 }

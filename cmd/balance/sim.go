@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +16,7 @@ import (
 	"github.com/lbgo/balancer/sim"
 )
 
-const simUsage = `usage: balance sim [-scenario NAME,...|all] [-pickers NAME,...|all] [-seeds N] [-format table|markdown]
+var simUsage = fmt.Sprintf(`usage: balance sim [-scenario NAME,...|all] [-pickers NAME,...|all] [-seeds N] [-format table|markdown]
                  [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-svg DIR] [-list] [overrides]
 
 Simulates every picker and the two oracles in the built-in scenarios on a
@@ -29,7 +31,13 @@ for each scenario's first seed, SVG charts: every backend's share of
 attempts over time per picker (NAME-share.svg), latency by percentile
 (NAME-latency.svg) and FastestFirst's derived weights (NAME-weights.svg).
 
-`
+Every flag is checked: a value out of range exits 2 naming it. A run is
+refused before it starts (exit 2, with the estimate) when it is expected to
+need more than %d requests (its arrival rate times -duration) or
+%d GiB of memory, or the whole comparison more than %d requests over
+every scenario, picker and seed.
+
+`, sim.MaxRequests, sim.MaxBytes>>30, sim.MaxCompareRequests)
 
 // simDefaults are the candidate and baseline of -check, each the first of
 // its list that exists: FastestFirst against P2CPeakEWMA, with stand-ins
@@ -61,28 +69,70 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	clients := fs.Int("clients", 0, "override: number of independent clients K "+clientsDefault)
 	var tries, maxFails optInt
 	var failTimeout optDuration
+	tries.max = math.MaxInt32
 	fs.Var(&tries, "tries", "override: `N` attempts per request, 0 as nginx (one per peer), 1 no retry "+triesDefault)
 	timeout := fs.Duration("timeout", 0, "override: attempt timeout "+timeoutDefault)
 	fs.Var(&maxFails, "max-fails", "override: every peer's max_fails, `N` failures within fail_timeout take it out; 0 disables failure accounting "+maxFailsDefault)
 	fs.Var(&failTimeout, "fail-timeout", "override: every peer's fail_timeout, a `duration` "+failTimeoutDefault)
 	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter "+jitterDefault)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, simUsage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // a usage error prints a hint, -h the usage
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fmt.Fprint(stderr, simUsage)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprint(stderr, hint("sim"))
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "balance sim: unexpected argument %q\n", fs.Arg(0))
+	set := given(fs, args)
+	bad := func(name, format string, args ...any) int {
+		what := "-" + name
+		if b, ok := fs.Lookup(name).Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			what += " " + shown(set[name])
+		}
+		fmt.Fprintf(stderr, "balance sim: %s: %s\n%s", what, fmt.Sprintf(format, args...), hint("sim"))
 		return 2
 	}
-	if *format != "table" && *format != "markdown" {
-		fmt.Fprintf(stderr, "balance sim: unknown format %q (table or markdown)\n", *format)
+	has := func(name string) bool { _, ok := set[name]; return ok }
+	positive := func(name string, d time.Duration) bool { return !has(name) || d > 0 }
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "balance sim: unexpected argument %q\n%s", fs.Arg(0), hint("sim"))
 		return 2
+	case *format != "table" && *format != "markdown":
+		return bad("format", "unknown format %q (table or markdown)", *format)
+	case *seeds < 1:
+		return bad("seeds", "need at least 1")
+	case has("j") && *parallel < 1:
+		return bad("j", "need at least 1 run at once (default GOMAXPROCS)")
+	case !positive("duration", *duration):
+		return bad("duration", "the simulated time must be positive")
+	case has("load") && !(*load > 0 && !math.IsInf(*load, 0)):
+		return bad("load", "the offered load must be a positive finite fraction of capacity")
+	case has("clients") && *clients < 1:
+		return bad("clients", "need at least 1 client")
+	case !positive("timeout", *timeout):
+		return bad("timeout", "the attempt timeout must be positive")
+	case !positive("jitter-every", *jitterEvery):
+		return bad("jitter-every", "the mean interval must be positive")
+	case !positive("tau", *tau):
+		return bad("tau", "the decay constant must be positive")
+	case has("svg") && *svgDir == "":
+		return bad("svg", "need a directory")
+	}
+	for _, name := range []string{"candidate", "baseline", "tau"} {
+		if has(name) && !*check {
+			return bad(name, "applies only with -check")
+		}
+	}
+	switch {
+	case *series && *check:
+		return bad("series", "-series and -check print different things: choose one")
+	case has("format") && (*check || *series):
+		return bad("format", "applies to the tables, not to -check or -series")
+	case has("seeds") && *series:
+		return bad("seeds", "-series prints the first seed only")
 	}
 	if *list {
 		simList(stdout)
@@ -91,24 +141,30 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 
 	scs, err := simScenarios(*scenarios)
 	if err != nil {
-		fmt.Fprintf(stderr, "balance sim: %v\n", err)
-		return 2
+		return bad("scenario", "%v", err)
+	}
+	// An override that no chosen scenario reads would be ignored.
+	if has("load") && !slices.ContainsFunc(scs, func(s sim.Scenario) bool { return s.Rate == 0 }) {
+		return bad("load", "no chosen scenario has a load to override: each sets a fixed rate")
+	}
+	if has("jitter-every") && !slices.ContainsFunc(scs, func(s sim.Scenario) bool { return s.Jitter.Every > 0 }) {
+		return bad("jitter-every", "no chosen scenario has jitter")
 	}
 	for i := range scs {
 		s := &scs[i]
-		if *duration > 0 {
+		if has("duration") {
 			s.Duration = *duration
 		}
-		if *load > 0 && s.Rate == 0 {
+		if has("load") && s.Rate == 0 {
 			s.Load = *load
 		}
-		if *clients > 0 {
+		if has("clients") {
 			s.Clients = *clients
 		}
 		if tries.set {
 			s.Tries = tries.v
 		}
-		if *timeout > 0 {
+		if has("timeout") {
 			s.Timeout = *timeout
 		}
 		if maxFails.set {
@@ -117,7 +173,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		if failTimeout.set {
 			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.FailTimeout(failTimeout.v))
 		}
-		if *jitterEvery > 0 && s.Jitter.Every > 0 {
+		if has("jitter-every") && s.Jitter.Every > 0 {
 			s.Jitter.Every = *jitterEvery
 		}
 	}
@@ -126,23 +182,32 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if *check {
 		c, b, err := simPair(*candidate, *baseline)
 		if err != nil {
-			fmt.Fprintf(stderr, "balance sim: %v\n", err)
-			return 2
+			return bad(err.flag, "%v", err.err)
 		}
 		pols = []sim.Policy{c, b}
 	} else if pols, err = simPolicies(*pickers); err != nil {
-		fmt.Fprintf(stderr, "balance sim: %v\n", err)
-		return 2
+		return bad("pickers", "%v", err)
 	}
 	if *series {
 		*seeds = 1
 	}
-	if *seeds < 1 {
-		fmt.Fprintf(stderr, "balance sim: -seeds %d: need at least 1\n", *seeds)
-		return 2
-	}
 
 	rep, err := sim.Compare(scs, pols, sim.Options{Seeds: *seeds, Seed: *seed, Parallel: *parallel})
+	if errors.Is(err, sim.ErrTooLarge) || errors.Is(err, sim.ErrInvalid) {
+		// Refused before any run: name the flags that shaped it.
+		var flags []string
+		for _, name := range []string{"duration", "load", "clients", "tries", "timeout", "jitter-every", "seeds", "j", "scenario", "pickers"} {
+			if has(name) {
+				flags = append(flags, "-"+name+" "+shown(set[name]))
+			}
+		}
+		if len(flags) > 0 {
+			fmt.Fprintf(stderr, "balance sim: %s: %v\n%s", strings.Join(flags, ", "), err, hint("sim"))
+		} else {
+			fmt.Fprintf(stderr, "balance sim: %v\n", err)
+		}
+		return 2
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "balance sim: %v\n", err)
 		return 1
@@ -227,27 +292,33 @@ func unknownPicker(name string) error {
 	return fmt.Errorf("unknown picker %q (see -list)", name)
 }
 
+// flagError is an error in the value of one flag.
+type flagError struct {
+	flag string
+	err  error
+}
+
 // simPair returns the candidate and baseline of -check: the named ones, or
 // the first of each default list that exists.
-func simPair(candidate, baseline string) (c, b sim.Policy, err error) {
-	find := func(name string, defaults []string) (sim.Policy, error) {
+func simPair(candidate, baseline string) (c, b sim.Policy, err *flagError) {
+	find := func(flag, name string, defaults []string) (sim.Policy, *flagError) {
 		if name != "" {
 			if p, ok := sim.PolicyByName(name); ok {
 				return p, nil
 			}
-			return sim.Policy{}, unknownPicker(name)
+			return sim.Policy{}, &flagError{flag, unknownPicker(name)}
 		}
 		for _, n := range defaults {
 			if p, ok := sim.PolicyByName(n); ok {
 				return p, nil
 			}
 		}
-		return sim.Policy{}, fmt.Errorf("none of %v exists", defaults)
+		return sim.Policy{}, &flagError{flag, fmt.Errorf("none of %v exists", defaults)}
 	}
-	if c, err = find(candidate, simCandidates); err != nil {
+	if c, err = find("candidate", candidate, simCandidates); err != nil {
 		return
 	}
-	b, err = find(baseline, simBaselines)
+	b, err = find("baseline", baseline, simBaselines)
 	return
 }
 

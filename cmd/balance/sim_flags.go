@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,11 +14,12 @@ import (
 )
 
 // optInt is a flag that overrides a scenario's count only when given; it
-// rejects negative values. Unset, it prints no default of its own, so the
-// usage text can state the scenarios' real ones.
+// rejects negative values, and values above max unless max is 0. Unset, it
+// prints no default of its own, so the usage text can state the scenarios'
+// real ones.
 type optInt struct {
-	v   int
-	set bool
+	v, max int
+	set    bool
 }
 
 func (o *optInt) String() string {
@@ -34,6 +36,9 @@ func (o *optInt) Set(s string) error {
 	}
 	if v < 0 {
 		return fmt.Errorf("%d is negative", v)
+	}
+	if o.max > 0 && v > o.max {
+		return fmt.Errorf("%d is more than %d", v, o.max)
 	}
 	o.v, o.set = v, true
 	return nil
@@ -134,3 +139,47 @@ var (
 		return seconds(s.Jitter.Every)
 	})
 )
+
+// given returns the flags of fs that args sets, each with the text it was
+// given (booleans as "true"), so that an error names a value as the user
+// wrote it (1e9, not 1e+09). Call it after fs.Parse(args) succeeded; a
+// flag given twice has its last text, as it has its last value.
+func given(fs *flag.FlagSet, args []string) map[string]string {
+	set := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if !hasValue {
+				value = "true"
+			}
+		} else if !hasValue && i+1 < len(args) {
+			i++
+			value = args[i]
+		}
+		set[name] = value
+	}
+	return set
+}
+
+// shown writes a flag's text as the shell would need it: quoted when empty
+// or holding a space.
+func shown(v string) string {
+	if v == "" || strings.ContainsAny(v, " \t\"'") {
+		return strconv.Quote(v)
+	}
+	return v
+}
+
+// hint is the line that follows a usage error, in place of the usage.
+func hint(cmd string) string { return fmt.Sprintf("Run \"balance %s -h\" for usage.\n", cmd) }

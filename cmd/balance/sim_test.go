@@ -41,7 +41,7 @@ func TestSimCheck(t *testing.T) {
 }
 
 func TestSimSeries(t *testing.T) {
-	code, out, errOut := exec(simArgs("-series", "-scenario", "brownout", "-pickers", "SmoothWRR"), "")
+	code, out, errOut := exec([]string{"sim", "-duration", "20s", "-series", "-scenario", "brownout", "-pickers", "SmoothWRR"}, "")
 	require.Equal(t, 0, code, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	// A header, the column names and one line per 500 ms window.

@@ -113,7 +113,12 @@ type traceFlags struct {
 	n                          int
 	seed                       uint64
 	set                        map[string]bool // the flags given on the command line
+	usage                      func()          // prints the usage, for -h
 }
+
+// maxDefaultN bounds the default -n: one full cycle of a block whose
+// weights sum to a billion would be a billion lines.
+const maxDefaultN = 10000
 
 // newTraceFlags defines the flags of balance trace on a new flag set.
 func newTraceFlags(stderr io.Writer) (*flag.FlagSet, *traceFlags) {
@@ -129,11 +134,12 @@ func newTraceFlags(stderr io.Writer) (*flag.FlagSet, *traceFlags) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.algo, "algo", "", "balancing algorithm, in any case: "+strings.Join(names, ", ")+"\n(default: the block's method: SmoothWRR for round robin, LeastConn for\nleast_conn, Hash, ConsistentHash, IPHash, Random or RandomTwo for hash,\nhash consistent, ip_hash, random and random two)")
 	fs.StringVar(&f.upstream, "upstream", "", "the upstream block to trace, by name (default: the only one)")
-	fs.IntVar(&f.n, "n", 0, "number of requests (default: the number of -keys, else one full cycle:\nthe sum of the weights of the primary servers that are not down)")
+	fs.IntVar(&f.n, "n", 0, fmt.Sprintf("number of requests (default: the number of -keys, else one full cycle,\nthe sum of the weights of the primary servers that are not down, but at\nmost %d: -n gives more)", maxDefaultN))
 	fs.StringVar(&f.keys, "keys", "", "file of request keys, one per line, one request each: the value of\nhash's KEY for Hash and ConsistentHash (an empty line is an empty key,\nwhich nginx sends round robin), the client address for IPHash")
 	fs.StringVar(&f.fail, "fail", "", "comma-separated servers that fail every attempt, like a closed port,\nas written or as logged (a or a:80)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed, for -algo "+strings.Join(seeded, " or "))
-	fs.Usage = func() {
+	fs.Usage = func() {} // a usage error prints a hint, -h the usage
+	f.usage = func() {
 		fmt.Fprintf(stderr, "usage: balance trace [-algo %s] [-upstream NAME] [-n N] [-keys FILE] [-fail ADDR,...] [-seed S] [FILE]\n\n", strings.Join(names, "|"))
 		fmt.Fprintf(stderr, "Reads nginx upstream blocks, bare or inside http { }, from FILE or standard\ninput (FILE - or none) and prints the servers each request to one block\ntries, as nginx logs $upstream_addr.\n\n")
 		fs.PrintDefaults()
@@ -145,6 +151,7 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs, f := newTraceFlags(stderr)
 	files, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
+		f.usage()
 		return 0
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
@@ -155,13 +162,14 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case err != nil:
-		return 2 // the flag package has printed the error and the usage
+		fmt.Fprint(stderr, hint("trace")) // after the flag package's error
+		return 2
 	case len(files) > 1:
 		return usageError(fs, "at most one FILE, got %d", len(files))
 	case algoErr != nil:
 		return usageError(fs, "-algo: %v", algoErr)
 	case f.n < 0:
-		return usageError(fs, "negative -n %d", f.n)
+		return usageError(fs, "-n %d: negative", f.n)
 	case f.set["algo"] && f.set["seed"] && !a.seeded:
 		return usageError(fs, "-seed does not apply to -algo %s", f.algo)
 	}
@@ -172,6 +180,17 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	b, err := upstream.ParseNamed(name, src, f.upstream)
+	if f.set["upstream"] && errors.Is(err, upstream.ErrNoUpstream) {
+		// The flag names no block of a file that has some: name the
+		// flag, and the blocks there are, rather than a line.
+		if blocks, perr := upstream.ParseAll(name, src); perr == nil && len(blocks) > 0 {
+			list := make([]string, len(blocks))
+			for i, b := range blocks {
+				list[i] = fmt.Sprintf("%q on line %d", b.Name, b.Line)
+			}
+			return usageError(fs, "-upstream %s: no such block in %s; there is %s", shown(f.upstream), name, strings.Join(list, ", "))
+		}
+	}
 	if errors.Is(err, upstream.ErrManyUpstreams) {
 		fmt.Fprintf(stderr, "%v with -upstream NAME\n", err)
 		return 1
@@ -206,7 +225,7 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case !f.set["n"] && keys != nil:
 		f.n = len(keys)
 	case !f.set["n"]:
-		f.n = cycle(b)
+		f.n = min(cycle(b), maxDefaultN)
 	case keys != nil && f.n > len(keys):
 		return usageError(fs, "-n %d but %d keys in %s", f.n, len(keys), f.keys)
 	}
@@ -237,6 +256,9 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// Such as a total weight past what ConsistentHash's ring holds.
 		fmt.Fprintf(stderr, "%s:%d: %v\n", b.File, b.Line, err)
 		return 1
+	}
+	if c := cycle(b); !f.set["n"] && keys == nil && c > f.n {
+		fmt.Fprintf(stderr, "balance trace: one cycle of upstream %q is %d requests; tracing the first %d (-n N for more)\n", b.Name, c, f.n)
 	}
 	return writeTrace(p, b.Name, f.n, failing, keyOf, stdout, stderr)
 }
@@ -305,7 +327,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func usageError(fs *flag.FlagSet, format string, args ...any) int {
 	fmt.Fprintf(fs.Output(), "balance trace: "+format+"\n", args...)
-	fs.Usage()
+	fmt.Fprint(fs.Output(), hint("trace"))
 	return 2
 }
 
