@@ -31,7 +31,7 @@ import (
 // fallback, which takes the picker's lock; it allocates nothing. The zero
 // value is not usable; use NewHash. Hash is safe for concurrent use.
 type Hash struct {
-	peerSet
+	smoothRR
 	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
@@ -84,7 +84,11 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 		return nil, err
 	}
 	h := &Hash{}
-	if err := h.init(peers, cfg, func(l *peerList) { h.walk.Store(newWeightWalk(l)) }); err != nil {
+	h.shared, h.currentWeight = true, h.impliedLocked
+	if err := h.init(peers, cfg, func(l *peerList) {
+		h.walk.Store(newWeightWalk(l))
+		h.changedLocked(l)
+	}); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -181,4 +185,4 @@ func crc32Decimal(v uint64) uint32 {
 
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
-func (h *Hash) Done(p *Peer, o Outcome) error { return h.done(p, o) }
+func (h *Hash) Done(p *Peer, o Outcome) error { return h.report(p, o) }
