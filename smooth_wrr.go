@@ -83,9 +83,11 @@ type smoothRR struct {
 
 	sinceCheck int // scan picks since maybeOpenLocked last ran; guarded by mu
 
-	// shared: the owner also picks without the lock (the hash and random
-	// pickers), so the cycle is built at the first fallback rather than on
-	// every change (openedFor: the list it was tried for; guarded by mu).
+	// shared: the owner is a hash or random picker, whose requests reach
+	// the scan only when they fall back to round robin, so the cycle is
+	// first tried at a list's first fallback, not at every change.
+	// openedFor is the list it was tried for; guarded by mu. shared is set
+	// before the picker is in use.
 	shared    bool
 	openedFor *peerList
 }
@@ -350,7 +352,9 @@ func (s *smoothRR) reportLocked(p *Peer, o Outcome) {
 			g.promote(k)
 		}
 	}
-	s.maybeOpenLocked(l)
+	if !s.shared || s.openedFor == l {
+		s.maybeOpenLocked(l)
+	}
 }
 
 // changedLocked runs after every peer-list change; publish has set every
