@@ -28,7 +28,12 @@ import (
 // up, with no failures on record and at full effective weight (then
 // nginx's smooth step over that one peer changes nothing), takes no lock;
 // retries, shared server texts, a peer recovering its effective weight and
-// WithBoundedLoad take the picker's lock. The ring takes 8 bytes a
+// WithBoundedLoad take the picker's lock (with the bound, Done takes it
+// too). A request with no key goes to the round-robin fallback as Hash's
+// does, lock-free from the cycle while the weights are static (under the
+// lock with the bound); the smooth step at a point shared by several
+// peers moves their current weights, which the fallback shares, so such a
+// step first closes the cycle and takes those peers out of the groups. The ring takes 8 bytes a
 // point plus an index of at most 256 KB and is rebuilt, in O(p log p), on
 // every change of the peers or their weights (not on SetDown).
 
@@ -44,7 +49,8 @@ import (
 // MaxRingWeight.
 //
 // A pick is O(log points) and allocates nothing; a first attempt to a
-// healthy peer takes no lock. The zero value is not usable; use
+// healthy peer takes no lock, nor does one with no key while the weights
+// are static (the round-robin fallback is Hash's). The zero value is not usable; use
 // NewConsistentHash. ConsistentHash is safe for concurrent use.
 type ConsistentHash struct {
 	smoothRR

@@ -25,10 +25,10 @@ import (
 // affinity without a key of your own. Failures, down, max_conns and retries
 // follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// A pick is O(log n) a step and lock-free, but for nginx's round-robin
-// fallback, which takes the picker's lock; it allocates nothing. The zero
-// value is not usable; use NewIPHash. IPHash is safe for concurrent
-// use.
+// A pick is O(log n) a step and lock-free; the round-robin fallback is
+// Hash's, O(1) and lock-free while the weights are static. A pick
+// allocates nothing. The zero value is not usable; use NewIPHash. IPHash
+// is safe for concurrent use.
 type IPHash struct {
 	smoothRR
 	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers

@@ -24,9 +24,9 @@ import (
 // RandomTwo spreads load better. Failures, down, max_conns and retries
 // follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// A pick is O(1) and lock-free (a locked scan only for nginx's round-robin
-// fallback) and allocates nothing; Done takes the lock only to account a
-// failure. Randomness: WithRand(src), or the runtime's per-thread
+// A pick is O(1) and lock-free (the round-robin fallback is Hash's,
+// lock-free too while the weights are static) and allocates nothing; Done
+// takes the lock only to account a failure. Randomness: WithRand(src), or the runtime's per-thread
 // generator. The zero value is not usable; use NewRandom. Random is safe
 // for concurrent use.
 type Random struct{ randomPicker }
