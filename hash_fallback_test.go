@@ -1,10 +1,14 @@
 package balancer
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -242,5 +246,94 @@ func TestConsistentHash_boundedTotalAcrossChanges(t *testing.T) {
 			}
 			assert.Zero(t, total())
 		})
+	}
+}
+
+// TestHashPickers_fallbackConcurrent runs requests with and without keys
+// (half of them fall back to round robin, from the cycle or the scan),
+// failures and their retries, peers going down and up, and one peer removed
+// and added back, all at once on 40 peers (the grouped scan), with and
+// without max_conns on some peers. Under -race it checks the locking; every
+// attempt must find its peer below its max_conns, and at the end every
+// in-flight count, and a bounded ConsistentHash's total, must be back to 0.
+func TestHashPickers_fallbackConcurrent(t *testing.T) {
+	pickers := map[string]func([]*Peer, ...Option) (Balancer, error){
+		"Hash": as(NewHash), "ConsistentHash": as(NewConsistentHash), "IPHash": as(NewIPHash),
+		"Random": as(NewRandom), "RandomTwo": as(NewRandomTwo),
+		"ConsistentHashBounded": func(ps []*Peer, o ...Option) (Balancer, error) {
+			return NewConsistentHash(ps, append(o, WithBoundedLoad(1.25))...)
+		},
+	}
+	for name, mk := range pickers {
+		for _, limited := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/maxconns=%v", name, limited), func(t *testing.T) {
+				peers := make([]*Peer, 40)
+				for i := range peers {
+					opts := []PeerOption{Weight(1 + i%3), FailTimeout(time.Millisecond)}
+					if limited && i%8 == 0 {
+						opts = append(opts, MaxConns(2))
+					}
+					peers[i] = NewPeer(fmt.Sprintf("10.0.0.%d:80", i+1), opts...)
+				}
+				p, err := mk(peers)
+				require.NoError(t, err)
+				var wg sync.WaitGroup
+				for g := range 4 {
+					wg.Go(func() {
+						var r Request
+						for k := range 1500 {
+							r.Reset()
+							if k%2 == 0 {
+								r.SetKey("k" + strconv.Itoa(k%97))
+							}
+							r.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
+							for range 3 {
+								peer, err := p.Pick(&r)
+								if err != nil {
+									if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
+										t.Error(err)
+									}
+									break
+								}
+								if m := peer.maxConns.Load(); m != 0 && peer.inFlight() > m {
+									t.Errorf("%s: %d in flight, max_conns %d", peer.Addr(), peer.inFlight(), m)
+								}
+								failed := k%13 == 0
+								if err := p.Done(peer, Outcome{Failed: failed}); err != nil {
+									t.Error(err)
+								}
+								if !failed {
+									break
+								}
+							}
+						}
+					})
+				}
+				wg.Go(func() {
+					for k := range 100 {
+						if err := p.SetDown(peers[1+k%7], k%2 == 0); err != nil {
+							t.Error(err)
+						}
+						if k%10 == 5 {
+							if err := p.Remove(peers[9]); err != nil {
+								t.Error(err)
+							}
+							if err := p.Add(peers[9]); err != nil {
+								t.Error(err)
+							}
+						}
+					}
+				})
+				wg.Wait()
+				for _, q := range peers {
+					assert.Zero(t, q.InFlight(), q.Addr())
+				}
+				if c, ok := p.(*ConsistentHash); ok {
+					c.mu.Lock()
+					assert.Zero(t, c.inflight, "the bound's total")
+					c.mu.Unlock()
+				}
+			})
+		}
 	}
 }
