@@ -20,8 +20,9 @@ import (
 // The round-robin fallback is SmoothWRR's engine (smoothRR, key.go): a
 // first attempt is served from the precomputed cycle, without the lock,
 // while every peer that is not down is healthy at full weight with no
-// max_conns and the weights sum to at most MaxCycle; otherwise the scan
-// runs under the lock, grouped by weight from 16 peers on. The cycle is
+// max_conns and the weights sum to at most MaxCycle (the conditions under
+// which SmoothWRR serves its cycle); otherwise the scan runs under the
+// lock, grouped by weight from 16 peers on. The cycle is
 // built at a list's first fallback, so a picker whose requests all carry
 // a key never builds one.
 

@@ -88,7 +88,8 @@ func BenchmarkHashFallback(b *testing.B) {
 // BenchmarkHashFallbackAfterChange times a list change (one peer marked
 // down or up again, which restarts the smooth sequence) followed by one
 // request with no key: the change's own O(n) work and the fallback's first
-// pick on the new list, which builds the cycle (O(W·d)) or the groups.
+// pick on the new list, which builds the cycle (a sort of the peers by
+// weight, then O(W·d)) or, past MaxCycle, the groups (O(n log n)).
 func BenchmarkHashFallbackAfterChange(b *testing.B) {
 	forHashFallback(b, func(b *testing.B, p Picker, peers []*Peer) {
 		down := false
