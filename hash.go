@@ -16,6 +16,15 @@ import (
 // single peer or a total weight of 0, the request goes to nginx's smooth
 // round-robin over the same peers and current weights. A peer of weight 0
 // is never hashed to.
+//
+// The round-robin fallback is SmoothWRR's engine (smoothRR, key.go): a
+// first attempt is served from the precomputed cycle, without the lock,
+// while every peer that is not down is healthy at full weight with no
+// max_conns and the weights sum to at most MaxCycle (the conditions under
+// which SmoothWRR serves its cycle); otherwise the scan runs under the
+// lock, grouped by weight from 16 peers on. The cycle is
+// built at a list's first fallback, so a picker whose requests all carry
+// a key never builds one.
 
 // Hash is nginx's `hash KEY` (nginx 1.22.1), the Cache::Memcached-compatible
 // key hash: requests with the same key (Request.SetKey) go to the same peer
@@ -27,11 +36,15 @@ import (
 // retries follow nginx; backup peers are refused with ErrInvalidConfig, as
 // nginx refuses them.
 //
-// A pick is O(log n) a step and lock-free, but for nginx's round-robin
-// fallback, which takes the picker's lock; it allocates nothing. The zero
-// value is not usable; use NewHash. Hash is safe for concurrent use.
+// A pick is O(log n) a step and lock-free. The round-robin fallback is
+// SmoothWRR's: O(1) and lock-free for a first attempt while the weights
+// are static (every peer not down healthy at full weight, no max_conns, the
+// weights summing to at most [MaxCycle]), otherwise a scan under the
+// picker's lock, O(d + k + log n) from 16 peers as SmoothWRR's. A pick
+// allocates nothing. The zero value is not usable; use NewHash. Hash is
+// safe for concurrent use.
 type Hash struct {
-	peerSet
+	smoothRR
 	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
@@ -84,7 +97,11 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 		return nil, err
 	}
 	h := &Hash{}
-	if err := h.init(peers, cfg, func(l *peerList) { h.walk.Store(newWeightWalk(l)) }); err != nil {
+	h.shared, h.currentWeight = true, h.impliedLocked
+	if err := h.init(peers, cfg, func(l *peerList) {
+		h.walk.Store(newWeightWalk(l))
+		h.changedLocked(l)
+	}); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -181,4 +198,4 @@ func crc32Decimal(v uint64) uint32 {
 
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
-func (h *Hash) Done(p *Peer, o Outcome) error { return h.done(p, o) }
+func (h *Hash) Done(p *Peer, o Outcome) error { return h.report(p, o) }

@@ -28,7 +28,12 @@ import (
 // up, with no failures on record and at full effective weight (then
 // nginx's smooth step over that one peer changes nothing), takes no lock;
 // retries, shared server texts, a peer recovering its effective weight and
-// WithBoundedLoad take the picker's lock. The ring takes 8 bytes a
+// WithBoundedLoad take the picker's lock (with the bound, Done takes it
+// too). A request with no key goes to the round-robin fallback as Hash's
+// does, lock-free from the cycle while the weights are static (under the
+// lock with the bound); the smooth step at a point shared by several
+// peers moves their current weights, which the fallback shares, so such a
+// step first closes the cycle and takes those peers out of the groups. The ring takes 8 bytes a
 // point plus an index of at most 256 KB and is rebuilt, in O(p log p), on
 // every change of the peers or their weights (not on SetDown).
 
@@ -44,10 +49,11 @@ import (
 // MaxRingWeight.
 //
 // A pick is O(log points) and allocates nothing; a first attempt to a
-// healthy peer takes no lock. The zero value is not usable; use
+// healthy peer takes no lock, nor does one with no key while the weights
+// are static (the round-robin fallback is Hash's). The zero value is not usable; use
 // NewConsistentHash. ConsistentHash is safe for concurrent use.
 type ConsistentHash struct {
-	peerSet
+	smoothRR
 	ring  *chashRing // guarded by mu
 	bound float64    // WithBoundedLoad's factor; 0: off
 	live  int64      // weight of the peers not down; guarded by mu
@@ -56,9 +62,12 @@ type ConsistentHash struct {
 	// lock-free first attempt (see Pick).
 	view atomic.Pointer[chashView]
 
-	// inflight counts the attempts Pick returned and Done has not
-	// reported, for the load bound.
-	inflight atomic.Int64
+	// inflight is the load bound's T: the attempts in flight on the peers
+	// held, kept equal to the sum of their in-flight counts. With the
+	// bound every Pick and Done takes mu, so that a report and a list
+	// change (which resums it, a removed peer's attempts no longer
+	// counting) cannot interleave. Guarded by mu.
+	inflight int64
 
 	admin sync.Mutex // serializes Add and SetWeight, so the limit holds
 }
@@ -109,6 +118,7 @@ func NewConsistentHash(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
 		return nil, err
 	}
 	c := &ConsistentHash{bound: cfg.bound}
+	c.shared, c.currentWeight = true, c.impliedLocked
 	if err := c.init(peers, cfg, c.changedLocked); err != nil {
 		return nil, err
 	}
@@ -193,16 +203,16 @@ func (c *ConsistentHash) changedLocked(l *peerList) {
 		c.ring = buildRing(l.primary)
 	}
 	if c.bound != 0 {
-		// Resynchronize the bound's total with the peers held: a report
-		// refused because its peer moved to another picker never
-		// decremented it.
-		var t int64
+		// The bound's total over the peers now held: a removed peer's
+		// attempts leave it (their reports no longer count, see Done),
+		// an added peer's join it.
+		c.inflight = 0
 		for _, p := range l.primary {
-			t += p.inFlight()
+			c.inflight += p.inFlight()
 		}
-		c.inflight.Store(t)
 	}
 	c.view.Store(&chashView{list: l, ring: c.ring, fast: c.bound == 0 && !l.single && len(c.ring.points) > 0})
+	c.smoothRR.changedLocked(l)
 }
 
 // buildRing is ngx_http_upstream_update_chash over peers, down ones
@@ -340,6 +350,9 @@ type chashView struct {
 // other case (a retry, a peer to skip, a shared server text, the load
 // bound, the single-server rule) runs the walk under the lock.
 func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
+	if (r == nil || r.key == "") && c.bound == 0 {
+		return c.roundRobin(r)
+	}
 	if r != nil && r.attempts == 0 && r.key != "" {
 		if v := c.view.Load(); v.fast {
 			g := v.ring
@@ -376,21 +389,22 @@ func (c *ConsistentHash) pickLocked(r *Request) (*Peer, error) {
 	defer c.mu.Unlock()
 	g := c.ring
 	clk := lazyClock{now: c.now}
-	p, err := pickFrame(c.load(), r, func(peers []*Peer, _ bool) int {
+	l := c.load()
+	p, err := pickFrame(l, r, func(_ []*Peer, _ bool) int {
 		if r == nil || r.key == "" || len(g.points) == 0 {
-			return fallbackLocked(peers, r, &clk)
+			return c.fallbackLocked(l, r, &clk)
 		}
 		hs, fresh := r.hashState(nil)
 		if fresh {
 			hs.hash = uint64(g.find(crc32String(0, r.key)))
 		}
 		if hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, &clk)
+			return c.fallbackLocked(l, r, &clk)
 		}
-		return c.walkLocked(peers, r, g, &clk)
+		return c.walkLocked(l, r, g, &clk)
 	})
 	if err == nil && c.bound != 0 {
-		c.inflight.Add(1)
+		c.inflight++
 	}
 	return p, err
 }
@@ -401,7 +415,14 @@ func (c *ConsistentHash) pickLocked(r *Request) (*Peer, error) {
 // point, a try; past 20 tries, round robin. With a load bound, a point
 // whose eligible peers are all full is passed without a try, for at most
 // one turn of the ring. Requires c.mu.
-func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk *lazyClock) int {
+//
+// The step over a point's one peer moves no weight while that peer is at
+// full effective weight (it adds its effective weight and gives the same
+// total back), so it leaves the round-robin fallback's cycle and groups
+// alone; a point shared by several peers moves theirs, which are then
+// given back their own current weights first (ownLocked).
+func (c *ConsistentHash) walkLocked(l *peerList, r *Request, g *chashRing, clk *lazyClock) int {
+	peers := l.primary
 	n := uint64(len(g.points))
 	var spare uint64 // points passed for the bound alone
 	for {
@@ -409,7 +430,13 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 		var best *Peer
 		var total int64
 		full := false
-		for _, i := range g.members[g.start[grp]:g.start[grp+1]] {
+		members := g.members[g.start[grp]:g.start[grp+1]]
+		if len(members) > 1 {
+			for _, i := range members {
+				c.ownLocked(l, i)
+			}
+		}
+		for _, i := range members {
 			p := peers[i]
 			if r.isTried(int(i)) || !p.eligible(clk) {
 				continue
@@ -437,7 +464,7 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 			continue
 		}
 		if r.hs.tries++; r.hs.tries > maxHashTries {
-			return fallbackLocked(peers, r, clk)
+			return c.fallbackLocked(l, r, clk)
 		}
 	}
 }
@@ -445,19 +472,29 @@ func (c *ConsistentHash) walkLocked(peers []*Peer, r *Request, g *chashRing, clk
 // overLocked reports whether p holds its bounded share already: at least
 // ⌈c·(T+1)·w/L⌉ attempts in flight (see WithBoundedLoad). Requires c.mu.
 func (c *ConsistentHash) overLocked(p *Peer) bool {
-	t := max(c.inflight.Load(), 0)
+	t := c.inflight
 	limit := math.Ceil(c.bound * float64(t+1) * float64(p.weight.Load()) / float64(max(c.live, 1)))
 	return float64(p.inFlight()) >= limit
 }
 
 // Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// count. A success on a peer with no failures on record takes no lock,
+// unless the load bound is on.
 func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
-	if err := c.done(p, o); err != nil {
+	if c.bound == 0 {
+		return c.report(p, o)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	held := p != nil && p.owner.Load() == &c.peerSet
+	if err := c.finish(p, o); err != nil {
 		return err
 	}
-	if c.bound != 0 {
-		c.inflight.Add(-1)
+	if held {
+		c.inflight-- // a removed peer's attempts left the total with it
+	}
+	if o.Failed || p.needsLockOnSuccess() {
+		c.reportLocked(p, o)
 	}
 	return nil
 }

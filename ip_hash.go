@@ -25,12 +25,12 @@ import (
 // affinity without a key of your own. Failures, down, max_conns and retries
 // follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// A pick is O(log n) a step and lock-free, but for nginx's round-robin
-// fallback, which takes the picker's lock; it allocates nothing. The zero
-// value is not usable; use NewIPHash. IPHash is safe for concurrent
-// use.
+// A pick is O(log n) a step and lock-free; the round-robin fallback is
+// Hash's, O(1) and lock-free while the weights are static. A pick
+// allocates nothing. The zero value is not usable; use NewIPHash. IPHash
+// is safe for concurrent use.
 type IPHash struct {
-	peerSet
+	smoothRR
 	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
 }
 
@@ -48,7 +48,11 @@ func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 		return nil, err
 	}
 	h := &IPHash{}
-	if err := h.init(peers, cfg, func(l *peerList) { h.walk.Store(newWeightWalk(l)) }); err != nil {
+	h.shared, h.currentWeight = true, h.impliedLocked
+	if err := h.init(peers, cfg, func(l *peerList) {
+		h.walk.Store(newWeightWalk(l))
+		h.changedLocked(l)
+	}); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -136,4 +140,4 @@ func ipHashWalk(w *weightWalk, peers []*Peer, r *Request, hs *hashState, clk *la
 
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
-func (h *IPHash) Done(p *Peer, o Outcome) error { return h.done(p, o) }
+func (h *IPHash) Done(p *Peer, o Outcome) error { return h.report(p, o) }

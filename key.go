@@ -136,35 +136,84 @@ func refuseBackups(picker string, peers []*Peer) error {
 
 // roundRobin hands r to nginx's smooth round-robin, as the hash and random
 // methods do (get_rr_peer) for an empty key, a total weight of 0 or past 20
-// fruitless tries: the frame again, under the lock, on the list current
-// there, around fallbackLocked. Their lock-free picks return handOff to
-// their frame and then call it.
-func (s *peerSet) roundRobin(r *Request) (*Peer, error) {
+// fruitless tries; their lock-free picks return handOff to their frame and
+// then call it. A first attempt is served from the precomputed cycle
+// without the lock while it is open, as SmoothWRR serves it; otherwise the
+// frame runs again, under the lock, on the list current there, around
+// fallbackLocked.
+func (s *smoothRR) roundRobin(r *Request) (*Peer, error) {
+	if r.fresh() {
+		if c := s.cycle.Load(); c != nil {
+			// The cycle's next slot, or -1 for a closed cycle. While it
+			// is open no peer has max_conns, so none can be full.
+			if i := c.slot(c.ctr.Add(1)); i >= 0 {
+				p := c.list.primary[i]
+				p.pick()
+				if r != nil {
+					r.begin(c.list)
+					r.record(int(i))
+				}
+				return p, nil
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clk := lazyClock{now: s.now}
-	return pickFrame(s.load(), r, func(peers []*Peer, _ bool) int {
-		return fallbackLocked(peers, r, &clk)
+	l := s.load()
+	return pickFrame(l, r, func(_ []*Peer, _ bool) int {
+		return s.fallbackLocked(l, r, &clk)
 	})
 }
 
 // fallbackLocked is nginx's ngx_http_upstream_get_round_robin_peer as the
 // hash and random methods call it, on the same per-request state, past the
-// single-server rule pickFrame applies: the smooth scan over the peers
+// single-server rule pickFrame applies: the smooth scan over l's primaries
 // (there are no backups), sharing every peer's current and effective
-// weights. It returns the index of the peer taken, or -1. Requires the
-// owner's lock.
-func fallbackLocked(peers []*Peer, r *Request, clk *lazyClock) int {
+// weights, as SmoothWRR runs it: from the cycle for a first attempt while
+// it is open, else grouped by weight or plain. l is the current list. It
+// returns the index of the peer taken, or -1. Requires s.mu.
+//
+// The cycle is tried for the first time at a list's first fallback, not at
+// every change, so that a picker whose requests all hash never builds one.
+func (s *smoothRR) fallbackLocked(l *peerList, r *Request, clk *lazyClock) int {
+	if s.openedFor != l {
+		s.openedFor = l
+		s.maybeOpenLocked(l)
+	}
+	fresh := r.fresh()
+	if c := s.cycle.Load(); c != nil && fresh {
+		if i := c.slot(c.ctr.Add(1)); i >= 0 {
+			c.list.primary[i].pick()
+			return int(i)
+		}
+	}
+	s.closeLocked()
 	for {
-		p := scanSmooth(peers, r, clk)
+		p := s.scanPrimaryLocked(l, r, clk)
 		if p == nil {
+			s.recFor = nil // the scan moved weights: not a step of the period
 			return -1
 		}
-		// A lock-free pick of the random pickers may have filled p's
-		// max_conns since the scan read it: scan again, p now full.
+		// A lock-free pick of the owner may have filled p's max_conns
+		// since the scan read it: scan again, p now full.
 		if p.acquire() {
+			s.scannedLocked(l, p, fresh)
 			return p.index
 		}
+	}
+}
+
+// ownLocked gives primary i of l its current weight back in its own field,
+// before code other than the scan moves it (ConsistentHash's smooth step
+// among the peers of one hash key): the cycle closes, the recorder stops,
+// and a peer the groups hold leaves them until a scan finds it regular
+// again. Requires s.mu.
+func (s *smoothRR) ownLocked(l *peerList, i int32) {
+	s.closeLocked()
+	s.recFor = nil
+	if g := s.groups; g != nil && g.list == l && g.of[i] >= 0 {
+		g.demote(i)
 	}
 }
 

@@ -24,9 +24,9 @@ import (
 // RandomTwo spreads load better. Failures, down, max_conns and retries
 // follow nginx; backup peers are refused with ErrInvalidConfig.
 //
-// A pick is O(1) and lock-free (a locked scan only for nginx's round-robin
-// fallback) and allocates nothing; Done takes the lock only to account a
-// failure. Randomness: WithRand(src), or the runtime's per-thread
+// A pick is O(1) and lock-free (the round-robin fallback is Hash's,
+// lock-free too while the weights are static) and allocates nothing; Done
+// takes the lock only to account a failure. Randomness: WithRand(src), or the runtime's per-thread
 // generator. The zero value is not usable; use NewRandom. Random is safe
 // for concurrent use.
 type Random struct{ randomPicker }
@@ -52,7 +52,7 @@ var (
 
 // randomPicker is what Random and RandomTwo share.
 type randomPicker struct {
-	peerSet
+	smoothRR
 	name  string
 	table atomic.Pointer[randomTable]
 	rng   randSource // the draws: WithRand's source, or the runtime's
@@ -94,6 +94,7 @@ func (b *randomPicker) setup(name string, peers []*Peer, opts []Option) error {
 		return err
 	}
 	b.name, b.rng = name, newRandSource(cfg)
+	b.shared, b.currentWeight = true, b.impliedLocked
 	return b.init(peers, cfg, b.changedLocked)
 }
 
@@ -123,6 +124,7 @@ func (b *randomPicker) changedLocked(l *peerList) {
 		total += p.weight.Load()
 	}
 	b.table.Store(&randomTable{list: l, alias: newRWTable(l.primary, w), total: total})
+	b.smoothRR.changedLocked(l)
 }
 
 // pick runs the frame lock-free around nginx's draws, one peer (random) or
@@ -206,4 +208,4 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 
 // Done reports the outcome of an attempt on p, which ends its in-flight
 // count. A success on a peer with no failures on record takes no lock.
-func (b *randomPicker) Done(p *Peer, o Outcome) error { return b.done(p, o) }
+func (b *randomPicker) Done(p *Peer, o Outcome) error { return b.report(p, o) }

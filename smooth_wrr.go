@@ -49,6 +49,15 @@ import (
 // health), with the same picks. The zero value is not usable; use
 // [NewSmoothWRR]. SmoothWRR is safe for concurrent use.
 type SmoothWRR struct {
+	smoothRR
+}
+
+// smoothRR is nginx's smooth scan over a peerSet's primaries with what
+// makes it cheap: the precomputed cycle, the scan grouped by weight and
+// the orbit recorder. SmoothWRR is one; the hash and random pickers embed
+// one for nginx's round-robin fallback (key.go), sharing its peers' current
+// and effective weights.
+type smoothRR struct {
 	peerSet
 	cycle atomic.Pointer[cycle] // nil while the exact scan is in charge
 	built *cycle                // last cycle built, reused for the same gen; guarded by mu
@@ -73,6 +82,14 @@ type SmoothWRR struct {
 	recFor  *peerList
 
 	sinceCheck int // scan picks since maybeOpenLocked last ran; guarded by mu
+
+	// shared: the owner is a hash or random picker, whose requests reach
+	// the scan only when they fall back to round robin, so the cycle is
+	// first tried at a list's first fallback, not at every change.
+	// openedFor is the list it was tried for; guarded by mu. shared is set
+	// before the picker is in use.
+	shared    bool
+	openedFor *peerList
 }
 
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
@@ -155,6 +172,14 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 		}
 		return nil, err
 	}
+	s.scannedLocked(l, p, fresh)
+	return p, nil
+}
+
+// scannedLocked follows a pick of p on l that the scan made (fresh: for a
+// request's first attempt): it records the pick, or sees whether the cycle
+// can resume or recording start.
+func (s *smoothRR) scannedLocked(l *peerList, p *Peer, fresh bool) {
 	switch {
 	case s.recFor != l:
 		// Not recording: see whether the cycle can resume, or recording
@@ -170,12 +195,11 @@ func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
 	default:
 		s.recFor = nil // a retry or a backup is not a step of the period
 	}
-	return p, nil
 }
 
 // recordLocked adds the pick of p to the record, and at W picks turns it
 // into a cycle if the state came back to where recording began.
-func (s *SmoothWRR) recordLocked(l *peerList, p *Peer) {
+func (s *smoothRR) recordLocked(l *peerList, p *Peer) {
 	s.rec = append(s.rec, int32(p.index))
 	if int64(len(s.rec)) < s.recW {
 		return
@@ -211,7 +235,7 @@ func (s *SmoothWRR) recordLocked(l *peerList, p *Peer) {
 
 // startRecordLocked starts recording the period from the current state.
 // Requires every grouped weight to be materialized.
-func (s *SmoothWRR) startRecordLocked(l *peerList, w int64) {
+func (s *smoothRR) startRecordLocked(l *peerList, w int64) {
 	s.recFor, s.recW = l, w
 	s.rec = s.rec[:0]
 	s.recBase = s.recBase[:0]
@@ -222,7 +246,7 @@ func (s *SmoothWRR) startRecordLocked(l *peerList, w int64) {
 
 // scanPrimaryLocked runs the scan over l's primaries, grouped by weight
 // where that is cheaper (see weightGroups), plain otherwise.
-func (s *SmoothWRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *Peer {
+func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *Peer {
 	if s.groupedFor != l {
 		g := s.groupsBuilt
 		if g == nil || g.list != l {
@@ -289,14 +313,26 @@ func scanSmooth(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 
 // Done reports the outcome of an attempt on p. A success on a peer with no
 // failures on record takes no lock.
-func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
+func (s *SmoothWRR) Done(p *Peer, o Outcome) error { return s.report(p, o) }
+
+// report is Done for every owner of a smoothRR: a success on a peer with
+// no failures on record only ends the attempt, without the lock.
+func (s *smoothRR) report(p *Peer, o Outcome) error {
 	if err := s.finish(p, o); err != nil || (!o.Failed && !p.needsLockOnSuccess()) {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reportLocked(p, o)
+	return nil
+}
+
+// reportLocked accounts the outcome of an attempt on p, already ended by
+// finish, keeping the cycle, the groups and the recorder exact. Requires
+// s.mu.
+func (s *smoothRR) reportLocked(p *Peer, o Outcome) {
 	if p.owner.Load() != &s.peerSet {
-		return nil // removed while in flight
+		return // removed while in flight
 	}
 	l := s.load()
 	if o.Failed && !p.backup.Load() {
@@ -316,17 +352,22 @@ func (s *SmoothWRR) Done(p *Peer, o Outcome) error {
 			g.promote(k)
 		}
 	}
-	s.maybeOpenLocked(l)
-	return nil
+	if !s.shared || s.openedFor == l {
+		s.maybeOpenLocked(l)
+	}
 }
 
 // changedLocked runs after every peer-list change; publish has set every
 // current weight to 0.
-func (s *SmoothWRR) changedLocked(l *peerList) {
+func (s *smoothRR) changedLocked(l *peerList) {
 	s.groups, s.groupedFor, s.groupsBuilt = nil, nil, nil
 	s.recFor = nil
 	if c := s.cycle.Swap(nil); c != nil {
 		c.ctr.Or(closedBit)
+	}
+	if s.shared {
+		s.openedFor = nil // at the first fallback: see fallbackLocked
+		return
 	}
 	s.maybeOpenLocked(l)
 }
@@ -335,7 +376,7 @@ func (s *SmoothWRR) changedLocked(l *peerList) {
 // picks from current weights b_i left peer i at b_i + k·w_i − W·c_i, where c_i
 // counts i's picks among the first k mod W: each pick adds w_i to every
 // current weight and takes W from the winner's.
-func (s *SmoothWRR) closeLocked() {
+func (s *smoothRR) closeLocked() {
 	// Only mu's holders store the pointer: a plain load spares the scan an
 	// atomic swap while no cycle is open.
 	if s.cycle.Load() == nil {
@@ -354,7 +395,7 @@ func (s *SmoothWRR) closeLocked() {
 // impliedLocked returns p's current weight where SmoothWRR keeps it
 // implicitly: in a weight group (base + offset), or while the cycle stands
 // for it, by the formula closeLocked uses, in O(n).
-func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
+func (s *smoothRR) impliedLocked(p *Peer) (int64, bool) {
 	if g := s.groups; g != nil && !p.backup.Load() && p.index < len(g.of) &&
 		g.list.primary[p.index] == p && g.of[p.index] >= 0 {
 		return g.cw(int32(p.index)), true
@@ -372,7 +413,7 @@ func (s *SmoothWRR) impliedLocked(p *Peer) (int64, bool) {
 // start of one: every primary that is not down is at full effective weight,
 // has no failures on record, no max_conns, and a current weight of 0. If
 // all that holds but the current weights are not 0, it starts the recorder.
-func (s *SmoothWRR) maybeOpenLocked(l *peerList) {
+func (s *smoothRR) maybeOpenLocked(l *peerList) {
 	if s.cycle.Load() != nil || l.single || s.recFor == l {
 		return
 	}
