@@ -940,3 +940,57 @@ func TestContract_backupRequestOnAnotherList(t *testing.T) {
 		}
 	})
 }
+
+// TestContract_doneOnAnotherPicker reports an attempt to a picker that
+// never held its peer, after the picker that did removed it: the report is
+// refused with ErrUnknownPeer and changes nothing, neither the peer (its
+// in-flight count, its failures) nor the picker it was sent to, and the
+// picker that removed the peer still takes the report, for every pair of
+// picker types.
+func TestContract_doneOnAnotherPicker(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		for _, other := range pickerCases {
+			t.Run(other.name, func(t *testing.T) {
+				peers := weighted(1, 1)
+				a, err := pc.new(peers)
+				require.NoError(t, err)
+				bPeers := []*Peer{NewPeer("x", MaxFails(1)), NewPeer("y", MaxFails(1))}
+				b, err := other.new(bPeers)
+				require.NoError(t, err)
+				held := mustPick(t, b, nil) // b's own attempt, still in flight
+
+				p := mustPick(t, a, nil)
+				require.NoError(t, toSet(a).Remove(p))
+				before := p.Stats()
+				err = b.Done(p, Outcome{Failed: true, Latency: time.Millisecond})
+				assert.ErrorIs(t, err, ErrUnknownPeer, "b never held %s", p)
+				assert.ErrorContains(t, err, fmt.Sprintf("%q", p.Addr()))
+				assert.Equal(t, before, p.Stats(), "the refused report changed the peer")
+				assert.Equal(t, 1, p.InFlight())
+				for _, q := range bPeers {
+					assert.Zero(t, q.State().Fails, "b's peer %s", q)
+				}
+
+				// The picker that held p still ends its attempt, and only
+				// once.
+				require.NoError(t, a.Done(p, Outcome{Failed: true}), "the removing picker's report")
+				assert.Zero(t, p.InFlight())
+				assert.ErrorIs(t, a.Done(p, Outcome{}), ErrUnknownPeer, "reported twice")
+				assert.ErrorIs(t, b.Done(p, Outcome{}), ErrUnknownPeer)
+
+				// b is untouched: its own attempt ends, and it picks on.
+				require.NoError(t, b.Done(held, Outcome{}))
+				require.NoError(t, b.Done(mustPick(t, b, nil), Outcome{}))
+				for _, q := range bPeers {
+					assert.Zero(t, q.InFlight(), "b's peer %s", q)
+				}
+
+				// Once p joins b, reports of b's own attempts on it count;
+				// the old picker's are refused.
+				require.NoError(t, toSet(b).Add(p))
+				require.NoError(t, toSet(a).Add(NewPeer("z")))
+				assert.ErrorIs(t, a.Done(p, Outcome{}), ErrUnknownPeer)
+			})
+		}
+	})
+}

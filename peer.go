@@ -61,6 +61,11 @@ type Peer struct {
 	checked  atomic.Int64 // unix nanoseconds of the last failure or probe
 
 	owner atomic.Pointer[peerSet]
+	// held is the picker that claimed the peer last, kept after it lets
+	// the peer go, so that only that picker takes the reports of attempts
+	// still in flight on a removed peer (see peerSet.finish). Set with
+	// owner, under ownerMu, once a claim has succeeded.
+	held atomic.Pointer[peerSet]
 
 	// recovering is set while effectiveWeight is below the weight, so that
 	// ConsistentHash's lock-free first attempt can tell, without the lock,

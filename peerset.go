@@ -131,6 +131,9 @@ func (s *peerSet) Add(peers ...*Peer) error {
 			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
 		}
 	}
+	for _, p := range peers {
+		p.held.Store(s)
+	}
 	ownerMu.Unlock()
 	now := s.now()
 	for _, p := range peers {
@@ -145,7 +148,8 @@ func (s *peerSet) Add(peers ...*Peer) error {
 // Remove takes p out of the picker. Attempts on p still in flight may still
 // be reported: Done then only ends them. p may be added to a picker again,
 // best once nothing is in flight on it: its in-flight count moves with it,
-// and reports to the old picker are then refused with ErrUnknownPeer. Adding
+// and reports to the old picker are then refused with ErrUnknownPeer, as
+// are reports to any picker but the one p was removed from. Adding
 // it back restarts its latency statistics (see Add); Update keeps them.
 // Remove returns ErrUnknownPeer if the picker does not hold p.
 func (s *peerSet) Remove(p *Peer) error {
@@ -279,6 +283,9 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
 		}
 	}
+	for _, q := range all {
+		q.held.Store(s)
+	}
 	ownerMu.Unlock()
 	now := s.now()
 	for i, q := range snapshot {
@@ -380,16 +387,21 @@ func (s *peerSet) publishLocked(all []*Peer) {
 }
 
 // finish validates a report on p and ends its in-flight attempt. A report on
-// a peer removed while in flight, and not yet added to another picker, is
-// accepted and only ends the attempt: callers account the outcome only if
-// p.owner is still s, checked under s.mu. One atomic read of the owner
-// decides, so a concurrent Remove or Add cannot make a report get lost.
+// a peer removed from s while in flight, and not yet added to another
+// picker, is accepted and only ends the attempt: callers account the
+// outcome only if p.owner is still s, checked under s.mu. A report to a
+// picker that did not hold p last is refused before it touches anything,
+// so that it cannot end an attempt of the picker that did. The owner, read
+// once, decides, and held only when no picker holds p, so a concurrent
+// Remove or Add cannot make a report get lost: a report racing an Add of p
+// elsewhere is taken or refused as if it came just before or just after
+// the Add.
 func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if p == nil {
 		return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
 	}
 	owner := p.owner.Load()
-	if owner != nil && owner != s {
+	if owner != s && (owner != nil || p.held.Load() != s) {
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
 	}
 	if o.Latency < 0 {

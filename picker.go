@@ -18,8 +18,9 @@ type Picker interface {
 	Pick(r *Request) (*Peer, error)
 
 	// Done reports the outcome of one attempt on p, a peer Pick returned.
-	// It returns ErrUnknownPeer for a peer this picker does not hold,
-	// ErrNotInFlight when p has no attempt waiting for a report, and
+	// It returns ErrUnknownPeer for a peer this picker does not hold (a
+	// peer it removed while in flight is still taken, if no picker holds
+	// it since), ErrNotInFlight when p has no attempt waiting for a report, and
 	// ErrInvalidLatency or ErrInvalidOutcome for an outcome out of range;
 	// each leaves the picker unchanged.
 	Done(p *Peer, o Outcome) error
