@@ -103,7 +103,9 @@ var (
 	// fail_timeout, weights whose sum overflows.
 	ErrInvalidConfig = errors.New("balancer: invalid configuration")
 
-	// ErrDuplicatePeer is returned when two peers share an address.
+	// ErrDuplicatePeer is returned when one *Peer is given twice in one
+	// call (a constructor, Add, Update). Peers that share an address are
+	// not duplicates: each is a peer of its own, as in nginx.
 	ErrDuplicatePeer = errors.New("balancer: duplicate peer")
 
 	// ErrPeerInUse is returned when a peer that belongs to a picker is
