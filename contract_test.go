@@ -1099,3 +1099,71 @@ func TestContract_updateRepeatedAddress(t *testing.T) {
 		assert.NoError(t, err, "the refused peer was left free")
 	})
 }
+
+// TestContract_concurrentRepeatedAddress picks and reports from several
+// goroutines while another hands Update snapshots of fresh peers in which
+// an address repeats one, two or three times: every report is accepted (a
+// peer dropped while in flight is never held again, so its reports go to
+// the picker that dropped it), and nothing is left in flight. Run it under
+// -race.
+func TestContract_concurrentRepeatedAddress(t *testing.T) {
+	snapshots := [][]string{{"a", "a", "b"}, {"a", "b"}, {"b", "a", "a", "a"}, {"a", "a"}}
+	fresh := func(addrs []string) []*Peer {
+		ps := make([]*Peer, len(addrs))
+		for i, a := range addrs {
+			ps[i] = NewPeer(a, MaxFails(0)) // no peer goes out: no ErrNoLivePeer
+		}
+		return ps
+	}
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		p, err := pc.new(fresh(snapshots[0]))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var errs []error
+		picked := map[*Peer]bool{}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 2))
+				var r Request
+				for range 1000 {
+					r.Reset()
+					peer, err := p.Pick(&r)
+					if err == nil {
+						err = p.Done(peer, Outcome{Failed: rng.IntN(10) == 0, Latency: time.Duration(rng.IntN(1000)) * time.Microsecond})
+					}
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						picked[peer] = true
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		stop := make(chan struct{})
+		var updates sync.WaitGroup
+		updates.Go(func() {
+			for i := 1; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := p.Update(fresh(snapshots[i%len(snapshots)])); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+		wg.Wait()
+		close(stop)
+		updates.Wait()
+		assert.Empty(t, errs)
+		for q := range picked {
+			assert.Zero(t, q.InFlight(), "peer %s", q)
+		}
+	})
+}
