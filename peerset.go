@@ -91,8 +91,8 @@ func (s *peerSet) Peers() []*Peer {
 // An added peer starts with no latency statistics, even one removed from
 // this picker a moment ago: Remove then Add forgets what P2CPeakEWMA and
 // FastestFirst measured. To keep a peer's statistics across a discovery
-// change, pass the new set of peers to Update, which keeps every peer whose
-// address it already holds.
+// change, pass the new set of peers to Update, which keeps the held peers
+// it matches by address.
 func (s *peerSet) Add(peers ...*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
