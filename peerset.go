@@ -251,23 +251,28 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			return fmt.Errorf("balancer: Update: weights sum past %d at peer %q: %w", MaxWeightSum, q.addr, ErrInvalidConfig)
 		}
 	}
-	// The held peers not given back, by address, in list order: the k-th
-	// snapshot peer of an address takes the k-th of them.
+	// The held peers not given back, chained by address in list order
+	// (first[addr] and after[i] hold 1 + an index into held, 0 for none):
+	// the k-th snapshot peer of an address takes the k-th of them.
 	old := s.load()
-	free := make(map[string][]*Peer, len(old.primary)+len(old.backup))
-	for _, p := range append(slices.Clip(old.primary), old.backup...) {
-		if !seen[p] {
-			free[p.addr] = append(free[p.addr], p)
+	held := append(slices.Clip(old.primary), old.backup...)
+	first := make(map[string]int32, len(held))
+	after := make([]int32, len(held))
+	for i := len(held) - 1; i >= 0; i-- {
+		if p := held[i]; !seen[p] {
+			after[i] = first[p.addr]
+			first[p.addr] = int32(i + 1)
 		}
 	}
+	kept := make([]bool, len(held))
 	all := make([]*Peer, len(snapshot))
 	added := make([]bool, len(snapshot)) // all[i] is snapshot[i], new here
 	for i, q := range snapshot {
-		switch ks := free[q.addr]; {
+		switch k := first[q.addr]; {
 		case q.owner.Load() == s:
 			all[i] = q // the caller gave back the picker's own peer
-		case len(ks) > 0:
-			all[i], free[q.addr] = ks[0], ks[1:]
+		case k > 0:
+			all[i], kept[k-1], first[q.addr] = held[k-1], true, after[k-1]
 		default:
 			all[i], added[i] = q, true
 		}
@@ -305,8 +310,8 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 		}
 	}
 	ownerMu.Lock()
-	for _, gone := range free {
-		for _, p := range gone {
+	for i, p := range held {
+		if !kept[i] && !seen[p] {
 			p.owner.Store(nil)
 			p.currentWeight = 0
 		}
