@@ -41,7 +41,7 @@ func TestContract_invalidConfig(t *testing.T) {
 		{"negative fail_timeout", func() []*Peer { return []*Peer{NewPeer("a", FailTimeout(-time.Second))} }, ErrInvalidConfig},
 		{"negative max_conns", func() []*Peer { return []*Peer{NewPeer("a", MaxConns(-1))} }, ErrInvalidConfig},
 		{"nil peer", func() []*Peer { return []*Peer{nil} }, ErrInvalidConfig},
-		{"duplicate", func() []*Peer { return []*Peer{NewPeer("a"), NewPeer("a")} }, ErrDuplicatePeer},
+		{"one peer twice", func() []*Peer { a := NewPeer("a"); return []*Peer{a, NewPeer("b"), a} }, ErrDuplicatePeer},
 		{"in use", func() []*Peer { return []*Peer{inUse} }, ErrPeerInUse},
 	}
 	_, err := NewSmoothWRR([]*Peer{inUse})
@@ -66,7 +66,8 @@ func TestContract_messagesNameTheValue(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "10.0.0.1:80")
 		assert.Contains(t, err.Error(), "-7")
-		_, err = pc.new([]*Peer{NewPeer("x:1"), NewPeer("x:1")})
+		x := NewPeer("x:1")
+		_, err = pc.new([]*Peer{x, x})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "x:1")
 	})
@@ -216,7 +217,9 @@ func TestContract_updates(t *testing.T) {
 		set := toSet(p)
 		c := NewPeer("c", Weight(2))
 		require.NoError(t, set.Add(c))
-		assert.ErrorIs(t, set.Add(NewPeer("c")), ErrDuplicatePeer)
+		assert.ErrorIs(t, set.Add(c), ErrPeerInUse)
+		d := NewPeer("d")
+		assert.ErrorIs(t, set.Add(d, d), ErrDuplicatePeer)
 		assert.ErrorIs(t, set.SetWeight(a, -1), ErrInvalidConfig)
 		assert.ErrorIs(t, set.SetWeight(NewPeer("x"), 1), ErrUnknownPeer)
 		assert.ErrorIs(t, set.Remove(NewPeer("x")), ErrUnknownPeer)
@@ -590,12 +593,10 @@ func TestContract_updateRejects(t *testing.T) {
 		{"misconfigured held address", func(held []*Peer, _ *Peer) []*Peer {
 			return []*Peer{NewPeer("fresh"), NewPeer("a", MaxFails(-2))}
 		}, ErrInvalidConfig, `"a"`},
-		{"duplicate new address", func(held []*Peer, _ *Peer) []*Peer {
-			return []*Peer{NewPeer("fresh"), NewPeer("x:9"), NewPeer("x:9")}
+		{"new peer twice", func(held []*Peer, _ *Peer) []*Peer {
+			x := NewPeer("x:9")
+			return []*Peer{NewPeer("fresh"), x, x}
 		}, ErrDuplicatePeer, "x:9"},
-		{"duplicate held address", func(held []*Peer, _ *Peer) []*Peer {
-			return []*Peer{NewPeer("fresh"), NewPeer("b"), NewPeer("b", Weight(2))}
-		}, ErrDuplicatePeer, `"b"`},
 		{"held peer twice", func(held []*Peer, _ *Peer) []*Peer { return []*Peer{held[0], NewPeer("fresh"), held[0]} }, ErrDuplicatePeer, `"a"`},
 		{"another picker's peer, new address", func(held []*Peer, foreign *Peer) []*Peer {
 			return []*Peer{NewPeer("fresh"), foreign}
@@ -937,6 +938,232 @@ func TestContract_backupRequestOnAnotherList(t *testing.T) {
 		require.NoError(t, p.Done(got, Outcome{}))
 		for _, q := range peers {
 			assert.Zero(t, q.InFlight(), "%s", q)
+		}
+	})
+}
+
+// TestContract_doneOnAnotherPicker reports an attempt to a picker that
+// never held its peer, after the picker that did removed it: the report is
+// refused with ErrUnknownPeer and changes nothing, neither the peer (its
+// in-flight count, its failures) nor the picker it was sent to, and the
+// picker that removed the peer still takes the report, for every pair of
+// picker types.
+func TestContract_doneOnAnotherPicker(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		for _, other := range pickerCases {
+			t.Run(other.name, func(t *testing.T) {
+				peers := weighted(1, 1)
+				a, err := pc.new(peers)
+				require.NoError(t, err)
+				bPeers := []*Peer{NewPeer("x", MaxFails(1)), NewPeer("y", MaxFails(1))}
+				b, err := other.new(bPeers)
+				require.NoError(t, err)
+				held := mustPick(t, b, nil) // b's own attempt, still in flight
+
+				p := mustPick(t, a, nil)
+				require.NoError(t, toSet(a).Remove(p))
+				before := p.Stats()
+				err = b.Done(p, Outcome{Failed: true, Latency: time.Millisecond})
+				assert.ErrorIs(t, err, ErrUnknownPeer, "b never held %s", p)
+				assert.ErrorContains(t, err, fmt.Sprintf("%q", p.Addr()))
+				assert.Equal(t, before, p.Stats(), "the refused report changed the peer")
+				assert.Equal(t, 1, p.InFlight())
+				for _, q := range bPeers {
+					assert.Zero(t, q.State().Fails, "b's peer %s", q)
+				}
+
+				// The picker that held p still ends its attempt, and only
+				// once.
+				require.NoError(t, a.Done(p, Outcome{Failed: true}), "the removing picker's report")
+				assert.Zero(t, p.InFlight())
+				assert.ErrorIs(t, a.Done(p, Outcome{}), ErrUnknownPeer, "reported twice")
+				assert.ErrorIs(t, b.Done(p, Outcome{}), ErrUnknownPeer)
+
+				// b is untouched: its own attempt ends, and it picks on.
+				require.NoError(t, b.Done(held, Outcome{}))
+				require.NoError(t, b.Done(mustPick(t, b, nil), Outcome{}))
+				for _, q := range bPeers {
+					assert.Zero(t, q.InFlight(), "b's peer %s", q)
+				}
+
+				// Once p joins b, reports of b's own attempts on it count;
+				// the old picker's are refused.
+				require.NoError(t, toSet(b).Add(p))
+				require.NoError(t, toSet(a).Add(NewPeer("z")))
+				assert.ErrorIs(t, a.Done(p, Outcome{}), ErrUnknownPeer)
+			})
+		}
+	})
+}
+
+// TestContract_sharedAddress: two peers with one address are two peers, as
+// two nginx `server` lines with one address are two servers, each with its
+// own failures; one *Peer given twice is refused with ErrDuplicatePeer.
+func TestContract_sharedAddress(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		x1, x2 := NewPeer("x"), NewPeer("x")
+		p, err := pc.new([]*Peer{x1, x2}, optsFor(pc, clk)...)
+		require.NoError(t, err, "nginx accepts two servers with one address")
+		assert.Equal(t, []*Peer{x1, x2}, p.Peers())
+
+		// One failure (max_fails 1) takes the peer picked out for 10s;
+		// every pick then goes to the other peer of the address.
+		failed := mustPick(t, p, nil)
+		require.NoError(t, p.Done(failed, Outcome{Failed: true, Latency: time.Millisecond}))
+		other := x1
+		if failed == x1 {
+			other = x2
+		}
+		assert.Equal(t, 1, failed.State().Fails)
+		for range 5 {
+			got := mustPick(t, p, nil)
+			assert.Same(t, other, got, "the failed peer is out, its twin is not")
+			require.NoError(t, p.Done(got, Outcome{Latency: time.Millisecond}))
+		}
+		assert.Zero(t, other.State().Fails)
+
+		// A third peer of the address joins; one *Peer twice does not.
+		x3 := NewPeer("x")
+		require.NoError(t, toSet(p).Add(x3))
+		assert.Equal(t, []*Peer{x1, x2, x3}, p.Peers())
+		y := NewPeer("y")
+		err = toSet(p).Add(y, y)
+		assert.ErrorIs(t, err, ErrDuplicatePeer)
+		assert.ErrorContains(t, err, `"y"`)
+		assert.ErrorIs(t, toSet(p).Add(x1), ErrPeerInUse)
+		z := NewPeer("z")
+		_, err = pc.new([]*Peer{z, NewPeer("w"), z})
+		assert.ErrorIs(t, err, ErrDuplicatePeer)
+		assert.ErrorContains(t, err, `"z"`)
+		assert.Equal(t, []*Peer{x1, x2, x3}, p.Peers(), "a refused Add changes nothing")
+		_, err = NewLeastConn([]*Peer{y, z})
+		assert.NoError(t, err, "the refused peers were left free")
+	})
+}
+
+// TestContract_updateRepeatedAddress: Update matches the k-th snapshot
+// peer with an address to the k-th peer the picker holds with that
+// address, in list order; a held peer given back is kept as itself, and
+// the other snapshot peers of its address match the remaining held ones.
+func TestContract_updateRepeatedAddress(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		a1, b, a2 := NewPeer("a", MaxFails(3)), NewPeer("b", MaxFails(3)), NewPeer("a", MaxFails(3))
+		p, err := pc.new([]*Peer{a1, b, a2}, optsFor(pc, clk)...)
+		require.NoError(t, err)
+		failOnly(t, p, a1) // a1: one failure; a2: none
+		require.Equal(t, 1, a1.State().Fails)
+
+		c := NewPeer("c")
+		require.NoError(t, p.Update([]*Peer{NewPeer("a", Weight(2), Value(1)), c, NewPeer("a", Weight(3), Value(2))}))
+		assert.Equal(t, []*Peer{a1, c, a2}, p.Peers(), "the first a to the first, the second to the second")
+		assert.Equal(t, 2, a1.Weight())
+		assert.Equal(t, 1, a1.Value())
+		assert.Equal(t, 3, a2.Weight())
+		assert.Equal(t, 2, a2.Value())
+		assert.Equal(t, 1, a1.State().Fails, "the first a keeps its failure")
+		assert.Zero(t, a2.State().Fails)
+
+		// Fewer repeats: the first held a stays, the second goes.
+		require.NoError(t, p.Update([]*Peer{NewPeer("a", Value(3)), NewPeer("c")}))
+		assert.Equal(t, []*Peer{a1, c}, p.Peers())
+		assert.Equal(t, 3, a1.Value())
+		assert.Equal(t, 1, a1.State().Fails)
+		_, err = NewLeastConn([]*Peer{a2})
+		assert.NoError(t, err, "the dropped a is free")
+
+		// More repeats: a new peer for the extra one.
+		a3 := NewPeer("a")
+		require.NoError(t, p.Update([]*Peer{NewPeer("a"), a3, NewPeer("c")}))
+		assert.Equal(t, []*Peer{a1, a3, c}, p.Peers())
+
+		// Held peers given back keep themselves, whatever their order; a
+		// new peer of the address matches the held one not given back.
+		require.NoError(t, p.Update([]*Peer{a3, NewPeer("a", Value(4)), c}))
+		assert.Equal(t, []*Peer{a3, a1, c}, p.Peers())
+		assert.Equal(t, 4, a1.Value())
+		assert.Equal(t, 1, a1.State().Fails)
+		a4 := NewPeer("a")
+		require.NoError(t, p.Update([]*Peer{NewPeer("a"), a1, a4}))
+		assert.Equal(t, []*Peer{a3, a1, a4}, p.Peers(), "a3 matched the new peer; a4 is new")
+
+		// One peer twice is refused, and changes nothing.
+		err = p.Update([]*Peer{a1, c, a1})
+		assert.ErrorIs(t, err, ErrDuplicatePeer)
+		assert.ErrorContains(t, err, `"a"`)
+		fresh := NewPeer("fresh")
+		assert.ErrorIs(t, p.Update([]*Peer{fresh, fresh}), ErrDuplicatePeer)
+		assert.Equal(t, []*Peer{a3, a1, a4}, p.Peers())
+		_, err = NewLeastConn([]*Peer{fresh})
+		assert.NoError(t, err, "the refused peer was left free")
+	})
+}
+
+// TestContract_concurrentRepeatedAddress picks and reports from several
+// goroutines while another hands Update snapshots of fresh peers in which
+// an address repeats one, two or three times: every report is accepted (a
+// peer dropped while in flight is never held again, so its reports go to
+// the picker that dropped it), and nothing is left in flight. Run it under
+// -race.
+func TestContract_concurrentRepeatedAddress(t *testing.T) {
+	snapshots := [][]string{{"a", "a", "b"}, {"a", "b"}, {"b", "a", "a", "a"}, {"a", "a"}}
+	fresh := func(addrs []string) []*Peer {
+		ps := make([]*Peer, len(addrs))
+		for i, a := range addrs {
+			ps[i] = NewPeer(a, MaxFails(0)) // no peer goes out: no ErrNoLivePeer
+		}
+		return ps
+	}
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		p, err := pc.new(fresh(snapshots[0]))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var errs []error
+		picked := map[*Peer]bool{}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 2))
+				var r Request
+				for range 1000 {
+					r.Reset()
+					peer, err := p.Pick(&r)
+					if err == nil {
+						err = p.Done(peer, Outcome{Failed: rng.IntN(10) == 0, Latency: time.Duration(rng.IntN(1000)) * time.Microsecond})
+					}
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						picked[peer] = true
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		stop := make(chan struct{})
+		var updates sync.WaitGroup
+		updates.Go(func() {
+			for i := 1; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := p.Update(fresh(snapshots[i%len(snapshots)])); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+		wg.Wait()
+		close(stop)
+		updates.Wait()
+		assert.Empty(t, errs)
+		for q := range picked {
+			assert.Zero(t, q.InFlight(), "peer %s", q)
 		}
 	})
 }

@@ -21,7 +21,8 @@ func addrs(peers []*balancer.Peer) []string {
 
 // A service-discovery watcher needs only the Updater half of a picker: it
 // hands each snapshot of addresses to Update, which refuses a bad one
-// whole and leaves the peers as they were.
+// whole and leaves the peers as they were. An address listed twice is two
+// peers, as two nginx server lines with one address are.
 func ExampleUpdater() {
 	watch := func(u balancer.Updater, snapshots [][]string) {
 		for _, snap := range snapshots {
@@ -40,12 +41,14 @@ func ExampleUpdater() {
 	watch(lb, [][]string{
 		{"10.0.0.1:80", "10.0.0.2:80"},
 		{"10.0.0.2:80", "10.0.0.3:80"},
+		{"10.0.0.3:80", ""},
 		{"10.0.0.3:80", "10.0.0.3:80"},
 	})
 	// Output:
 	// [10.0.0.1:80 10.0.0.2:80]
 	// [10.0.0.2:80 10.0.0.3:80]
-	// kept [10.0.0.2:80 10.0.0.3:80] after: balancer: Update: peer "10.0.0.3:80": balancer: duplicate peer
+	// kept [10.0.0.2:80 10.0.0.3:80] after: balancer: empty peer address: balancer: invalid configuration
+	// [10.0.0.3:80 10.0.0.3:80]
 }
 
 // When every peer is out for its failures, NextEligible says how long to

@@ -676,10 +676,9 @@ func (m *fuzzMachine) foreignReport() {
 
 // expectAdd returns what Add(qs) must return, in Add's order of checks.
 func (m *fuzzMachine) expectAdd(qs []*fzPeer) error {
-	seen := map[string]bool{}
+	seen := map[*fzPeer]bool{} // one peer twice; addresses may repeat
 	var sum int64
 	for _, q := range m.list {
-		seen[q.p.addr] = true
 		sum += q.weight
 	}
 	if m.tr.ringMax != 0 {
@@ -699,10 +698,10 @@ func (m *fuzzMachine) expectAdd(qs []*fzPeer) error {
 			return ErrInvalidConfig
 		case q.held:
 			return ErrPeerInUse
-		case seen[q.p.addr]:
+		case seen[q]:
 			return ErrDuplicatePeer
 		}
-		seen[q.p.addr] = true
+		seen[q] = true
 	}
 	for _, q := range qs {
 		sum += q.weight

@@ -37,6 +37,10 @@ import (
 type liveServer struct {
 	params string // nginx parameters, such as "weight=5 max_fails=2"
 	dead   bool   // its port refuses every connection
+	// same, if not 0, is 1 + the index of an earlier server whose address
+	// this one repeats (a second server line with one address, which
+	// nginx takes as a server of its own); dead must then be that one's.
+	same int
 }
 
 // liveCase is one upstream configuration and how many requests to send it.
@@ -65,7 +69,9 @@ type liveResult struct {
 }
 
 // letters maps the addresses of a trace entry back to server letters (a, b,
-// ...) and the upstream name to "back", the notation of the recorded vectors.
+// ...) and the upstream name to "back", the notation of the recorded
+// vectors. An address two servers share maps to the first one's letter, as
+// nginx logs the same address for both.
 func (r *liveResult) letters(entry string) string {
 	parts := strings.Split(entry, ", ")
 	for i, p := range parts {
@@ -73,10 +79,8 @@ func (r *liveResult) letters(entry string) string {
 		case r.name:
 			parts[i] = "back"
 		default:
-			for j, a := range r.addrs {
-				if a == p {
-					parts[i] = string(rune('a' + j))
-				}
+			if j := slices.Index(r.addrs, p); j >= 0 {
+				parts[i] = string(rune('a' + j))
 			}
 		}
 	}
@@ -232,9 +236,13 @@ func (b *nginxBatch) configure(t *testing.T) error {
 			fmt.Fprintf(&blk, "    %s;\n", c.method)
 		}
 		for i, s := range c.servers {
-			r.addrs[i] = liveAddrs[i]
-			if s.dead {
+			switch {
+			case s.same > 0:
+				r.addrs[i] = r.addrs[s.same-1]
+			case s.dead:
 				r.addrs[i] = deadAddrs[i]
+			default:
+				r.addrs[i] = liveAddrs[i]
 			}
 			fmt.Fprintf(&blk, "    server %s", r.addrs[i])
 			if s.params != "" {
@@ -606,6 +614,9 @@ func specs(c liveCase) string {
 		spec := s.params
 		if s.dead {
 			spec = strings.TrimSpace("dead " + spec)
+		}
+		if s.same > 0 {
+			spec = strings.TrimSpace(fmt.Sprintf("at %c's address %s", 'a'+s.same-1, spec))
 		}
 		parts[i] = fmt.Sprintf("%c: %q", 'a'+i, spec)
 	}

@@ -51,6 +51,7 @@ func TestNginxLiveHash(t *testing.T) {
 	l.drawSeed()
 	start := time.Now()
 	ran := map[string]int{}
+	repeated := 0
 	chi := map[string]*chiSum{}
 	for _, m := range liveRandom {
 		chi[m] = &chiSum{minP: 1}
@@ -64,6 +65,9 @@ func TestNginxLiveHash(t *testing.T) {
 		},
 		func(id int, r liveResult, c liveCase, got []string) {
 			ran[c.method]++
+			if c.repeats() {
+				repeated++
+			}
 			if s := chi[c.method]; s != nil {
 				s.add(homogeneity(r.letterTrace(r.trace), r.letterTrace(got)))
 				return
@@ -82,7 +86,8 @@ func TestNginxLiveHash(t *testing.T) {
 	for _, n := range ran {
 		total += n
 	}
-	t.Logf("%d configurations on live nginx in %v (%v), %d mismatches", total, time.Since(start).Round(time.Millisecond), ran, l.mismatches)
+	t.Logf("%d configurations (%d repeating an address) on live nginx in %v (%v), %d mismatches",
+		total, repeated, time.Since(start).Round(time.Millisecond), ran, l.mismatches)
 }
 
 // randomHashCase draws one configuration of a deterministic method: 1 to 6

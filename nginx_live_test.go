@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,15 +36,19 @@ func TestNginxLive(t *testing.T) {
 	l := liveNginx(t)
 	l.drawSeed()
 	start := time.Now()
-	ran := 0
+	ran, repeated := 0, 0
 	l.batches(liveBatches, liveBatchSize,
 		func(rng *rand.Rand, _ int) liveCase { return randomCase(rng) },
 		func(id int, r liveResult, c liveCase, got []string) {
 			ran++
+			if c.repeats() {
+				repeated++
+			}
 			l.compare(id, r, c, got)
 		})
 	l.reportHidden()
-	t.Logf("%d configurations on live nginx in %v, %d mismatches", ran, time.Since(start).Round(time.Millisecond), l.mismatches)
+	t.Logf("%d configurations (%d repeating an address) on live nginx in %v, %d mismatches",
+		ran, repeated, time.Since(start).Round(time.Millisecond), l.mismatches)
 }
 
 // TestNginxLiveRecorded checks the harness itself: replayed on the live
@@ -82,7 +87,9 @@ func randomCase(r *rand.Rand) liveCase {
 // sixteen), weights 1..maxWeight, max_fails 0..3, a fail_timeout from
 // timeouts, max_conns 1..3, some down servers, some backup servers if
 // backup, and some dead: one in four, or in a quarter of the cases one in
-// two, to reach the backups and "no live upstreams" often.
+// two, to reach the backups and "no live upstreams" often. In a quarter of
+// the cases each server after the first repeats an earlier server's
+// address one time in three, as two nginx server lines may.
 func randomServers(r *rand.Rand, most, maxWeight int, timeouts []string, backup bool) liveCase {
 	n := 2 + r.IntN(most-1)
 	if r.IntN(16) == 0 {
@@ -116,7 +123,24 @@ func randomServers(r *rand.Rand, most, maxWeight int, timeouts []string, backup 
 		}
 		c.servers[i] = liveServer{params: strings.Join(params, " "), dead: r.IntN(deadOneIn) == 0}
 	}
+	if n > 1 && r.IntN(4) == 0 {
+		for i := 1; i < n; i++ {
+			if r.IntN(3) != 0 {
+				continue
+			}
+			j := r.IntN(i)
+			if c.servers[j].same > 0 {
+				j = c.servers[j].same - 1
+			}
+			c.servers[i].same, c.servers[i].dead = j+1, c.servers[j].dead
+		}
+	}
 	return c
+}
+
+// repeats reports whether two of c's servers share an address.
+func (c liveCase) repeats() bool {
+	return slices.ContainsFunc(c.servers, func(s liveServer) bool { return s.same > 0 })
 }
 
 // libraryTrace runs the block nginx ran through upstream.Parse, the

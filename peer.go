@@ -26,7 +26,9 @@ const (
 //     ("accessed") and last check ("checked") times.
 //
 // Build a Peer with NewPeer and hand it to one picker; its configuration then
-// changes only through that picker's update methods. Reading a Peer (Addr,
+// changes only through that picker's update methods. A peer's identity is
+// the Peer, not its address: two peers with one address are two servers,
+// as two nginx `server` lines with one address are. Reading a Peer (Addr,
 // Weight, State) is safe at any time, from any goroutine.
 //
 // The zero value is not usable; use NewPeer.
@@ -61,6 +63,11 @@ type Peer struct {
 	checked  atomic.Int64 // unix nanoseconds of the last failure or probe
 
 	owner atomic.Pointer[peerSet]
+	// held is the picker that claimed the peer last, kept after it lets
+	// the peer go, so that only that picker takes the reports of attempts
+	// still in flight on a removed peer (see peerSet.finish). Set with
+	// owner, under ownerMu, once a claim has succeeded.
+	held atomic.Pointer[peerSet]
 
 	// recovering is set while effectiveWeight is below the weight, so that
 	// ConsistentHash's lock-free first attempt can tell, without the lock,
@@ -175,7 +182,7 @@ func (p *Peer) invalid(err error) {
 }
 
 // adopt gives p, a peer the picker keeps across Update, the configuration of
-// q, the snapshot's peer for the same address. A changed weight resets the
+// q, the snapshot peer matched to it (see peerSet.Update). A changed weight resets the
 // effective weight, as SetWeight does. Requires the owner's lock.
 func (p *Peer) adopt(q *Peer) {
 	if w := q.weight.Load(); w != p.weight.Load() {

@@ -80,28 +80,24 @@ func (s *peerSet) Peers() []*Peer {
 }
 
 // Add adds peers to the picker. It checks every peer first and adds none if
-// one is invalid: a bad option value (ErrInvalidConfig), an address already
-// present (ErrDuplicatePeer), a peer that belongs to a picker
-// (ErrPeerInUse), or weights whose sum would pass MaxWeightSum. The peers
-// already present keep their state, but the smooth sequence restarts: every
-// current weight goes back to 0, as on an nginx reload.
+// one is invalid: a bad option value (ErrInvalidConfig), one *Peer twice
+// (ErrDuplicatePeer), a peer that belongs to a picker (ErrPeerInUse), or
+// weights whose sum would pass MaxWeightSum. A peer may share its address
+// with others: identity is the Peer, as two nginx `server` lines with one
+// address are two servers. The peers already present keep their state, but
+// the smooth sequence restarts: every current weight goes back to 0, as on
+// an nginx reload.
 //
 // An added peer starts with no latency statistics, even one removed from
 // this picker a moment ago: Remove then Add forgets what P2CPeakEWMA and
 // FastestFirst measured. To keep a peer's statistics across a discovery
-// change, pass the new set of peers to Update, which keeps every peer whose
-// address it already holds.
+// change, pass the new set of peers to Update, which keeps the held peers
+// it matches by address.
 func (s *peerSet) Add(peers ...*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.load()
-	seen := make(map[string]bool, len(old.primary)+len(old.backup)+len(peers))
-	for _, p := range old.primary {
-		seen[p.addr] = true
-	}
-	for _, p := range old.backup {
-		seen[p.addr] = true
-	}
+	seen := make(map[*Peer]bool, len(peers))
 	for _, p := range peers {
 		switch {
 		case p == nil:
@@ -110,10 +106,10 @@ func (s *peerSet) Add(peers ...*Peer) error {
 			return p.configErr
 		case p.owner.Load() != nil:
 			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
-		case seen[p.addr]:
-			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrDuplicatePeer)
+		case seen[p]:
+			return fmt.Errorf("balancer: peer %q given twice: %w", p.addr, ErrDuplicatePeer)
 		}
-		seen[p.addr] = true
+		seen[p] = true
 	}
 	all := append(append(slices.Clip(old.primary), old.backup...), peers...)
 	if err := checkWeightSum(all); err != nil {
@@ -131,6 +127,9 @@ func (s *peerSet) Add(peers ...*Peer) error {
 			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
 		}
 	}
+	for _, p := range peers {
+		p.held.Store(s)
+	}
 	ownerMu.Unlock()
 	now := s.now()
 	for _, p := range peers {
@@ -145,7 +144,8 @@ func (s *peerSet) Add(peers ...*Peer) error {
 // Remove takes p out of the picker. Attempts on p still in flight may still
 // be reported: Done then only ends them. p may be added to a picker again,
 // best once nothing is in flight on it: its in-flight count moves with it,
-// and reports to the old picker are then refused with ErrUnknownPeer. Adding
+// and reports to the old picker are then refused with ErrUnknownPeer, as
+// are reports to any picker but the one p was removed from. Adding
 // it back restarts its latency statistics (see Add); Update keeps them.
 // Remove returns ErrUnknownPeer if the picker does not hold p.
 func (s *peerSet) Remove(p *Peer) error {
@@ -213,30 +213,24 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 }
 
 // Update makes the picker's peers those of snapshot, in its order, in one
-// list change, as a service-discovery update or an nginx reload would: a
-// peer whose address the picker already holds is kept (its failures,
-// in-flight attempts and latency statistics stay) and takes the snapshot
-// peer's weight, parameters, down flag and value; a new address is added
-// as the snapshot's peer itself; an address missing from snapshot is
-// removed (see Remove). The snapshot's peers for kept addresses stay
+// list change, as a service-discovery update or an nginx reload would. A
+// snapshot peer is matched to a peer the picker holds by address: the k-th
+// snapshot peer with an address to the k-th held peer with that address, in
+// the order of Peers (a held peer given in snapshot itself is kept as
+// itself, and the others of its address match the remaining held ones). A
+// matched held peer is kept (its failures, in-flight attempts and latency
+// statistics stay) and takes the snapshot peer's weight, parameters, down
+// flag and value; an unmatched snapshot peer is added itself; an unmatched
+// held peer is removed (see Remove). The matched snapshot peers stay
 // unowned: pick and report with the picker's peers (Peers, Pick). Nothing
 // changes if snapshot is invalid: a nil or misconfigured peer
-// (ErrInvalidConfig), an address twice (ErrDuplicatePeer), a peer that
+// (ErrInvalidConfig), one *Peer twice (ErrDuplicatePeer), a peer that
 // belongs to another picker (ErrPeerInUse), weights past MaxWeightSum
 // (ErrInvalidConfig). As with Add, the smooth sequence restarts.
 func (s *peerSet) Update(snapshot []*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := s.load()
-	held := make(map[string]*Peer, len(old.primary)+len(old.backup))
-	for _, p := range old.primary {
-		held[p.addr] = p
-	}
-	for _, p := range old.backup {
-		held[p.addr] = p
-	}
-	all := make([]*Peer, 0, len(snapshot))
-	seen := make(map[string]bool, len(snapshot))
+	seen := make(map[*Peer]bool, len(snapshot))
 	var sum int64
 	for _, q := range snapshot {
 		switch {
@@ -244,34 +238,55 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			return fmt.Errorf("balancer: Update: nil peer: %w", ErrInvalidConfig)
 		case q.configErr != nil:
 			return q.configErr
-		case seen[q.addr]:
-			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrDuplicatePeer)
+		case seen[q]:
+			return fmt.Errorf("balancer: Update: peer %q given twice: %w", q.addr, ErrDuplicatePeer)
 		case q.owner.Load() != nil && q.owner.Load() != s:
 			// Checked before the address is matched: another picker's
 			// peer is refused whether or not this one holds its address.
 			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
 		}
-		seen[q.addr] = true
+		seen[q] = true
 		sum += q.weight.Load()
 		if sum > MaxWeightSum {
 			return fmt.Errorf("balancer: Update: weights sum past %d at peer %q: %w", MaxWeightSum, q.addr, ErrInvalidConfig)
 		}
-		if k := held[q.addr]; k != nil {
-			all = append(all, k)
-			continue
+	}
+	// The held peers not given back, chained by address in list order
+	// (first[addr] and after[i] hold 1 + an index into held, 0 for none):
+	// the k-th snapshot peer of an address takes the k-th of them.
+	old := s.load()
+	held := append(slices.Clip(old.primary), old.backup...)
+	first := make(map[string]int32, len(held))
+	after := make([]int32, len(held))
+	for i := len(held) - 1; i >= 0; i-- {
+		if p := held[i]; !seen[p] {
+			after[i] = first[p.addr]
+			first[p.addr] = int32(i + 1)
 		}
-		all = append(all, q)
+	}
+	kept := make([]bool, len(held))
+	all := make([]*Peer, len(snapshot))
+	added := make([]bool, len(snapshot)) // all[i] is snapshot[i], new here
+	for i, q := range snapshot {
+		switch k := first[q.addr]; {
+		case q.owner.Load() == s:
+			all[i] = q // the caller gave back the picker's own peer
+		case k > 0:
+			all[i], kept[k-1], first[q.addr] = held[k-1], true, after[k-1]
+		default:
+			all[i], added[i] = q, true
+		}
 	}
 	// Claim the new peers; on a race with another picker, give back those
 	// claimed so far.
 	ownerMu.Lock()
-	for i, q := range all {
-		if held[q.addr] == q {
+	for i, q := range snapshot {
+		if !added[i] {
 			continue
 		}
 		if !q.owner.CompareAndSwap(nil, s) {
-			for _, c := range all[:i] {
-				if held[c.addr] != c {
+			for j, c := range snapshot[:i] {
+				if added[j] {
 					c.owner.Store(nil)
 				}
 			}
@@ -279,27 +294,27 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			return fmt.Errorf("balancer: Update: peer %q: %w", q.addr, ErrPeerInUse)
 		}
 	}
+	for _, q := range all {
+		q.held.Store(s)
+	}
 	ownerMu.Unlock()
 	now := s.now()
 	for i, q := range snapshot {
-		k := all[i]
-		if k != q && held[q.addr] == k {
+		switch k := all[i]; {
+		case added[i]:
+			k.setEffectiveLocked(k.weight.Load())
+			k.added = now
+			k.lat.reset()
+		case k != q:
 			k.adopt(q)
-			delete(held, q.addr)
-			continue
 		}
-		if k == q && held[q.addr] == k {
-			delete(held, q.addr) // the caller passed back the picker's own peer
-			continue
-		}
-		k.setEffectiveLocked(k.weight.Load())
-		k.added = now
-		k.lat.reset()
 	}
 	ownerMu.Lock()
-	for _, gone := range held {
-		gone.owner.Store(nil)
-		gone.currentWeight = 0
+	for i, p := range held {
+		if !kept[i] && !seen[p] {
+			p.owner.Store(nil)
+			p.currentWeight = 0
+		}
 	}
 	ownerMu.Unlock()
 	s.publishLocked(all)
@@ -380,16 +395,21 @@ func (s *peerSet) publishLocked(all []*Peer) {
 }
 
 // finish validates a report on p and ends its in-flight attempt. A report on
-// a peer removed while in flight, and not yet added to another picker, is
-// accepted and only ends the attempt: callers account the outcome only if
-// p.owner is still s, checked under s.mu. One atomic read of the owner
-// decides, so a concurrent Remove or Add cannot make a report get lost.
+// a peer removed from s while in flight, and not yet added to another
+// picker, is accepted and only ends the attempt: callers account the
+// outcome only if p.owner is still s, checked under s.mu. A report to a
+// picker that did not hold p last is refused before it touches anything,
+// so that it cannot end an attempt of the picker that did. The owner, read
+// once, decides, and held only when no picker holds p, so a concurrent
+// Remove or Add cannot make a report get lost: a report racing an Add of p
+// elsewhere is taken or refused as if it came just before or just after
+// the Add.
 func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if p == nil {
 		return fmt.Errorf("balancer: Done(nil): %w", ErrUnknownPeer)
 	}
 	owner := p.owner.Load()
-	if owner != nil && owner != s {
+	if owner != s && (owner != nil || p.held.Load() != s) {
 		return fmt.Errorf("balancer: Done(%q): %w", p.addr, ErrUnknownPeer)
 	}
 	if o.Latency < 0 {

@@ -18,8 +18,9 @@ type Picker interface {
 	Pick(r *Request) (*Peer, error)
 
 	// Done reports the outcome of one attempt on p, a peer Pick returned.
-	// It returns ErrUnknownPeer for a peer this picker does not hold,
-	// ErrNotInFlight when p has no attempt waiting for a report, and
+	// It returns ErrUnknownPeer for a peer this picker does not hold (a
+	// peer it removed while in flight is still taken, if no picker holds
+	// it since), ErrNotInFlight when p has no attempt waiting for a report, and
 	// ErrInvalidLatency or ErrInvalidOutcome for an outcome out of range;
 	// each leaves the picker unchanged.
 	Done(p *Peer, o Outcome) error
@@ -102,7 +103,9 @@ var (
 	// fail_timeout, weights whose sum overflows.
 	ErrInvalidConfig = errors.New("balancer: invalid configuration")
 
-	// ErrDuplicatePeer is returned when two peers share an address.
+	// ErrDuplicatePeer is returned when one *Peer is given twice in one
+	// call (a constructor, Add, Update). Peers that share an address are
+	// not duplicates: each is a peer of its own, as in nginx.
 	ErrDuplicatePeer = errors.New("balancer: duplicate peer")
 
 	// ErrPeerInUse is returned when a peer that belongs to a picker is

@@ -12,13 +12,17 @@
 package metrics
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lbgo/balancer"
 )
 
 // The metrics a Collector exports, each with the constant label picker and,
-// per peer, the label peer (the peer's address).
+// per peer, the label peer: the peer's address, and for the k-th peer
+// (k ≥ 2, in the order of Peers) of an address that peers share, the
+// address followed by "#k", such as "10.0.0.1:80#2".
 const (
 	InFlightName        = "balancer_peer_in_flight"
 	AttemptsName        = "balancer_peer_attempts_total"
@@ -109,8 +113,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, p := range c.b.Peers() {
+	peers := c.b.Peers()
+	seen := make(map[string]int, len(peers)) // peers so far of each address
+	for _, p := range peers {
 		addr := p.Addr()
+		if seen[addr]++; seen[addr] > 1 {
+			addr += "#" + strconv.Itoa(seen[addr])
+		}
 		st, state := p.Stats(), p.State()
 		gauge(c.d.inFlight, float64(st.InFlight), addr)
 		ch <- prometheus.MustNewConstMetric(c.d.attempts, prometheus.CounterValue, float64(st.Attempts), addr)

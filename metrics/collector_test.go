@@ -153,6 +153,40 @@ balancer_no_live_peer_total{picker="wrr"} 1
 	}
 }
 
+// TestCollector_repeatedAddress: two peers at one address (two nginx
+// server lines with one address) export a series each, the second with
+// its address labelled "a#2", so that a scrape is not refused for two
+// series with one label set. SmoothWRR over a, b and the second a (weight
+// 1 each) picks the first a (the first of a three-way tie), which fails.
+func TestCollector_repeatedAddress(t *testing.T) {
+	a1, b, a2 := balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("a")
+	wrr, err := balancer.NewSmoothWRR([]*balancer.Peer{a1, b, a2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(New("wrr", wrr)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := wrr.Pick(nil)
+	if err != nil || p != a1 {
+		t.Fatalf("Pick = %v, %v; want the first a", p, err)
+	}
+	if err := wrr.Done(p, balancer.Outcome{Failed: true}); err != nil {
+		t.Fatal(err)
+	}
+	const want = `
+# HELP balancer_peer_failures_total Attempts reported as failed.
+# TYPE balancer_peer_failures_total counter
+balancer_peer_failures_total{peer="a",picker="wrr"} 1
+balancer_peer_failures_total{peer="a#2",picker="wrr"} 0
+balancer_peer_failures_total{peer="b",picker="wrr"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), FailuresName); err != nil {
+		t.Error(err)
+	}
+}
+
 // healthOf returns the collector of one series of the health gauge, read
 // from a fresh gather of reg.
 func healthOf(t *testing.T, reg *prometheus.Registry, peer, state string) prometheus.Collector {

@@ -5,10 +5,8 @@ import (
 	"fmt"
 )
 
-// Errors wrapped by a ParseError; test for them with errors.Is. Two servers
-// with one address (see Block.CheckPeers) wrap balancer.ErrDuplicatePeer,
-// and weights whose sum passes balancer.MaxWeightSum wrap
-// balancer.ErrInvalidConfig.
+// Errors wrapped by a ParseError; test for them with errors.Is. Weights
+// whose sum passes balancer.MaxWeightSum wrap balancer.ErrInvalidConfig.
 var (
 	// ErrSyntax is wrapped for text that is not well-formed: a missing ";"
 	// or "}", a token out of place, an unterminated quote, an unknown

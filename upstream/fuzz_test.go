@@ -65,13 +65,6 @@ func checkBlock(t *testing.T, b *Block, lines int) {
 	if !primary {
 		t.Fatalf("block %+v: no primary server", b)
 	}
-	if err := b.CheckPeers(); err != nil {
-		checkParseError(t, err, lines)
-		if !errors.Is(err, balancer.ErrDuplicatePeer) {
-			t.Fatalf("CheckPeers() = %v, want ErrDuplicatePeer", err)
-		}
-		return
-	}
 	p, err := balancer.NewSmoothWRR(b.Peers(), fixed)
 	if err != nil {
 		t.Fatalf("NewSmoothWRR(%+v): %v", b, err)
@@ -94,7 +87,7 @@ func checkParseError(t *testing.T, err error, lines int) {
 		t.Fatalf("Error() = %q, want %q", err.Error(), want)
 	}
 	known := false
-	for _, s := range []error{ErrSyntax, ErrInvalidParam, ErrInvalidAddr, ErrNoServers, ErrNoUpstream, ErrManyUpstreams, balancer.ErrDuplicatePeer, balancer.ErrInvalidConfig} {
+	for _, s := range []error{ErrSyntax, ErrInvalidParam, ErrInvalidAddr, ErrNoServers, ErrNoUpstream, ErrManyUpstreams, balancer.ErrInvalidConfig} {
 		known = known || errors.Is(err, s)
 	}
 	if !known {

@@ -15,8 +15,8 @@ import (
 // *ParseError naming the line; it never panics, whatever src holds.
 //
 // As in nginx 1.22, two upstream blocks may not share a name, a server
-// without a port is port 80, two servers may share an address (see
-// Block.CheckPeers), and a second balancing-method directive replaces the
+// without a port is port 80, two servers may share an address (two peers:
+// see Block.Peers), and a second balancing-method directive replaces the
 // first.
 func ParseAll(filename string, src []byte) ([]*Block, error) {
 	p := &parser{lexer: lexer{file: filename, src: src, line: 1}}

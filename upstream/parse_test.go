@@ -114,7 +114,7 @@ upstream back {
 			}},
 		},
 		{
-			// nginx accepts a repeated server (see CheckPeers).
+			// nginx accepts a repeated server: two peers (see Block.Peers).
 			name: "duplicate servers",
 			src:  "upstream back {\n server a;\n server a:80 backup;\n}",
 			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{
@@ -403,30 +403,37 @@ func TestParseNamed(t *testing.T) {
 	assert.Equal(t, []string{"u", "v"}, []string{blocks[0].Name, blocks[1].Name})
 }
 
-func TestCheckPeers(t *testing.T) {
+// TestPeers_repeatedAddress: servers that share an address, as nginx
+// accepts them, are peers of their own for every picker, with their own
+// parameters and each line's text as its hash key.
+func TestPeers_repeatedAddress(t *testing.T) {
 	tests := []struct {
 		name, src string
-		want      string // the error, or "" for none
+		addrs     []string
+		keys      []string
 	}{
-		{"distinct", "upstream u { server a; server b; }", ""},
-		{"same text", "upstream u {\n server a;\n server b;\n server a backup;\n}", `up.conf:4: duplicate server "a:80", first on line 2: nginx accepts it, but the balancer package keys peers by address`},
-		{"default port written out", "upstream u {\n server 10.0.0.1;\n server 10.0.0.1:80;\n}", `up.conf:3: duplicate server "10.0.0.1:80", first on line 2: nginx accepts it, but the balancer package keys peers by address`},
-		{"same host, other port", "upstream u { server a; server a:81; }", ""},
+		{"same text", "upstream u {\n server a weight=2;\n server b;\n server a max_fails=3;\n}", []string{"a:80", "b:80", "a:80"}, []string{"a", "b", "a"}},
+		{"default port written out", "upstream u {\n server 10.0.0.1;\n server 10.0.0.1:80 weight=2;\n}", []string{"10.0.0.1:80", "10.0.0.1:80"}, []string{"10.0.0.1", "10.0.0.1:80"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := Parse("up.conf", []byte(tt.src))
-			require.NoError(t, err, "nginx accepts duplicates")
-			err = b.CheckPeers()
-			_, pickErr := balancer.NewSmoothWRR(b.Peers())
-			if tt.want == "" {
-				assert.NoError(t, err)
-				assert.NoError(t, pickErr)
-				return
+			require.NoError(t, err, "nginx accepts repeated servers")
+			assert.NoError(t, b.CheckPeers())
+			for _, a := range balancer.Algorithms() {
+				peers := b.Peers()
+				p, err := a.New(peers)
+				require.NoError(t, err, a.Name)
+				got := p.Peers()
+				require.Len(t, got, len(tt.addrs), a.Name)
+				for i, q := range got {
+					assert.Same(t, peers[i], q, "%s: server %d is its own peer", a.Name, i)
+					assert.Equal(t, tt.addrs[i], q.Addr())
+					assert.Equal(t, tt.keys[i], q.HashKey())
+					assert.Equal(t, b.Servers[i].Weight, q.Weight())
+					assert.Equal(t, b.Servers[i].MaxFails, q.MaxFails())
+				}
 			}
-			assert.EqualError(t, err, tt.want)
-			assert.ErrorIs(t, err, balancer.ErrDuplicatePeer)
-			assert.ErrorIs(t, pickErr, balancer.ErrDuplicatePeer, "CheckPeers predicts the picker's verdict")
 		})
 	}
 }

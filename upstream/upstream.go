@@ -13,7 +13,6 @@
 package upstream
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/lbgo/balancer"
@@ -82,10 +81,11 @@ func (s Server) Peer() *balancer.Peer {
 // Peers returns a new peer for each server, in file order. Each call returns
 // fresh peers, since a peer's balancing state belongs to one picker.
 //
-// nginx accepts two servers with one address (and logs the same address
-// for both), but the balancer package keys peers by address, so every
-// picker rejects such peers with balancer.ErrDuplicatePeer. Call
-// CheckPeers first to learn which line repeats an address.
+// Servers that share an address (nginx accepts them, and logs the same
+// address for both) are peers of their own, as they are servers of their
+// own in nginx: each has its parameters, failures and smooth weights, and
+// ConsistentHash hashes each line's text, so two lines with one text share
+// their ring points as in nginx.
 func (b *Block) Peers() []*balancer.Peer {
 	peers := make([]*balancer.Peer, len(b.Servers))
 	for i, s := range b.Servers {
@@ -94,18 +94,9 @@ func (b *Block) Peers() []*balancer.Peer {
 	return peers
 }
 
-// CheckPeers reports whether the balancer package can hold b's peers: it
-// returns nil, or a *ParseError wrapping balancer.ErrDuplicatePeer that
-// names the first server whose Addr repeats an earlier server's (nginx
-// accepts such a block; no picker does, as peers are keyed by address).
-func (b *Block) CheckPeers() error {
-	first := make(map[string]int, len(b.Servers))
-	for _, s := range b.Servers {
-		if line, dup := first[s.Addr]; dup {
-			return &ParseError{File: b.File, Line: s.Line, Err: balancer.ErrDuplicatePeer,
-				Msg: fmt.Sprintf("duplicate server %q, first on line %d: nginx accepts it, but the balancer package keys peers by address", s.Addr, line)}
-		}
-		first[s.Addr] = s.Line
-	}
-	return nil
-}
+// CheckPeers returns nil: every picker holds a block's peers, servers that
+// share an address included.
+//
+// Deprecated: it returned balancer.ErrDuplicatePeer for servers that share
+// an address, which pickers now accept; there is nothing left to check.
+func (b *Block) CheckPeers() error { return nil }

@@ -195,9 +195,6 @@ func runTrace(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%v with -upstream NAME\n", err)
 		return 1
 	}
-	if err == nil {
-		err = b.CheckPeers()
-	}
 	if err != nil {
 		fmt.Fprintln(stderr, err) // FILE:LINE: message
 		return 1

@@ -240,10 +240,44 @@ func TestTraceRandom(t *testing.T) {
 	}
 }
 
+// TestTraceRepeatedServers traces a block with two servers at one address,
+// which nginx accepts as two servers. The expected lines are nginx's smooth
+// round robin over weights a=3, b=1, a'=1 (total 5), worked by hand: each
+// round adds the effective weights of the eligible peers to their current
+// weights, takes the largest (the first on a tie) and subtracts the total
+// from it. Current weights after each pick (a, b, a'):
+//
+//	(3,1,1) → a, (-2,1,1);  (1,2,2) → b, (1,-3,2);  (4,-2,3) → a, (-1,-2,3);
+//	(2,-1,4) → a', (2,-1,-1);  (5,0,0) → a, (0,0,0)
+//
+// so "a b a a a", where one peer of weight 4 would give "a a b a a". With
+// -fail a both peers at a:80 fail (max_fails 1, so each is out after its
+// failure, its effective weight 0): request 1 tries a, then b over a' (cw
+// 2 and 2, b first); request 2 tries a' (cw 3 over b's 1), then b; then
+// only b is left.
+func TestTraceRepeatedServers(t *testing.T) {
+	const block = "upstream back {\n    server a weight=3;\n    server b;\n    server a;\n}\n"
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"smooth", []string{"trace"}, lines("a:80", "b:80", "a:80", "a:80", "a:80")},
+		{"-fail a", []string{"trace", "-fail", "a"}, lines("a:80, b:80", "a:80, b:80", "b:80", "b:80", "b:80")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := exec(tt.args, block)
+			require.Equal(t, 0, code, errOut)
+			assert.Equal(t, tt.want, out)
+		})
+	}
+}
+
 func TestTraceErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.conf")
-	require.NoError(t, os.WriteFile(bad, []byte("upstream back {\n    server a;\n    server a backup;\n}\n"), 0o644))
+	require.NoError(t, os.WriteFile(bad, []byte("upstream back {\n    server a;\n    server a:80 weight=0;\n}\n"), 0o644))
 	keys := filepath.Join(dir, "k")
 	require.NoError(t, os.WriteFile(keys, []byte("x\n\ny\n"), 0o644))
 	badAddrs := filepath.Join(dir, "addrs")
@@ -257,7 +291,7 @@ func TestTraceErrors(t *testing.T) {
 		code   int
 		stderr string // exact, or a prefix when it ends in "..."
 	}{
-		{"parse error in a file", []string{"trace", bad}, "", 1, bad + `:3: duplicate server "a:80", first on line 2: nginx accepts it, but the balancer package keys peers by address` + "\n"},
+		{"parse error in a file", []string{"trace", bad}, "", 1, bad + `:3: "weight=0": weight must be at least 1` + "\n"},
 		{"unknown parameter", []string{"trace"}, "upstream back {\n  server a wieght=5;\n}\n", 1, `<stdin>:2: unknown parameter "wieght=5"` + "\n"},
 		{"bad number", []string{"trace", "-"}, "upstream back {\n  server a weight=0;\n}\n", 1, `<stdin>:2: "weight=0": weight must be at least 1` + "\n"},
 		{"missing ;", []string{"trace"}, "upstream back {\n  server a\n  server b;\n}\n", 1, `<stdin>:2: missing ";" after "a"` + "\n"},

@@ -15,10 +15,9 @@ func TestRun_badFlags(t *testing.T) {
 	}{
 		{"no backends", []string{}, "-backends is required"},
 		{"unknown algo", []string{"-backends", "a:1", "-algo", "fastest-ever"}, `-algo: balancer: "fastest-ever" (want one of RoundRobin, SmoothWRR`},
-		{"algo in any case", []string{"-backends", "a:1,a:1", "-algo", "fastestfirst"}, "duplicate peer"},
+		{"algo in any case", []string{"-backends", "a:1=-3", "-algo", "fastestfirst"}, "weight -3 out of range"},
 		{"weight not a number", []string{"-backends", "a:1=x"}, `weight "x" is not a number`},
 		{"negative weight", []string{"-backends", "a:1=-2"}, "weight -2 out of range"},
-		{"duplicate backend", []string{"-backends", "a:1,a:1"}, "duplicate peer"},
 		{"empty backend", []string{"-backends", "a:1,,b:2"}, "empty peer address"},
 		{"negative connect timeout", []string{"-backends", "a:1", "-connect-timeout", "-1s"}, "-connect-timeout -1s: want 0 or more"},
 		{"negative read timeout", []string{"-backends", "a:1", "-read-timeout", "-5ms"}, "-read-timeout -5ms: want 0 or more"},

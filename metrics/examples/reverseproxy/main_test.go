@@ -172,7 +172,6 @@ func TestRun_badFlags(t *testing.T) {
 		{"no backends", []string{}, "-backends is required"},
 		{"unknown algo", []string{"-backends", "a:1", "-algo", "fastest-ever"}, `-algo: balancer: "fastest-ever"`},
 		{"weight not a number", []string{"-backends", "a:1=x"}, `weight "x" is not a number`},
-		{"duplicate backend", []string{"-backends", "a:1,a:1"}, "duplicate peer"},
 		{"bad metrics address", []string{"-backends", "a:1", "-listen", "127.0.0.1:0", "-metrics-listen", "256.0.0.1:1"}, "256.0.0.1"},
 	}
 	for _, tt := range tests {
