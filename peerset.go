@@ -84,15 +84,13 @@ func (s *peerSet) Peers() []*Peer {
 // (ErrDuplicatePeer), a peer that belongs to a picker (ErrPeerInUse), or
 // weights whose sum would pass MaxWeightSum. A peer may share its address
 // with others: identity is the Peer, as two nginx `server` lines with one
-// address are two servers. The peers already present keep their state, but
-// the smooth sequence restarts: every current weight goes back to 0, as on
-// an nginx reload.
+// address are two servers. The peers already present keep their state but
+// for their current weights, which go back to 0 as on an nginx reload.
 //
-// An added peer starts with no latency statistics, even one removed from
-// this picker a moment ago: Remove then Add forgets what P2CPeakEWMA and
-// FastestFirst measured. To keep a peer's statistics across a discovery
-// change, pass the new set of peers to Update, which keeps the held peers
-// it matches by address.
+// An added peer starts with nothing the picker learned of it, even one
+// removed from this picker a moment ago. To keep what was learned across a
+// discovery change, pass the new set of peers to Update, which keeps the
+// held peers it matches by address.
 func (s *peerSet) Add(peers ...*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,8 +143,8 @@ func (s *peerSet) Add(peers ...*Peer) error {
 // be reported: Done then only ends them. p may be added to a picker again,
 // best once nothing is in flight on it: its in-flight count moves with it,
 // and reports to the old picker are then refused with ErrUnknownPeer, as
-// are reports to any picker but the one p was removed from. Adding
-// it back restarts its latency statistics (see Add); Update keeps them.
+// are reports to any picker but the one p was removed from. Adding it back
+// starts it afresh (see Add).
 // Remove returns ErrUnknownPeer if the picker does not hold p.
 func (s *peerSet) Remove(p *Peer) error {
 	s.mu.Lock()
@@ -170,7 +168,7 @@ func (s *peerSet) Remove(p *Peer) error {
 }
 
 // SetWeight changes p's weight. Its effective weight is reset to the new
-// weight; as with Add, the smooth sequence restarts. A weight out of
+// weight, and every current weight goes back to 0, as with Add. A weight out of
 // [0, MaxWeightSum] or one that makes the sum overflow is rejected with
 // ErrInvalidConfig and changes nothing.
 func (s *peerSet) SetWeight(p *Peer, w int) error {
@@ -199,7 +197,7 @@ func (s *peerSet) SetWeight(p *Peer, w int) error {
 }
 
 // SetDown marks p down (never chosen) or brings it back up, like editing
-// nginx's down flag and reloading. The smooth sequence restarts.
+// nginx's down flag and reloading: every current weight goes back to 0.
 func (s *peerSet) SetDown(p *Peer, down bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -218,15 +216,15 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 // snapshot peer with an address to the k-th held peer with that address, in
 // the order of Peers (a held peer given in snapshot itself is kept as
 // itself, and the others of its address match the remaining held ones). A
-// matched held peer is kept (its failures, in-flight attempts and latency
-// statistics stay) and takes the snapshot peer's weight, parameters, down
+// matched held peer is kept (its failures, in-flight attempts and what the
+// picker learned of it stay) and takes the snapshot peer's weight, parameters, down
 // flag and value; an unmatched snapshot peer is added itself; an unmatched
 // held peer is removed (see Remove). The matched snapshot peers stay
 // unowned: pick and report with the picker's peers (Peers, Pick). Nothing
 // changes if snapshot is invalid: a nil or misconfigured peer
 // (ErrInvalidConfig), one *Peer twice (ErrDuplicatePeer), a peer that
 // belongs to another picker (ErrPeerInUse), weights past MaxWeightSum
-// (ErrInvalidConfig). As with Add, the smooth sequence restarts.
+// (ErrInvalidConfig). As with Add, every current weight goes back to 0.
 func (s *peerSet) Update(snapshot []*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

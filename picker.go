@@ -27,7 +27,15 @@ type Picker interface {
 }
 
 // Updater changes a picker's peers while other goroutines pick. Every picker
-// of the package implements it, with the same semantics (see Balancer).
+// of the package implements it with the same semantics, stated here once.
+//
+// Every change is an nginx reload: it applies whole or not at all (an
+// invalid argument changes nothing), and every peer's current weight goes
+// back to 0, so a round-robin sequence starts over. A peer keeps its
+// failures and in-flight attempts through any change that keeps it. A peer
+// that joins starts with nothing the picker learned of it before (latency
+// estimates, a warm-up start), even if it left a moment ago; Update keeps
+// what the picker learned of every peer it keeps.
 type Updater interface {
 	// Add adds peers; Remove takes one out; SetWeight and SetDown change
 	// one, as editing nginx's configuration and reloading would.
@@ -37,7 +45,8 @@ type Updater interface {
 	SetDown(p *Peer, down bool) error
 
 	// Update makes the picker's peers those of a discovery snapshot in one
-	// change; see the pickers' Update methods.
+	// change, keeping the held peers it matches by address (the k-th of an
+	// address to the k-th).
 	Update(snapshot []*Peer) error
 
 	// Peers returns the picker's peers in a new slice.

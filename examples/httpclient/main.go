@@ -6,7 +6,7 @@
 // each backend answered. The 503s go on to the next backend, so every
 // request gets a 200.
 //
-//	go run ./examples/httpclient -algo P2CPeakEWMA -requests 1000
+//	go run ./examples/httpclient -algo FastestFirst -requests 1000
 //
 // The same client with its picker's metrics served to Prometheus on
 // -metrics-listen is metrics/examples/httpclient, in the metrics module,
@@ -43,7 +43,7 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("httpclient", flag.ContinueOnError)
-	algo := fs.String("algo", "P2CPeakEWMA", "balancing algorithm, any case: "+balancer.AlgorithmNames())
+	algo := fs.String("algo", "FastestFirst", "balancing algorithm, any case (FastestFirst: the README's default for one client): "+balancer.AlgorithmNames())
 	n := fs.Int("backends", 3, "local backends to start")
 	requests := fs.Int("requests", 300, "requests to send")
 	if err := fs.Parse(args); err != nil {

@@ -58,7 +58,7 @@ func main() {
 // ctx ends.
 func run(ctx context.Context, args []string, out io.Writer, done func(metrics net.Addr)) error {
 	fs := flag.NewFlagSet("httpclient", flag.ContinueOnError)
-	algo := fs.String("algo", "P2CPeakEWMA", "balancing algorithm, any case: "+balancer.AlgorithmNames())
+	algo := fs.String("algo", "FastestFirst", "balancing algorithm, any case (FastestFirst: the README's default for one client): "+balancer.AlgorithmNames())
 	requests := fs.Int("requests", 300, "requests to send")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9092", "address to serve /metrics on")
 	if err := fs.Parse(args); err != nil {
