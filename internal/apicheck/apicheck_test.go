@@ -11,10 +11,11 @@ import (
 )
 
 // The fixture module (testdata/base) is committed into a fresh repository;
-// testdata/add and testdata/remove are laid over it: add adds Added (a
-// compatible addition) and a field to sub.T, and removes an internal package's and a command's
-// functions (not checked), remove removes Drop (incompatible). The
-// expected messages are apidiff's own wording for those changes.
+// testdata/add and testdata/remove are laid over it. add adds Added and
+// the field sub.T.B (compatible additions) and removes a function of an
+// internal package and one of a command (neither is checked); remove
+// removes Drop (incompatible). The expected messages are apidiff's own
+// wording for those changes.
 
 func TestCheck(t *testing.T) {
 	const (
@@ -51,6 +52,10 @@ func TestCheck(t *testing.T) {
 			wantCode: 0, wantOut: []string{"API baseline v2.0.0: moved in the work tree, not committed", accepted}},
 		{name: "baseline moved without a changelog section", overlay: "remove", commit: true, record: moveRecord,
 			wantCode: 1, wantOut: []string{noChange}, wantErr: []string{noHeading}},
+		{name: "record edited without a new version", overlay: "remove", commit: true, record: "# edited\nv1.0.0\n",
+			wantCode: 1, wantOut: []string{noChange}, wantErr: []string{"changes api/baseline, which moves the baseline, but names v1.0.0, not a version after v1.0.0"}},
+		{name: "record edited in the work tree without a new version", overlay: "remove", record: "# edited\nv0.9.0\n",
+			wantCode: 1, wantOut: []string{accepted[:len("incompatible changes, accepted")]}, wantErr: []string{"the work tree's edit changes api/baseline, which moves the baseline, but names v0.9.0, not a version after v1.0.0"}},
 		{name: "record names no version", record: "# only a comment\n", wantCode: 2, wantErr: []string{"api/baseline: names no version"}},
 		{name: "record names a bad version", record: "# comment\n1.0\n", wantCode: 2, wantErr: []string{`api/baseline:2: "1.0" is not a version`}},
 	}

@@ -30,15 +30,41 @@ type baseline struct {
 	// the work tree is then compared with it, and its incompatible
 	// changes are the ones the move accepts.
 	previous string
+	// before is the version the record named before the move (before
+	// commit, or before the work tree's edit); "" where the record is
+	// new. A move must name a later version.
+	before string
 }
 
-// readVersion returns the version that the record at top names: its one
-// line that is neither blank nor a "#" comment, a semantic version.
+// readVersion returns the version that the record at top names.
 func readVersion(top string) (string, error) {
 	data, err := os.ReadFile(filepath.Join(top, recordPath))
 	if err != nil {
 		return "", fmt.Errorf("reading the API baseline: %w", err)
 	}
+	return parseVersion(data)
+}
+
+// versionAt returns the version that the record names in the tree of
+// commit, and "" where the tree has no record.
+func versionAt(top, commit string) (string, error) {
+	if _, err := git(top, "cat-file", "-e", commit+":"+recordPath); err != nil {
+		return "", nil
+	}
+	data, err := git(top, "show", commit+":"+recordPath)
+	if err != nil {
+		return "", err
+	}
+	v, err := parseVersion([]byte(data))
+	if err != nil {
+		return "", fmt.Errorf("at commit %s: %w", short(commit), err)
+	}
+	return v, nil
+}
+
+// parseVersion returns the version that a record names: its one line that
+// is neither blank nor a "#" comment, a semantic version.
+func parseVersion(data []byte) (string, error) {
 	var version string
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -84,9 +110,20 @@ func findBaseline(top string) (baseline, error) {
 		return baseline{}, err
 	}
 	if moved != "" {
-		return baseline{version: version, previous: last}, nil
+		b := baseline{version: version, previous: last}
+		if last != "" {
+			b.before, err = versionAt(top, last)
+		}
+		return b, err
 	}
-	return baseline{version: version, commit: last}, nil
+	b := baseline{version: version, commit: last}
+	if parent, err := git(top, "rev-parse", "--verify", "-q", last+"^1"); err == nil {
+		b.before, err = versionAt(top, parent)
+		if err != nil {
+			return baseline{}, err
+		}
+	}
+	return b, nil
 }
 
 // changelogHas reports whether the change log at top has a "## version"

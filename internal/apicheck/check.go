@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"golang.org/x/exp/apidiff"
+	"golang.org/x/mod/semver"
 )
 
 // result is what check found.
@@ -99,6 +100,15 @@ func (r *result) print(stdout, stderr io.Writer) int {
 	}
 	if len(r.report.Changes) == 0 && r.against != "" {
 		fmt.Fprintln(stdout, "no API change")
+	}
+	if r.base.before != "" && semver.Compare(r.base.version, r.base.before) <= 0 {
+		where := "the work tree's edit"
+		if r.base.commit != "" {
+			where = "commit " + short(r.base.commit)
+		}
+		fmt.Fprintf(stderr, "apicheck: %s changes %s, which moves the baseline, but names %s, not a version after %s\n",
+			where, recordPath, r.base.version, r.base.before)
+		status = exitIncompatible
 	}
 	if !r.changelog {
 		fmt.Fprintf(stderr, "apicheck: %s has no \"## %s\" heading for the version in %s\n", changelogPath, r.base.version, recordPath)
