@@ -18,8 +18,12 @@
 // or CHANGELOG.md lacks the version, 2 when the check cannot run (bad flags,
 // no git history to find the baseline in, a tree that does not load).
 //
-// It is a module of its own so that golang.org/x/exp and golang.org/x/tools
-// stay out of the library's go.mod: a user of the library compiles none of it.
+// It is a module of its own, neither a tool directive nor a test-only use in
+// the library's go.mod: either of those would list golang.org/x/exp and
+// golang.org/x/tools among the library's requirements, so every user's
+// module graph and go.sum would carry them. Here they are pinned in this
+// module's go.mod, which no user's build reads: a user of the library
+// compiles none of it, and its version of x/exp is the one CI runs.
 package main
 
 import (
