@@ -14,7 +14,8 @@ import (
 // testdata/add and testdata/remove are laid over it. add adds Added and
 // the field sub.T.B (compatible additions) and removes a function of an
 // internal package and one of a command (neither is checked); remove
-// removes Drop (incompatible). The expected messages are apidiff's own
+// removes Drop (incompatible); brokencmd and brokenlib break the command's
+// and a checked package's build. The expected messages are apidiff's own
 // wording for those changes.
 
 func TestCheck(t *testing.T) {
@@ -55,7 +56,9 @@ func TestCheck(t *testing.T) {
 		{name: "record edited without a new version", overlay: "remove", commit: true, record: "# edited\nv1.0.0\n",
 			wantCode: 1, wantOut: []string{noChange}, wantErr: []string{"changes api/baseline, which moves the baseline, but names v1.0.0, not a version after v1.0.0"}},
 		{name: "record edited in the work tree without a new version", overlay: "remove", record: "# edited\nv0.9.0\n",
-			wantCode: 1, wantOut: []string{accepted[:len("incompatible changes, accepted")]}, wantErr: []string{"the work tree's edit changes api/baseline, which moves the baseline, but names v0.9.0, not a version after v1.0.0"}},
+			wantCode: 1, wantOut: []string{accepted}, wantErr: []string{"the work tree's edit changes api/baseline, which moves the baseline, but names v0.9.0, not a version after v1.0.0"}},
+		{name: "command that does not compile", overlay: "brokencmd", wantCode: 0, wantOut: []string{noChange}},
+		{name: "checked package that does not compile", overlay: "brokenlib", wantCode: 2, wantErr: []string{"do not load", "undefined: Undefined"}},
 		{name: "record names no version", record: "# only a comment\n", wantCode: 2, wantErr: []string{"api/baseline: names no version"}},
 		{name: "record names a bad version", record: "# comment\n1.0\n", wantCode: 2, wantErr: []string{`api/baseline:2: "1.0" is not a version`}},
 	}

@@ -27,9 +27,6 @@ func loadAPI(dir string) (*apidiff.Module, error) {
 	var mod apidiff.Module
 	var errs []string
 	for _, p := range pkgs {
-		for _, e := range p.Errors {
-			errs = append(errs, e.Error())
-		}
 		if p.Module == nil || !p.Module.Main {
 			continue
 		}
@@ -38,6 +35,11 @@ func loadAPI(dir string) (*apidiff.Module, error) {
 		}
 		if p.Name == "main" || !checked(p.Module.Path, p.PkgPath) {
 			continue
+		}
+		// Only a checked package's errors stop the check: a broken
+		// command or example has no API to compare.
+		for _, e := range p.Errors {
+			errs = append(errs, e.Error())
 		}
 		mod.Packages = append(mod.Packages, p.Types)
 	}
