@@ -1,0 +1,2 @@
+// Package hidden is internal: its API is not checked.
+package hidden

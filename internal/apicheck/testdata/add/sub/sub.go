@@ -1,0 +1,5 @@
+// Package sub is a second checked package.
+package sub
+
+// T is a type with a field.
+type T struct{ A, B int }

@@ -1,0 +1,4 @@
+// Command tool is a program: its API is not checked.
+package main
+
+func main() { undefined() }
