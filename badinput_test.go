@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Bad input to the public API. balancer_test.go already checks the
+// Bad input to the public API. contract_test.go already checks the
 // constructor's rejections (TestContract_invalidConfig: empty address,
 // negative and too large weights, an overflowing sum, negative max_fails,
 // fail_timeout and max_conns, nil peers, one peer twice, a peer in use, a nil

@@ -8,7 +8,8 @@ import (
 )
 
 // ClassicWRR in detail. The selector is ngx_http_upstream_get_peer in
-// ngx_http_upstream_round_robin.c of release-1.2.0, the same since 0.8,
+// ngx_http_upstream_round_robin.c of release-1.2.0, the same rule since
+// 0.8.0 (1.2.0 adds only a guard that ends the loop after a second reset),
 // before smooth round-robin replaced it in 1.3.0/1.2.1.
 // The peers are kept sorted by weight, heaviest first, equal weights in the
 // order they were added. Each peer has a current weight (its CurrentWeight

@@ -799,7 +799,7 @@ func TestContract_value(t *testing.T) {
 
 // TestContract_abandoned: an abandoned attempt is not a failure, as nginx
 // does not count a client's abort against the peer; its probe ends as a
-// success ends one (nginx clears fails when accessed < checked, RR.c 847).
+// success ends one (nginx clears fails when accessed < checked, RR.c 657-659).
 func TestContract_abandoned(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		clk := newFakeClock()

@@ -1,17 +1,18 @@
 package balancer
 
 // nginx's eligibility test and the per-peer steps around a pick, in one
-// place and under one set of names (RR.c is ngx_http_upstream_round_robin.c
-// of nginx 1.22):
+// place and under one set of names. RR.c is ngx_http_upstream_round_robin.c
+// of nginx 1.22.1, and every RR.c line number in this package is that of
+// release-1.22.1:
 //
 //   - eligible: may the peer take an attempt now (down, fail window,
-//     max_conns; RR.c 732-743). A request's tried set is checked by the
+//     max_conns; RR.c 550-563). A request's tried set is checked by the
 //     caller, which knows the peer's index in its list.
 //   - acquire: count an attempt in flight, respecting max_conns.
 //   - take: eligible and acquire as one lock-free step, claiming the probe
-//     of a peer whose fail window has passed (RR.c 774).
-//   - probeLocked: RR.c 774 under the picker's lock.
-//   - failLocked, succeedLocked: the report's accounting (RR.c 819-847).
+//     of a peer whose fail window has passed (RR.c 591-593).
+//   - probeLocked: RR.c 591-593 under the picker's lock.
+//   - failLocked, succeedLocked: the report's accounting (RR.c 629-660).
 //   - release: end an attempt in flight.
 //
 // Hot scans (the smooth scans, RoundRobin's and RandomWeighted's first
@@ -39,7 +40,7 @@ func clockAt(now int64) lazyClock { return lazyClock{t: now, ok: true} }
 
 // inFailWindow reports whether the peer is inside its fail window at now:
 // it has max_fails failures and the last failure or probe was at most
-// fail_timeout ago (RR.c 736). Like nginx we compare with <=, so a peer
+// fail_timeout ago (RR.c 554-556). Like nginx we compare with <=, so a peer
 // that failed at t with fail_timeout 10s stays out through t+10s; nginx
 // reads whole seconds, this reads the injected clock at full resolution.
 func (p *Peer) inFailWindow(now int64) bool {
@@ -53,7 +54,7 @@ func (p *Peer) full() bool {
 }
 
 // eligible reports whether the peer may take an attempt now, not counting
-// a request's tried set: nginx's test, RR.c 732-743. The clock is read only
+// a request's tried set: nginx's test, RR.c 550-563. The clock is read only
 // for a peer with failures on record.
 func (p *Peer) eligible(clk *lazyClock) bool {
 	return !p.down.Load() && !p.full() && (p.fails.Load() == 0 || !p.inFailWindow(clk.get()))
@@ -120,10 +121,10 @@ func (p *Peer) unpick() {
 
 // take checks that p is eligible and, if so, counts an attempt on it in
 // flight, lock-free: eligible followed by nginx's step on the chosen peer
-// (RR.c 774). The slot is acquired first; then, for a peer with failures on
-// record, claimProbe both excludes a peer inside its fail window and, past
-// the window, lets exactly one concurrent pick have the probe. Claiming the
-// probe last means a probe is never used up on a peer that was full.
+// (RR.c 591-593). The slot is acquired first; then, for a peer with failures
+// on record, claimProbe both excludes a peer inside its fail window and,
+// past the window, lets exactly one concurrent pick have the probe. Claiming
+// the probe last means a probe is never used up on a peer that was full.
 func (p *Peer) take(clk *lazyClock) bool {
 	if p.down.Load() || !p.acquire() {
 		return false
@@ -137,7 +138,7 @@ func (p *Peer) take(clk *lazyClock) bool {
 
 // probeLocked starts a new fail_timeout window when a peer whose window has
 // passed is selected: this selection is the probe, and if it fails too the
-// peer is out for another fail_timeout (RR.c 774). Requires the owner's
+// peer is out for another fail_timeout (RR.c 591-593). Requires the owner's
 // lock.
 func (p *Peer) probeLocked(now int64) {
 	if now-p.checked.Load() > p.failTimeout.Load() {
@@ -165,7 +166,7 @@ func (p *Peer) claimProbe(now int64) bool {
 	}
 }
 
-// failLocked applies a failed attempt (RR.c 819-839): fails++, both times set
+// failLocked applies a failed attempt (RR.c 629-651): fails++, both times set
 // to now, and effective_weight lowered by weight/max_fails in integer
 // division, clamped at 0. Requires the owner's lock.
 func (p *Peer) failLocked(now int64) {
@@ -177,9 +178,10 @@ func (p *Peer) failLocked(now int64) {
 	}
 }
 
-// succeedLocked applies a successful attempt (RR.c 847): the failure count is
-// cleared only when the peer has been checked since its last failure, that
-// is, when this success answers a probe. Requires the owner's lock.
+// succeedLocked applies a successful attempt (RR.c 657-659): the failure
+// count is cleared only when the peer has been checked since its last
+// failure, that is, when this success answers a probe. Requires the owner's
+// lock.
 func (p *Peer) succeedLocked() {
 	if p.accessed.Load() < p.checked.Load() {
 		p.fails.Store(0)

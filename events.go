@@ -9,7 +9,7 @@ import (
 type EventKind uint8
 
 // The events a picker reports. nginx logs none of them; they are the
-// transitions of its failure accounting (RR.c 774, 819-847) and, for
+// transitions of its failure accounting (RR.c 591-593, 629-660) and, for
 // FastestFirst, of its derived weights.
 const (
 	// EventPeerOut: a failure took the peer out of rotation for its

@@ -32,10 +32,10 @@ func (l *eventLog) hook(base time.Time) func(Event) {
 // through nginx's failure accounting on every picker, b being down so that
 // every pick can only be a (two peers: nginx's single-server rule does not
 // apply). The expected events follow RR.c: the second failure within the
-// window takes a out (819-839); picks inside the window, through
-// checked+10s inclusive (736, <=), find no live peer; the first pick after
-// it is the probe (774); a success after the probe clears the failures
-// (847), a failure takes a out again with a new window.
+// window takes a out (629-651); picks inside the window, through
+// checked+10s inclusive (554-556, <=), find no live peer; the first pick after
+// it is the probe (591-593); a success after the probe clears the failures
+// (657-659), a failure takes a out again with a new window.
 func TestEvents_failureCycle(t *testing.T) {
 	type step struct {
 		advance time.Duration

@@ -13,7 +13,7 @@ const handOff = -2
 var errHandOff = errors.New("balancer: handed off to round robin")
 
 // pickFrame is the frame of nginx's ngx_http_upstream_get_round_robin_peer
-// (RR.c 601-700), which every picker runs around its own choice of peer:
+// (RR.c 430-518), which every picker runs around its own choice of peer:
 //
 //  1. no peers: ErrNoPeers;
 //  2. a request past its bound on attempts: ErrTriesExhausted (the first

@@ -215,8 +215,8 @@ func (c *ConsistentHash) changedLocked(l *peerList) {
 	c.smoothRR.changedLocked(l)
 }
 
-// buildRing is ngx_http_upstream_update_chash over peers, down ones
-// included: for each peer, host and port from splitServer,
+// buildRing is ngx_http_upstream_init_chash (nginx 1.22.1) over peers,
+// down ones included: for each peer, host and port from splitServer,
 //
 //	base = crc32_update(host ‖ "\0" ‖ port), prev = 0
 //	repeat weight·160 times: h = crc32_final(crc32_update(base, le32(prev)))

@@ -101,11 +101,11 @@ func (p *Peer) HashKey() string {
 }
 
 // splitServer splits a server text as nginx's ketama does
-// (ngx_http_upstream_update_chash): "unix:PATH" (any case) is host PATH
-// and no port; otherwise a run of digits at the end preceded by ':' is the
-// port and what comes before is the host; anything else is all host. So
-// "10.0.0.1:80" is ("10.0.0.1", "80"), "10.0.0.1" and "[::1]" are all host,
-// and "[::1]:80" is ("[::1]", "80").
+// (ngx_http_upstream_init_chash of nginx 1.22.1): "unix:PATH" (any case) is
+// host PATH and no port; otherwise a run of digits at the end preceded by
+// ':' is the port and what comes before is the host; anything else is all
+// host. So "10.0.0.1:80" is ("10.0.0.1", "80"), "10.0.0.1" and "[::1]" are
+// all host, and "[::1]:80" is ("[::1]", "80").
 func splitServer(s string) (host, port string) {
 	if len(s) >= 5 && strings.EqualFold(s[:5], "unix:") {
 		return s[5:], ""

@@ -97,7 +97,7 @@ func pickAsModel(t *testing.T, p Picker, r *Request, want *ngxPeer, exhausted bo
 	return got
 }
 
-// ngxModel is a literal transcription of nginx 1.22's round-robin peer
+// ngxModel is a literal transcription of nginx 1.22.1's round-robin peer
 // selection and accounting (nginx.md sections 1-4), kept as plain as
 // possible: no cycle, no atomics, no sharing with the code under test.
 type ngxModel struct {

@@ -442,8 +442,9 @@ func (s *peerSet) done(p *Peer, o Outcome) error {
 }
 
 // doneLocked applies an outcome to nginx's failure accounting (RR.c
-// 783-863), including the single-peer rule: with one server nginx ignores
-// max_fails and any report clears its failures. Requires s.mu.
+// 599-670), including the single-peer rule: with one server nginx records
+// no failure (RR.c 618-627), and here any report on it clears its failures.
+// Requires s.mu.
 func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	var before failMark
 	if s.events != nil {

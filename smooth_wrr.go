@@ -35,7 +35,7 @@ import (
 // picks and weights as nginx's.
 
 // SmoothWRR is nginx's smooth weighted round-robin, from nginx 1.3.0/1.2.1
-// on, as 1.22 runs it (ngx_http_upstream_round_robin.c): each pick adds
+// on, as 1.22.1 runs it (ngx_http_upstream_round_robin.c): each pick adds
 // every eligible peer's effective weight to its current weight, and the
 // largest wins and gives back the total; {5,1,1} gives a a b a c a a.
 // Failures, probes, backup and down peers, max_conns and retries follow
@@ -127,7 +127,7 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			}
 		} else if l := s.load(); l.single {
 			// nginx's single-server rule reads only down and max_conns
-			// and moves no weight (RR.c 626-638): no lock needed.
+			// and moves no weight (RR.c 449-460): no lock needed.
 			if p := l.primary[0]; !p.down.Load() && p.acquire() {
 				if r != nil {
 					r.begin(l)
@@ -264,7 +264,7 @@ func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *P
 	return scanSmooth(l.primary, r, clk)
 }
 
-// smoothStep is nginx's step for one eligible peer (RR.c 747-750): its
+// smoothStep is nginx's step for one eligible peer (RR.c 565-570): its
 // current weight grows by its effective weight, which then recovers by one
 // toward its weight. It returns what the peer adds to the round's total,
 // the effective weight before the recovery. Requires the owner's lock.
@@ -281,20 +281,20 @@ func smoothStep(p *Peer) int64 {
 }
 
 // scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
-// 721-774); a nil r has tried nothing. Requires the owner's lock.
+// 539-593); a nil r has tried nothing. Requires the owner's lock.
 //
 // The clock is read only for a peer with failures on record: one without
 // cannot be inside a fail window, and its check time is read by nothing
-// before a failure sets it, so nginx's update of it on selection (RR.c 774)
-// is skipped for it, as the cycle skips it. A clock read costs more than the
-// rest of a scan of a few peers.
+// before a failure sets it, so nginx's update of it on selection (RR.c
+// 591-593) is skipped for it, as the cycle skips it. A clock read costs more
+// than the rest of a scan of a few peers.
 func scanSmooth(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 	var best *Peer
 	var total int64
 	for i, p := range peers {
 		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
 			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
-			continue // ineligible (RR.c 728-743)
+			continue // ineligible (RR.c 546-563)
 		}
 		total += smoothStep(p)
 		if best == nil || p.currentWeight > best.currentWeight {

@@ -94,7 +94,7 @@ func (p *Peer) Stats() PeerStats {
 
 // health classifies p at now. A peer out for its failures is probing once
 // its window has passed (accessed == checked, both the last failure) or
-// once a probe has set checked past the last failure (RR.c 774).
+// once a probe has set checked past the last failure (RR.c 591-593).
 func (p *Peer) health(now int64) Health {
 	switch limit := p.maxFails.Load(); {
 	case p.down.Load():

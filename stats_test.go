@@ -53,8 +53,8 @@ func TestStats_attemptsEveryPath(t *testing.T) {
 }
 
 // TestStats_health checks each Health on every picker, on a fake clock:
-// the classification follows nginx's eligibility test (RR.c 732-743) and
-// probe (774), with fail_timeout 10s and max_fails 1.
+// the classification follows nginx's eligibility test (RR.c 550-563) and
+// probe (591-593), with fail_timeout 10s and max_fails 1.
 func TestStats_health(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		clk := newFakeClock()
