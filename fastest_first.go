@@ -36,6 +36,7 @@ type FastestFirst struct {
 	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
 	cursor     int              // the peer the next Pick checks besides its own
 	recomputes uint64           // weight recomputations, for tests
+	work       uint64           // peers visited by recomputes and table rebuilds, for tests
 
 	// The sampled mode (more than ffExactMax peers): the draw table over
 	// the derived weights, rebuilt by every recompute, and the peers with

@@ -150,6 +150,7 @@ func (f *FastestFirst) publishDrawLocked(l *peerList) {
 	}
 	t.primary.rebuildLocked(l.primary)
 	t.backup.rebuildLocked(l.backup)
+	f.work += uint64(len(l.primary) + len(l.backup))
 }
 
 // publishFailingLocked rewrites the list of peers with failures on record.

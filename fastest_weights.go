@@ -73,6 +73,7 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 // the configured ones alone; a peer's first reply forces a recompute.
 func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	f.recomputes++
+	f.work += uint64(len(peers))
 	if f.lockFree {
 		defer f.publishDrawLocked(f.load())
 	}
