@@ -34,6 +34,9 @@ type FastestFirst struct {
 
 	// Written under mu.
 	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
+	known      [2]atomic.Bool   // some peer of the list was measured at its last recompute
+	top        [2]float64       // the largest unscaled weight of each list at its last recompute
+	pending    [2]int           // single-peer reweighs of each list since its last recompute
 	cursor     int              // the peer the next Pick checks besides its own
 	recomputes uint64           // weight recomputations, for tests
 	work       uint64           // peers visited by recomputes and table rebuilds, for tests

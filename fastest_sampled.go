@@ -283,7 +283,7 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	if p.owner.Load() != &f.peerSet {
 		return true // removed while in flight
 	}
-	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || f.fastestOf(p) == 0 {
+	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || !f.known[listOf(p)].Load() {
 		return false
 	}
 	now := f.now()
@@ -299,12 +299,32 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 			peers = t.list.backup
 		}
 		if n := len(peers); n > 1 {
-			if q := peers[f.rand.int64N(int64(n))]; !f.inBandAt(q, now) {
+			switch q := peers[f.rand.int64N(int64(n))]; {
+			case q == p:
+				// One report in n, at random: the list's recompute, which
+				// single-peer reweighs defer (see reweighLocked).
+				f.refresh(p, now)
+			case !f.inBandAt(q, now):
 				f.reweigh(q, now)
 			}
 		}
 	}
 	return true
+}
+
+// refresh takes the lock and recomputes p's list.
+func (f *FastestFirst) refresh(p *Peer, now int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.owner.Load() != &f.peerSet {
+		return
+	}
+	l := f.load()
+	if p.backup.Load() {
+		f.recomputeLocked(l.backup, 1, now)
+	} else {
+		f.recomputeLocked(l.primary, 0, now)
+	}
 }
 
 // inBandAt reports whether p's estimate at now lies in its band.
