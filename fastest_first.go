@@ -211,10 +211,16 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 	var conns, w int64  // least's in-flight count + 1 and weight, as read
 	var many bool       // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
-			continue // a peer being probed has its one attempt out
+		if r.isTried(i) || !p.eligible(&clk) {
+			continue
 		}
-		pc, pw := p.inFlight()+1, p.effectiveWeight
+		if gate {
+			recoverEffective(p) // once a pick, as nginx's scan
+			if p.lat.exploring.Load() && p.inFlight() != 0 {
+				continue // a peer being probed has its one attempt out
+			}
+		}
+		pc, pw := p.inFlight()+1, p.lat.derived.Load()
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
@@ -251,14 +257,13 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
-			if p != least && compareLoad(p.inFlight()+1, p.effectiveWeight, conns, w) != 0 {
+			d := p.lat.derived.Load()
+			if p != least && compareLoad(p.inFlight()+1, d, conns, w) != 0 {
 				continue
 			}
-			// nginx's step, except that the effective weight, which
-			// FastestFirst derives, does not climb back to the configured
-			// weight.
-			p.currentWeight += p.effectiveWeight
-			total += p.effectiveWeight
+			// nginx's step over the derived weights.
+			p.currentWeight += d
+			total += d
 			if p.currentWeight > best.currentWeight {
 				best, bestAt = p, i
 			}
@@ -268,6 +273,16 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 	best.probeLocked(now)
 	takeFastest(best, now)
 	return bestAt
+}
+
+// recoverEffective moves p's effective weight, nginx's, which a failure
+// lowers and FastestFirst reports but does not balance by, one step back
+// toward its weight, as nginx's scan does for each peer it considers.
+// Requires the owner's lock.
+func recoverEffective(p *Peer) {
+	if ew := p.effectiveWeight; ew < p.weight.Load() {
+		p.setEffectiveLocked(ew + 1)
+	}
 }
 
 // takeFastest counts an attempt on p in flight; a peer idle until now starts
@@ -299,11 +314,12 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	now := f.now()
 	failing := p.fails.Load() != 0
 	first := !p.lat.measured.Load()
-	// nginx lowers the effective weight on a failure; here the penalty
-	// latency does that, through the derived weight.
-	ew := p.effectiveWeight
+	// nginx lowers the effective weight on a failure, and so does
+	// doneLocked; the derived weight drops through the penalty latency.
 	f.doneLocked(l, p, o)
-	p.effectiveWeight = ew
+	if f.lockFree && !o.Failed {
+		recoverEffective(p) // the sampled pick takes no lock: the report does it
+	}
 	cleared := failing && p.fails.Load() == 0
 	if f.lockFree && failing != (p.fails.Load() != 0) {
 		f.publishFailingLocked(l)

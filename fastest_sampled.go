@@ -100,7 +100,7 @@ func (t *ffAliasTable) rebuildLocked(peers []*Peer) {
 	for i, p := range peers {
 		var w int64
 		if !p.down.Load() {
-			w = p.effectiveWeight
+			w = p.lat.derived.Load()
 		}
 		t.s[i] = uint64(w)
 		total += uint64(w)
@@ -283,7 +283,7 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	if p.owner.Load() != &f.peerSet {
 		return true // removed while in flight
 	}
-	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || !f.known[listOf(p)].Load() {
+	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.recovering.Load() || p.lat.exploring.Load() || !f.known[listOf(p)].Load() {
 		return false
 	}
 	now := f.now()

@@ -96,7 +96,7 @@ func (f *FastestFirst) reweighOneLocked(p *Peer, which int, now int64) {
 	w := int64(math.Round(fastestScale * p.lat.share / top))
 	w = min(max(w, f.floor), fastestScale)
 	f.setBandLocked(p, m, top, w, true)
-	p.effectiveWeight = w
+	p.lat.derived.Store(w)
 	if t := f.draw.Load(); t != nil && t.list == f.load() {
 		tb := &t.primary
 		if which == 1 {
@@ -167,14 +167,14 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 			// A down peer is never picked; a weightless one stays at 0.
 			p.lat.setBand(0, math.Inf(1))
 			if p.weight.Load() == 0 {
-				p.effectiveWeight = 0
+				p.lat.derived.Store(0)
 			}
 			continue
 		}
 		w := int64(math.Round(fastestScale * p.lat.share / top))
 		w = min(max(w, f.floor), fastestScale)
 		f.setBandLocked(p, m, top, w, measured)
-		p.effectiveWeight = w
+		p.lat.derived.Store(w)
 	}
 	f.reweighed(peers, now)
 }

@@ -51,6 +51,7 @@ type latencyStats struct {
 	lo, hi    atomic.Uint64 // math.Float64bits of the band (ns) the current weight was set for
 	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
 	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
+	derived   atomic.Int64  // the weight derived from latency, out of fastestScale; read by Peer.State
 	est       float64       // scratch of a recompute: the estimate (ns)
 	share     float64       // scratch of a recompute: the unscaled weight
 }
@@ -66,6 +67,7 @@ func (s *latencyStats) reset() {
 	s.setBand(0, 0)
 	s.exploring.Store(false)
 	s.confirmed.Store(0)
+	s.derived.Store(0)
 }
 
 // setBand stores FastestFirst's band [lo, hi].

@@ -584,6 +584,7 @@ func (r *results) write(w io.Writer, m meta) {
 		r.writeFamily(w, f)
 	}
 	r.writeRingBuild(w)
+	r.writeLatency(w, "")
 	r.writeCores(w)
 	fmt.Fprint(w, contention)
 	fmt.Fprint(w, notes)
@@ -665,6 +666,7 @@ func main() {
 	flag.StringVar(&m.date, "date", "?", "date of the run")
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
 	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
+	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "report: no round files")
@@ -675,6 +677,20 @@ func main() {
 	r.cores = &results{data: map[string]map[int]sample{}}
 	r.cores.rounds = readRounds(strings.Split(strings.Trim(*coreFiles, ","), ","), r.cores.parseProcs)
 	var b strings.Builder
+	switch *only {
+	case "":
+	case "fastest":
+		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s` (%d rounds of -benchtime %s, %s, %s cores, %s, %s); the rest of the file is from its own run, dated at the top.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
+		r.writeLatency(&b, note)
+		if err := replaceSection(*out, latencySection, "## Cores", b.String()); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest\n", *only)
+		os.Exit(2)
+	}
 	r.write(&b, m)
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
