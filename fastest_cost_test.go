@@ -63,3 +63,30 @@ func TestFastestFirst_costAmortized(t *testing.T) {
 		}
 	}
 }
+
+// TestFastestFirst_allocsUnderRealLatencies: Pick+Done allocates nothing
+// whatever the latencies, in the exact mode and the sampled one, single
+// reweighs and deferred recomputes included.
+func TestFastestFirst_allocsUnderRealLatencies(t *testing.T) {
+	lat := benchLognormal(4096, 1)
+	for _, n := range []int{10, 1000} {
+		for _, d := range [][]time.Duration{lat, {100 * time.Microsecond, 20 * time.Millisecond}, {0}} {
+			f, err := NewFastestFirst(benchPeers(n))
+			require.NoError(t, err)
+			i := 0
+			var failed error
+			allocs := testing.AllocsPerRun(5000, func() {
+				p, err := f.Pick(nil)
+				if err == nil {
+					err = f.Done(p, Outcome{Latency: d[i%len(d)]})
+				}
+				if err != nil {
+					failed = err
+				}
+				i++
+			})
+			require.NoError(t, failed)
+			assert.Zero(t, allocs, "%d peers", n)
+		}
+	}
+}

@@ -5,20 +5,34 @@ import (
 	"time"
 )
 
-// FastestFirst derives nginx weights from measured latency, after
-// OpenResty's "fastest first", and sends each attempt to the eligible peer
-// with the least (in flight + 1)/weight, nginx's smooth round-robin
-// breaking ties. Its four laws: a peer slower than the fastest by more
-// than [WithTolerance] gets less weight, the slower the less; a failing
-// peer drops to the floor weight ([WithFloor]), and out after max_fails as
-// in nginx; weights move only when an estimate leaves its band
-// ([WithBand]); an idle peer's estimate decays toward the fastest's
-// ([WithDecay]), so the fastest peer is always found again. Choose it for
-// latency-sensitive traffic when nginx's failure model and smooth order
-// matter. Cost: up to 32 peers a pick is an exact O(n) scan under a lock;
-// above, it takes the least loaded of three peers drawn by derived weight,
-// O(1) and lock-free, and so does a successful report while no estimate
-// leaves its band. The zero value is not usable; use
+// FastestFirst derives weights from measured latency, after OpenResty's
+// "fastest first", and sends each attempt to the eligible peer with the
+// least (in flight + 1)/derived weight, nginx's smooth round-robin breaking
+// ties. Its four laws: a peer slower than the fastest by more than
+// [WithTolerance] gets less weight, the slower the less; a failing peer
+// drops to the floor weight ([WithFloor]), and out after max_fails as in
+// nginx; weights move only when an estimate leaves its band ([WithBand]);
+// an idle peer's estimate decays toward the fastest's ([WithDecay]), so the
+// fastest peer is always found again. Choose it for latency-sensitive
+// traffic when nginx's failure model and smooth order matter.
+//
+// The derived weight is the configured weight times a latency factor,
+// min(1, tolerance·fastest/estimate)^exponent, scaled to 100 for the
+// largest ([PeerState].DerivedWeight; EffectiveWeight stays nginx's). It
+// is not a share of requests: a pick takes the least (in flight +
+// 1)/weight, so the weights split only the attempts in flight together.
+// One request at a time finds nothing in flight and goes to the peer of
+// the largest derived weight every time, or in smooth turn among peers tied
+// for it (weights 5:3:1 at equal latencies: all to the first); under
+// concurrent load the attempts in flight split as the derived weights (90
+// held at once: 50/30/10).
+//
+// Cost: up to 32 peers a pick is an exact O(n) scan under a lock; above,
+// it takes the least loaded of three peers drawn by derived weight, O(1)
+// and lock-free, and a report is O(1) amortized whatever the latencies:
+// lock-free while its estimate stays in its band, otherwise one peer
+// reweighed under the lock, with the O(n) recompute of every weight
+// deferred to one in n such reports. The zero value is not usable; use
 // [NewFastestFirst]. FastestFirst is safe for concurrent use.
 type FastestFirst struct {
 	peerSet
@@ -150,7 +164,7 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 // has nothing in flight is probed first. Up to 32 peers Pick is O(n) under
 // the picker's lock, and O(n) more when the chosen peer's estimate has left
 // its band; above, it chooses among three peers drawn by derived weight,
-// lock-free (the ties then go to the first drawn).
+// O(1) and lock-free (the ties then go to the first drawn).
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	if t := f.draw.Load(); t != nil {
 		return f.pickSampled(t, r)
@@ -296,8 +310,12 @@ func takeFastest(p *Peer, now int64) {
 // Done reports the outcome of an attempt on p: it ends the attempt, applies
 // nginx's failure accounting and feeds the latency (for a failure, at least
 // the penalty; for an abandoned attempt, a lower bound) into p's estimate.
-// O(1), under the picker's lock up to 32 peers and for failures, lock-free
-// above; O(n) under the lock when an estimate leaves its band.
+// Up to 32 peers it takes the picker's lock, and recomputes every weight,
+// O(n), when an estimate leaves its band. Above, it is O(1) amortized: a
+// success is lock-free while the estimate stays in its band; failures,
+// abandoned attempts and estimates out of their band take the lock for
+// O(1), and one such report in n, or one report in n at random, recomputes
+// every weight.
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if err := f.finish(p, o); err != nil {
 		return err

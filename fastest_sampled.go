@@ -11,10 +11,17 @@ import (
 // cores, so the pick becomes the least expected delay among ffChoices peers
 // drawn by derived weight, lock-free:
 //
-//   - The derived weights are those of the exact mode, recomputed under the
-//     lock as before (law 3: only when an estimate leaves its band); each
-//     recompute rebuilds Vose's alias table over them, O(n), off the pick
-//     path. A pick draws ffChoices peers from it, O(1) each, and takes the
+//   - The derived weights are those of the exact mode, moved under the
+//     lock only when an estimate leaves its band (law 3), but one peer at
+//     a time (reweighLocked): the peer whose estimate left its band is
+//     reweighed against its list's last recompute, O(1), and the list is
+//     recomputed, O(n), once every n such reweighs, or when one report in
+//     n, drawn at random, asks for it (refresh), so that a stale fastest
+//     estimate that no band exit would reveal is still corrected, about
+//     once per n reports. Each recompute rebuilds Vose's alias table over
+//     the weights, O(n), off the pick path; a single reweigh updates the
+//     peer's comparison weight in the table, not its draw probability. A
+//     pick draws ffChoices peers from the table, O(1) each, and takes the
 //     eligible one with the least (in flight + 1)/weight, the first drawn
 //     on a tie. Drawing by weight and then comparing per unit of weight is
 //     the weighted power of d choices (as in P2CPeakEWMA and nginx's
@@ -33,8 +40,9 @@ import (
 //     other peer drawn at random (so that a stalled or idle peer is still
 //     checked, on average once every n reports, where the exact mode checks
 //     one in turn on every pick), has left its band. Failures, abandoned
-//     attempts, probes and explored peers take the exact mode's locked
-//     path.
+//     attempts, probes, explored peers and peers whose nginx effective
+//     weight is recovering take the exact mode's locked path, O(1) but for
+//     the deferred recompute.
 //
 // What this trades: the exact mode finds the least loaded of all n peers;
 // the sampled one the least loaded of three, which with n in the hundreds
@@ -301,8 +309,8 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 		if n := len(peers); n > 1 {
 			switch q := peers[f.rand.int64N(int64(n))]; {
 			case q == p:
-				// One report in n, at random: the list's recompute, which
-				// single-peer reweighs defer (see reweighLocked).
+				// One report in n, at random: the list's recompute, if
+				// single-peer reweighs have deferred one (reweighLocked).
 				f.refresh(p, now)
 			case !f.inBandAt(q, now):
 				f.reweigh(q, now)
@@ -312,7 +320,10 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	return true
 }
 
-// refresh takes the lock and recomputes p's list.
+// refresh takes the lock and recomputes p's list if a single-peer reweigh
+// has changed one of its weights since its last recompute: with none, every
+// estimate is still inside the band of the weight it was given, and law 3
+// keeps the weights still.
 func (f *FastestFirst) refresh(p *Peer, now int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -320,10 +331,12 @@ func (f *FastestFirst) refresh(p *Peer, now int64) {
 		return
 	}
 	l := f.load()
+	peers, which := l.primary, 0
 	if p.backup.Load() {
-		f.recomputeLocked(l.backup, 1, now)
-	} else {
-		f.recomputeLocked(l.primary, 0, now)
+		peers, which = l.backup, 1
+	}
+	if f.pending[which] != 0 {
+		f.recomputeLocked(peers, which, now)
 	}
 }
 

@@ -90,7 +90,7 @@ func (r *results) writeLatency(w io.Writer, note string) {
 		return
 	}
 	fmt.Fprintf(w, "\n%s\n\n", latencySection)
-	fmt.Fprintf(w, "FastestFirst learns from every report, so what it costs depends on the latencies reported. Each iteration picks a peer and reports a success with the next latency of a fixed list: the constant 1 ms of the table above; a lognormal of median 1 ms and σ 1.2 (heavy-tailed, as real service times are: 4096 values drawn once from a seeded generator); a bimodal alternation of 100 µs and 20 ms (a cache hit and a miss). P2CPeakEWMA keeps the same peak EWMA. kratos.p2c measures its own latencies, so what it is fed changes nothing for it; it runs in every workload anyway, so that each ratio is taken within one round.\n")
+	fmt.Fprintf(w, "FastestFirst learns from every report, so what it costs depends on the latencies reported. Each iteration picks a peer and reports a success with the next latency of a fixed list: the constant 1 ms of the feedback table above, timed again in the same rounds as the others; a lognormal of median 1 ms and σ 1.2 (heavy-tailed, as real service times are: 4096 values drawn once from a seeded generator); a bimodal alternation of 100 µs and 20 ms (a cache hit and a miss). P2CPeakEWMA keeps the same peak EWMA. kratos.p2c measures its own latencies, so what it is fed changes nothing for it; it runs in every workload anyway, so that each ratio is taken within one round.\n")
 	if note != "" {
 		fmt.Fprintf(w, "\n%s\n", note)
 	}
