@@ -30,6 +30,7 @@ if [ -z "$cpu" ]; then
 fi
 
 if [ "$ONLY" = fastest ]; then
+	load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)
 	i=1
 	while [ "$i" -le "$ROUNDS" ]; do
 		echo "round $i of $ROUNDS" >&2
@@ -37,7 +38,7 @@ if [ "$ONLY" = fastest ]; then
 			-test.bench 'Compare/feedback[^/]*/(lbgo.FastestFirst|lbgo.P2CPeakEWMA|kratos.p2c)/|Warmup/(lbgo.FastestFirst|lbgo.P2CPeakEWMA|kratos.p2c)/' >"$work/round$i.txt"
 		i=$((i + 1))
 	done
-	"$work/report" -only fastest -out "$root/BENCHMARKS.md" -cmd "ONLY=fastest ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
+	"$work/report" -only fastest -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=fastest ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
 		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
 		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
 		-benchtime "$BENCHTIME" "$work"/round*.txt

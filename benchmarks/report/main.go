@@ -668,6 +668,7 @@ func main() {
 	flag.StringVar(&m.date, "date", "?", "date of the run")
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
 	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
+	load := flag.String("load", "", "the load average when the rounds started, for -only's note")
 	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies)")
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -683,6 +684,9 @@ func main() {
 	case "":
 	case "fastest":
 		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top; its FastestFirst rows are from the code before this section's.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
+		if *load != "" {
+			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started: other work shared the cores, so the times here run slower than the rest of the file's, and the ratios, taken within a round, are what to compare.", *load)
+		}
 		r.writeLatency(&b, note)
 		if err := replaceSection(*out, latencySection, "## Cores", b.String()); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)
