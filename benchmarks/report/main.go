@@ -685,7 +685,7 @@ func main() {
 	case "fastest":
 		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top; its FastestFirst rows are from the code before this section's.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
 		if *load != "" {
-			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started: other work shared the cores, so the times here run slower than the rest of the file's, and the ratios, taken within a round, are what to compare.", *load)
+			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started; other work may share the cores of this machine at any time, so compare the ratios, taken within a round, rather than times across sections.", *load)
 		}
 		r.writeLatency(&b, note)
 		if err := replaceSection(*out, latencySection, "## Cores", b.String()); err != nil {
