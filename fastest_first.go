@@ -311,11 +311,12 @@ func takeFastest(p *Peer, now int64) {
 // nginx's failure accounting and feeds the latency (for a failure, at least
 // the penalty; for an abandoned attempt, a lower bound) into p's estimate.
 // Up to 32 peers it takes the picker's lock, and recomputes every weight,
-// O(n), when an estimate leaves its band. Above, it is O(1) amortized: a
-// success is lock-free while the estimate stays in its band; failures,
-// abandoned attempts and estimates out of their band take the lock for
-// O(1), and one such report in n, or one report in n at random, recomputes
-// every weight.
+// O(n), when an estimate leaves its band. Above, a success is lock-free
+// while the estimate stays in its band; failures, abandoned attempts and
+// estimates out of their band take the lock for O(1), and one such report
+// in n, or one report in n at random, recomputes every weight: O(1)
+// amortized, but for the O(n) rebuild of the list of failing peers when a
+// peer starts or stops failing.
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if err := f.finish(p, o); err != nil {
 		return err
