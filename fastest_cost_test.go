@@ -13,12 +13,13 @@ import (
 // estimates move, the work a report causes under the lock (the peers a
 // recompute or a table rebuild visits) stays O(1) amortized, and a fresh
 // picker's warm-up, where every peer's first report is news, costs O(n) in
-// all. Today's bound is counted, not timed: f.work, on a fake clock.
+// all. The work is counted, not timed: f.work, on a fake clock.
 //
 // The bound: ffWorkPerReport peers a report, plus ffWorkPerPeer a peer for
-// the warm-up and the construction. An O(n) recompute on a fraction q of
-// the reports costs q·n a report, past the bound from n = 100 on for the
-// q these distributions give.
+// the warm-up and the construction. A recompute of all n peers on a
+// fraction q of the reports costs q·n a report, past the bound at 1,000
+// peers and more for the q these distributions give, and a recompute at
+// each peer's first report n² in the warm-up.
 const (
 	ffWorkPerReport = 8
 	ffWorkPerPeer   = 8
