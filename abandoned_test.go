@@ -109,7 +109,7 @@ func runAbandon(t *testing.T, newPicker func([]*Peer, ...Option) (Balancer, erro
 		res.attempts[peer.Addr()]++
 		res.total++
 		if ff != nil && picks > abandonRequests/10 {
-			res.maxWeight = max(res.maxWeight, stalled.State().EffectiveWeight)
+			res.maxWeight = max(res.maxWeight, stalled.State().DerivedWeight)
 		}
 		lat := 2*time.Millisecond + time.Duration(rng.ExpFloat64()*float64(3*time.Millisecond))
 		if peer == stalled {
@@ -134,7 +134,7 @@ func runAbandon(t *testing.T, newPicker func([]*Peer, ...Option) (Balancer, erro
 		require.NoError(t, p.Done(e.peer, e.o))
 		if ff != nil && e.peer == stalled {
 			if stalledDone++; stalledDone >= exploreConfirm {
-				res.afterDone = append(res.afterDone, stalled.State().EffectiveWeight)
+				res.afterDone = append(res.afterDone, stalled.State().DerivedWeight)
 			}
 		}
 		if e.o.Latency >= abandonDeadline {

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -152,4 +153,148 @@ func TestBench_pickAllocs(t *testing.T) {
 			assert.Zero(t, allocs, "Pick+Done with %d peers", n)
 		}
 	})
+}
+
+// benchLatencies are the latency distributions FastestFirst's benchmarks
+// feed back: the constant of BenchmarkPick; a lognormal of median 1 ms and
+// σ 1.2, heavy-tailed as real service times are, drawn once from a seeded
+// generator into a fixed array of 4096 values; a bimodal alternation of
+// 100 µs and 20 ms (a cache hit and a miss); and 0, the latency a trace or
+// a fake clock reports.
+var benchLatencies = []struct {
+	name string
+	lat  []time.Duration
+}{
+	{"constant", []time.Duration{time.Millisecond}},
+	{"lognormal", benchLognormal(4096, 1)},
+	{"bimodal", []time.Duration{100 * time.Microsecond, 20 * time.Millisecond}},
+	{"zero", []time.Duration{0}},
+}
+
+// benchLognormal returns n latencies drawn from the lognormal of median
+// 1 ms and σ 1.2 by a generator seeded with seed.
+func benchLognormal(n int, seed uint64) []time.Duration {
+	r := rand.New(rand.NewPCG(seed, 0))
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = time.Duration(float64(time.Millisecond) * math.Exp(1.2*r.NormFloat64()))
+	}
+	return out
+}
+
+// benchLatencySizes are the peer counts of FastestFirst's latency
+// benchmarks: the exact mode at 10, the sampled one above.
+var benchLatencySizes = []int{10, 100, 1000, 10000}
+
+// BenchmarkFastestFirstLatency times FastestFirst's Pick+Done with the
+// latencies of benchLatencies, in turn, as the reported latency, serially
+// and in parallel: BenchmarkFastestFirstLatency/lognormal/peers=1000/serial.
+// P2CPeakEWMA, which keeps the same peak EWMA, runs beside it as a
+// reference.
+func BenchmarkFastestFirstLatency(b *testing.B) {
+	for _, d := range benchLatencies {
+		b.Run(d.name, func(b *testing.B) {
+			for _, n := range benchLatencySizes {
+				b.Run(fmt.Sprint("peers=", n), func(b *testing.B) {
+					for _, name := range []string{"FastestFirst", "P2CPeakEWMA"} {
+						a, err := AlgorithmNamed(name)
+						if err != nil {
+							b.Fatal(err)
+						}
+						p, err := a.New(benchPeers(n))
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.Run(name+"/serial", func(b *testing.B) {
+							b.ReportAllocs()
+							i := 0
+							for b.Loop() {
+								peer, _ := p.Pick(nil)
+								_ = p.Done(peer, Outcome{Latency: d.lat[i%len(d.lat)]})
+								i++
+							}
+						})
+						b.Run(name+"/parallel", func(b *testing.B) {
+							b.ReportAllocs()
+							var seq atomic.Int64
+							b.ResetTimer()
+							b.RunParallel(func(pb *testing.PB) {
+								i := int(seq.Add(1)) * 977
+								for pb.Next() {
+									peer, _ := p.Pick(nil)
+									_ = p.Done(peer, Outcome{Latency: d.lat[i%len(d.lat)]})
+									i++
+								}
+							})
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// ffWarmupPicks is how many picks of a fresh FastestFirst
+// BenchmarkFastestFirstWarmup times.
+const ffWarmupPicks = 20000
+
+// BenchmarkFastestFirstWarmup times the first 20,000 Pick+Done of a fresh
+// FastestFirst, lognormal latencies, where each peer's first report is
+// news: ns/op is per pick (the picker's construction is not timed).
+func BenchmarkFastestFirstWarmup(b *testing.B) {
+	lat := benchLognormal(4096, 1)
+	for _, n := range []int{10, 100, 1000, 8000, 10000} {
+		b.Run(fmt.Sprint("peers=", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var picks int
+			for b.Loop() {
+				b.StopTimer()
+				f, err := NewFastestFirst(benchPeers(n))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				for i := range ffWarmupPicks {
+					peer, _ := f.Pick(nil)
+					_ = f.Done(peer, Outcome{Latency: lat[i%len(lat)]})
+				}
+				picks += ffWarmupPicks
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(picks), "ns/pick")
+		})
+	}
+}
+
+// BenchmarkTrace100k times what `balance trace -n 2000` does over 100,000
+// servers: build the picker on a fixed clock and a seeded source, then 2000
+// Pick+Done reporting latency 0, one at a time. ns/op is one whole trace,
+// peers built beforehand; FastestFirst's should stay within a small factor
+// of RoundRobin's, which does no per-report work.
+func BenchmarkTrace100k(b *testing.B) {
+	const n, picks = 100000, 2000
+	epoch := time.Unix(1, 0)
+	for _, name := range []string{"RoundRobin", "FastestFirst"} {
+		a, err := AlgorithmNamed(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				peers := benchPeers(n)
+				b.StartTimer()
+				p, err := a.New(peers, WithClock(func() time.Time { return epoch }), WithRand(rand.NewPCG(1, 0)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range picks {
+					peer, err := p.Pick(nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_ = p.Done(peer, Outcome{})
+				}
+			}
+		})
+	}
 }

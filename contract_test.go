@@ -510,9 +510,7 @@ func TestContract_updateKeepsState(t *testing.T) {
 		assert.True(t, y.IsDown())
 		assert.Nil(t, y.Value(), "a snapshot peer without a value clears it")
 		assert.Equal(t, "d", d.Value())
-		if pc.name != "FastestFirst" { // FastestFirst derives its own
-			assert.Equal(t, 5, x.State().EffectiveWeight, "a changed weight resets the effective weight")
-		}
+		assert.Equal(t, 5, x.State().EffectiveWeight, "a changed weight resets the effective weight")
 		// State stays: failures, in-flight counts, latency statistics.
 		got := x.State()
 		assert.Equal(t, xState.Fails, got.Fails)
@@ -868,20 +866,20 @@ func TestContract_addRestartsLatency(t *testing.T) {
 		require.True(t, slow.lat.measured.Load())
 		kept := latencyState(slow)
 		if pc.name == "FastestFirst" {
-			require.Equal(t, 1, slow.State().EffectiveWeight)
+			require.Equal(t, 1, slow.State().DerivedWeight)
 		}
 
 		require.NoError(t, p.Update([]*Peer{NewPeer("a", MaxFails(0)), NewPeer("b", MaxFails(0)), NewPeer("c", MaxFails(0))}))
 		assert.Equal(t, kept, latencyState(slow), "Update keeps them")
 		if pc.name == "FastestFirst" {
-			assert.Equal(t, 1, slow.State().EffectiveWeight)
+			assert.Equal(t, 1, slow.State().DerivedWeight)
 		}
 
 		require.NoError(t, p.Remove(slow))
 		require.NoError(t, p.Add(slow))
 		assert.False(t, slow.lat.measured.Load(), "Add restarts them")
 		if pc.name == "FastestFirst" {
-			assert.Equal(t, fastestScale, slow.State().EffectiveWeight)
+			assert.Equal(t, fastestScale, slow.State().DerivedWeight)
 		}
 	})
 }

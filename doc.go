@@ -50,8 +50,9 @@
 // back (for a long-lived session, its established connection: [Connector]).
 // In SmoothWRR and LeastConn a failure also lowers the peer's
 // effective weight by weight/max_fails, which then recovers as in nginx;
-// ClassicWRR cuts its current weight instead, FastestFirst its derived
-// weight. MaxFails(0) turns all of this off for a peer. With a single peer,
+// ClassicWRR cuts its current weight instead; FastestFirst lowers the
+// effective weight too but balances by the weight it derives from latency,
+// which the failure's penalty latency lowers. MaxFails(0) turns all of this off for a peer. With a single peer,
 // as in nginx, failures never take it out. [Updater.NextEligible] says
 // when the next failed peer is back.
 //

@@ -123,7 +123,7 @@ func ExampleFastestFirst() {
 		lb.Done(p, balancer.Outcome{Latency: latency[p.Addr()]})
 	}
 	for _, p := range peers {
-		fmt.Println(p, "weight", p.State().EffectiveWeight, "picks", count[p.Addr()])
+		fmt.Println(p, "weight", p.State().DerivedWeight, "picks", count[p.Addr()])
 	}
 	// Output:
 	// a weight 100 picks 150

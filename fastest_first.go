@@ -5,20 +5,34 @@ import (
 	"time"
 )
 
-// FastestFirst derives nginx weights from measured latency, after
-// OpenResty's "fastest first", and sends each attempt to the eligible peer
-// with the least (in flight + 1)/weight, nginx's smooth round-robin
-// breaking ties. Its four laws: a peer slower than the fastest by more
-// than [WithTolerance] gets less weight, the slower the less; a failing
-// peer drops to the floor weight ([WithFloor]), and out after max_fails as
-// in nginx; weights move only when an estimate leaves its band
-// ([WithBand]); an idle peer's estimate decays toward the fastest's
-// ([WithDecay]), so the fastest peer is always found again. Choose it for
-// latency-sensitive traffic when nginx's failure model and smooth order
-// matter. Cost: up to 32 peers a pick is an exact O(n) scan under a lock;
-// above, it takes the least loaded of three peers drawn by derived weight,
-// O(1) and lock-free, and so does a successful report while no estimate
-// leaves its band. The zero value is not usable; use
+// FastestFirst derives weights from measured latency, after OpenResty's
+// "fastest first", and sends each attempt to the eligible peer with the
+// least (in flight + 1)/derived weight, nginx's smooth round-robin breaking
+// ties. Its four laws: a peer slower than the fastest by more than
+// [WithTolerance] gets less weight, the slower the less; a failing peer
+// drops to the floor weight ([WithFloor]), and out after max_fails as in
+// nginx; weights move only when an estimate leaves its band ([WithBand]);
+// an idle peer's estimate decays toward the fastest's ([WithDecay]), so the
+// fastest peer is always found again. Choose it for latency-sensitive
+// traffic when nginx's failure model and smooth order matter.
+//
+// The derived weight is the configured weight times a latency factor,
+// min(1, tolerance·fastest/estimate)^exponent, scaled to 100 for the
+// largest ([PeerState].DerivedWeight; EffectiveWeight stays nginx's). It
+// is not a share of requests: a pick takes the least (in flight +
+// 1)/weight, so the weights split only the attempts in flight together.
+// One request at a time finds nothing in flight and goes to the peer of
+// the largest derived weight every time, or in smooth turn among peers tied
+// for it (weights 5:3:1 at equal latencies: all to the first); under
+// concurrent load the attempts in flight split as the derived weights (90
+// held at once: 50/30/10).
+//
+// Cost: up to 32 peers a pick is an exact O(n) scan under a lock; above,
+// it takes the least loaded of three peers drawn by derived weight, O(1)
+// and lock-free, and a report is O(1) amortized whatever the latencies:
+// lock-free while its estimate stays in its band, otherwise one peer
+// reweighed under the lock, with the O(n) recompute of every weight
+// deferred to one in n such reports. The zero value is not usable; use
 // [NewFastestFirst]. FastestFirst is safe for concurrent use.
 type FastestFirst struct {
 	peerSet
@@ -34,8 +48,12 @@ type FastestFirst struct {
 
 	// Written under mu.
 	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
+	known      [2]atomic.Bool   // some peer of the list was measured at its last recompute
+	top        [2]float64       // the largest unscaled weight of each list at its last recompute
+	pending    [2]int           // single-peer reweighs of each list since its last recompute
 	cursor     int              // the peer the next Pick checks besides its own
 	recomputes uint64           // weight recomputations, for tests
+	work       uint64           // peers visited by recomputes and table rebuilds, for tests
 
 	// The sampled mode (more than ffExactMax peers): the draw table over
 	// the derived weights, rebuilt by every recompute, and the peers with
@@ -146,7 +164,7 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 // has nothing in flight is probed first. Up to 32 peers Pick is O(n) under
 // the picker's lock, and O(n) more when the chosen peer's estimate has left
 // its band; above, it chooses among three peers drawn by derived weight,
-// lock-free (the ties then go to the first drawn).
+// O(1) and lock-free (the ties then go to the first drawn).
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	if t := f.draw.Load(); t != nil {
 		return f.pickSampled(t, r)
@@ -207,10 +225,16 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 	var conns, w int64  // least's in-flight count + 1 and weight, as read
 	var many bool       // another peer ties with least
 	for i, p := range peers {
-		if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
-			continue // a peer being probed has its one attempt out
+		if r.isTried(i) || !p.eligible(&clk) {
+			continue
 		}
-		pc, pw := p.inFlight()+1, p.effectiveWeight
+		if gate {
+			recoverEffective(p) // once a pick, as nginx's scan
+			if p.lat.exploring.Load() && p.inFlight() != 0 {
+				continue // a peer being probed has its one attempt out
+			}
+		}
+		pc, pw := p.inFlight()+1, p.lat.derived.Load()
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
@@ -247,14 +271,13 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
-			if p != least && compareLoad(p.inFlight()+1, p.effectiveWeight, conns, w) != 0 {
+			d := p.lat.derived.Load()
+			if p != least && compareLoad(p.inFlight()+1, d, conns, w) != 0 {
 				continue
 			}
-			// nginx's step, except that the effective weight, which
-			// FastestFirst derives, does not climb back to the configured
-			// weight.
-			p.currentWeight += p.effectiveWeight
-			total += p.effectiveWeight
+			// nginx's step over the derived weights.
+			p.currentWeight += d
+			total += d
 			if p.currentWeight > best.currentWeight {
 				best, bestAt = p, i
 			}
@@ -264,6 +287,16 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 	best.probeLocked(now)
 	takeFastest(best, now)
 	return bestAt
+}
+
+// recoverEffective moves p's effective weight, nginx's, which a failure
+// lowers and FastestFirst reports but does not balance by, one step back
+// toward its weight, as nginx's scan does for each peer it considers.
+// Requires the owner's lock.
+func recoverEffective(p *Peer) {
+	if ew := p.effectiveWeight; ew < p.weight.Load() {
+		p.setEffectiveLocked(ew + 1)
+	}
 }
 
 // takeFastest counts an attempt on p in flight; a peer idle until now starts
@@ -277,8 +310,13 @@ func takeFastest(p *Peer, now int64) {
 // Done reports the outcome of an attempt on p: it ends the attempt, applies
 // nginx's failure accounting and feeds the latency (for a failure, at least
 // the penalty; for an abandoned attempt, a lower bound) into p's estimate.
-// O(1), under the picker's lock up to 32 peers and for failures, lock-free
-// above; O(n) under the lock when an estimate leaves its band.
+// Up to 32 peers it takes the picker's lock, and recomputes every weight,
+// O(n), when an estimate leaves its band. Above, a success is lock-free
+// while the estimate stays in its band; failures, abandoned attempts and
+// estimates out of their band take the lock for O(1), and one such report
+// in n, or one report in n at random, recomputes every weight: O(1)
+// amortized, but for the O(n) rebuild of the list of failing peers when a
+// peer starts or stops failing.
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if err := f.finish(p, o); err != nil {
 		return err
@@ -295,11 +333,12 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	now := f.now()
 	failing := p.fails.Load() != 0
 	first := !p.lat.measured.Load()
-	// nginx lowers the effective weight on a failure; here the penalty
-	// latency does that, through the derived weight.
-	ew := p.effectiveWeight
+	// nginx lowers the effective weight on a failure, and so does
+	// doneLocked; the derived weight drops through the penalty latency.
 	f.doneLocked(l, p, o)
-	p.effectiveWeight = ew
+	if f.lockFree && !o.Failed {
+		recoverEffective(p) // the sampled pick takes no lock: the report does it
+	}
 	connected := p.lat.connected.Swap(false) // Connected cleared the failures
 	cleared := failing && p.fails.Load() == 0 || connected
 	if f.lockFree && failing != (p.fails.Load() != 0) {

@@ -14,7 +14,7 @@ import (
 )
 
 // FastestFirst's promises beyond the contract, checked by FuzzPickers.
-var _ = declareTraits("FastestFirst", fuzzTrait{zeroWeight: zwEligible, ownEffective: true, exploreOne: true, probeFirst: true})
+var _ = declareTraits("FastestFirst", fuzzTrait{zeroWeight: zwEligible, exploreOne: true, probeFirst: true})
 
 // newTestFF returns a FastestFirst over peers on clk.
 func newTestFF(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *FastestFirst {
@@ -106,7 +106,7 @@ func ffFixed(lat ...time.Duration) func(int, time.Duration) ffReply {
 func ffWeights(peers []*Peer) []int {
 	w := make([]int, len(peers))
 	for i, p := range peers {
-		w[i] = p.State().EffectiveWeight
+		w[i] = p.State().DerivedWeight
 	}
 	return w
 }
@@ -181,7 +181,7 @@ func TestFastestFirst_law2_failingFloorsAndRecovers(t *testing.T) {
 			require.Equal(t, []int{100, 100, 100}, ffWeights(peers))
 
 			failing := loop.run(4, heal)
-			assert.Equal(t, DefaultFloor, peers[1].State().EffectiveWeight, "b's weight is at the floor")
+			assert.Equal(t, DefaultFloor, peers[1].State().DerivedWeight, "b's weight is at the floor")
 			assert.Contains(t, f.Peers(), peers[1], "b is not removed")
 			// A failure is answered within one fail_timeout by a probe,
 			// and probes come at most once per fail_timeout: from the
@@ -194,7 +194,7 @@ func TestFastestFirst_law2_failingFloorsAndRecovers(t *testing.T) {
 			// Recovered: the next probe succeeds within a fail_timeout
 			// and b's weight and share come back.
 			loop.run(4, heal+DefaultFailTimeout+time.Second)
-			assert.Equal(t, 100, peers[1].State().EffectiveWeight)
+			assert.Equal(t, 100, peers[1].State().DerivedWeight)
 			recovered := loop.run(4, heal+DefaultFailTimeout+11*time.Second)
 			assert.InDelta(t, float64(healthy[1])/float64(healthy[0]), float64(recovered[1])/float64(recovered[0]), 0.1,
 				"b's share relative to a: healthy %v, recovered %v", healthy, recovered)
@@ -328,7 +328,7 @@ func TestFastestFirst_stallShowsBeforeItsReply(t *testing.T) {
 	})
 	loop.run(6, stall)
 	got := loop.run(6, stall+time.Second)
-	assert.Equal(t, DefaultFloor, peers[2].State().EffectiveWeight, "no ffReply yet, weight at the floor")
+	assert.Equal(t, DefaultFloor, peers[2].State().DerivedWeight, "no ffReply yet, weight at the floor")
 	assert.LessOrEqual(t, got[2], 3, "attempts sent into the stall: %v", got)
 }
 
@@ -355,7 +355,7 @@ func TestFastestFirst_failurePenalty(t *testing.T) {
 			p.pick() // an attempt on b, as Pick would count it
 			require.NoError(t, f.Done(p, Outcome{Failed: true, Latency: time.Millisecond}))
 			assert.InDelta(t, float64(tt.want), p.lat.estimate(), float64(time.Microsecond))
-			assert.Equal(t, DefaultFloor, p.State().EffectiveWeight)
+			assert.Equal(t, DefaultFloor, p.State().DerivedWeight)
 		})
 	}
 }

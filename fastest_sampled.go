@@ -11,10 +11,17 @@ import (
 // cores, so the pick becomes the least expected delay among ffChoices peers
 // drawn by derived weight, lock-free:
 //
-//   - The derived weights are those of the exact mode, recomputed under the
-//     lock as before (law 3: only when an estimate leaves its band); each
-//     recompute rebuilds Vose's alias table over them, O(n), off the pick
-//     path. A pick draws ffChoices peers from it, O(1) each, and takes the
+//   - The derived weights are those of the exact mode, moved under the
+//     lock only when an estimate leaves its band (law 3), but one peer at
+//     a time (reweighLocked): the peer whose estimate left its band is
+//     reweighed against its list's last recompute, O(1), and the list is
+//     recomputed, O(n), once every n such reweighs, or when one report in
+//     n, drawn at random, asks for it (refresh), so that a stale fastest
+//     estimate that no band exit would reveal is still corrected, about
+//     once per n reports. Each recompute rebuilds Vose's alias table over
+//     the weights, O(n), off the pick path; a single reweigh updates the
+//     peer's comparison weight in the table, not its draw probability. A
+//     pick draws ffChoices peers from the table, O(1) each, and takes the
 //     eligible one with the least (in flight + 1)/weight, the first drawn
 //     on a tie. Drawing by weight and then comparing per unit of weight is
 //     the weighted power of d choices (as in P2CPeakEWMA and nginx's
@@ -33,8 +40,9 @@ import (
 //     other peer drawn at random (so that a stalled or idle peer is still
 //     checked, on average once every n reports, where the exact mode checks
 //     one in turn on every pick), has left its band. Failures, abandoned
-//     attempts, probes and explored peers take the exact mode's locked
-//     path.
+//     attempts, probes, explored peers and peers whose nginx effective
+//     weight is recovering take the exact mode's locked path, O(1) but for
+//     the deferred recompute.
 //
 // What this trades: the exact mode finds the least loaded of all n peers;
 // the sampled one the least loaded of three, which with n in the hundreds
@@ -100,7 +108,7 @@ func (t *ffAliasTable) rebuildLocked(peers []*Peer) {
 	for i, p := range peers {
 		var w int64
 		if !p.down.Load() {
-			w = p.effectiveWeight
+			w = p.lat.derived.Load()
 		}
 		t.s[i] = uint64(w)
 		total += uint64(w)
@@ -150,6 +158,7 @@ func (f *FastestFirst) publishDrawLocked(l *peerList) {
 	}
 	t.primary.rebuildLocked(l.primary)
 	t.backup.rebuildLocked(l.backup)
+	f.work += uint64(len(l.primary) + len(l.backup))
 }
 
 // publishFailingLocked rewrites the list of peers with failures on record.
@@ -282,7 +291,7 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	if p.owner.Load() != &f.peerSet {
 		return true // removed while in flight
 	}
-	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.lat.exploring.Load() || p.lat.connected.Load() || f.fastestOf(p) == 0 {
+	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.recovering.Load() || p.lat.exploring.Load() || p.lat.connected.Load() || !f.known[listOf(p)].Load() {
 		return false
 	}
 	now := f.now()
@@ -298,12 +307,37 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 			peers = t.list.backup
 		}
 		if n := len(peers); n > 1 {
-			if q := peers[f.rand.int64N(int64(n))]; !f.inBandAt(q, now) {
+			switch q := peers[f.rand.int64N(int64(n))]; {
+			case q == p:
+				// One report in n, at random: the list's recompute, if
+				// single-peer reweighs have deferred one (reweighLocked).
+				f.refresh(p, now)
+			case !f.inBandAt(q, now):
 				f.reweigh(q, now)
 			}
 		}
 	}
 	return true
+}
+
+// refresh takes the lock and recomputes p's list if a single-peer reweigh
+// has changed one of its weights since its last recompute: with none, every
+// estimate is still inside the band of the weight it was given, and law 3
+// keeps the weights still.
+func (f *FastestFirst) refresh(p *Peer, now int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p.owner.Load() != &f.peerSet {
+		return
+	}
+	l := f.load()
+	peers, which := l.primary, 0
+	if p.backup.Load() {
+		peers, which = l.backup, 1
+	}
+	if f.pending[which] != 0 {
+		f.recomputeLocked(peers, which, now)
+	}
 }
 
 // inBandAt reports whether p's estimate at now lies in its band.

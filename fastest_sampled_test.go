@@ -3,6 +3,7 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -149,4 +150,24 @@ func TestFastestFirst_sampledSeeded(t *testing.T) {
 	a, b := run(7), run(7)
 	assert.Equal(t, a, b, "the same seed, the same picks")
 	assert.NotEqual(t, a, run(8), "another seed, other picks")
+}
+
+// Law 3 in the sampled mode: estimates that stay inside their bands move
+// no weight and cause no recompute, however many reports come in: the
+// deferred recompute and its random refresh run only after some estimate
+// has left its band. 64 peers answer in 1 ms each, one request at a time.
+func TestFastestFirst_sampledStableInsideBand(t *testing.T) {
+	clk := newFakeClock()
+	peers := ffPeers(64)
+	f := newTestFF(t, clk, peers, WithRand(rand.NewPCG(3, 4)))
+	require.NotNil(t, f.draw.Load(), "64 peers run the sampled mode")
+	loop := newFFLoop(t, f, clk, peers, ffFixed(slices.Repeat([]time.Duration{time.Millisecond}, 64)...))
+	loop.run(1, 5*time.Second)
+	before, recomputes := ffWeights(peers), f.recomputes
+	got := loop.run(1, 60*time.Second)
+	assert.Equal(t, before, ffWeights(peers), "weights")
+	assert.Equal(t, recomputes, f.recomputes, "no recompute inside the bands")
+	for i, k := range got {
+		assert.Positive(t, k, "peer %d keeps traffic", i)
+	}
 }

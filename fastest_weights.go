@@ -43,8 +43,20 @@ func (f *FastestFirst) estimateLocked(p *Peer, m float64, now int64) float64 {
 	return e
 }
 
-// reweighLocked recomputes the weights of p's list when p's estimate has left
-// its band, or when force is set. Requires f.mu.
+// reweighLocked moves p's weight when p's estimate has left its band, or
+// when force is set: in the exact mode by recomputing p's list; in the
+// sampled mode by reweighing p alone against its list's last recompute,
+// O(1), and recomputing the list, O(n), only once every n such reweighs
+// of it, so that a report costs O(1) amortized however often estimates
+// leave their bands. Requires f.mu.
+//
+// What the sampled mode defers: the fastest estimate m and the largest
+// unscaled weight, which every weight is scaled by, stay those of the last
+// recompute until the next, and so does the draw table (a pick compares
+// in-flight counts per unit of the new weight at once, but draws by the
+// old). A peer that fails, stalls or slows still drops at its first report,
+// against the old m; what waits is the rescaling of the others, at most n
+// reweighs later, which with n peers reporting is about one report each.
 func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool) {
 	if l.single {
 		return // a single server is picked whatever its weight
@@ -52,10 +64,47 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 	if !force && p.lat.inBand(f.estimateLocked(p, f.fastestOf(p), now)) {
 		return
 	}
+	peers, which := l.primary, 0
 	if p.backup.Load() {
-		f.recomputeLocked(l.backup, 1, now)
-	} else {
-		f.recomputeLocked(l.primary, 0, now)
+		peers, which = l.backup, 1
+	}
+	if f.lockFree && f.known[which].Load() && f.top[which] > 0 {
+		if f.pending[which]++; f.pending[which] < len(peers) {
+			f.reweighOneLocked(p, which, now)
+			return
+		}
+	}
+	f.recomputeLocked(peers, which, now)
+}
+
+// reweighOneLocked derives p's weight and band as recomputeLocked would,
+// against its list's fastest estimate and largest unscaled weight at the
+// last recompute, and writes it into the draw table's comparison weights.
+// Requires f.mu.
+func (f *FastestFirst) reweighOneLocked(p *Peer, which int, now int64) {
+	f.work++
+	if p.down.Load() || p.weight.Load() == 0 {
+		return // its band is open: nothing it reports moves its weight
+	}
+	m, top := math.Float64frombits(f.fastest[which].Load()), f.top[which]
+	p.lat.est = f.estimateLocked(p, m, now)
+	p.lat.share = float64(p.weight.Load()) * f.ratio(m, p.lat.est)
+	if p.lat.measured.Load() && p.lat.estimate() > p.lat.est*f.band {
+		p.lat.exploring.Store(true) // as in recomputeLocked
+		p.lat.confirmed.Store(0)
+	}
+	w := int64(math.Round(fastestScale * p.lat.share / top))
+	w = min(max(w, f.floor), fastestScale)
+	f.setBandLocked(p, m, top, w, true)
+	p.lat.derived.Store(w)
+	if t := f.draw.Load(); t != nil && t.list == f.load() {
+		tb := &t.primary
+		if which == 1 {
+			tb = &t.backup
+		}
+		if p.index < len(tb.w) && !p.down.Load() {
+			tb.w[p.index].Store(w)
+		}
 	}
 }
 
@@ -73,6 +122,7 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 // the configured ones alone; a peer's first reply forces a recompute.
 func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	f.recomputes++
+	f.work += uint64(len(peers))
 	if f.lockFree {
 		defer f.publishDrawLocked(f.load())
 	}
@@ -91,6 +141,8 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 		m = 0
 	}
 	f.fastest[which].Store(math.Float64bits(m))
+	f.known[which].Store(measured)
+	f.pending[which] = 0
 
 	var top float64
 	for _, p := range peers {
@@ -109,19 +161,20 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 		}
 		top = max(top, p.lat.share)
 	}
+	f.top[which] = top
 	for _, p := range peers {
 		if p.down.Load() || p.weight.Load() == 0 {
 			// A down peer is never picked; a weightless one stays at 0.
 			p.lat.setBand(0, math.Inf(1))
 			if p.weight.Load() == 0 {
-				p.effectiveWeight = 0
+				p.lat.derived.Store(0)
 			}
 			continue
 		}
 		w := int64(math.Round(fastestScale * p.lat.share / top))
 		w = min(max(w, f.floor), fastestScale)
 		f.setBandLocked(p, m, top, w, measured)
-		p.effectiveWeight = w
+		p.lat.derived.Store(w)
 	}
 	f.reweighed(peers, now)
 }

@@ -52,6 +52,7 @@ type latencyStats struct {
 	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
 	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
 	connected atomic.Bool   // failures cleared by Connected (connect.go), which Done then treats as its own
+	derived   atomic.Int64  // the weight derived from latency, out of fastestScale; read by Peer.State
 	est       float64       // scratch of a recompute: the estimate (ns)
 	share     float64       // scratch of a recompute: the unscaled weight
 }
@@ -68,6 +69,7 @@ func (s *latencyStats) reset() {
 	s.exploring.Store(false)
 	s.confirmed.Store(0)
 	s.connected.Store(false)
+	s.derived.Store(0)
 }
 
 // setBand stores FastestFirst's band [lo, hi].

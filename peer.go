@@ -243,6 +243,7 @@ func (p *Peer) InFlight() int { return int(p.inFlight()) }
 type PeerState struct {
 	Weight          int
 	EffectiveWeight int
+	DerivedWeight   int // FastestFirst's weight from latency, out of 100; 0 under other pickers
 	CurrentWeight   int
 	Fails           int
 	InFlight        int
@@ -292,6 +293,7 @@ func (p *Peer) State() PeerState {
 	return PeerState{
 		Weight:          int(p.weight.Load()),
 		EffectiveWeight: int(ew),
+		DerivedWeight:   int(p.lat.derived.Load()),
 		CurrentWeight:   int(cw),
 		Fails:           int(p.fails.Load()),
 		InFlight:        int(p.inFlight()),

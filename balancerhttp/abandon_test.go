@@ -151,7 +151,7 @@ func TestAbandoned_stalledBackendAvoided(t *testing.T) {
 					fastest := min(slowest[peers[0].Addr()], slowest[peers[2].Addr()])
 					bound := stalledWeightBound(fastest, quickestAbandoned[stalledAddr], elapsed)
 					t.Logf("fastest peer's slowest reply %v: the stalled peer's weight is at most %d", fastest, bound)
-					assert.LessOrEqual(t, peers[1].State().EffectiveWeight, bound, "stalled backend's derived weight")
+					assert.LessOrEqual(t, peers[1].State().DerivedWeight, bound, "stalled backend's derived weight")
 				}
 			})
 		}

@@ -7,6 +7,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -89,6 +90,19 @@ var families = []struct {
 		{"lbgo.P2CPeakEWMA", ours(balancer.NewP2CPeakEWMA, true)},
 		{"lbgo.FastestFirst", ours(balancer.NewFastestFirst, true)},
 		{"lbgo.RandomTwo", ours(balancer.NewRandomTwo, true)},
+		{"kratos.p2c", kratos(func() selector.Selector { return p2c.New() })},
+	}},
+	// The same under the latencies real servers give (see latencies): the
+	// latency-aware pickers' cost depends on what they are fed. kratos's
+	// p2c measures its own latencies, so its cost does not.
+	{"feedback-lognormal", []impl{
+		{"lbgo.P2CPeakEWMA", oursLat(balancer.NewP2CPeakEWMA, "lognormal")},
+		{"lbgo.FastestFirst", oursLat(balancer.NewFastestFirst, "lognormal")},
+		{"kratos.p2c", kratos(func() selector.Selector { return p2c.New() })},
+	}},
+	{"feedback-bimodal", []impl{
+		{"lbgo.P2CPeakEWMA", oursLat(balancer.NewP2CPeakEWMA, "bimodal")},
+		{"lbgo.FastestFirst", oursLat(balancer.NewFastestFirst, "bimodal")},
 		{"kratos.p2c", kratos(func() selector.Selector { return p2c.New() })},
 	}},
 	// Consistent hashing: each pick hashes one of hashKeys, in turn, and
@@ -500,6 +514,140 @@ func kratos(newSelector func() selector.Selector) func(int) runner {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					pick()
+				}
+			})
+		}
+	}
+}
+
+// latencies are the latencies the feedback workloads report, in turn: a
+// lognormal of median 1 ms and σ 1.2 (heavy-tailed, as real service times
+// are), 4096 values drawn once from a seeded generator, and a bimodal
+// alternation of 100 µs and 20 ms (a cache hit and a miss).
+var latencies = map[string][]time.Duration{
+	"lognormal": lognormal(4096, 1),
+	"bimodal":   {100 * time.Microsecond, 20 * time.Millisecond},
+}
+
+// lognormal returns n latencies drawn from the lognormal of median 1 ms and
+// σ 1.2 by a generator seeded with seed.
+func lognormal(n int, seed uint64) []time.Duration {
+	r := rand.New(rand.NewPCG(seed, 0))
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = time.Duration(float64(time.Millisecond) * math.Exp(1.2*r.NormFloat64()))
+	}
+	return out
+}
+
+// oursLat builds one of the library's feedback pickers whose runner reports
+// the latencies of latencies[dist], in turn (each parallel goroutine from
+// its own offset).
+func oursLat[P balancer.Picker](newPicker func([]*balancer.Peer, ...balancer.Option) (P, error), dist string) func(int) runner {
+	lat := latencies[dist]
+	return func(n int) runner {
+		peers := make([]*balancer.Peer, n)
+		for i := range peers {
+			peers[i] = balancer.NewPeer(addr(i), balancer.Weight(weight(i)))
+		}
+		p, err := newPicker(peers)
+		if err != nil {
+			panic(err)
+		}
+		return func(b *testing.B, parallel bool) {
+			if !parallel {
+				i := 0
+				for b.Loop() {
+					peer, _ := p.Pick(nil)
+					_ = p.Done(peer, balancer.Outcome{Latency: lat[i%len(lat)]})
+					i++
+				}
+				return
+			}
+			var seq atomic.Int64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1)) * 977
+				for pb.Next() {
+					peer, _ := p.Pick(nil)
+					_ = p.Done(peer, balancer.Outcome{Latency: lat[i%len(lat)]})
+					i++
+				}
+			})
+		}
+	}
+}
+
+// warmupPicks is how many picks of a fresh picker the warm-up workload
+// times before it builds the next one.
+const warmupPicks = 20000
+
+// BenchmarkWarmup times the first 20,000 Pick+Done of fresh pickers, serially,
+// lognormal latencies: Warmup/<impl>/peers=<n>, ns/op per pick. Every
+// 20,000 picks a new picker is built, untimed; a latency-aware picker meets
+// every peer's first report here, which its steady state does not.
+func BenchmarkWarmup(b *testing.B) {
+	lat := latencies["lognormal"]
+	type fresh func() (pick func(i int))
+	ourFresh := func(newPicker func([]*balancer.Peer, ...balancer.Option) (balancer.Picker, error), n int) fresh {
+		return func() func(int) {
+			peers := make([]*balancer.Peer, n)
+			for i := range peers {
+				peers[i] = balancer.NewPeer(addr(i), balancer.Weight(weight(i)))
+			}
+			p, err := newPicker(peers)
+			if err != nil {
+				panic(err)
+			}
+			return func(i int) {
+				peer, _ := p.Pick(nil)
+				_ = p.Done(peer, balancer.Outcome{Latency: lat[i%len(lat)]})
+			}
+		}
+	}
+	kratosFresh := func(n int) fresh {
+		return func() func(int) {
+			nodes := make([]selector.Node, n)
+			for i := range nodes {
+				nodes[i] = selector.NewNode("http", addr(i), &registry.ServiceInstance{
+					Metadata: map[string]string{"weight": strconv.Itoa(weight(i))},
+				})
+			}
+			s := p2c.New()
+			s.Apply(nodes)
+			ctx := context.Background()
+			return func(int) {
+				_, done, err := s.Select(ctx)
+				if err == nil {
+					done(ctx, selector.DoneInfo{})
+				}
+			}
+		}
+	}
+	for _, n := range sizes {
+		impls := []struct {
+			name string
+			f    fresh
+		}{
+			{"lbgo.FastestFirst", ourFresh(func(p []*balancer.Peer, o ...balancer.Option) (balancer.Picker, error) {
+				return balancer.NewFastestFirst(p, o...)
+			}, n)},
+			{"lbgo.P2CPeakEWMA", ourFresh(func(p []*balancer.Peer, o ...balancer.Option) (balancer.Picker, error) {
+				return balancer.NewP2CPeakEWMA(p, o...)
+			}, n)},
+			{"kratos.p2c", kratosFresh(n)},
+		}
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("%s/peers=%d", im.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				var pick func(int)
+				for i := range b.N {
+					if i%warmupPicks == 0 {
+						b.StopTimer()
+						pick = im.f()
+						b.StartTimer()
+					}
+					pick(i)
 				}
 			})
 		}

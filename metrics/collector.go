@@ -133,7 +133,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.d.fails, float64(st.Fails), addr)
 		gauge(c.d.weight, float64(state.Weight), addr)
-		gauge(c.d.effective, float64(state.EffectiveWeight), addr)
+		balancedBy := state.EffectiveWeight
+		if state.DerivedWeight != 0 { // FastestFirst balances by the weight it derives
+			balancedBy = state.DerivedWeight
+		}
+		gauge(c.d.effective, float64(balancedBy), addr)
 		if st.Measured {
 			gauge(c.d.latency, st.Latency.Seconds(), addr)
 		}

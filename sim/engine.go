@@ -406,7 +406,7 @@ func (w *world) weigh(t int64) {
 	for w.nextWeigh*n < len(w.weights) && int64(w.nextWeigh+1)*int64(Bucket) <= t {
 		row := w.weights[w.nextWeigh*n : (w.nextWeigh+1)*n]
 		for i, p := range w.clients[0].peers {
-			row[i] = int32(p.State().EffectiveWeight)
+			row[i] = int32(weightOf(p.State()))
 		}
 		w.nextWeigh++
 	}
@@ -599,4 +599,13 @@ func (w *world) pop() event {
 
 func (e *event) before(o *event) bool {
 	return e.at < o.at || e.at == o.at && e.seq < o.seq
+}
+
+// weightOf returns the weight a picker balances a peer by: the weight
+// FastestFirst derives from latency, else nginx's effective weight.
+func weightOf(st balancer.PeerState) int {
+	if st.DerivedWeight != 0 {
+		return st.DerivedWeight
+	}
+	return st.EffectiveWeight
 }

@@ -76,10 +76,11 @@ type Result struct {
 	// bucket-major: Picks[k*Backends+i].
 	Picks    []int32
 	Backends int
-	// Weights holds the first client's effective weight of each backend,
-	// as Peer.State reports it, at the end of each Bucket, laid out as
-	// Picks. It is the weight FastestFirst derives from latency, and for
-	// nginx's pickers the configured weight as failures lower it.
+	// Weights holds the first client's weight of each backend, as
+	// Peer.State reports it, at the end of each Bucket, laid out as Picks:
+	// for FastestFirst the weight it derives from latency (DerivedWeight),
+	// for nginx's pickers the configured weight as failures lower it
+	// (EffectiveWeight).
 	Weights []int32
 }
 

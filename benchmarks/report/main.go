@@ -519,7 +519,7 @@ var targets = []target{
 	{
 		"FastestFirst, Pick plus report: ≤ 1.0× kratos p2c from 10 peers on",
 		ratioTarget("feedback", "lbgo.FastestFirst", "feedback", "kratos.p2c", 1.0, sizes[1:], modes, false),
-		"up to 32 peers FastestFirst scans every peer under its lock, as nginx's least_conn, so that the smooth order among tied peers holds; above, the pick is the least expected delay among three peers drawn by derived weight, lock-free, and a successful report takes no lock until an estimate leaves its band.",
+		"up to 32 peers FastestFirst scans every peer under its lock, as nginx's least_conn, so that the smooth order among tied peers holds; above, the pick is the least expected delay among three peers drawn by derived weight, lock-free, and a successful report takes no lock while its estimate stays in its band; one that leaves it reweighs that peer alone under the lock, and the O(n) recompute waits for one such report in n.",
 	},
 	{
 		"FastestFirst, Pick plus report: ≤ 2× its time at 10 peers at every size",
@@ -584,6 +584,7 @@ func (r *results) write(w io.Writer, m meta) {
 		r.writeFamily(w, f)
 	}
 	r.writeRingBuild(w)
+	r.writeLatency(w, "")
 	r.writeCores(w)
 	fmt.Fprint(w, contention)
 	fmt.Fprint(w, notes)
@@ -606,7 +607,7 @@ a time.
 | SmoothWRR, ClassicWRR (cycle), RoundRobin | the shared counter; the chosen peer's slots word | the peer's slots word | the shared counter is written by every pick on every core, so throughput stays at about one pick per line transfer (5–20 M/s) however many cores; the peer lines spread over n peers. The atomic-add floor row shows the same limit. |
 | RandomWeighted, Random, RandomTwo | the chosen peer's slots word (the generator is per thread) | the peer's slots word | no shared write: throughput grows with cores while n ≫ cores; with n close to the core count, picks collide on peer lines and each pays about one transfer. |
 | P2CPeakEWMA | the chosen peer's slots word | the peer's slots word and its estimate (compare-and-swap) and stamp | as RandomTwo, plus two peer lines read that other cores write: about two coherence misses a pick at high core counts, still no shared line. |
-| FastestFirst above 32 peers | the chosen peer's slots word (and its since stamp when it was idle) | the peer's slots word and estimate; a recompute, only when an estimate leaves its band, rewrites the table under the lock | as P2CPeakEWMA while estimates stay in their bands; recomputes serialize, O(n) each. |
+| FastestFirst above 32 peers | the chosen peer's slots word (and its since stamp when it was idle) | the peer's slots word and estimate; an estimate out of its band takes the lock to reweigh its peer, and one such report in n (or one report in n at random) recomputes every weight and rewrites the table | as P2CPeakEWMA while estimates stay in their bands; when they move, the reports that take the lock serialize, O(1) each plus an O(n) recompute per n of them. |
 | LeastConn; FastestFirst up to 32 peers; ConsistentHash retries and bounded loads | the picker's mutex (twice) and the current weights of tied peers | the peer's slots word; failures take the mutex (every report, with bounded loads) | every pick serializes on the mutex line: throughput flat at about 1/(critical section + transfer), falling under contention past a few cores. RandomTwo is the scalable alternative to LeastConn. |
 | Hash, IPHash; ConsistentHash, first attempt to a healthy peer | the chosen peer's slots word | the peer's slots word | as RandomTwo; the round-robin fallback (no key, 20 fruitless steps) writes the shared counter of SmoothWRR's cycle while the weights are static (the SmoothWRR row), and takes the mutex otherwise. |
 `
@@ -643,9 +644,11 @@ const notes = `
   tied peer. RandomTwo is its O(1), lock-free alternative.
 - **FastestFirst** keeps nginx's exact scan, and its smooth order among tied
   peers, up to 32 peers; above, a pick takes the least loaded of three peers
-  drawn by derived weight from an alias table that is rewritten in place
-  only when an estimate leaves its band, and a successful report takes no
-  lock.
+  drawn by derived weight from an alias table, a successful report takes no
+  lock while its estimate stays in its band, and one that leaves it
+  reweighs its peer alone; every weight and the table are recomputed once
+  per n such reports, so a report is O(1) amortized whatever the latencies
+  (see the section on real latencies).
 - **P2CPeakEWMA** reads no clock on a pick: the two costs compare at the
   later of their two stamps, one exponential between them; a report reads
   the clock once and moves the estimate by compare-and-swap.
@@ -665,6 +668,8 @@ func main() {
 	flag.StringVar(&m.date, "date", "?", "date of the run")
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
 	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
+	load := flag.String("load", "", "the load average when the rounds started, for -only's note")
+	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "report: no round files")
@@ -675,6 +680,23 @@ func main() {
 	r.cores = &results{data: map[string]map[int]sample{}}
 	r.cores.rounds = readRounds(strings.Split(strings.Trim(*coreFiles, ","), ","), r.cores.parseProcs)
 	var b strings.Builder
+	switch *only {
+	case "":
+	case "fastest":
+		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top; its FastestFirst rows are from the code before this section's.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
+		if *load != "" {
+			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started; other work may share the cores of this machine at any time, so compare the ratios, taken within a round, rather than times across sections.", *load)
+		}
+		r.writeLatency(&b, note)
+		if err := replaceSection(*out, latencySection, "## Cores", b.String()); err != nil {
+			fmt.Fprintln(os.Stderr, "report:", err)
+			os.Exit(1)
+		}
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest\n", *only)
+		os.Exit(2)
+	}
 	r.write(&b, m)
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)

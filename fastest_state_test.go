@@ -1,0 +1,85 @@
+package balancer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// How FastestFirst combines configured and derived weights, as its doc
+// states: with equal latencies, weights 5:3:1 derive 100:60:20 (the
+// configured weight times the latency factor, 1 for all, scaled to 100 for
+// the largest), and a pick takes the least (in flight + 1)/derived weight.
+// One request at a time, every pick sees nothing in flight, so all go to
+// the peer of the largest weight: 1/100 < 1/60 < 1/20. Held in flight
+// together, 90 attempts split as the weights: the least-delay rule fills
+// until c_i/w_i is level, 50/100 = 30/60 = 10/20.
+func TestFastestFirst_weightsCombine(t *testing.T) {
+	newPeers := func() []*Peer {
+		return []*Peer{NewPeer("a", Weight(5), MaxFails(2)), NewPeer("b", Weight(3), MaxFails(2)), NewPeer("c", Weight(1), MaxFails(2))}
+	}
+	t.Run("sequential", func(t *testing.T) {
+		clk := newFakeClock()
+		peers := newPeers()
+		f := newTestFF(t, clk, peers)
+		got := map[string]int{}
+		for range 90 {
+			p := mustPick(t, f, nil)
+			got[p.Addr()]++
+			clk.add(time.Millisecond)
+			require.NoError(t, f.Done(p, Outcome{Latency: time.Millisecond}))
+		}
+		assert.Equal(t, map[string]int{"a": 90}, got)
+		for i, want := range []int{100, 60, 20} {
+			assert.Equal(t, want, peers[i].State().DerivedWeight, "derived weight of %s", peers[i])
+		}
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		clk := newFakeClock()
+		peers := newPeers()
+		f := newTestFF(t, clk, peers)
+		ffMeasureAll(t, f, clk, peers)
+		got := map[string]int{}
+		for range 90 {
+			got[mustPick(t, f, nil).Addr()]++
+		}
+		assert.Equal(t, map[string]int{"a": 50, "b": 30, "c": 10}, got)
+	})
+	t.Run("state", func(t *testing.T) {
+		// EffectiveWeight is nginx's: the configured weight, lowered by
+		// weight/max_fails = 5/2 = 2 at a failure, back by one a pick.
+		clk := newFakeClock()
+		peers := newPeers()
+		f := newTestFF(t, clk, peers)
+		ffMeasureAll(t, f, clk, peers)
+		a := peers[0]
+		assert.Equal(t, 5, a.State().EffectiveWeight)
+		require.Equal(t, a, mustPick(t, f, nil))
+		require.NoError(t, f.Done(a, Outcome{Failed: true}))
+		st := a.State()
+		assert.Equal(t, 3, st.EffectiveWeight, "5 − 5/2 after one failure")
+		assert.Less(t, st.DerivedWeight, 100, "the penalty latency lowers the derived weight")
+		p := mustPick(t, f, nil)
+		assert.Equal(t, 4, a.State().EffectiveWeight, "one step back at the next pick")
+		require.NoError(t, f.Done(p, Outcome{Latency: time.Millisecond}))
+	})
+}
+
+// ffMeasureAll holds 9 attempts in flight, which reaches every peer of
+// weights 5:3:1, and reports them all as 1 ms: equal latencies.
+func ffMeasureAll(t *testing.T, f *FastestFirst, clk *fakeClock, peers []*Peer) {
+	t.Helper()
+	var out []*Peer
+	for range 9 {
+		out = append(out, mustPick(t, f, nil))
+	}
+	for _, p := range peers {
+		require.Contains(t, out, p)
+	}
+	clk.add(time.Millisecond)
+	for _, p := range out {
+		require.NoError(t, f.Done(p, Outcome{Latency: time.Millisecond}))
+	}
+}
