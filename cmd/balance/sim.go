@@ -65,7 +65,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	svgDir := fs.String("svg", "", "also write SVG charts of each scenario's first seed into `DIR`, created if missing")
 	parallel := fs.Int("j", 0, "runs at once (default GOMAXPROCS); the output does not depend on it")
 	duration := fs.Duration("duration", 0, "override: simulated time per run "+durationDefault)
-	load := fs.Float64("load", 0, "override: offered load as a fraction of capacity "+loadDefault)
+	load := fs.Float64("load", 0, "override: offered load as a fraction of capacity, below 1 "+loadDefault)
 	clients := fs.Int("clients", 0, "override: number of independent clients K "+clientsDefault)
 	var tries, maxFails optInt
 	var failTimeout optDuration
@@ -108,8 +108,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return bad("j", "need at least 1 run at once (default GOMAXPROCS)")
 	case !positive("duration", *duration):
 		return bad("duration", "the simulated time must be positive")
-	case has("load") && !(*load > 0 && !math.IsInf(*load, 0)):
-		return bad("load", "the offered load must be a positive finite fraction of capacity")
+	case has("load") && !(*load > 0 && *load < 1):
+		return bad("load", "the offered load must be a fraction of capacity in (0, 1): at 1 or more the queues grow without bound")
 	case has("clients") && *clients < 1:
 		return bad("clients", "need at least 1 client")
 	case !positive("timeout", *timeout):
