@@ -300,12 +300,12 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, string, error
 	if limit == 0 {
 		limit = DefaultMaxReplayBody
 	}
-	over := fmt.Sprintf("over MaxReplayBody %d", limit)
+	over := func() string { return fmt.Sprintf("over MaxReplayBody %d", limit) } // only when it is the reason
 	if limit < 0 {
 		return func() io.ReadCloser { return out.Body }, fmt.Sprintf("MaxReplayBody %d", limit), nil
 	}
 	if out.ContentLength > limit {
-		return func() io.ReadCloser { return out.Body }, over, nil
+		return func() io.ReadCloser { return out.Body }, over(), nil
 	}
 	var buf bytes.Buffer
 	if out.ContentLength > 0 {
@@ -322,7 +322,7 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, string, error
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf.Bytes()), out.Body), out.Body}
-		return func() io.ReadCloser { return rest }, over, nil
+		return func() io.ReadCloser { return rest }, over(), nil
 	}
 	_ = out.Body.Close()
 	b := buf.Bytes()
