@@ -22,7 +22,11 @@ import (
 // The metrics a Collector exports, each with the constant label picker and,
 // per peer, the label peer: the peer's address, and for the k-th peer
 // (k ≥ 2, in the order of Peers) of an address that peers share, the
-// address followed by "#k", such as "10.0.0.1:80#2".
+// address followed by "#k", such as "10.0.0.1:80#2". The label is by
+// position: when one of the peers sharing an address leaves, the ones after
+// it move down a label, so their counters' series continue another peer's.
+// Peers that share an address are rare (an nginx block that repeats a server
+// line); a series that jumps back is Prometheus's counter reset.
 const (
 	InFlightName        = "balancer_peer_in_flight"
 	AttemptsName        = "balancer_peer_attempts_total"
