@@ -279,15 +279,15 @@ func TestClassicWRR_failWindow(t *testing.T) {
 	assert.Equal(t, 0, a.State().CurrentWeight, "1 − 2/1 clamped at 0")
 
 	// Out through t=110: b alone, each pick ending a round ([2 1] → b).
-	for clk.t.Unix() <= 110 {
-		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.t.Unix())
+	for clk.now().Unix() <= 110 {
+		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
 	// t=111: a is back with its whole round, [2 0]: a, the probe.
 	p, err = s.Pick(nil)
 	require.NoError(t, err)
 	assert.Same(t, a, p, "probe at t=111")
-	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	assert.Nil(t, s.cycle.Load(), "no cycle while a has failures on record")
 	require.NoError(t, s.Done(p, Outcome{}))
 	assert.Equal(t, 0, a.State().Fails, "a successful probe clears fails")
@@ -468,7 +468,7 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				now := clk.t.UnixNano()
+				now := clk.now().UnixNano()
 				requestAsModel(t, rng, s, &model.ngxModel, model.pick, model.free, failProb, now, step)
 				for _, m := range model.all() {
 					st := byAddr[m.addr].State()

@@ -326,15 +326,13 @@ func kinds(events []Event) []EventKind {
 // every attempt is released and every report accepted. Run with -race.
 func TestConnected_concurrent(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
-		var now atomic.Int64
-		now.Store(time.Unix(100, 0).UnixNano())
-		clock := func() time.Time { return time.Unix(0, now.Load()) }
+		clk := newFakeClock()
 		peers := []*Peer{
 			NewPeer("a", MaxFails(1), FailTimeout(time.Millisecond)),
 			NewPeer("b", MaxFails(2), FailTimeout(time.Millisecond)),
 			NewPeer("c"),
 		}
-		p, err := pc.new(peers, WithClock(clock))
+		p, err := pc.new(peers, clk.opt())
 		require.NoError(t, err)
 		c := p.(Connector)
 		var wg sync.WaitGroup
@@ -342,7 +340,7 @@ func TestConnected_concurrent(t *testing.T) {
 		for g := range 8 {
 			wg.Go(func() {
 				for i := range 500 {
-					now.Add(int64(100 * time.Microsecond))
+					clk.add(100 * time.Microsecond)
 					peer, err := p.Pick(nil)
 					if err != nil {
 						continue // every peer out for a moment
@@ -541,7 +539,7 @@ func TestConnected_matchesStreamModel(t *testing.T) {
 				}
 				var open []session
 				for step := range 300 {
-					now := clk.t.UnixNano()
+					now := clk.now().UnixNano()
 					switch k := rng.IntN(20); {
 					case k < 2:
 						clk.add(time.Duration(rng.IntN(4)) * time.Second)

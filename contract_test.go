@@ -697,7 +697,7 @@ func TestContract_nextEligible(t *testing.T) {
 		// At that instant minus 1ns b is still out; at it, b is back. c
 		// is set down so that b is the only candidate.
 		require.NoError(t, p.SetDown(c, true))
-		clk.t = t0.Add(6 * time.Second)
+		clk.set(t0.Add(6 * time.Second))
 		_, err = p.Pick(nil)
 		assert.ErrorIs(t, err, ErrNoLivePeer, "b still out through checked+fail_timeout")
 		at, _ = p.NextEligible()
@@ -715,7 +715,7 @@ func TestContract_nextEligible(t *testing.T) {
 		_, ok = p.NextEligible()
 		assert.False(t, ok, "the only failed peer is down")
 		require.NoError(t, p.SetDown(a, false))
-		clk.t = t0.Add(10*time.Second + 1)
+		clk.set(t0.Add(10*time.Second + 1))
 		_, ok = p.NextEligible()
 		assert.False(t, ok, "a's window has passed")
 	})

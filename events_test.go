@@ -170,10 +170,9 @@ func TestEvents_noAllocs(t *testing.T) {
 func TestEvents_concurrent(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		var n atomic.Int64
-		var now atomic.Int64
-		clock := func() time.Time { return time.Unix(0, now.Load()) }
+		clk := newFakeClockAt(time.Unix(0, 0))
 		peers := []*Peer{NewPeer("a", FailTimeout(time.Millisecond)), NewPeer("b", FailTimeout(time.Millisecond)), NewPeer("c")}
-		p, err := pc.new(peers, WithClock(clock), WithEvents(func(e Event) {
+		p, err := pc.new(peers, clk.opt(), WithEvents(func(e Event) {
 			if e.Peer != nil {
 				_ = e.Peer.Stats() // allowed from the hook
 			}
@@ -184,7 +183,7 @@ func TestEvents_concurrent(t *testing.T) {
 		for g := range 4 {
 			wg.Go(func() {
 				for i := range 500 {
-					now.Add(int64(100 * time.Microsecond))
+					clk.add(100 * time.Microsecond)
 					got, err := p.Pick(nil)
 					if err != nil {
 						continue

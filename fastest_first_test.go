@@ -89,7 +89,7 @@ func (l *ffLoop) run(outstanding int, until time.Duration) []int {
 		if next.at.Sub(l.start) > until {
 			return got
 		}
-		l.clk.t = next.at
+		l.clk.set(next.at)
 		l.out = slices.Delete(l.out, k, k+1)
 		if err := l.p.Done(next.peer, Outcome{Latency: next.r.lat, Failed: next.r.failed}); err != nil {
 			l.t.Fatalf("Done(%v) at %v: %v", next.peer, l.elapsed(), err)
@@ -618,7 +618,7 @@ func ffToyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) ti
 	settle := func(until time.Duration) {
 		for q.Len() > 0 && q[0].at <= until {
 			d := heap.Pop(&q).(ffToyDone)
-			clk.t = start.Add(d.at)
+			clk.set(start.Add(d.at))
 			require.NoError(t, p.Done(d.peer, Outcome{Latency: d.lat}))
 		}
 	}
@@ -626,7 +626,7 @@ func ffToyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) ti
 		now += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 		size := rng.ExpFloat64()
 		settle(now)
-		clk.t = start.Add(now)
+		clk.set(start.Add(now))
 		peer := mustPick(t, p, nil)
 		i := slices.Index(peers, peer)
 		service := time.Duration(size * float64(mean))

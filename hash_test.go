@@ -73,7 +73,7 @@ func hkPeers(weights ...int) []*Peer {
 	return ps
 }
 
-func hkClock() Option { return WithClock(func() time.Time { return time.Unix(1_700_000_000, 0) }) }
+func hkClock() Option { return newFakeClockAt(time.Unix(1_700_000_000, 0)).opt() }
 
 // TestHash_derivedSequence checks Hash against the derivation for many
 // keys, with some peers down and, per request, the first candidates failing
@@ -630,7 +630,7 @@ func TestHashPickers_fallbackAsModel(t *testing.T) {
 					if q.key == "" && method != "IPHash" {
 						fallbacks++
 					}
-					now := clk.t.UnixNano()
+					now := clk.now().UnixNano()
 					if sr := smoothOf(p); sr != nil && sr.cycle.Load() != nil {
 						cycled++
 					} else if sr != nil && sr.groups != nil {

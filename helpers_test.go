@@ -3,20 +3,38 @@ package balancer
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// fakeClock is a settable clock for tests; it never moves by itself.
-type fakeClock struct{ t time.Time }
+// fakeClock is the tests' clock: it moves only when a test moves it, and
+// goroutines may read and move it at once. It counts its reads.
+type fakeClock struct{ ns, reads atomic.Int64 }
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(100, 0)} }
+// newFakeClock returns a fakeClock at 100 s past the Unix epoch.
+func newFakeClock() *fakeClock { return newFakeClockAt(time.Unix(100, 0)) }
 
-func (c *fakeClock) now() time.Time { return c.t }
+// newFakeClockAt returns a fakeClock at t.
+func newFakeClockAt(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
 
-func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func (c *fakeClock) now() time.Time {
+	c.reads.Add(1)
+	return time.Unix(0, c.ns.Load())
+}
+
+func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+func (c *fakeClock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
+
+// opt is the option that makes a picker read c.
+func (c *fakeClock) opt() Option { return WithClock(c.now) }
 
 // weighted returns peers named a, b, c... with the given weights.
 func weighted(ws ...int) []*Peer {

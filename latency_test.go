@@ -126,7 +126,7 @@ func runAbandon(t *testing.T, newPicker func([]*Peer, ...Option) (Balancer, erro
 	for steps := 0; q.Len() > 0; steps++ {
 		require.Less(t, steps, 100*abandonRequests, "the loop is bounded")
 		e := heap.Pop(&q).(*abandonEvent)
-		clk.t = e.at
+		clk.set(e.at)
 		if e.peer == nil {
 			attempt(e.req)
 			continue

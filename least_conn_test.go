@@ -192,9 +192,9 @@ func TestLeastConn_failWindow(t *testing.T) {
 	require.NoError(t, b.Done(a, Outcome{Failed: true}))
 	assert.Equal(t, 0, a.State().EffectiveWeight, "1 − 1/1")
 
-	for clk.t.Unix() <= 110 {
+	for clk.now().Unix() <= 110 {
 		// b alone is eligible: no tie, current weights untouched.
-		assert.Equal(t, "b b", picks(t, b, 2), "at t=%d", clk.t.Unix())
+		assert.Equal(t, "b b", picks(t, b, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
 	assert.Equal(t, []int{-1, 1}, cwOf(peers))
@@ -203,7 +203,7 @@ func TestLeastConn_failWindow(t *testing.T) {
 	// a −1+1, b 1+1: total 2, b, [0 0].
 	// a 0+1, b 0+1: a, the first, [−1 1]: the probe.
 	assert.Equal(t, "b b a", picks(t, b, 3))
-	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	assert.Equal(t, 0, a.State().Fails, "the successful probe cleared fails")
 	assert.Equal(t, []int{-1, 1}, cwOf(peers))
 }
@@ -350,7 +350,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			}
 			var held []attempt
 			done := func(a attempt, failed bool) {
-				model.done(a.model, failed, clk.t.UnixNano())
+				model.done(a.model, failed, clk.now().UnixNano())
 				require.NoError(t, b.Done(a.peer, Outcome{Failed: failed}))
 			}
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
@@ -367,7 +367,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 				var r Request
 				model.begin()
 				for {
-					want := model.pick(clk.t.UnixNano())
+					want := model.pick(clk.now().UnixNano())
 					got := pickAsModel(t, b, &r, want, model.exhausted(), step)
 					if got == nil {
 						break

@@ -100,8 +100,8 @@ func TestSmoothWRR_failWindow(t *testing.T) {
 	require.Equal(t, "a", p.Addr())
 	require.NoError(t, s.Done(p, Outcome{Failed: true}))
 
-	for clk.t.Unix() <= 110 {
-		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.t.Unix())
+	for clk.now().Unix() <= 110 {
+		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
 	// t=111: eligible, but effective weight 0 then 1 loses two rounds.
@@ -110,7 +110,7 @@ func TestSmoothWRR_failWindow(t *testing.T) {
 	p, err = s.Pick(nil)
 	require.NoError(t, err)
 	assert.Equal(t, "a", p.Addr(), "probe at t=112")
-	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	require.NoError(t, s.Done(p, Outcome{}))
 	assert.Equal(t, 0, a.State().Fails, "a successful probe clears fails")
 }
@@ -160,7 +160,7 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				now := clk.t.UnixNano()
+				now := clk.now().UnixNano()
 				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, now, step)
 				// nginx's invariant: each scan hands out what it takes back,
 				// so the current weights always sum to zero.

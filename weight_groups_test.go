@@ -36,7 +36,7 @@ func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, clk.t.UnixNano(), step)
+				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, clk.now().UnixNano(), step)
 				if s.groups != nil {
 					grouped++
 				}
@@ -99,7 +99,7 @@ func TestSmoothWRR_groupedScanUpdates(t *testing.T) {
 				case x < 15:
 					clk.add(time.Second)
 				}
-				now := clk.t.UnixNano()
+				now := clk.now().UnixNano()
 				model.begin()
 				want := model.pick(now)
 				got, err := s.Pick(nil)
