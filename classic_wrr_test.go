@@ -15,23 +15,6 @@ import (
 // ClassicWRR's promises beyond the contract, checked by FuzzPickers.
 var _ = declareTraits("ClassicWRR", fuzzTrait{cycle: cycleWeights, zeroWeight: zwEligible, cwInRange: true})
 
-// exactPicks is picks through the locked scan: a request that is not fresh
-// never takes the cycle, and with no tried bits it skips no peer.
-func exactPicks(t *testing.T, p Picker, n int) string {
-	t.Helper()
-	out := make([]string, n)
-	var r Request
-	for i := range out {
-		r.Reset()
-		r.attempts, r.limit = 1, 2
-		peer, err := p.Pick(&r)
-		require.NoError(t, err)
-		require.NoError(t, p.Done(peer, Outcome{}))
-		out[i] = peer.Addr()
-	}
-	return strings.Join(out, " ")
-}
-
 // currentWeights returns the current weight of each peer, in config order.
 func currentWeights(s *ClassicWRR) []int {
 	var cw []int
@@ -59,7 +42,7 @@ func TestClassicWRR_trace(t *testing.T) {
 		s, err := NewClassicWRR(weighted(5, 1, 2))
 		require.NoError(t, err)
 		for step, w := range want {
-			assert.Equal(t, w.pick, exactPicks(t, s, 1), "step %d", step)
+			assert.Equal(t, w.pick, picks(t, s, 1, pickLocked), "step %d", step)
 			got := make([]int, 3)
 			for i, q := range s.Peers() {
 				got[i] = q.State().CurrentWeight
@@ -120,7 +103,7 @@ func TestClassicWRR_derived(t *testing.T) {
 			assert.Equal(t, tt.want, picks(t, s, n), "cycle")
 			s, err = NewClassicWRR(weighted(tt.weights...))
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, exactPicks(t, s, n), "scan")
+			assert.Equal(t, tt.want, picks(t, s, n, pickLocked), "scan")
 		})
 	}
 }
@@ -193,7 +176,7 @@ func TestClassicWRR_period(t *testing.T) {
 			}
 		}
 		exact, _ := build()
-		require.Equal(t, seq, exactPicks(t, exact, 3*total), "weights %v down %v", c.ws, c.down)
+		require.Equal(t, seq, picks(t, exact, 3*total, pickLocked), "weights %v down %v", c.ws, c.down)
 	}
 }
 

@@ -45,14 +45,47 @@ func weighted(ws ...int) []*Peer {
 	return ps
 }
 
-// picks returns n picks, each reported as a success.
-func picks(t *testing.T, p Picker, n int) string {
+// pickHow changes how picks makes its picks; the zero value is the plain
+// way: a nil Request, every pick must succeed and is reported a success.
+type pickHow uint8
+
+const (
+	// pickHold reports none of the picks, so the attempts stay in flight.
+	pickHold pickHow = 1 << iota
+	// pickGaps lets a pick fail: it shows as "-" instead of failing the
+	// test.
+	pickGaps
+	// pickLocked picks through the locked scan: each pick's Request has had
+	// one attempt of two (a request that is not fresh never takes the
+	// cycle) and, with no tried bits, it skips no peer.
+	pickLocked
+)
+
+// picks returns the addresses of n picks, joined by spaces.
+func picks(t *testing.T, p Picker, n int, how ...pickHow) string {
 	t.Helper()
+	var h pickHow
+	for _, x := range how {
+		h |= x
+	}
 	out := make([]string, n)
+	var r Request
 	for i := range out {
-		peer, err := p.Pick(nil)
+		var req *Request
+		if h&pickLocked != 0 {
+			r.Reset()
+			r.attempts, r.limit = 1, 2
+			req = &r
+		}
+		peer, err := p.Pick(req)
+		if err != nil && h&pickGaps != 0 {
+			out[i] = "-"
+			continue
+		}
 		require.NoError(t, err)
-		require.NoError(t, p.Done(peer, Outcome{}))
+		if h&pickHold == 0 {
+			require.NoError(t, p.Done(peer, Outcome{}))
+		}
 		out[i] = peer.Addr()
 	}
 	return strings.Join(out, " ")

@@ -3,7 +3,6 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,19 +12,6 @@ import (
 
 // LeastConn's promises beyond the contract, checked by FuzzPickers.
 var _ = declareTraits("LeastConn", fuzzTrait{zeroWeight: zwEligible})
-
-// holdPicks returns n picks and reports none of them, so the attempts stay
-// in flight.
-func holdPicks(t *testing.T, p Picker, n int) string {
-	t.Helper()
-	out := make([]string, n)
-	for i := range out {
-		peer, err := p.Pick(nil)
-		require.NoError(t, err)
-		out[i] = peer.Addr()
-	}
-	return strings.Join(out, " ")
-}
 
 // cwOf returns the current weight of each peer, in the order added.
 func cwOf(peers []*Peer) []int {
@@ -162,7 +148,7 @@ func TestLeastConn_inFlight(t *testing.T) {
 	// 3. a 1/3, b 1/1: a (1·1 < 1·3). 4. a 2/3: a (2 < 3).
 	// 5. a 3/3, b 1/1 tie: [2 2] → a, the first: [−2 2].
 	// 6. a 4/3, b 1/1: b (1·3 < 4·1).
-	assert.Equal(t, "a b a a a b", holdPicks(t, b, 6))
+	assert.Equal(t, "a b a a a b", picks(t, b, 6, pickHold))
 	assert.Equal(t, []int{-2, 2}, cwOf(peers))
 	assert.Equal(t, 4, peers[0].InFlight())
 	assert.Equal(t, 2, peers[1].InFlight())
@@ -171,7 +157,7 @@ func TestLeastConn_inFlight(t *testing.T) {
 	for range 4 {
 		require.NoError(t, b.Done(peers[0], Outcome{}))
 	}
-	assert.Equal(t, "a", holdPicks(t, b, 1))
+	assert.Equal(t, "a", picks(t, b, 1, pickHold))
 	require.NoError(t, b.Done(peers[1], Outcome{}))
 	require.NoError(t, b.Done(peers[1], Outcome{}))
 	assert.ErrorIs(t, b.Done(peers[1], Outcome{}), ErrNotInFlight)
@@ -284,7 +270,7 @@ func TestLeastConn_maxConns(t *testing.T) {
 	b, err := NewLeastConn(peers)
 	require.NoError(t, err)
 	// a: tie at 0, [10 1] → a. Then a is full, so b however loaded.
-	assert.Equal(t, "a b b b", holdPicks(t, b, 4))
+	assert.Equal(t, "a b b b", picks(t, b, 4, pickHold))
 }
 
 func TestLeastConn_pickAllocs(t *testing.T) {

@@ -95,19 +95,19 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 	b, err := NewRandomWeighted([]*Peer{old}, WithClock(clk.now), WithWarmup(10*time.Minute), WithRand(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	clk.add(time.Hour)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	require.False(t, b.state.Load().warming, "old is warm")
 
 	// Warm: picks read no clock.
 	clk.reads.Store(0)
-	rwPickN(t, b, 100)
+	picks(t, b, 100)
 	assert.Zero(t, clk.reads.Load())
 
 	fresh := NewPeer("new", Weight(100))
 	require.NoError(t, b.Add(fresh))
 	added := clk.now().UnixNano()
 	clk.add(time.Millisecond)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	st := b.state.Load()
 	require.True(t, st.warming)
 	assert.Equal(t, []uint64{100, 1}, st.primary.w)
@@ -117,10 +117,10 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 
 	// Picks before then keep the table; the first one past it rebuilds.
 	clk.add(step - time.Nanosecond)
-	rwPickN(t, b, 10)
+	picks(t, b, 10)
 	assert.Same(t, st, b.state.Load())
 	clk.add(time.Nanosecond)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	st = b.state.Load()
 	upMs := (clk.now().UnixNano() - added) / 1e6
 	assert.Equal(t, []uint64{100, uint64(dubboWarmupWeight(upMs, 600000, 100))}, st.primary.w)
@@ -128,11 +128,11 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 	// Far past the warm-up, a pick rebuilds once more and the clock goes
 	// quiet again.
 	clk.add(time.Hour)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	assert.False(t, b.state.Load().warming)
 	assert.Equal(t, []uint64{100, 100}, b.state.Load().primary.w)
 	clk.reads.Store(0)
-	rwPickN(t, b, 100)
+	picks(t, b, 100)
 	assert.Zero(t, clk.reads.Load())
 }
 
@@ -149,16 +149,6 @@ func TestRandomWeighted_warmupLagBound(t *testing.T) {
 			worst = max(worst, dubboWarmupWeight(u+s, d, w)-dubboWarmupWeight(u, d, w))
 		}
 		assert.LessOrEqual(t, worst, bound, "weight %d", w)
-	}
-}
-
-// rwPickN makes n picks, each reported as a success.
-func rwPickN(t *testing.T, p Picker, n int) {
-	t.Helper()
-	for range n {
-		got, err := p.Pick(nil)
-		require.NoError(t, err)
-		require.NoError(t, p.Done(got, Outcome{}))
 	}
 }
 
