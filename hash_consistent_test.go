@@ -260,14 +260,6 @@ const (
 	blFactor   = 1.25
 )
 
-func blPeerSet(n int) []*Peer {
-	ps := make([]*Peer, n)
-	for i := range ps {
-		ps[i] = NewPeer(fmt.Sprintf("10.0.0.%d:80", i+1))
-	}
-	return ps
-}
-
 func blKey(k uint64) string { return "key-" + strconv.FormatUint(k, 10) }
 
 // blPick picks for key and fails the test on error.
@@ -335,7 +327,7 @@ func TestConsistentHash_boundedLoad(t *testing.T) {
 		if bounded {
 			opts = append(opts, WithBoundedLoad(blFactor))
 		}
-		c, err := NewConsistentHash(blPeerSet(blPeers), opts...)
+		c, err := NewConsistentHash(addrPeers(blPeers, 1), opts...)
 		require.NoError(t, err)
 		ch := blHold(t, c)
 		busiest := 0
@@ -391,7 +383,7 @@ func TestConsistentHash_keyMovement(t *testing.T) {
 		}
 		return out
 	}
-	peers := blPeerSet(blPeers + 1)
+	peers := addrPeers(blPeers+1, 1)
 	plain, err := NewConsistentHash(peers[:blPeers])
 	require.NoError(t, err)
 	plain10 := assign(plain)
@@ -409,7 +401,7 @@ func TestConsistentHash_keyMovement(t *testing.T) {
 	t.Logf("unbounded: %.4f of keys moved (1/11 = %.4f, tolerance ±%.4f)", frac, 1.0/11, 4*sd)
 	assert.InDelta(t, 1.0/11, frac, 4*sd)
 
-	bpeers := blPeerSet(blPeers + 1)
+	bpeers := addrPeers(blPeers+1, 1)
 	b, err := NewConsistentHash(bpeers[:blPeers], WithBoundedLoad(blFactor))
 	require.NoError(t, err)
 	idle := assign(b)
@@ -505,7 +497,7 @@ func TestConsistentHash_boundedTotalAcrossChanges(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			peers := blPeerSet(4)
+			peers := addrPeers(4, 1)
 			c, err := NewConsistentHash(peers, WithBoundedLoad(factor))
 			require.NoError(t, err)
 			sum := func() (t int64) {
@@ -601,7 +593,7 @@ func BenchmarkConsistentHashRing(b *testing.B) {
 			var c *ConsistentHash
 			for b.Loop() {
 				var err error
-				if c, err = NewConsistentHash(hashBenchPeers(n)); err != nil {
+				if c, err = NewConsistentHash(addrPeers(n, 0)); err != nil {
 					b.Fatal(err)
 				}
 			}

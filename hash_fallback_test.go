@@ -89,7 +89,7 @@ func TestHashPickers_fallbackVisitsNoList(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/n=%d", fc.name, n), func(t *testing.T) {
-				peers := hashBenchPeers(n)
+				peers := addrPeers(n, 0)
 				p, req, err := fc.new(peers)
 				require.NoError(t, err)
 				before := make([]int64, n)
@@ -230,7 +230,7 @@ func forHashFallback(b *testing.B, bench func(b *testing.B, p Picker, peers []*P
 					continue
 				}
 				b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
-					peers := hashBenchPeers(n)
+					peers := addrPeers(n, 0)
 					p, err := bp.new(peers)
 					require.NoError(b, err)
 					b.ReportAllocs()

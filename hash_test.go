@@ -64,15 +64,6 @@ func refHashCandidates(key string, weights []int, n int) []int {
 	return out
 }
 
-// hkPeers returns peers named p0, p1, ... with the given weights.
-func hkPeers(weights ...int) []*Peer {
-	ps := make([]*Peer, len(weights))
-	for i, w := range weights {
-		ps[i] = NewPeer("p"+strconv.Itoa(i), Weight(w))
-	}
-	return ps
-}
-
 func hkClock() Option { return newFakeClockAt(time.Unix(1_700_000_000, 0)).opt() }
 
 // TestHash_derivedSequence checks Hash against the derivation for many
@@ -92,7 +83,7 @@ func TestHash_derivedSequence(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			peers := hkPeers(tc.weights...)
+			peers := numberedWeighted(tc.weights...)
 			for _, i := range tc.down {
 				Down()(peers[i])
 			}
@@ -154,7 +145,7 @@ func TestHash_twentyTries(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, key, "no key in the search has 21 down candidates then b")
-	peers := hkPeers(weights...)
+	peers := numberedWeighted(weights...)
 	Down()(peers[2])
 	h, err := NewHash(peers, hkClock())
 	require.NoError(t, err)
@@ -181,7 +172,7 @@ func TestHashPickers_roundRobinWithoutKey(t *testing.T) {
 	} {
 		t.Run(mk.name, func(t *testing.T) {
 			for _, nilReq := range []bool{true, false} {
-				peers := hkPeers(2, 1)
+				peers := numberedWeighted(2, 1)
 				p, err := mk.new(peers, hkClock())
 				require.NoError(t, err)
 				var got []string
@@ -217,14 +208,14 @@ func TestHashPickers_badInput(t *testing.T) {
 	}{
 		{"backup", "", func() []*Peer { return []*Peer{NewPeer("a"), NewPeer("spare", Backup())} }, nil, ErrInvalidConfig, `"spare"`},
 		{"empty hash key", "", func() []*Peer { return []*Peer{NewPeer("a", HashKey(""))} }, nil, ErrInvalidConfig, `"a"`},
-		{"bound below 1", "ConsistentHash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(0.5)}, ErrInvalidConfig, "0.5"},
-		{"bound NaN", "ConsistentHash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(math.NaN())}, ErrInvalidConfig, "NaN"},
-		{"bound infinite", "ConsistentHash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(math.Inf(1))}, ErrInvalidConfig, "+Inf"},
-		{"ring too large", "ConsistentHash", func() []*Peer { return hkPeers(MaxRingWeight, 1) }, nil, ErrInvalidConfig, strconv.Itoa(MaxRingWeight + 1)},
-		{"bound on Hash", "Hash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
-		{"bound on RandomTwo", "RandomTwo", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
-		{"bound on LeastConn", "LeastConn", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
-		{"rand on Hash", "Hash", func() []*Peer { return hkPeers(1) }, []Option{WithRand(hkSource(nil))}, ErrInvalidConfig, "WithRand"},
+		{"bound below 1", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(0.5)}, ErrInvalidConfig, "0.5"},
+		{"bound NaN", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(math.NaN())}, ErrInvalidConfig, "NaN"},
+		{"bound infinite", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(math.Inf(1))}, ErrInvalidConfig, "+Inf"},
+		{"ring too large", "ConsistentHash", func() []*Peer { return numberedWeighted(MaxRingWeight, 1) }, nil, ErrInvalidConfig, strconv.Itoa(MaxRingWeight + 1)},
+		{"bound on Hash", "Hash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
+		{"bound on RandomTwo", "RandomTwo", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
+		{"bound on LeastConn", "LeastConn", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
+		{"rand on Hash", "Hash", func() []*Peer { return numberedWeighted(1) }, []Option{WithRand(hkSource(nil))}, ErrInvalidConfig, "WithRand"},
 	}
 	for _, tc := range tests {
 		for name, mk := range ctors {
@@ -242,14 +233,14 @@ func TestHashPickers_badInput(t *testing.T) {
 		}
 	}
 	// Add refuses a backup too, and ConsistentHash a ring past the limit.
-	h, err := NewHash(hkPeers(1))
+	h, err := NewHash(numberedWeighted(1))
 	require.NoError(t, err)
 	assert.ErrorIs(t, h.Add(NewPeer("b", Backup())), ErrInvalidConfig)
-	c, err := NewConsistentHash(hkPeers(MaxRingWeight - 1))
+	c, err := NewConsistentHash(numberedWeighted(MaxRingWeight - 1))
 	require.NoError(t, err)
 	assert.ErrorIs(t, c.Add(NewPeer("big", Weight(2))), ErrInvalidConfig)
 	assert.ErrorIs(t, c.SetWeight(c.Peers()[0], MaxRingWeight+1), ErrInvalidConfig)
-	rt, err := NewRandomTwo(hkPeers(1))
+	rt, err := NewRandomTwo(numberedWeighted(1))
 	require.NoError(t, err)
 	assert.ErrorIs(t, rt.Add(NewPeer("b", Backup())), ErrInvalidConfig)
 }
@@ -263,7 +254,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 		"Random": as(NewRandom), "RandomTwo": as(NewRandomTwo),
 	} {
 		t.Run(name, func(t *testing.T) {
-			peers := hkPeers(0, 1, 1)
+			peers := numberedWeighted(0, 1, 1)
 			p, err := mk(peers, hkClock())
 			require.NoError(t, err)
 			for k := range 200 {
@@ -274,7 +265,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 				require.NotEqual(t, peers[0], got)
 				require.NoError(t, p.Done(got, Outcome{}))
 			}
-			zero, err := mk(hkPeers(0, 0), hkClock())
+			zero, err := mk(numberedWeighted(0, 0), hkClock())
 			require.NoError(t, err)
 			var r Request
 			r.SetKey("x")
@@ -295,7 +286,7 @@ func TestHashPickers_concurrent(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			peers := hkPeers(1, 2, 3, 1, 2, 3, 1, 2)
+			peers := numberedWeighted(1, 2, 3, 1, 2, 3, 1, 2)
 			for _, p := range peers {
 				FailTimeout(time.Millisecond)(p)
 			}
@@ -353,7 +344,8 @@ func TestCRC32Decimal(t *testing.T) {
 }
 
 // hashBenchSizes are the peer counts of the hash and random pickers'
-// benchmarks.
+// benchmarks, over addrPeers(n, 0): healthy peers of weight 1 (160 ring
+// points each), so a ring of 10,000 peers holds 1.6 million points.
 var hashBenchSizes = []int{10, 100, 1000, 10000}
 
 // hashBenchPickers are the pickers of key.go's family, each with the
@@ -368,16 +360,6 @@ var hashBenchPickers = []struct {
 	{"IPHash", func(ps []*Peer) (Picker, error) { return NewIPHash(ps) }},
 	{"Random", func(ps []*Peer) (Picker, error) { return NewRandom(ps) }},
 	{"RandomTwo", func(ps []*Peer) (Picker, error) { return NewRandomTwo(ps) }},
-}
-
-// hashBenchPeers returns n healthy peers of weight 1 (160 ring points
-// each), so a ring of 10,000 peers holds 1.6 million points.
-func hashBenchPeers(n int) []*Peer {
-	peers := make([]*Peer, n)
-	for i := range peers {
-		peers[i] = NewPeer(fmt.Sprintf("10.%d.%d.%d:80", i/65536, i/256%256, i%256))
-	}
-	return peers
 }
 
 // hashBenchKeys are the keys and client addresses the benchmarks cycle
@@ -399,7 +381,7 @@ func BenchmarkHashPickers(b *testing.B) {
 	for _, bp := range hashBenchPickers {
 		for _, n := range hashBenchSizes {
 			b.Run(fmt.Sprintf("%s/n=%d", bp.name, n), func(b *testing.B) {
-				p, err := bp.new(hashBenchPeers(n))
+				p, err := bp.new(addrPeers(n, 0))
 				require.NoError(b, err)
 				var r Request
 				b.ReportAllocs()
@@ -433,7 +415,7 @@ func TestHashPickers_zeroAllocs(t *testing.T) {
 	for _, bp := range hashBenchPickers {
 		for _, n := range hashBenchSizes {
 			t.Run(fmt.Sprintf("%s/n=%d", bp.name, n), func(t *testing.T) {
-				peers := hashBenchPeers(n)
+				peers := addrPeers(n, 0)
 				for _, q := range peers {
 					MaxFails(0)(q) // the failures below take no peer out
 				}

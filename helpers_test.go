@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,13 +37,50 @@ func (c *fakeClock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
 // opt is the option that makes a picker read c.
 func (c *fakeClock) opt() Option { return WithClock(c.now) }
 
-// weighted returns peers named a, b, c... with the given weights.
-func weighted(ws ...int) []*Peer {
-	ps := make([]*Peer, len(ws))
-	for i, w := range ws {
-		ps[i] = NewPeer(string(rune('a'+i)), Weight(w))
+// makePeers builds the tests' peer lists: n peers, peer i named name(i)
+// and built with opts(i) (none when opts is nil). The names are the ones
+// the tests' expected values were worked out with.
+func makePeers(n int, name func(i int) string, opts func(i int) []PeerOption) []*Peer {
+	ps := make([]*Peer, n)
+	for i := range ps {
+		var o []PeerOption
+		if opts != nil {
+			o = opts(i)
+		}
+		ps[i] = NewPeer(name(i), o...)
 	}
 	return ps
+}
+
+// letter names peer i a, b, c...
+func letter(i int) string { return string(rune('a' + i)) }
+
+// numbered names peer i p0, p1, p2...
+func numbered(i int) string { return "p" + strconv.Itoa(i) }
+
+// ipAddr names peer i 10.x.y.z:80, x.y.z being i's three low bytes.
+func ipAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d:80", i>>16&255, i>>8&255, i&255) }
+
+// weightsOf gives peer i the weight ws[i].
+func weightsOf(ws []int) func(i int) []PeerOption {
+	return func(i int) []PeerOption { return []PeerOption{Weight(ws[i])} }
+}
+
+// weighted returns peers named a, b, c... with the given weights.
+func weighted(ws ...int) []*Peer { return makePeers(len(ws), letter, weightsOf(ws)) }
+
+// numberedWeighted returns peers named p0, p1, ... with the given weights.
+func numberedWeighted(ws ...int) []*Peer { return makePeers(len(ws), numbered, weightsOf(ws)) }
+
+// named returns peers named a, b, c... each built with opts[i].
+func named(opts ...[]PeerOption) []*Peer {
+	return makePeers(len(opts), letter, func(i int) []PeerOption { return opts[i] })
+}
+
+// addrPeers returns n peers at ipAddr(from), ipAddr(from+1), ..., each
+// built with opts.
+func addrPeers(n, from int, opts ...PeerOption) []*Peer {
+	return makePeers(n, func(i int) string { return ipAddr(from + i) }, func(int) []PeerOption { return opts })
 }
 
 // pickHow changes how picks makes its picks; the zero value is the plain
@@ -133,11 +171,7 @@ func toSet(p Picker) updater { return p.(updater) }
 // benchPeers returns n healthy peers weighted i%10+1, the workload every
 // benchmark here and in the comparison module uses.
 func benchPeers(n int) []*Peer {
-	peers := make([]*Peer, n)
-	for i := range peers {
-		peers[i] = NewPeer(fmt.Sprintf("10.0.%d.%d:80", i/256, i%256), Weight(i%10+1))
-	}
-	return peers
+	return makePeers(n, ipAddr, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1)} })
 }
 
 // backupOf returns a peer for addr that is a backup, or a primary for a

@@ -49,7 +49,7 @@ func TestIPHash_derivedSequence(t *testing.T) {
 			netip.MustParseAddr(fmt.Sprintf("2001:db8::%x", k*97+1)),
 			netip.MustParseAddr(fmt.Sprintf("::ffff:192.0.2.%d", k)))
 	}
-	peers := hkPeers(weights...)
+	peers := numberedWeighted(weights...)
 	for _, p := range peers {
 		MaxFails(0)(p)
 	}

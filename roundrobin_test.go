@@ -27,15 +27,6 @@ func newTestRR(t *testing.T, c *fakeClock, peers ...*Peer) *RoundRobin {
 	return b
 }
 
-// rrNamed returns peers named a, b, c... each built with opts[i].
-func rrNamed(opts ...[]PeerOption) []*Peer {
-	ps := make([]*Peer, len(opts))
-	for i, o := range opts {
-		ps[i] = NewPeer(string(rune('a'+i)), o...)
-	}
-	return ps
-}
-
 func TestRoundRobin_ribbonVectors(t *testing.T) {
 	// Ribbon's RoundRobinRule vectors (dubbo_ribbon.md section 5), with the
 	// counter at 0 as Ribbon's starts. Ribbon marks a server dead with
@@ -57,7 +48,7 @@ func TestRoundRobin_ribbonVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			peers := rrNamed(tt.peers...)
+			peers := named(tt.peers...)
 			b := newTestRR(t, newFakeClock(), peers...)
 			for _, i := range tt.fail {
 				rrFailOnce(t, b, peers[i])
@@ -302,7 +293,7 @@ func TestRoundRobin_request(t *testing.T) {
 			for i, o := range tt.peers {
 				opts[i] = append(o, MaxFails(0)) // failures do not take peers out here
 			}
-			b := newTestRR(t, newFakeClock(), rrNamed(opts...)...)
+			b := newTestRR(t, newFakeClock(), named(opts...)...)
 			var r Request
 			var got []string
 			for range tt.want {
@@ -338,7 +329,7 @@ func TestRoundRobin_retrySkipsTried(t *testing.T) {
 
 func TestRoundRobin_backup(t *testing.T) {
 	clk := newFakeClock()
-	peers := rrNamed(nil, nil, []PeerOption{Backup()}, []PeerOption{Backup()})
+	peers := named(nil, nil, []PeerOption{Backup()}, []PeerOption{Backup()})
 	b := newTestRR(t, clk, peers...)
 	assert.Equal(t, "b a b a", picks(t, b, 4, pickGaps))
 
@@ -377,7 +368,7 @@ func TestRoundRobin_backup(t *testing.T) {
 }
 
 func TestRoundRobin_onlyBackups(t *testing.T) {
-	b := newTestRR(t, newFakeClock(), rrNamed([]PeerOption{Backup()}, []PeerOption{Backup()})...)
+	b := newTestRR(t, newFakeClock(), named([]PeerOption{Backup()}, []PeerOption{Backup()})...)
 	assert.Equal(t, "b a b", picks(t, b, 3, pickGaps))
 }
 
