@@ -15,15 +15,6 @@ import (
 // ClassicWRR's promises beyond the contract, checked by FuzzPickers.
 var _ = declareTraits("ClassicWRR", fuzzTrait{cycle: cycleWeights, zeroWeight: zwEligible, cwInRange: true})
 
-// currentWeights returns the current weight of each peer, in config order.
-func currentWeights(s *ClassicWRR) []int {
-	var cw []int
-	for _, p := range s.Peers() {
-		cw = append(cw, p.State().CurrentWeight)
-	}
-	return cw
-}
-
 func TestClassicWRR_trace(t *testing.T) {
 	want := []struct {
 		pick string
@@ -43,11 +34,7 @@ func TestClassicWRR_trace(t *testing.T) {
 		require.NoError(t, err)
 		for step, w := range want {
 			assert.Equal(t, w.pick, picks(t, s, 1, pickLocked), "step %d", step)
-			got := make([]int, 3)
-			for i, q := range s.Peers() {
-				got[i] = q.State().CurrentWeight
-			}
-			assert.Equal(t, w.cw, got, "step %d", step)
+			assert.Equal(t, w.cw, currentWeights(s.Peers()), "step %d", step)
 		}
 	})
 	t.Run("cycle", func(t *testing.T) {
@@ -58,11 +45,11 @@ func TestClassicWRR_trace(t *testing.T) {
 			require.NoError(t, err)
 			picks(t, s, k)
 			cw := want[(k-1)%len(want)].cw
-			assert.Equal(t, cw, currentWeights(s), "implied after %d picks", k)
+			assert.Equal(t, cw, currentWeights(s.Peers()), "implied after %d picks", k)
 			s.mu.Lock()
 			s.closeLocked()
 			s.mu.Unlock()
-			assert.Equal(t, cw, currentWeights(s), "closed after %d picks", k)
+			assert.Equal(t, cw, currentWeights(s.Peers()), "closed after %d picks", k)
 		}
 	})
 }
@@ -237,7 +224,7 @@ func TestClassicWRR_retry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "c", p.Addr())
 	require.NoError(t, s.Done(p, Outcome{}))
-	assert.Equal(t, []int{5, 1, 0}, currentWeights(s))
+	assert.Equal(t, []int{5, 1, 0}, currentWeights(s.Peers()))
 	// Sorted [a5 b1 c0]: 5000/1 ≯ 5000/1, so b, then a five times.
 	assert.Equal(t, "b a a a a a c b", picks(t, s, 8))
 	_, err = s.Pick(&r)

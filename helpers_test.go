@@ -83,6 +83,15 @@ func addrPeers(n, from int, opts ...PeerOption) []*Peer {
 	return makePeers(n, func(i int) string { return ipAddr(from + i) }, func(int) []PeerOption { return opts })
 }
 
+// currentWeights returns the current weight of each peer, in order.
+func currentWeights(peers []*Peer) []int {
+	cw := make([]int, len(peers))
+	for i, p := range peers {
+		cw[i] = p.State().CurrentWeight
+	}
+	return cw
+}
+
 // pickHow changes how picks makes its picks; the zero value is the plain
 // way: a nil Request, every pick must succeed and is reported a success.
 type pickHow uint8

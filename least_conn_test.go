@@ -13,15 +13,6 @@ import (
 // LeastConn's promises beyond the contract, checked by FuzzPickers.
 var _ = declareTraits("LeastConn", fuzzTrait{zeroWeight: zwEligible})
 
-// cwOf returns the current weight of each peer, in the order added.
-func cwOf(peers []*Peer) []int {
-	cw := make([]int, len(peers))
-	for i, p := range peers {
-		cw[i] = p.State().CurrentWeight
-	}
-	return cw
-}
-
 func TestCompareLoad(t *testing.T) {
 	tests := []struct {
 		name           string
@@ -81,7 +72,7 @@ func TestLeastConn_lowestLoad(t *testing.T) {
 			p, err := b.Pick(nil)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, p.Addr())
-			assert.Equal(t, make([]int, len(peers)), cwOf(peers), "no tie: current weights untouched")
+			assert.Equal(t, make([]int, len(peers)), currentWeights(peers), "no tie: current weights untouched")
 		})
 	}
 }
@@ -110,7 +101,7 @@ func TestLeastConn_ties(t *testing.T) {
 	}
 	for step, w := range want {
 		assert.Equal(t, w.pick, picks(t, b, 1), "step %d", step)
-		assert.Equal(t, w.cw, cwOf(peers), "step %d", step)
+		assert.Equal(t, w.cw, currentWeights(peers), "step %d", step)
 	}
 }
 
@@ -125,16 +116,16 @@ func TestLeastConn_tieAmongSome(t *testing.T) {
 	a, err := b.Pick(nil)
 	require.NoError(t, err)
 	require.Equal(t, "a", a.Addr())
-	assert.Equal(t, []int{-2, 1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-2, 1, 1}, currentWeights(peers))
 	// b and c tie at 0 in flight, a has 1. Steps over b and c only, each
 	// giving back 2: [−2 2 2] b [−2 0 2]; [−2 1 3] c [−2 1 1];
 	// [−2 2 2] b [−2 0 2].
 	assert.Equal(t, "b c b", picks(t, b, 3))
-	assert.Equal(t, []int{-2, 0, 2}, cwOf(peers))
+	assert.Equal(t, []int{-2, 0, 2}, currentWeights(peers))
 	require.NoError(t, b.Done(a, Outcome{}))
 	// All idle again: [−1 1 3] → c, giving back 3: [−1 1 0].
 	assert.Equal(t, "c", picks(t, b, 1))
-	assert.Equal(t, []int{-1, 1, 0}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1, 0}, currentWeights(peers))
 }
 
 // TestLeastConn_inFlight: with every attempt left in flight the choice
@@ -149,7 +140,7 @@ func TestLeastConn_inFlight(t *testing.T) {
 	// 5. a 3/3, b 1/1 tie: [2 2] → a, the first: [−2 2].
 	// 6. a 4/3, b 1/1: b (1·3 < 4·1).
 	assert.Equal(t, "a b a a a b", picks(t, b, 6, pickHold))
-	assert.Equal(t, []int{-2, 2}, cwOf(peers))
+	assert.Equal(t, []int{-2, 2}, currentWeights(peers))
 	assert.Equal(t, 4, peers[0].InFlight())
 	assert.Equal(t, 2, peers[1].InFlight())
 
@@ -183,7 +174,7 @@ func TestLeastConn_failWindow(t *testing.T) {
 		assert.Equal(t, "b b", picks(t, b, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
-	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1}, currentWeights(peers))
 	// t=111, both idle, a tie each time:
 	// a −1+0 (ew 0 → 1), b 1+1: total 1, b, [−1 1].
 	// a −1+1, b 1+1: total 2, b, [0 0].
@@ -191,7 +182,7 @@ func TestLeastConn_failWindow(t *testing.T) {
 	assert.Equal(t, "b b a", picks(t, b, 3))
 	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	assert.Equal(t, 0, a.State().Fails, "the successful probe cleared fails")
-	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1}, currentWeights(peers))
 }
 
 // TestLeastConn_failureLowersEffectiveWeight: below max_fails a failed peer
@@ -210,7 +201,7 @@ func TestLeastConn_failureLowersEffectiveWeight(t *testing.T) {
 	// a −1+2, b 1+2: total 4, b, [1 −1].
 	// a 1+2, b −1+2: a, [−1 1].
 	assert.Equal(t, "b b a", picks(t, b, 3))
-	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1}, currentWeights(peers))
 	assert.Equal(t, 2, a.State().EffectiveWeight)
 }
 

@@ -54,11 +54,7 @@ func TestSmoothWRR_currentWeights(t *testing.T) {
 		p, err := s.Pick(&r)
 		require.NoError(t, err)
 		require.NoError(t, s.Done(p, Outcome{}))
-		got := make([]int, 3)
-		for i, q := range s.Peers() {
-			got[i] = q.State().CurrentWeight
-		}
-		assert.Equal(t, cw, got, "step %d", step)
+		assert.Equal(t, cw, currentWeights(s.Peers()), "step %d", step)
 	}
 }
 
