@@ -445,10 +445,7 @@ func connectedAsDoneAlone(t *testing.T, n int) {
 func TestConnected_allocs(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		for _, n := range []int{2, 64} {
-			peers := make([]*Peer, n)
-			for i := range peers {
-				peers[i] = NewPeer(fmt.Sprint("p", i), Weight(i%10+1), MaxFails(0))
-			}
+			peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1), MaxFails(0)} })
 			p, err := pc.new(peers)
 			require.NoError(t, err)
 			c := p.(Connector)

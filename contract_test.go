@@ -157,10 +157,7 @@ func TestContract_retriesTryEachPeerOnce(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		for _, n := range []int{2, 5, 64, 70} {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
-				peers := make([]*Peer, n)
-				for i := range peers {
-					peers[i] = NewPeer(fmt.Sprint("p", i), MaxFails(0), Weight(1+i%3))
-				}
+				peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{MaxFails(0), Weight(1 + i%3)} })
 				p, err := pc.new(peers)
 				require.NoError(t, err)
 				var r Request
@@ -328,12 +325,9 @@ func TestContract_concurrent(t *testing.T) {
 func TestContract_pickAllocs(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		for _, n := range []int{2, 10, 64, 1000} {
-			peers := make([]*Peer, n)
-			for i := range peers {
-				// MaxFails(0): failures are accounted but never take a
-				// peer out, so every call below finds a peer.
-				peers[i] = NewPeer(fmt.Sprint("p", i), Weight(i%10+1), MaxFails(0))
-			}
+			// MaxFails(0): failures are accounted but never take a
+			// peer out, so every call below finds a peer.
+			peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1), MaxFails(0)} })
 			p, err := pc.new(peers)
 			require.NoError(t, err)
 			allocs := testing.AllocsPerRun(1000, func() {

@@ -278,10 +278,9 @@ func TestRandomWeighted_distribution(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			peers := make([]*Peer, len(tt.weights))
-			for i, w := range tt.weights {
-				peers[i] = NewPeer(fmt.Sprint("p", i), append([]PeerOption{Weight(w)}, tt.opts[i]...)...)
-			}
+			peers := makePeers(len(tt.weights), numbered, func(i int) []PeerOption {
+				return append([]PeerOption{Weight(tt.weights[i])}, tt.opts[i]...)
+			})
 			b, err := NewRandomWeighted(peers, WithClock(newFakeClock().now), WithRand(rand.NewPCG(1, 2)))
 			require.NoError(t, err)
 			for i, n := range tt.fails {
@@ -531,10 +530,7 @@ func TestRandomWeighted_pickAllocs(t *testing.T) {
 			t.Run(fmt.Sprintf("rand=%v/n=%d", src != nil, n), func(t *testing.T) {
 				// max_fails 0 keeps failing peers in, so the retries
 				// below run the slow path with failures on record.
-				peers := make([]*Peer, n)
-				for i := range peers {
-					peers[i] = NewPeer(fmt.Sprint("p", i), Weight(1+i%5), MaxFails(0))
-				}
+				peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(1 + i%5), MaxFails(0)} })
 				var opts []Option
 				if src != nil {
 					opts = append(opts, WithRand(src))

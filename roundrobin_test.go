@@ -486,10 +486,7 @@ func TestRoundRobin_pickAllocs(t *testing.T) {
 	for _, n := range []int{3, 70} {
 		// max_fails 0 keeps failing peers in: with failures on record,
 		// every pick and report takes the slow path.
-		peers := make([]*Peer, n)
-		for i := range peers {
-			peers[i] = NewPeer(fmt.Sprint("p", i), MaxFails(0))
-		}
+		peers := makePeers(n, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(0)} })
 		b := newTestRR(t, newFakeClock(), peers...)
 		require.NoError(t, b.SetDown(peers[1], true)) // the scan is exercised too
 		allocs := testing.AllocsPerRun(1000, func() {
