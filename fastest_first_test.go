@@ -518,10 +518,7 @@ func TestFastestFirst_leastExpectedDelay(t *testing.T) {
 
 func TestFastestFirst_pickAllocs(t *testing.T) {
 	clk := newFakeClock()
-	var peers []*Peer
-	for i := range 5 {
-		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(i+1), MaxFails(0)))
-	}
+	peers := makePeers(5, letter, func(i int) []PeerOption { return []PeerOption{Weight(i + 1), MaxFails(0)} })
 	f := newTestFF(t, clk, peers)
 	var r Request
 	k := 0
@@ -545,10 +542,8 @@ func TestFastestFirst_pickAllocs(t *testing.T) {
 
 // Run with -race: picks and reports from many goroutines.
 func TestFastestFirst_concurrent(t *testing.T) {
-	var peers []*Peer
-	for i, w := range []int{1, 1, 2, 3} {
-		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(w), MaxFails(0)))
-	}
+	ws := []int{1, 1, 2, 3}
+	peers := makePeers(len(ws), letter, func(i int) []PeerOption { return []PeerOption{Weight(ws[i]), MaxFails(0)} })
 	f, err := NewFastestFirst(peers)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
