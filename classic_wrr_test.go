@@ -189,7 +189,7 @@ func TestClassicWRR_failurePenalty(t *testing.T) {
 	t.Run("clamped", func(t *testing.T) {
 		a := NewPeer("a", Weight(3), MaxFails(0))
 		b := NewPeer("b", Weight(2), MaxFails(1))
-		s, err := NewClassicWRR([]*Peer{a, b}, WithClock(newFakeClock().now))
+		s, err := NewClassicWRR([]*Peer{a, b}, newFakeClock().opt())
 		require.NoError(t, err)
 		// Sorted a(3), b(2), ratio 1500: [3 2] 1500 ≯ 1500: b.
 		p, err := s.Pick(nil)
@@ -238,7 +238,7 @@ func TestClassicWRR_retry(t *testing.T) {
 func TestClassicWRR_failWindow(t *testing.T) {
 	clk := newFakeClock() // t=100
 	a, b := NewPeer("a", Weight(2)), NewPeer("b")
-	s, err := NewClassicWRR([]*Peer{a, b}, WithClock(clk.now))
+	s, err := NewClassicWRR([]*Peer{a, b}, clk.opt())
 	require.NoError(t, err)
 	// Sorted a(2), b(1), ratio 2000: [2 1] b, then [2 0] a.
 	assert.Equal(t, "b", picks(t, s, 1))
@@ -273,7 +273,7 @@ func TestClassicWRR_backup(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a")
 	bk1, bk2 := NewPeer("b", Weight(2), Backup()), NewPeer("c", Backup())
-	s, err := NewClassicWRR([]*Peer{a, bk1, bk2}, WithClock(clk.now))
+	s, err := NewClassicWRR([]*Peer{a, bk1, bk2}, clk.opt())
 	require.NoError(t, err)
 	assert.Equal(t, "a a a", picks(t, s, 3))
 
@@ -431,7 +431,7 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
-			s, err := NewClassicWRR(peers, WithClock(clk.now))
+			s, err := NewClassicWRR(peers, clk.opt())
 			require.NoError(t, err)
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
 			for step := range 200 {

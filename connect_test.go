@@ -108,7 +108,7 @@ func TestConnected_readmitsForLongLivedSessions(t *testing.T) {
 					clk := newFakeClock()
 					a := NewPeer("a", MaxFails(1), FailTimeout(10*time.Second))
 					b := setup.b(pc)
-					p, err := pc.new([]*Peer{a, b}, WithClock(clk.now))
+					p, err := pc.new([]*Peer{a, b}, clk.opt())
 					require.NoError(t, err)
 					c, ok := p.(Connector)
 					require.True(t, ok, "%s is not a Connector", pc.name)
@@ -189,7 +189,7 @@ func TestConnected_onlyAfterAProbe(t *testing.T) {
 		clk := newFakeClock()
 		a := NewPeer("a", MaxFails(2), FailTimeout(10*time.Second))
 		b := NewPeer("b")
-		p, err := pc.new([]*Peer{a, b}, WithClock(clk.now))
+		p, err := pc.new([]*Peer{a, b}, clk.opt())
 		require.NoError(t, err)
 		c := p.(Connector)
 
@@ -233,9 +233,9 @@ func TestConnected_errors(t *testing.T) {
 			s.b = NewPeer("b")
 			s.x = NewPeer("x")
 			var err error
-			s.p, err = pc.new([]*Peer{s.a, s.b}, WithClock(s.clk.now))
+			s.p, err = pc.new([]*Peer{s.a, s.b}, s.clk.opt())
 			require.NoError(t, err)
-			s.other, err = pc.new([]*Peer{s.x}, WithClock(s.clk.now))
+			s.other, err = pc.new([]*Peer{s.x}, s.clk.opt())
 			require.NoError(t, err)
 			return s
 		}
@@ -295,7 +295,7 @@ func TestConnected_reportsReadmission(t *testing.T) {
 		var events []Event
 		a := NewPeer("a", MaxFails(1), FailTimeout(10*time.Second))
 		b := NewPeer("b")
-		p, err := pc.new([]*Peer{a, b}, WithClock(clk.now), WithEvents(func(e Event) {
+		p, err := pc.new([]*Peer{a, b}, clk.opt(), WithEvents(func(e Event) {
 			if e.Peer == a {
 				events = append(events, e)
 			}
@@ -389,7 +389,7 @@ func connectedAsDoneAlone(t *testing.T, n int) {
 			for i := len(peers); i < n; i++ {
 				peers = append(peers, NewPeer(fmt.Sprint("e", i), Weight(1+i%3)))
 			}
-			opts := []Option{WithClock(clk.now)}
+			opts := []Option{clk.opt()}
 			if pc.alg.Random {
 				opts = append(opts, WithRand(rand.NewPCG(1, 2)))
 			}
@@ -498,21 +498,21 @@ func TestConnected_matchesStreamModel(t *testing.T) {
 		{"SmoothWRR", 150, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
 			m := &ngxModel{}
 			peers, byAddr := randomCluster(rng, m, func() int { return 1 + rng.IntN(6) })
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			return s, &streamDriver{m, m.pick, m.free}, byAddr
 		}},
 		{"SmoothWRR grouped", 20, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
 			m := &ngxModel{}
 			peers, byAddr := clusterOf(rng, m, groupedScanMin+rng.IntN(40), 40, 50, func() int { return 1 + rng.IntN(3) })
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			return s, &streamDriver{m, m.pick, m.free}, byAddr
 		}},
 		{"LeastConn", 150, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
 			m := &lcModel{conns: map[*ngxPeer]int64{}}
 			peers, byAddr := randomCluster(rng, &m.ngxModel, func() int { return 1 + rng.IntN(4) })
-			b, err := NewLeastConn(peers, WithClock(clk.now))
+			b, err := NewLeastConn(peers, clk.opt())
 			require.NoError(t, err)
 			return b, &streamDriver{&m.ngxModel, m.pick, m.done}, byAddr
 		}},

@@ -376,7 +376,7 @@ func TestContract_freshRequestStartsOnPrimaries(t *testing.T) {
 		if pc.alg.NoBackups {
 			t.Skip("no backups with this method")
 		}
-		p, err := pc.new([]*Peer{a, NewPeer("b"), NewPeer("bk", Backup(), Down())}, WithClock(clk.now))
+		p, err := pc.new([]*Peer{a, NewPeer("b"), NewPeer("bk", Backup(), Down())}, clk.opt())
 		require.NoError(t, err)
 		for range 2 {
 			var r Request
@@ -416,7 +416,7 @@ func TestContract_addRace(t *testing.T) {
 // optsFor returns a fake clock and a seeded source (for the pickers that
 // draw) for pc.
 func optsFor(pc pickerCase, clk *fakeClock) []Option {
-	opts := []Option{WithClock(clk.now)}
+	opts := []Option{clk.opt()}
 	if pc.alg.Random {
 		opts = append(opts, WithRand(rand.NewPCG(3, 4)))
 	}

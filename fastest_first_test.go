@@ -19,7 +19,7 @@ var _ = declareTraits("FastestFirst", fuzzTrait{zeroWeight: zwEligible, exploreO
 // newTestFF returns a FastestFirst over peers on clk.
 func newTestFF(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *FastestFirst {
 	t.Helper()
-	f, err := NewFastestFirst(peers, append([]Option{WithClock(clk.now)}, opts...)...)
+	f, err := NewFastestFirst(peers, append([]Option{clk.opt()}, opts...)...)
 	require.NoError(t, err)
 	return f
 }
@@ -664,7 +664,7 @@ func TestFastestFirst_beatsP2CInToyBrownout(t *testing.T) {
 func TestFastestFirst_allExploringStillPicks(t *testing.T) {
 	clk := newFakeClock()
 	a, b := NewPeer("a"), NewPeer("b")
-	f, err := NewFastestFirst([]*Peer{a, b}, WithClock(clk.now))
+	f, err := NewFastestFirst([]*Peer{a, b}, clk.opt())
 	require.NoError(t, err)
 	for range 4 {
 		p := mustPick(t, f, nil)

@@ -126,7 +126,7 @@ func TestFastestFirst_sampledSeeded(t *testing.T) {
 		for i := range peers {
 			peers[i] = NewPeer(fmt.Sprintf("p%02d", i), Weight(i%4+1))
 		}
-		f, err := NewFastestFirst(peers, WithClock(clk.now), WithRand(rand.NewPCG(seed, 1)))
+		f, err := NewFastestFirst(peers, clk.opt(), WithRand(rand.NewPCG(seed, 1)))
 		require.NoError(t, err)
 		var seq []string
 		for k := range 300 {

@@ -179,7 +179,7 @@ func TestConsistentHash_effectiveWeightRecovers(t *testing.T) {
 	for i := range peers {
 		peers[i] = NewPeer(fmt.Sprintf("10.2.0.%d:80", i), Weight(4), MaxFails(2), FailTimeout(10*time.Second))
 	}
-	c, err := NewConsistentHash(peers, WithClock(clk.now))
+	c, err := NewConsistentHash(peers, clk.opt())
 	require.NoError(t, err)
 	var r Request
 	pick := func() *Peer {

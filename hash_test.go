@@ -564,13 +564,13 @@ func TestHashPickers_fallbackAsModel(t *testing.T) {
 				var err error
 				switch method {
 				case "Hash":
-					p, err = NewHash(peers, WithClock(clk.now))
+					p, err = NewHash(peers, clk.opt())
 				case "ConsistentHash":
-					p, err = NewConsistentHash(peers, WithClock(clk.now))
+					p, err = NewConsistentHash(peers, clk.opt())
 				case "ConsistentHashBounded":
-					p, err = NewConsistentHash(peers, WithClock(clk.now), WithBoundedLoad(1.25))
+					p, err = NewConsistentHash(peers, clk.opt(), WithBoundedLoad(1.25))
 				case "IPHash":
-					p, err = NewIPHash(peers, WithClock(clk.now))
+					p, err = NewIPHash(peers, clk.opt())
 				}
 				require.NoError(t, err)
 				pool := make([]string, 1+rng.IntN(8))

@@ -75,7 +75,7 @@ func (r abandonResult) share(addr string) float64 {
 func runAbandon(t *testing.T, newPicker func([]*Peer, ...Option) (Balancer, error), abandoned Outcome) abandonResult {
 	t.Helper()
 	clk := newFakeClock()
-	opts := []Option{WithClock(clk.now)}
+	opts := []Option{clk.opt()}
 	if _, err := newPicker(nil, WithRand(rand.NewPCG(1, 1))); err == nil {
 		opts = append(opts, WithRand(rand.NewPCG(7, 11)))
 	}

@@ -160,7 +160,7 @@ func TestLeastConn_inFlight(t *testing.T) {
 func TestLeastConn_failWindow(t *testing.T) {
 	clk := newFakeClock() // t=100
 	peers := weighted(1, 1)
-	b, err := NewLeastConn(peers, WithClock(clk.now))
+	b, err := NewLeastConn(peers, clk.opt())
 	require.NoError(t, err)
 	// Tie: [1 1] → a, giving back 2: [−1 1].
 	a, err := b.Pick(nil)
@@ -211,7 +211,7 @@ func TestLeastConn_backup(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a")
 	bk1, bk2 := NewPeer("b", Backup()), NewPeer("c", Backup())
-	b, err := NewLeastConn([]*Peer{a, bk1, bk2}, WithClock(clk.now))
+	b, err := NewLeastConn([]*Peer{a, bk1, bk2}, clk.opt())
 	require.NoError(t, err)
 	assert.Equal(t, "a a", picks(t, b, 2))
 
@@ -319,7 +319,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
-			b, err := NewLeastConn(peers, WithClock(clk.now))
+			b, err := NewLeastConn(peers, clk.opt())
 			require.NoError(t, err)
 			type attempt struct {
 				peer  *Peer

@@ -17,7 +17,7 @@ var _ = declareTraits("P2CPeakEWMA", fuzzTrait{zeroWeight: zwEligible})
 // newTestP2C returns a P2CPeakEWMA over peers on clk with a seeded source.
 func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2CPeakEWMA {
 	t.Helper()
-	opts = append([]Option{WithClock(clk.now), WithRand(rand.NewPCG(1, 2))}, opts...)
+	opts = append([]Option{clk.opt(), WithRand(rand.NewPCG(1, 2))}, opts...)
 	b, err := NewP2CPeakEWMA(peers, opts...)
 	require.NoError(t, err)
 	return b

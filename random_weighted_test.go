@@ -70,7 +70,7 @@ func TestRandomWeighted_warmupInPicker(t *testing.T) {
 		t.Run(fmt.Sprint(uptime, "ms"), func(t *testing.T) {
 			clk := newFakeClock()
 			a := NewPeer("a", Weight(100))
-			b, err := NewRandomWeighted([]*Peer{a}, WithClock(clk.now), WithWarmup(10*time.Minute))
+			b, err := NewRandomWeighted([]*Peer{a}, clk.opt(), WithWarmup(10*time.Minute))
 			require.NoError(t, err)
 			// Added at the clock's instant: uptime 0, full weight, and a
 			// rebuild due 1 ms on.
@@ -91,7 +91,7 @@ func TestRandomWeighted_warmupInPicker(t *testing.T) {
 func TestRandomWeighted_warmupSchedule(t *testing.T) {
 	clk := newFakeClock()
 	old := NewPeer("old", Weight(100))
-	b, err := NewRandomWeighted([]*Peer{old}, WithClock(clk.now), WithWarmup(10*time.Minute), WithRand(rand.NewPCG(1, 2)))
+	b, err := NewRandomWeighted([]*Peer{old}, clk.opt(), WithWarmup(10*time.Minute), WithRand(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	clk.add(time.Hour)
 	picks(t, b, 1)
@@ -214,7 +214,7 @@ func TestRandomWeighted_distribution(t *testing.T) {
 			peers := makePeers(len(tt.weights), numbered, func(i int) []PeerOption {
 				return append([]PeerOption{Weight(tt.weights[i])}, tt.opts[i]...)
 			})
-			b, err := NewRandomWeighted(peers, WithClock(newFakeClock().now), WithRand(rand.NewPCG(1, 2)))
+			b, err := NewRandomWeighted(peers, newFakeClock().opt(), WithRand(rand.NewPCG(1, 2)))
 			require.NoError(t, err)
 			for i, n := range tt.fails {
 				for range n {
@@ -320,7 +320,7 @@ func TestRandomWeighted_eligibility(t *testing.T) {
 	a, c := NewPeer("a", Weight(50)), NewPeer("c", Weight(1))
 	bp := NewPeer("b", Weight(50), MaxConns(1))
 	d := NewPeer("d", Weight(50), Down())
-	b, err := NewRandomWeighted([]*Peer{a, bp, c, d}, WithClock(clk.now), WithRand(rand.NewPCG(5, 6)))
+	b, err := NewRandomWeighted([]*Peer{a, bp, c, d}, clk.opt(), WithRand(rand.NewPCG(5, 6)))
 	require.NoError(t, err)
 
 	rrFailOnce(t, b, a)
@@ -400,7 +400,7 @@ func TestRandomWeighted_backup(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a")
 	x, y := NewPeer("x", Backup(), Weight(3)), NewPeer("y", Backup(), Weight(0))
-	b, err := NewRandomWeighted([]*Peer{a, x, y}, WithClock(clk.now), WithRand(rand.NewPCG(1, 1)))
+	b, err := NewRandomWeighted([]*Peer{a, x, y}, clk.opt(), WithRand(rand.NewPCG(1, 1)))
 	require.NoError(t, err)
 	for range 20 {
 		p, err := b.Pick(nil)

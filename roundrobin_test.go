@@ -20,7 +20,7 @@ var _ = declareTraits("RoundRobin", fuzzTrait{cycle: cycleRotation, zeroWeight: 
 // 0, where Ribbon's RoundRobinRule starts: its first pick is then slot 1.
 func newTestRR(t *testing.T, c *fakeClock, peers ...*Peer) *RoundRobin {
 	t.Helper()
-	b, err := NewRoundRobin(peers, WithClock(c.now))
+	b, err := NewRoundRobin(peers, c.opt())
 	require.NoError(t, err)
 	b.ctr.Store(0)
 	b.bctr.Store(0)

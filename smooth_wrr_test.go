@@ -63,7 +63,7 @@ func TestSmoothWRR_currentWeights(t *testing.T) {
 func TestSmoothWRR_recovery(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a", Weight(5), MaxFails(2))
-	s, err := NewSmoothWRR([]*Peer{a, NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}, WithClock(clk.now))
+	s, err := NewSmoothWRR([]*Peer{a, NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}, clk.opt())
 	require.NoError(t, err)
 	var r Request
 	p, err := s.Pick(&r)
@@ -89,7 +89,7 @@ func TestSmoothWRR_recovery(t *testing.T) {
 func TestSmoothWRR_failWindow(t *testing.T) {
 	clk := newFakeClock()
 	a, b := NewPeer("a"), NewPeer("b")
-	s, err := NewSmoothWRR([]*Peer{a, b}, WithClock(clk.now))
+	s, err := NewSmoothWRR([]*Peer{a, b}, clk.opt())
 	require.NoError(t, err)
 	p, err := s.Pick(nil)
 	require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
 			for step := range 200 {
@@ -229,7 +229,7 @@ func TestSmoothWRR_cycleResumes(t *testing.T) {
 			ws[i] = 1 + rng.IntN(9)
 			total += ws[i]
 		}
-		s, err := NewSmoothWRR(weighted(ws...), WithClock(clk.now))
+		s, err := NewSmoothWRR(weighted(ws...), clk.opt())
 		require.NoError(t, err)
 		picks(t, s, rng.IntN(total))
 		var r Request

@@ -28,7 +28,7 @@ func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
 				}
 				return w
 			})
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			failProb := []float64{0.01, 0.05, 0.3}[rng.IntN(3)]
 			grouped := 0
@@ -70,7 +70,7 @@ func TestSmoothWRR_groupedScanUpdates(t *testing.T) {
 				peers = append(peers, NewPeer(addr, Weight(w), MaxFails(mf), FailTimeout(2*time.Second)))
 				model.add(addr, w, mf, int64(2*time.Second), false, false)
 			}
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			type held struct {
 				p      *Peer
