@@ -20,10 +20,11 @@ import (
 
 var _ = declareTraits("ConsistentHash", fuzzTrait{zeroWeight: zwAny, ringMax: MaxRingWeight})
 
-// refRing is ketama as the reference states it: for each server text,
-// weight·160 points crc32(host ‖ "\0" ‖ port ‖ le32(prev)), sorted, equal
-// hashes dropped after the first; a key's point is the first at or after
-// crc32(key), wrapping.
+// refRing is ketama as the reference states it (a derivation like those in
+// hash_test.go, sharing nothing with the code under test): for each server
+// text, weight·160 points crc32(host ‖ "\0" ‖ port ‖ le32(prev)), sorted,
+// equal hashes dropped after the first; a key's point is the first at or
+// after crc32(key), wrapping.
 type refRing struct {
 	hash   []uint32
 	server []int

@@ -11,7 +11,8 @@ import (
 
 var _ = declareTraits("IPHash", fuzzTrait{zeroWeight: zwAny})
 
-// refIPCandidates is the same for ip_hash: hash = 89, then per iteration
+// refIPCandidates is refHashCandidates (hash_test.go, with the other
+// derivations) for ip_hash: hash = 89, then per iteration
 // hash = (hash·113 + b) % 6271 over 3 bytes of IPv4, 16 of IPv6.
 func refIPCandidates(addr netip.Addr, weights []int, n int) []int {
 	total := refTotal(weights)
