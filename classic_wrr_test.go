@@ -15,32 +15,6 @@ import (
 // ClassicWRR's promises beyond the contract, checked by FuzzPickers.
 var _ = declareTraits("ClassicWRR", fuzzTrait{cycle: cycleWeights, zeroWeight: zwEligible, cwInRange: true})
 
-// exactPicks is picks through the locked scan: a request that is not fresh
-// never takes the cycle, and with no tried bits it skips no peer.
-func exactPicks(t *testing.T, p Picker, n int) string {
-	t.Helper()
-	out := make([]string, n)
-	var r Request
-	for i := range out {
-		r.Reset()
-		r.attempts, r.limit = 1, 2
-		peer, err := p.Pick(&r)
-		require.NoError(t, err)
-		require.NoError(t, p.Done(peer, Outcome{}))
-		out[i] = peer.Addr()
-	}
-	return strings.Join(out, " ")
-}
-
-// currentWeights returns the current weight of each peer, in config order.
-func currentWeights(s *ClassicWRR) []int {
-	var cw []int
-	for _, p := range s.Peers() {
-		cw = append(cw, p.State().CurrentWeight)
-	}
-	return cw
-}
-
 func TestClassicWRR_trace(t *testing.T) {
 	want := []struct {
 		pick string
@@ -59,12 +33,8 @@ func TestClassicWRR_trace(t *testing.T) {
 		s, err := NewClassicWRR(weighted(5, 1, 2))
 		require.NoError(t, err)
 		for step, w := range want {
-			assert.Equal(t, w.pick, exactPicks(t, s, 1), "step %d", step)
-			got := make([]int, 3)
-			for i, q := range s.Peers() {
-				got[i] = q.State().CurrentWeight
-			}
-			assert.Equal(t, w.cw, got, "step %d", step)
+			assert.Equal(t, w.pick, picks(t, s, 1, pickLocked), "step %d", step)
+			assert.Equal(t, w.cw, currentWeights(s.Peers()), "step %d", step)
 		}
 	})
 	t.Run("cycle", func(t *testing.T) {
@@ -75,11 +45,11 @@ func TestClassicWRR_trace(t *testing.T) {
 			require.NoError(t, err)
 			picks(t, s, k)
 			cw := want[(k-1)%len(want)].cw
-			assert.Equal(t, cw, currentWeights(s), "implied after %d picks", k)
+			assert.Equal(t, cw, currentWeights(s.Peers()), "implied after %d picks", k)
 			s.mu.Lock()
 			s.closeLocked()
 			s.mu.Unlock()
-			assert.Equal(t, cw, currentWeights(s), "closed after %d picks", k)
+			assert.Equal(t, cw, currentWeights(s.Peers()), "closed after %d picks", k)
 		}
 	})
 }
@@ -120,7 +90,7 @@ func TestClassicWRR_derived(t *testing.T) {
 			assert.Equal(t, tt.want, picks(t, s, n), "cycle")
 			s, err = NewClassicWRR(weighted(tt.weights...))
 			require.NoError(t, err)
-			assert.Equal(t, tt.want, exactPicks(t, s, n), "scan")
+			assert.Equal(t, tt.want, picks(t, s, n, pickLocked), "scan")
 		})
 	}
 }
@@ -193,7 +163,7 @@ func TestClassicWRR_period(t *testing.T) {
 			}
 		}
 		exact, _ := build()
-		require.Equal(t, seq, exactPicks(t, exact, 3*total), "weights %v down %v", c.ws, c.down)
+		require.Equal(t, seq, picks(t, exact, 3*total, pickLocked), "weights %v down %v", c.ws, c.down)
 	}
 }
 
@@ -219,7 +189,7 @@ func TestClassicWRR_failurePenalty(t *testing.T) {
 	t.Run("clamped", func(t *testing.T) {
 		a := NewPeer("a", Weight(3), MaxFails(0))
 		b := NewPeer("b", Weight(2), MaxFails(1))
-		s, err := NewClassicWRR([]*Peer{a, b}, WithClock(newFakeClock().now))
+		s, err := NewClassicWRR([]*Peer{a, b}, newFakeClock().opt())
 		require.NoError(t, err)
 		// Sorted a(3), b(2), ratio 1500: [3 2] 1500 ≯ 1500: b.
 		p, err := s.Pick(nil)
@@ -254,7 +224,7 @@ func TestClassicWRR_retry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "c", p.Addr())
 	require.NoError(t, s.Done(p, Outcome{}))
-	assert.Equal(t, []int{5, 1, 0}, currentWeights(s))
+	assert.Equal(t, []int{5, 1, 0}, currentWeights(s.Peers()))
 	// Sorted [a5 b1 c0]: 5000/1 ≯ 5000/1, so b, then a five times.
 	assert.Equal(t, "b a a a a a c b", picks(t, s, 8))
 	_, err = s.Pick(&r)
@@ -268,7 +238,7 @@ func TestClassicWRR_retry(t *testing.T) {
 func TestClassicWRR_failWindow(t *testing.T) {
 	clk := newFakeClock() // t=100
 	a, b := NewPeer("a", Weight(2)), NewPeer("b")
-	s, err := NewClassicWRR([]*Peer{a, b}, WithClock(clk.now))
+	s, err := NewClassicWRR([]*Peer{a, b}, clk.opt())
 	require.NoError(t, err)
 	// Sorted a(2), b(1), ratio 2000: [2 1] b, then [2 0] a.
 	assert.Equal(t, "b", picks(t, s, 1))
@@ -279,15 +249,15 @@ func TestClassicWRR_failWindow(t *testing.T) {
 	assert.Equal(t, 0, a.State().CurrentWeight, "1 − 2/1 clamped at 0")
 
 	// Out through t=110: b alone, each pick ending a round ([2 1] → b).
-	for clk.t.Unix() <= 110 {
-		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.t.Unix())
+	for clk.now().Unix() <= 110 {
+		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
 	// t=111: a is back with its whole round, [2 0]: a, the probe.
 	p, err = s.Pick(nil)
 	require.NoError(t, err)
 	assert.Same(t, a, p, "probe at t=111")
-	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	assert.Nil(t, s.cycle.Load(), "no cycle while a has failures on record")
 	require.NoError(t, s.Done(p, Outcome{}))
 	assert.Equal(t, 0, a.State().Fails, "a successful probe clears fails")
@@ -303,7 +273,7 @@ func TestClassicWRR_backup(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a")
 	bk1, bk2 := NewPeer("b", Weight(2), Backup()), NewPeer("c", Backup())
-	s, err := NewClassicWRR([]*Peer{a, bk1, bk2}, WithClock(clk.now))
+	s, err := NewClassicWRR([]*Peer{a, bk1, bk2}, clk.opt())
 	require.NoError(t, err)
 	assert.Equal(t, "a a a", picks(t, s, 3))
 
@@ -461,14 +431,14 @@ func TestClassicWRR_matchesModel(t *testing.T) {
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
-			s, err := NewClassicWRR(peers, WithClock(clk.now))
+			s, err := NewClassicWRR(peers, clk.opt())
 			require.NoError(t, err)
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
 			for step := range 200 {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				now := clk.t.UnixNano()
+				now := clk.now().UnixNano()
 				requestAsModel(t, rng, s, &model.ngxModel, model.pick, model.free, failProb, now, step)
 				for _, m := range model.all() {
 					st := byAddr[m.addr].State()

@@ -108,7 +108,7 @@ func TestConnected_readmitsForLongLivedSessions(t *testing.T) {
 					clk := newFakeClock()
 					a := NewPeer("a", MaxFails(1), FailTimeout(10*time.Second))
 					b := setup.b(pc)
-					p, err := pc.new([]*Peer{a, b}, WithClock(clk.now))
+					p, err := pc.new([]*Peer{a, b}, clk.opt())
 					require.NoError(t, err)
 					c, ok := p.(Connector)
 					require.True(t, ok, "%s is not a Connector", pc.name)
@@ -189,7 +189,7 @@ func TestConnected_onlyAfterAProbe(t *testing.T) {
 		clk := newFakeClock()
 		a := NewPeer("a", MaxFails(2), FailTimeout(10*time.Second))
 		b := NewPeer("b")
-		p, err := pc.new([]*Peer{a, b}, WithClock(clk.now))
+		p, err := pc.new([]*Peer{a, b}, clk.opt())
 		require.NoError(t, err)
 		c := p.(Connector)
 
@@ -233,9 +233,9 @@ func TestConnected_errors(t *testing.T) {
 			s.b = NewPeer("b")
 			s.x = NewPeer("x")
 			var err error
-			s.p, err = pc.new([]*Peer{s.a, s.b}, WithClock(s.clk.now))
+			s.p, err = pc.new([]*Peer{s.a, s.b}, s.clk.opt())
 			require.NoError(t, err)
-			s.other, err = pc.new([]*Peer{s.x}, WithClock(s.clk.now))
+			s.other, err = pc.new([]*Peer{s.x}, s.clk.opt())
 			require.NoError(t, err)
 			return s
 		}
@@ -295,7 +295,7 @@ func TestConnected_reportsReadmission(t *testing.T) {
 		var events []Event
 		a := NewPeer("a", MaxFails(1), FailTimeout(10*time.Second))
 		b := NewPeer("b")
-		p, err := pc.new([]*Peer{a, b}, WithClock(clk.now), WithEvents(func(e Event) {
+		p, err := pc.new([]*Peer{a, b}, clk.opt(), WithEvents(func(e Event) {
 			if e.Peer == a {
 				events = append(events, e)
 			}
@@ -326,15 +326,13 @@ func kinds(events []Event) []EventKind {
 // every attempt is released and every report accepted. Run with -race.
 func TestConnected_concurrent(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
-		var now atomic.Int64
-		now.Store(time.Unix(100, 0).UnixNano())
-		clock := func() time.Time { return time.Unix(0, now.Load()) }
+		clk := newFakeClock()
 		peers := []*Peer{
 			NewPeer("a", MaxFails(1), FailTimeout(time.Millisecond)),
 			NewPeer("b", MaxFails(2), FailTimeout(time.Millisecond)),
 			NewPeer("c"),
 		}
-		p, err := pc.new(peers, WithClock(clock))
+		p, err := pc.new(peers, clk.opt())
 		require.NoError(t, err)
 		c := p.(Connector)
 		var wg sync.WaitGroup
@@ -342,7 +340,7 @@ func TestConnected_concurrent(t *testing.T) {
 		for g := range 8 {
 			wg.Go(func() {
 				for i := range 500 {
-					now.Add(int64(100 * time.Microsecond))
+					clk.add(100 * time.Microsecond)
 					peer, err := p.Pick(nil)
 					if err != nil {
 						continue // every peer out for a moment
@@ -391,7 +389,7 @@ func connectedAsDoneAlone(t *testing.T, n int) {
 			for i := len(peers); i < n; i++ {
 				peers = append(peers, NewPeer(fmt.Sprint("e", i), Weight(1+i%3)))
 			}
-			opts := []Option{WithClock(clk.now)}
+			opts := []Option{clk.opt()}
 			if pc.alg.Random {
 				opts = append(opts, WithRand(rand.NewPCG(1, 2)))
 			}
@@ -447,10 +445,7 @@ func connectedAsDoneAlone(t *testing.T, n int) {
 func TestConnected_allocs(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		for _, n := range []int{2, 64} {
-			peers := make([]*Peer, n)
-			for i := range peers {
-				peers[i] = NewPeer(fmt.Sprint("p", i), Weight(i%10+1), MaxFails(0))
-			}
+			peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1), MaxFails(0)} })
 			p, err := pc.new(peers)
 			require.NoError(t, err)
 			c := p.(Connector)
@@ -503,21 +498,21 @@ func TestConnected_matchesStreamModel(t *testing.T) {
 		{"SmoothWRR", 150, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
 			m := &ngxModel{}
 			peers, byAddr := randomCluster(rng, m, func() int { return 1 + rng.IntN(6) })
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			return s, &streamDriver{m, m.pick, m.free}, byAddr
 		}},
 		{"SmoothWRR grouped", 20, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
 			m := &ngxModel{}
 			peers, byAddr := clusterOf(rng, m, groupedScanMin+rng.IntN(40), 40, 50, func() int { return 1 + rng.IntN(3) })
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			return s, &streamDriver{m, m.pick, m.free}, byAddr
 		}},
 		{"LeastConn", 150, func(rng *rand.Rand, clk *fakeClock) (Picker, *streamDriver, map[string]*Peer) {
 			m := &lcModel{conns: map[*ngxPeer]int64{}}
 			peers, byAddr := randomCluster(rng, &m.ngxModel, func() int { return 1 + rng.IntN(4) })
-			b, err := NewLeastConn(peers, WithClock(clk.now))
+			b, err := NewLeastConn(peers, clk.opt())
 			require.NoError(t, err)
 			return b, &streamDriver{&m.ngxModel, m.pick, m.done}, byAddr
 		}},
@@ -541,7 +536,7 @@ func TestConnected_matchesStreamModel(t *testing.T) {
 				}
 				var open []session
 				for step := range 300 {
-					now := clk.t.UnixNano()
+					now := clk.now().UnixNano()
 					switch k := rng.IntN(20); {
 					case k < 2:
 						clk.add(time.Duration(rng.IntN(4)) * time.Second)

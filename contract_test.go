@@ -157,10 +157,7 @@ func TestContract_retriesTryEachPeerOnce(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		for _, n := range []int{2, 5, 64, 70} {
 			t.Run(fmt.Sprint(n), func(t *testing.T) {
-				peers := make([]*Peer, n)
-				for i := range peers {
-					peers[i] = NewPeer(fmt.Sprint("p", i), MaxFails(0), Weight(1+i%3))
-				}
+				peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{MaxFails(0), Weight(1 + i%3)} })
 				p, err := pc.new(peers)
 				require.NoError(t, err)
 				var r Request
@@ -328,12 +325,9 @@ func TestContract_concurrent(t *testing.T) {
 func TestContract_pickAllocs(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		for _, n := range []int{2, 10, 64, 1000} {
-			peers := make([]*Peer, n)
-			for i := range peers {
-				// MaxFails(0): failures are accounted but never take a
-				// peer out, so every call below finds a peer.
-				peers[i] = NewPeer(fmt.Sprint("p", i), Weight(i%10+1), MaxFails(0))
-			}
+			// MaxFails(0): failures are accounted but never take a
+			// peer out, so every call below finds a peer.
+			peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1), MaxFails(0)} })
 			p, err := pc.new(peers)
 			require.NoError(t, err)
 			allocs := testing.AllocsPerRun(1000, func() {
@@ -382,7 +376,7 @@ func TestContract_freshRequestStartsOnPrimaries(t *testing.T) {
 		if pc.alg.NoBackups {
 			t.Skip("no backups with this method")
 		}
-		p, err := pc.new([]*Peer{a, NewPeer("b"), NewPeer("bk", Backup(), Down())}, WithClock(clk.now))
+		p, err := pc.new([]*Peer{a, NewPeer("b"), NewPeer("bk", Backup(), Down())}, clk.opt())
 		require.NoError(t, err)
 		for range 2 {
 			var r Request
@@ -422,7 +416,7 @@ func TestContract_addRace(t *testing.T) {
 // optsFor returns a fake clock and a seeded source (for the pickers that
 // draw) for pc.
 func optsFor(pc pickerCase, clk *fakeClock) []Option {
-	opts := []Option{WithClock(clk.now)}
+	opts := []Option{clk.opt()}
 	if pc.alg.Random {
 		opts = append(opts, WithRand(rand.NewPCG(3, 4)))
 	}
@@ -697,7 +691,7 @@ func TestContract_nextEligible(t *testing.T) {
 		// At that instant minus 1ns b is still out; at it, b is back. c
 		// is set down so that b is the only candidate.
 		require.NoError(t, p.SetDown(c, true))
-		clk.t = t0.Add(6 * time.Second)
+		clk.set(t0.Add(6 * time.Second))
 		_, err = p.Pick(nil)
 		assert.ErrorIs(t, err, ErrNoLivePeer, "b still out through checked+fail_timeout")
 		at, _ = p.NextEligible()
@@ -715,7 +709,7 @@ func TestContract_nextEligible(t *testing.T) {
 		_, ok = p.NextEligible()
 		assert.False(t, ok, "the only failed peer is down")
 		require.NoError(t, p.SetDown(a, false))
-		clk.t = t0.Add(10*time.Second + 1)
+		clk.set(t0.Add(10*time.Second + 1))
 		_, ok = p.NextEligible()
 		assert.False(t, ok, "a's window has passed")
 	})

@@ -94,7 +94,7 @@ func TestDo(t *testing.T) {
 				NewPeer("a", append(opts, Weight(3))...),
 				NewPeer("b", append(opts, Weight(2))...),
 				NewPeer("c", append(opts, Weight(1))...),
-			}, WithClock(clk.now))
+			}, clk.opt())
 			require.NoError(t, err)
 			rec := &recorder{Picker: lb}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -113,7 +113,7 @@ func TestDo(t *testing.T) {
 					cancel()
 				}
 				return s.err
-			}, WithClock(clk.now))
+			}, clk.opt())
 			assert.Equal(t, tt.want, rec.got)
 			assert.Equal(t, len(tt.want), calls)
 			if len(tt.wantErr) == 0 {
@@ -157,7 +157,7 @@ func TestDo_panicReportsAbandoned(t *testing.T) {
 		_ = Do(context.Background(), rec, nil, func(context.Context, *Peer) error {
 			clk.add(2 * time.Millisecond)
 			panic("boom")
-		}, WithClock(clk.now))
+		}, clk.opt())
 	})
 	assert.Equal(t, []string{"a abandoned 2ms"}, rec.got)
 	for _, q := range lb.Peers() {

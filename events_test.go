@@ -90,7 +90,7 @@ func TestEvents_failureCycle(t *testing.T) {
 				var log eventLog
 				a := NewPeer("a", MaxFails(2), FailTimeout(10*time.Second))
 				b := NewPeer("b", Down())
-				p, err := pc.new([]*Peer{a, b}, WithClock(clk.now), WithEvents(log.hook(base)))
+				p, err := pc.new([]*Peer{a, b}, clk.opt(), WithEvents(log.hook(base)))
 				require.NoError(t, err)
 				for i, s := range tt.steps {
 					clk.add(s.advance)
@@ -119,7 +119,7 @@ func TestEvents_fastestFirstReweighted(t *testing.T) {
 	clk := newFakeClock()
 	var n atomic.Int64
 	var last atomic.Int64
-	f, err := NewFastestFirst(weighted(1, 1), WithClock(clk.now), WithEvents(func(e Event) {
+	f, err := NewFastestFirst(weighted(1, 1), clk.opt(), WithEvents(func(e Event) {
 		if e.Kind == EventReweighted {
 			assert.Nil(t, e.Peer)
 			n.Add(1)
@@ -146,7 +146,7 @@ func TestEvents_noAllocs(t *testing.T) {
 		cycle := func(opts ...Option) float64 {
 			clk := newFakeClock()
 			a := NewPeer("a", MaxFails(1), FailTimeout(time.Second))
-			p, err := pc.new([]*Peer{a, NewPeer("b", Down())}, append(opts, WithClock(clk.now))...)
+			p, err := pc.new([]*Peer{a, NewPeer("b", Down())}, append(opts, clk.opt())...)
 			require.NoError(t, err)
 			return testing.AllocsPerRun(100, func() {
 				got, _ := p.Pick(nil)
@@ -170,10 +170,9 @@ func TestEvents_noAllocs(t *testing.T) {
 func TestEvents_concurrent(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		var n atomic.Int64
-		var now atomic.Int64
-		clock := func() time.Time { return time.Unix(0, now.Load()) }
+		clk := newFakeClockAt(time.Unix(0, 0))
 		peers := []*Peer{NewPeer("a", FailTimeout(time.Millisecond)), NewPeer("b", FailTimeout(time.Millisecond)), NewPeer("c")}
-		p, err := pc.new(peers, WithClock(clock), WithEvents(func(e Event) {
+		p, err := pc.new(peers, clk.opt(), WithEvents(func(e Event) {
 			if e.Peer != nil {
 				_ = e.Peer.Stats() // allowed from the hook
 			}
@@ -184,7 +183,7 @@ func TestEvents_concurrent(t *testing.T) {
 		for g := range 4 {
 			wg.Go(func() {
 				for i := range 500 {
-					now.Add(int64(100 * time.Microsecond))
+					clk.add(100 * time.Microsecond)
 					got, err := p.Pick(nil)
 					if err != nil {
 						continue

@@ -19,7 +19,7 @@ var _ = declareTraits("FastestFirst", fuzzTrait{zeroWeight: zwEligible, exploreO
 // newTestFF returns a FastestFirst over peers on clk.
 func newTestFF(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *FastestFirst {
 	t.Helper()
-	f, err := NewFastestFirst(peers, append([]Option{WithClock(clk.now)}, opts...)...)
+	f, err := NewFastestFirst(peers, append([]Option{clk.opt()}, opts...)...)
 	require.NoError(t, err)
 	return f
 }
@@ -89,7 +89,7 @@ func (l *ffLoop) run(outstanding int, until time.Duration) []int {
 		if next.at.Sub(l.start) > until {
 			return got
 		}
-		l.clk.t = next.at
+		l.clk.set(next.at)
 		l.out = slices.Delete(l.out, k, k+1)
 		if err := l.p.Done(next.peer, Outcome{Latency: next.r.lat, Failed: next.r.failed}); err != nil {
 			l.t.Fatalf("Done(%v) at %v: %v", next.peer, l.elapsed(), err)
@@ -518,10 +518,7 @@ func TestFastestFirst_leastExpectedDelay(t *testing.T) {
 
 func TestFastestFirst_pickAllocs(t *testing.T) {
 	clk := newFakeClock()
-	var peers []*Peer
-	for i := range 5 {
-		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(i+1), MaxFails(0)))
-	}
+	peers := makePeers(5, letter, func(i int) []PeerOption { return []PeerOption{Weight(i + 1), MaxFails(0)} })
 	f := newTestFF(t, clk, peers)
 	var r Request
 	k := 0
@@ -545,10 +542,8 @@ func TestFastestFirst_pickAllocs(t *testing.T) {
 
 // Run with -race: picks and reports from many goroutines.
 func TestFastestFirst_concurrent(t *testing.T) {
-	var peers []*Peer
-	for i, w := range []int{1, 1, 2, 3} {
-		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(w), MaxFails(0)))
-	}
+	ws := []int{1, 1, 2, 3}
+	peers := makePeers(len(ws), letter, func(i int) []PeerOption { return []PeerOption{Weight(ws[i]), MaxFails(0)} })
 	f, err := NewFastestFirst(peers)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -618,7 +613,7 @@ func ffToyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) ti
 	settle := func(until time.Duration) {
 		for q.Len() > 0 && q[0].at <= until {
 			d := heap.Pop(&q).(ffToyDone)
-			clk.t = start.Add(d.at)
+			clk.set(start.Add(d.at))
 			require.NoError(t, p.Done(d.peer, Outcome{Latency: d.lat}))
 		}
 	}
@@ -626,7 +621,7 @@ func ffToyBrownout(t *testing.T, newPicker func(now func() time.Time) Picker) ti
 		now += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 		size := rng.ExpFloat64()
 		settle(now)
-		clk.t = start.Add(now)
+		clk.set(start.Add(now))
 		peer := mustPick(t, p, nil)
 		i := slices.Index(peers, peer)
 		service := time.Duration(size * float64(mean))
@@ -669,7 +664,7 @@ func TestFastestFirst_beatsP2CInToyBrownout(t *testing.T) {
 func TestFastestFirst_allExploringStillPicks(t *testing.T) {
 	clk := newFakeClock()
 	a, b := NewPeer("a"), NewPeer("b")
-	f, err := NewFastestFirst([]*Peer{a, b}, WithClock(clk.now))
+	f, err := NewFastestFirst([]*Peer{a, b}, clk.opt())
 	require.NoError(t, err)
 	for range 4 {
 		p := mustPick(t, f, nil)

@@ -12,15 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ffPeers returns n peers of weight 1 for the sampled mode.
-func ffPeers(n int, opts ...PeerOption) []*Peer {
-	peers := make([]*Peer, n)
-	for i := range peers {
-		peers[i] = NewPeer(fmt.Sprintf("10.1.%d.%d:80", i/256, i%256), opts...)
-	}
-	return peers
-}
-
 // Law 1 in the sampled mode: with 64 peers, 8 of them ten times slower, a
 // slow peer's derived weight is (tolerance·f/e)² = (3/10)² = 0.09 of a fast
 // one's, so its draws fall to 9% of a fast peer's and it loses most
@@ -29,7 +20,7 @@ func ffPeers(n int, opts ...PeerOption) []*Peer {
 // that, fails for any picker that ignores latency.
 func TestFastestFirst_sampledSlowerGetsLess(t *testing.T) {
 	clk := newFakeClock()
-	peers := ffPeers(64)
+	peers := addrPeers(64, 1<<16)
 	f := newTestFF(t, clk, peers)
 	require.NotNil(t, f.draw.Load(), "64 peers run the sampled mode")
 	slow := map[*Peer]bool{}
@@ -57,7 +48,7 @@ func TestFastestFirst_sampledSlowerGetsLess(t *testing.T) {
 // first one picked once its fail window has passed.
 func TestFastestFirst_sampledProbeFirst(t *testing.T) {
 	clk := newFakeClock()
-	peers := ffPeers(40, FailTimeout(10*time.Second))
+	peers := addrPeers(40, 1<<16, FailTimeout(10*time.Second))
 	f := newTestFF(t, clk, peers)
 	for range 200 {
 		p := mustPick(t, f, nil)
@@ -87,7 +78,7 @@ func TestFastestFirst_sampledProbeFirst(t *testing.T) {
 // The sampled mode under concurrent picks, reports (failures included) and
 // updates: no error but the documented ones, nothing left in flight.
 func TestFastestFirst_sampledConcurrent(t *testing.T) {
-	peers := ffPeers(100, MaxFails(3))
+	peers := addrPeers(100, 1<<16, MaxFails(3))
 	f, err := NewFastestFirst(peers)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -135,7 +126,7 @@ func TestFastestFirst_sampledSeeded(t *testing.T) {
 		for i := range peers {
 			peers[i] = NewPeer(fmt.Sprintf("p%02d", i), Weight(i%4+1))
 		}
-		f, err := NewFastestFirst(peers, WithClock(clk.now), WithRand(rand.NewPCG(seed, 1)))
+		f, err := NewFastestFirst(peers, clk.opt(), WithRand(rand.NewPCG(seed, 1)))
 		require.NoError(t, err)
 		var seq []string
 		for k := range 300 {
@@ -158,7 +149,7 @@ func TestFastestFirst_sampledSeeded(t *testing.T) {
 // has left its band. 64 peers answer in 1 ms each, one request at a time.
 func TestFastestFirst_sampledStableInsideBand(t *testing.T) {
 	clk := newFakeClock()
-	peers := ffPeers(64)
+	peers := addrPeers(64, 1<<16)
 	f := newTestFF(t, clk, peers, WithRand(rand.NewPCG(3, 4)))
 	require.NotNil(t, f.draw.Load(), "64 peers run the sampled mode")
 	loop := newFFLoop(t, f, clk, peers, ffFixed(slices.Repeat([]time.Duration{time.Millisecond}, 64)...))

@@ -165,7 +165,7 @@ type fuzzMachine struct {
 	set       updater
 	in        []byte
 	pos       int
-	now       time.Time
+	clk       *fakeClock
 	gen       uint64
 	pool      []*fzPeer // every peer made, in order
 	byPtr     map[*Peer]*fzPeer
@@ -242,7 +242,7 @@ func (m *fuzzMachine) newPeer(addr string) *fzPeer {
 func newFuzzMachine(t *testing.T, pc pickerCase, in []byte) *fuzzMachine {
 	m := &fuzzMachine{
 		t: t, name: pc.name, tr: fuzzTraits[pc.name], in: in, noBackups: pc.alg.NoBackups,
-		now:    time.Unix(1_700_000_000, 0),
+		clk:    newFakeClockAt(time.Unix(1_700_000_000, 0)),
 		byPtr:  map[*Peer]*fzPeer{},
 		counts: map[*fzPeer]int64{},
 		share:  map[*fzPeer]int64{},
@@ -256,7 +256,7 @@ func newFuzzMachine(t *testing.T, pc pickerCase, in []byte) *fuzzMachine {
 	for i := range n {
 		peers = append(peers, m.newPeer(fmt.Sprint("p", i)).p)
 	}
-	opts := []Option{WithClock(func() time.Time { return m.now })}
+	opts := []Option{m.clk.opt()}
 	if _, err := pc.new(nil, WithRand(rand.NewPCG(1, 2))); err == nil {
 		opts = append(opts, WithRand(rand.NewPCG(seed, 0x5eed)))
 	}
@@ -329,7 +329,7 @@ func (m *fuzzMachine) run() {
 			if arg >= 240 {
 				d = time.Duration(arg-239) * 10 * time.Second
 			}
-			m.now = m.now.Add(d)
+			m.clk.add(d)
 			m.logf("clock +%v", d)
 		case 11:
 			m.badReport(int(arg))
@@ -384,7 +384,7 @@ func (q *fzPeer) failedAt(now int64) bool {
 // eligible returns the peers of list that may take the next attempt of rq
 // (nil: a request that is never retried).
 func (m *fuzzMachine) eligible(list []*fzPeer, single bool, rq *fzReq) []*fzPeer {
-	now := m.now.UnixNano()
+	now := m.clk.now().UnixNano()
 	positive := slices.ContainsFunc(list, func(q *fzPeer) bool { return q.weight > 0 })
 	var e []*fzPeer
 	for _, q := range list {
@@ -533,7 +533,7 @@ func (m *fuzzMachine) pick(slot int, fresh bool) {
 		slices.ContainsFunc(e, func(o *fzPeer) bool { return o.weight > 0 }) {
 		m.failf("%s = %v of weight 0 while an eligible peer has a weight (state: %s)", what, got, m.describe())
 	}
-	now := m.now.UnixNano()
+	now := m.clk.now().UnixNano()
 	q.out++
 	if !m.single() && q.fails != 0 && now-q.checked > q.timeout {
 		q.checked = now // the probe after the fail window
@@ -623,7 +623,7 @@ func (m *fuzzMachine) report(k int, failed bool, lat time.Duration) {
 	if !q.held {
 		return // removed while in flight: the report only ends the attempt
 	}
-	now := m.now.UnixNano()
+	now := m.clk.now().UnixNano()
 	switch {
 	case m.single() && !q.backup:
 		q.fails = 0 // nginx ignores max_fails for a single server
@@ -855,7 +855,7 @@ func fzNames(qs []*fzPeer) []string {
 
 func (m *fuzzMachine) describe() string {
 	var b strings.Builder
-	now := m.now.UnixNano()
+	now := m.clk.now().UnixNano()
 	for _, q := range m.list {
 		st := q.p.State()
 		fmt.Fprintf(&b, "[%s w=%d ew=%d cw=%d fails=%d/%d out=%d/%d down=%v backup=%v failed=%v] ",

@@ -3,7 +3,6 @@ package balancer
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -90,7 +89,7 @@ func TestHashPickers_fallbackVisitsNoList(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/n=%d", fc.name, n), func(t *testing.T) {
-				peers := hashBenchPeers(n)
+				peers := addrPeers(n, 0)
 				p, req, err := fc.new(peers)
 				require.NoError(t, err)
 				before := make([]int64, n)
@@ -116,136 +115,6 @@ func TestHashPickers_fallbackVisitsNoList(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestConsistentHash_boundedTotalAcrossChanges is the reproduction of a
-// bounded ConsistentHash's in-flight total going wrong across a list
-// change: 40 attempts in flight on 4 peers, then a change that takes the
-// busiest peer out (Remove, an Update without it), marks it down, reweighs
-// it, or removes it and adds it back before or after its reports. The
-// total the bound uses must stay the sum of the held peers' in-flight
-// counts, counted here peer by peer, through the change and every report,
-// and end at 0. Then the bound must hold against that count, and divert
-// no key whose own peer is below it: each pick of a new key lands on its
-// unbounded peer (from a ConsistentHash without the bound over the same
-// peers) whenever that peer holds fewer than ⌈c·(T+1)·w/L⌉ attempts, T the
-// attempts in flight, L the weight of the peers not down.
-func TestConsistentHash_boundedTotalAcrossChanges(t *testing.T) {
-	const factor = 1.25
-	tests := []struct {
-		name   string
-		change func(c *ConsistentHash, victim *Peer) error
-		after  func(c *ConsistentHash, victim *Peer) error // once every report is in
-	}{
-		{"Remove", func(c *ConsistentHash, v *Peer) error { return c.Remove(v) }, nil},
-		{"Update without it", func(c *ConsistentHash, v *Peer) error {
-			var snap []*Peer
-			for _, q := range c.Peers() {
-				if q != v {
-					snap = append(snap, NewPeer(q.Addr()))
-				}
-			}
-			return c.Update(snap)
-		}, nil},
-		{"SetDown", func(c *ConsistentHash, v *Peer) error { return c.SetDown(v, true) }, nil},
-		{"SetWeight", func(c *ConsistentHash, v *Peer) error { return c.SetWeight(v, 3) }, nil},
-		{"Remove, Add back at once", func(c *ConsistentHash, v *Peer) error {
-			if err := c.Remove(v); err != nil {
-				return err
-			}
-			return c.Add(v)
-		}, nil},
-		{"Remove, Add back after the reports", func(c *ConsistentHash, v *Peer) error { return c.Remove(v) },
-			func(c *ConsistentHash, v *Peer) error { return c.Add(v) }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			peers := blPeerSet(4)
-			c, err := NewConsistentHash(peers, WithBoundedLoad(factor))
-			require.NoError(t, err)
-			sum := func() (t int64) {
-				for _, q := range c.Peers() {
-					t += q.inFlight()
-				}
-				return t
-			}
-			total := func() int64 {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return c.inflight
-			}
-			var held []*Peer
-			for k := range 40 {
-				held = append(held, blPick(t, c, blKey(uint64(k%7))))
-			}
-			require.EqualValues(t, 40, sum())
-			victim := peers[0]
-			for _, q := range peers {
-				if q.inFlight() > victim.inFlight() {
-					victim = q
-				}
-			}
-			require.Greater(t, victim.inFlight(), int64(0))
-			require.NoError(t, tc.change(c, victim))
-			assert.Equal(t, sum(), total(), "after the change")
-			for k, q := range held {
-				require.NoError(t, c.Done(q, Outcome{}))
-				require.Equal(t, sum(), total(), "after report %d", k)
-			}
-			require.Zero(t, sum())
-			if tc.after != nil {
-				require.NoError(t, tc.after(c, victim))
-			}
-			require.Zero(t, total(), "every report is in")
-
-			// The bound against the peers' own count, and no diversion
-			// of a key whose own peer is below it.
-			var snap []*Peer
-			var live int64
-			for _, q := range c.Peers() {
-				opts := []PeerOption{Weight(int(q.weight.Load()))}
-				if q.down.Load() {
-					opts = append(opts, Down())
-				} else {
-					live += q.weight.Load()
-				}
-				snap = append(snap, NewPeer(q.Addr(), opts...))
-			}
-			plain, err := NewConsistentHash(snap)
-			require.NoError(t, err)
-			held = held[:0]
-			for k := range 60 {
-				key := blKey(uint64(k % 5))
-				own := blPick(t, plain, key)
-				require.NoError(t, plain.Done(own, Outcome{}))
-				limit := func(q *Peer) int64 {
-					return int64(math.Ceil(factor * float64(sum()+1) * float64(q.weight.Load()) / float64(live)))
-				}
-				var ownHere *Peer
-				for _, q := range c.Peers() {
-					if q.Addr() == own.Addr() {
-						ownHere = q
-					}
-				}
-				ownBelow := ownHere.inFlight() < limit(ownHere)
-				inFlight := map[*Peer]int64{}
-				limits := map[*Peer]int64{}
-				for _, q := range c.Peers() {
-					inFlight[q], limits[q] = q.inFlight(), limit(q)
-				}
-				got := blPick(t, c, key)
-				require.Less(t, inFlight[got], limits[got], "pick %d: a peer at its bound took an attempt", k)
-				if ownBelow {
-					require.Equal(t, own.Addr(), got.Addr(), "pick %d: key %q diverted from its peer below the bound", k, key)
-				}
-				held = append(held, got)
-			}
-			for _, q := range held {
-				require.NoError(t, c.Done(q, Outcome{}))
-			}
-			assert.Zero(t, total())
-		})
 	}
 }
 
@@ -336,4 +205,100 @@ func TestHashPickers_fallbackConcurrent(t *testing.T) {
 			})
 		}
 	}
+}
+
+// hashFallbackSizes are the peer counts of the fallback benchmarks. A
+// ConsistentHash holds at most MaxRingWeight units of weight, so its runs
+// stop at 10,000 peers.
+var hashFallbackSizes = []int{10, 100, 1000, 10000, 100000}
+
+// hashFallbackPickers are the pickers whose requests with no key go to
+// round robin (IPHash and the random methods fall back only past 20
+// fruitless tries).
+var hashFallbackPickers = []string{"Hash", "ConsistentHash", "ConsistentHashBounded"}
+
+// forHashFallback runs bench for each fallback picker and size, with a
+// fresh picker over n healthy peers of weight 1.
+func forHashFallback(b *testing.B, bench func(b *testing.B, p Picker, peers []*Peer)) {
+	for _, bp := range hashBenchPickers {
+		for _, name := range hashFallbackPickers {
+			if bp.name != name {
+				continue
+			}
+			for _, n := range hashFallbackSizes {
+				if name != "Hash" && n > MaxRingWeight {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
+					peers := addrPeers(n, 0)
+					p, err := bp.new(peers)
+					require.NoError(b, err)
+					b.ReportAllocs()
+					bench(b, p, peers)
+				})
+			}
+		}
+	}
+}
+
+// fallbackPickDone is one request with no key, r (reset) or a nil Request
+// if r is nil: Pick and its report.
+func fallbackPickDone(b *testing.B, p Picker, r *Request) {
+	if r != nil {
+		r.Reset()
+	}
+	peer, err := p.Pick(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Done(peer, Outcome{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkHashFallback times Pick+Done of a request with no key, which
+// the hash methods hand to nginx's smooth round-robin, while the weights
+// are static: healthy peers of weight 1, after the list's first fallback
+// (which builds the cycle or the groups; see
+// BenchmarkHashFallbackAfterChange). req: a reused Request, reset for each
+// request (Reset and the first attempt clear its tried set, one bit a
+// peer); nil: a nil Request, one that is never retried.
+func BenchmarkHashFallback(b *testing.B) {
+	forHashFallback(b, func(b *testing.B, p Picker, _ []*Peer) {
+		for _, nilReq := range []bool{false, true} {
+			name := "req"
+			if nilReq {
+				name = "nil"
+			}
+			b.Run(name, func(b *testing.B) {
+				r := &Request{}
+				if nilReq {
+					r = nil
+				}
+				b.ReportAllocs()
+				fallbackPickDone(b, p, r)
+				for b.Loop() {
+					fallbackPickDone(b, p, r)
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkHashFallbackAfterChange times a list change (one peer marked
+// down or up again, which restarts the smooth sequence) followed by one
+// request with no key: the change's own O(n) work and the fallback's first
+// pick on the new list, which builds the cycle (a sort of the peers by
+// weight, then O(W·d)) or, past MaxCycle, the groups (O(n log n)).
+func BenchmarkHashFallbackAfterChange(b *testing.B) {
+	forHashFallback(b, func(b *testing.B, p Picker, peers []*Peer) {
+		down := false
+		for b.Loop() {
+			down = !down
+			if err := p.(Updater).SetDown(peers[0], down); err != nil {
+				b.Fatal(err)
+			}
+			fallbackPickDone(b, p, nil)
+		}
+	})
 }

@@ -1,18 +1,16 @@
 package balancer
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,8 +21,6 @@ import (
 // The hash and random pickers fall back to smooth round robin, where a
 // peer of weight 0 can be picked as in SmoothWRR; they promise no cycle.
 var _ = declareTraits("Hash", fuzzTrait{zeroWeight: zwAny})
-var _ = declareTraits("ConsistentHash", fuzzTrait{zeroWeight: zwAny, ringMax: MaxRingWeight})
-var _ = declareTraits("IPHash", fuzzTrait{zeroWeight: zwAny})
 
 // The derivations below restate nginx 1.22.1's hash methods from the
 // reference text, independently of the code under test: plain loops, the
@@ -68,97 +64,7 @@ func refHashCandidates(key string, weights []int, n int) []int {
 	return out
 }
 
-// refIPCandidates is the same for ip_hash: hash = 89, then per iteration
-// hash = (hash·113 + b) % 6271 over 3 bytes of IPv4, 16 of IPv6.
-func refIPCandidates(addr netip.Addr, weights []int, n int) []int {
-	total := refTotal(weights)
-	var key []byte
-	switch {
-	case addr.Is4():
-		b := addr.As4()
-		key = b[:3]
-	case addr.Is6():
-		b := addr.As16()
-		key = b[:]
-	default:
-		key = []byte{0, 0, 0}
-	}
-	hash := 89
-	var out []int
-	for range n {
-		for _, b := range key {
-			hash = (hash*113 + int(b)) % 6271
-		}
-		out = append(out, refWalk(weights, hash%total))
-	}
-	return out
-}
-
-// refRing is ketama as the reference states it: for each server text,
-// weight·160 points crc32(host ‖ "\0" ‖ port ‖ le32(prev)), sorted, equal
-// hashes dropped after the first; a key's point is the first at or after
-// crc32(key), wrapping.
-type refRing struct {
-	hash   []uint32
-	server []int
-}
-
-func newRefRing(texts []string, weights []int) refRing {
-	type pt struct {
-		h uint32
-		s int
-	}
-	var pts []pt
-	for i, text := range texts {
-		host, port := text, ""
-		if k := len(text) - 1; k >= 0 {
-			j := k
-			for j >= 0 && text[j] >= '0' && text[j] <= '9' {
-				j--
-			}
-			if j >= 0 && text[j] == ':' {
-				host, port = text[:j], text[j+1:]
-			}
-		}
-		var prev uint32
-		for range weights[i] * 160 {
-			var le [4]byte
-			binary.LittleEndian.PutUint32(le[:], prev)
-			h := crc32.ChecksumIEEE([]byte(host + "\x00" + port + string(le[:])))
-			pts = append(pts, pt{h, i})
-			prev = h
-		}
-	}
-	sort.SliceStable(pts, func(a, b int) bool { return pts[a].h < pts[b].h })
-	var r refRing
-	for k, p := range pts {
-		if k > 0 && p.h == pts[k-1].h {
-			continue
-		}
-		r.hash = append(r.hash, p.h)
-		r.server = append(r.server, p.s)
-	}
-	return r
-}
-
-// at returns the server of the point the walk for key reaches after skip
-// points.
-func (r refRing) at(key string, skip int) int {
-	h := crc32.ChecksumIEEE([]byte(key))
-	i := sort.Search(len(r.hash), func(k int) bool { return r.hash[k] >= h })
-	return r.server[(i+skip)%len(r.hash)]
-}
-
-// hkPeers returns peers named p0, p1, ... with the given weights.
-func hkPeers(weights ...int) []*Peer {
-	ps := make([]*Peer, len(weights))
-	for i, w := range weights {
-		ps[i] = NewPeer("p"+strconv.Itoa(i), Weight(w))
-	}
-	return ps
-}
-
-func hkClock() Option { return WithClock(func() time.Time { return time.Unix(1_700_000_000, 0) }) }
+func hkClock() Option { return newFakeClockAt(time.Unix(1_700_000_000, 0)).opt() }
 
 // TestHash_derivedSequence checks Hash against the derivation for many
 // keys, with some peers down and, per request, the first candidates failing
@@ -177,7 +83,7 @@ func TestHash_derivedSequence(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			peers := hkPeers(tc.weights...)
+			peers := numberedWeighted(tc.weights...)
 			for _, i := range tc.down {
 				Down()(peers[i])
 			}
@@ -239,7 +145,7 @@ func TestHash_twentyTries(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, key, "no key in the search has 21 down candidates then b")
-	peers := hkPeers(weights...)
+	peers := numberedWeighted(weights...)
 	Down()(peers[2])
 	h, err := NewHash(peers, hkClock())
 	require.NoError(t, err)
@@ -266,7 +172,7 @@ func TestHashPickers_roundRobinWithoutKey(t *testing.T) {
 	} {
 		t.Run(mk.name, func(t *testing.T) {
 			for _, nilReq := range []bool{true, false} {
-				peers := hkPeers(2, 1)
+				peers := numberedWeighted(2, 1)
 				p, err := mk.new(peers, hkClock())
 				require.NoError(t, err)
 				var got []string
@@ -283,118 +189,6 @@ func TestHashPickers_roundRobinWithoutKey(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestIPHash_derivedSequence checks IPHash against the derivation for IPv4
-// (3 bytes: a /24 shares a peer), IPv6, IPv4-mapped IPv6 (16 bytes) and no
-// address (3 zero bytes), with retries after failures.
-func TestIPHash_derivedSequence(t *testing.T) {
-	weights := []int{3, 1, 2, 5, 1}
-	addrs := []netip.Addr{{}}
-	for k := range 100 {
-		addrs = append(addrs,
-			netip.AddrFrom4([4]byte{10, byte(k), byte(k * 7), byte(k * 13)}),
-			netip.MustParseAddr(fmt.Sprintf("2001:db8::%x", k*97+1)),
-			netip.MustParseAddr(fmt.Sprintf("::ffff:192.0.2.%d", k)))
-	}
-	peers := hkPeers(weights...)
-	for _, p := range peers {
-		MaxFails(0)(p)
-	}
-	h, err := NewIPHash(peers, hkClock())
-	require.NoError(t, err)
-	var r Request
-	for _, a := range addrs {
-		r.Reset()
-		r.SetAddr(a)
-		cands := refIPCandidates(a, weights, 20)
-		tried := map[int]bool{}
-		next := 0
-		for attempt := range 2 {
-			want := -1
-			for ; next < len(cands); next++ {
-				if c := cands[next]; !tried[c] {
-					want, next = c, next+1
-					break
-				}
-			}
-			require.GreaterOrEqual(t, want, 0)
-			got := mustPick(t, h, &r)
-			require.Equal(t, peers[want], got, "addr %v attempt %d", a, attempt)
-			tried[want] = true
-			require.NoError(t, h.Done(got, Outcome{Failed: attempt == 0}))
-		}
-	}
-	// A /24 shares a peer: only three bytes count.
-	r.Reset()
-	r.SetAddr(netip.MustParseAddr("10.1.2.3"))
-	a := mustPick(t, h, &r)
-	require.NoError(t, h.Done(a, Outcome{}))
-	r.Reset()
-	r.SetAddr(netip.MustParseAddr("10.1.2.200"))
-	assert.Equal(t, a, mustPick(t, h, &r))
-}
-
-// TestConsistentHash_derivedRing checks every pick against the reference
-// ring, for server texts with and without ports, unix paths and weights,
-// and a retry after a failure walking on to the next point of another
-// server (as nginx's loop, one point at a time).
-func TestConsistentHash_derivedRing(t *testing.T) {
-	texts := []string{"10.0.0.1", "10.0.0.2:8080", "backend.example:80", "[2001:db8::1]:443", "cache-5"}
-	weights := []int{1, 3, 2, 1, 2}
-	peers := make([]*Peer, len(texts))
-	for i, text := range texts {
-		peers[i] = NewPeer(fmt.Sprintf("10.9.9.%d:80", i), Weight(weights[i]), HashKey(text), MaxFails(0))
-	}
-	c, err := NewConsistentHash(peers, hkClock())
-	require.NoError(t, err)
-	ring := newRefRing(texts, weights)
-	require.Len(t, c.ring.points, len(ring.hash))
-	var r Request
-	for k := range 2000 {
-		key := "user:" + strconv.Itoa(k)
-		r.Reset()
-		r.SetKey(key)
-		first := mustPick(t, c, &r)
-		require.Equal(t, peers[ring.at(key, 0)], first, "key %q", key)
-		require.NoError(t, c.Done(first, Outcome{Failed: true}))
-		skip := 1
-		for ring.at(key, skip) == ring.at(key, 0) {
-			skip++
-		}
-		second := mustPick(t, c, &r)
-		require.Equal(t, peers[ring.at(key, skip)], second, "retry of key %q", key)
-		require.NoError(t, c.Done(second, Outcome{}))
-	}
-}
-
-// TestConsistentHash_sharedText: peers sharing a server text (one name
-// resolving to several addresses) share its points, and nginx's smooth
-// step among them alternates a key between them, weights 1 and 1.
-func TestConsistentHash_sharedText(t *testing.T) {
-	peers := []*Peer{
-		NewPeer("10.0.0.1:80", HashKey("svc")),
-		NewPeer("10.0.0.2:80", HashKey("svc")),
-		NewPeer("10.0.0.3:80", HashKey("other")),
-	}
-	c, err := NewConsistentHash(peers, hkClock())
-	require.NoError(t, err)
-	ring := newRefRing([]string{"svc", "other"}, []int{1, 1})
-	key := ""
-	for k := 0; key == ""; k++ {
-		if ring.at("k"+strconv.Itoa(k), 0) == 0 {
-			key = "k" + strconv.Itoa(k)
-		}
-	}
-	var got []string
-	for range 4 {
-		var r Request
-		r.SetKey(key)
-		p := mustPick(t, c, &r)
-		got = append(got, p.Addr())
-		require.NoError(t, c.Done(p, Outcome{}))
-	}
-	assert.Equal(t, []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.1:80", "10.0.0.2:80"}, got)
 }
 
 // TestHashPickers_badInput: every bad value is an error wrapping the
@@ -414,14 +208,14 @@ func TestHashPickers_badInput(t *testing.T) {
 	}{
 		{"backup", "", func() []*Peer { return []*Peer{NewPeer("a"), NewPeer("spare", Backup())} }, nil, ErrInvalidConfig, `"spare"`},
 		{"empty hash key", "", func() []*Peer { return []*Peer{NewPeer("a", HashKey(""))} }, nil, ErrInvalidConfig, `"a"`},
-		{"bound below 1", "ConsistentHash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(0.5)}, ErrInvalidConfig, "0.5"},
-		{"bound NaN", "ConsistentHash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(math.NaN())}, ErrInvalidConfig, "NaN"},
-		{"bound infinite", "ConsistentHash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(math.Inf(1))}, ErrInvalidConfig, "+Inf"},
-		{"ring too large", "ConsistentHash", func() []*Peer { return hkPeers(MaxRingWeight, 1) }, nil, ErrInvalidConfig, strconv.Itoa(MaxRingWeight + 1)},
-		{"bound on Hash", "Hash", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
-		{"bound on RandomTwo", "RandomTwo", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
-		{"bound on LeastConn", "LeastConn", func() []*Peer { return hkPeers(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
-		{"rand on Hash", "Hash", func() []*Peer { return hkPeers(1) }, []Option{WithRand(hkSource(nil))}, ErrInvalidConfig, "WithRand"},
+		{"bound below 1", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(0.5)}, ErrInvalidConfig, "0.5"},
+		{"bound NaN", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(math.NaN())}, ErrInvalidConfig, "NaN"},
+		{"bound infinite", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(math.Inf(1))}, ErrInvalidConfig, "+Inf"},
+		{"ring too large", "ConsistentHash", func() []*Peer { return numberedWeighted(MaxRingWeight, 1) }, nil, ErrInvalidConfig, strconv.Itoa(MaxRingWeight + 1)},
+		{"bound on Hash", "Hash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
+		{"bound on RandomTwo", "RandomTwo", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
+		{"bound on LeastConn", "LeastConn", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(2)}, ErrInvalidConfig, "WithBoundedLoad"},
+		{"rand on Hash", "Hash", func() []*Peer { return numberedWeighted(1) }, []Option{WithRand(hkSource(nil))}, ErrInvalidConfig, "WithRand"},
 	}
 	for _, tc := range tests {
 		for name, mk := range ctors {
@@ -439,14 +233,14 @@ func TestHashPickers_badInput(t *testing.T) {
 		}
 	}
 	// Add refuses a backup too, and ConsistentHash a ring past the limit.
-	h, err := NewHash(hkPeers(1))
+	h, err := NewHash(numberedWeighted(1))
 	require.NoError(t, err)
 	assert.ErrorIs(t, h.Add(NewPeer("b", Backup())), ErrInvalidConfig)
-	c, err := NewConsistentHash(hkPeers(MaxRingWeight - 1))
+	c, err := NewConsistentHash(numberedWeighted(MaxRingWeight - 1))
 	require.NoError(t, err)
 	assert.ErrorIs(t, c.Add(NewPeer("big", Weight(2))), ErrInvalidConfig)
 	assert.ErrorIs(t, c.SetWeight(c.Peers()[0], MaxRingWeight+1), ErrInvalidConfig)
-	rt, err := NewRandomTwo(hkPeers(1))
+	rt, err := NewRandomTwo(numberedWeighted(1))
 	require.NoError(t, err)
 	assert.ErrorIs(t, rt.Add(NewPeer("b", Backup())), ErrInvalidConfig)
 }
@@ -460,7 +254,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 		"Random": as(NewRandom), "RandomTwo": as(NewRandomTwo),
 	} {
 		t.Run(name, func(t *testing.T) {
-			peers := hkPeers(0, 1, 1)
+			peers := numberedWeighted(0, 1, 1)
 			p, err := mk(peers, hkClock())
 			require.NoError(t, err)
 			for k := range 200 {
@@ -471,7 +265,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 				require.NotEqual(t, peers[0], got)
 				require.NoError(t, p.Done(got, Outcome{}))
 			}
-			zero, err := mk(hkPeers(0, 0), hkClock())
+			zero, err := mk(numberedWeighted(0, 0), hkClock())
 			require.NoError(t, err)
 			var r Request
 			r.SetKey("x")
@@ -492,7 +286,7 @@ func TestHashPickers_concurrent(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			peers := hkPeers(1, 2, 3, 1, 2, 3, 1, 2)
+			peers := numberedWeighted(1, 2, 3, 1, 2, 3, 1, 2)
 			for _, p := range peers {
 				FailTimeout(time.Millisecond)(p)
 			}
@@ -549,114 +343,320 @@ func TestCRC32Decimal(t *testing.T) {
 	}
 }
 
-// TestConsistentHash_findIndexed checks the ring's indexed search against a
-// plain search for the first point at or above a hash (nginx's
-// ngx_http_upstream_find_chash_point), on rings of several sizes, at every
-// point's hash, one either side of it, and at random hashes.
-func TestConsistentHash_findIndexed(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	for _, n := range []int{1, 2, 3, 10, 100, 1000} {
-		peers := make([]*Peer, n)
-		for i := range peers {
-			peers[i] = NewPeer(fmt.Sprintf("10.1.%d.%d:80", i/256, i%256), Weight(1+i%3))
-		}
-		c, err := NewConsistentHash(peers)
-		require.NoError(t, err)
-		g := c.ring
-		plain := func(h uint32) int {
-			return sort.Search(len(g.points), func(k int) bool { return g.points[k]>>32 >= uint64(h) })
-		}
-		hashes := []uint32{0, 1, math.MaxUint32, math.MaxUint32 - 1}
-		for _, p := range g.points {
-			h := uint32(p >> 32)
-			hashes = append(hashes, h, h-1, h+1)
-		}
-		for range 10000 {
-			hashes = append(hashes, rng.Uint32())
-		}
-		for _, h := range hashes {
-			require.Equal(t, plain(h), g.find(h), "%d peers: hash %#x", n, h)
-		}
-	}
+// hashBenchSizes are the peer counts of the hash and random pickers'
+// benchmarks, over addrPeers(n, 0): healthy peers of weight 1 (160 ring
+// points each), so a ring of 10,000 peers holds 1.6 million points.
+var hashBenchSizes = []int{10, 100, 1000, 10000}
+
+// hashBenchPickers are the pickers of key.go's family, each with the
+// options its benchmark runs with.
+var hashBenchPickers = []struct {
+	name string
+	new  func([]*Peer) (Picker, error)
+}{
+	{"Hash", func(ps []*Peer) (Picker, error) { return NewHash(ps) }},
+	{"ConsistentHash", func(ps []*Peer) (Picker, error) { return NewConsistentHash(ps) }},
+	{"ConsistentHashBounded", func(ps []*Peer) (Picker, error) { return NewConsistentHash(ps, WithBoundedLoad(1.25)) }},
+	{"IPHash", func(ps []*Peer) (Picker, error) { return NewIPHash(ps) }},
+	{"Random", func(ps []*Peer) (Picker, error) { return NewRandom(ps) }},
+	{"RandomTwo", func(ps []*Peer) (Picker, error) { return NewRandomTwo(ps) }},
 }
 
-// TestConsistentHash_effectiveWeightRecovers: a peer whose effective weight
-// a failure lowered recovers it one step per pick of its point, as nginx's
-// smooth step does (effective_weight++ while below weight), even with no
-// failure left on record, where a first attempt would otherwise skip the
-// lock: weight 4 and max_fails 2, so each failure costs 4/2 = 2.
-func TestConsistentHash_effectiveWeightRecovers(t *testing.T) {
-	clk := newFakeClock()
-	peers := make([]*Peer, 3)
-	for i := range peers {
-		peers[i] = NewPeer(fmt.Sprintf("10.2.0.%d:80", i), Weight(4), MaxFails(2), FailTimeout(10*time.Second))
+// hashBenchKeys are the keys and client addresses the benchmarks cycle
+// through, made up front so that the loop measures the pick.
+func hashBenchKeys() ([]string, []netip.Addr) {
+	keys := make([]string, 1024)
+	addrs := make([]netip.Addr, 1024)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i*7919)
+		addrs[i] = netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1})
 	}
-	c, err := NewConsistentHash(peers, WithClock(clk.now))
-	require.NoError(t, err)
-	var r Request
-	pick := func() *Peer {
-		r.Reset()
-		r.SetKey("user:42")
-		return mustPick(t, c, &r)
-	}
-	a := pick()
-	require.NoError(t, c.Done(a, Outcome{Failed: true}))
-	assert.Equal(t, 2, a.State().EffectiveWeight, "after one failure")
-	require.Equal(t, a, pick()) // fails 1 < max_fails: still eligible; its step raises ew to 3
-	require.NoError(t, c.Done(a, Outcome{Failed: true}))
-	assert.Equal(t, 1, a.State().EffectiveWeight, "3 − 2 after the second failure")
-	b := pick()
-	require.NotEqual(t, a, b, "inside its fail window")
-	require.NoError(t, c.Done(b, Outcome{}))
-
-	clk.add(11 * time.Second)
-	require.Equal(t, a, pick(), "the probe after the window") // ew 1 → 2
-	require.NoError(t, c.Done(a, Outcome{}))                  // answers the probe: fails = 0
-	require.Equal(t, 0, a.State().Fails)
-	for _, want := range []int{2, 3, 4, 4, 4} {
-		assert.Equal(t, want, a.State().EffectiveWeight)
-		require.Equal(t, a, pick())
-		require.NoError(t, c.Done(a, Outcome{}))
-	}
+	return keys, addrs
 }
 
-// TestConsistentHash_maxConnsUnderRetries races lock-free first attempts
-// (which take a slot by compare-and-swap) with retries, which walk the ring
-// under the lock: no peer may ever hold more than its max_conns.
-func TestConsistentHash_maxConnsUnderRetries(t *testing.T) {
-	peers := []*Peer{NewPeer("10.0.0.1", MaxConns(1)), NewPeer("10.0.0.2", MaxConns(1))}
-	c, err := NewConsistentHash(peers)
-	require.NoError(t, err)
-	var over atomic.Int64
-	var held [2]atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var r Request
-			for k := range 20000 {
-				r.Reset()
-				r.SetKey(fmt.Sprint(g, "-", k))
-				p, err := c.Pick(&r)
-				if err != nil {
-					continue
-				}
-				if g%2 == 1 { // a retry: the second attempt walks under the lock
-					_ = c.Done(p, Outcome{})
-					if p, err = c.Pick(&r); err != nil {
-						continue
+// BenchmarkHashPickers times Pick+Done for one request with its key (or
+// address) set, the unit a caller pays for.
+func BenchmarkHashPickers(b *testing.B) {
+	keys, addrs := hashBenchKeys()
+	for _, bp := range hashBenchPickers {
+		for _, n := range hashBenchSizes {
+			b.Run(fmt.Sprintf("%s/n=%d", bp.name, n), func(b *testing.B) {
+				p, err := bp.new(addrPeers(n, 0))
+				require.NoError(b, err)
+				var r Request
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					r.Reset()
+					r.SetKey(keys[i&1023])
+					r.SetAddr(addrs[i&1023])
+					i++
+					peer, err := p.Pick(&r)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := p.Done(peer, Outcome{}); err != nil {
+						b.Fatal(err)
 					}
 				}
-				i := slices.Index(peers, p)
-				if held[i].Add(1) > 1 {
-					over.Add(1)
-				}
-				held[i].Add(-1)
-				_ = c.Done(p, Outcome{})
-			}
-		}()
+			})
+		}
 	}
-	wg.Wait()
-	assert.Zero(t, over.Load(), "attempts past max_conns=1")
+}
+
+// TestHashPickers_zeroAllocs: Pick+Done, with the key and address set on a
+// reused Request, and with a nil Request, allocates nothing at every
+// benchmark size.
+func TestHashPickers_zeroAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds rings of up to 1.6 million points")
+	}
+	keys, addrs := hashBenchKeys()
+	for _, bp := range hashBenchPickers {
+		for _, n := range hashBenchSizes {
+			t.Run(fmt.Sprintf("%s/n=%d", bp.name, n), func(t *testing.T) {
+				peers := addrPeers(n, 0)
+				for _, q := range peers {
+					MaxFails(0)(q) // the failures below take no peer out
+				}
+				p, err := bp.new(peers)
+				require.NoError(t, err)
+				var r Request
+				i := 0
+				allocs := testing.AllocsPerRun(500, func() {
+					r.Reset()
+					r.SetKey(keys[i&1023])
+					r.SetAddr(addrs[i&1023])
+					i++
+					peer, err := p.Pick(&r)
+					if err == nil {
+						err = p.Done(peer, Outcome{Failed: i%50 == 0})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				})
+				assert.Zero(t, allocs, "keyed Pick+Done")
+				allocs = testing.AllocsPerRun(200, func() {
+					peer, err := p.Pick(nil)
+					if err == nil {
+						err = p.Done(peer, Outcome{})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				})
+				assert.Zero(t, allocs, "Pick(nil)+Done")
+			})
+			runtime.GC() // the large rings
+		}
+	}
+}
+
+// The hash methods as nginx 1.22.1 runs them (ngx_http_upstream_hash_module.c
+// and ngx_http_upstream_ip_hash_module.c, as hashing.md states them),
+// transcribed on ngxModel: each is a selector for ngxModel.pickWith, with
+// its per-request state, handing the attempt to ngxModel.getPeer (nginx's
+// get_rr_peer over the same peers and weights) where nginx does. Nothing
+// here is shared with the code under test.
+
+// ngxHashReq is one request's state in the hash models: the key (or client
+// address bytes), hp->hash, hp->rehash, hp->tries, and for the consistent
+// method whether the ring position has been found.
+type ngxHashReq struct {
+	key    string
+	addr   []byte
+	hash   uint64
+	rehash int
+	tries  int
+	begun  bool
+}
+
+// ngxFailed is nginx's fail window test.
+func ngxFailed(p *ngxPeer, now int64) bool {
+	return p.maxFails != 0 && p.fails >= p.maxFails && now-p.checked <= p.failTimeout
+}
+
+// ngxTook is nginx's step on a peer a hash method found: checked = now once
+// the fail window has passed.
+func ngxTook(p *ngxPeer, now int64) *ngxPeer {
+	if now-p.checked > p.failTimeout {
+		p.checked = now
+	}
+	return p
+}
+
+// hashPeer is ngx_http_upstream_get_hash_peer.
+func (m *ngxModel) hashPeer(q *ngxHashReq) func([]*ngxPeer, int64) *ngxPeer {
+	return func(peers []*ngxPeer, now int64) *ngxPeer {
+		var total int64
+		for _, p := range peers {
+			total += p.w
+		}
+		if q.tries > 20 || q.key == "" || total == 0 {
+			return m.getPeer(peers, now)
+		}
+		for {
+			text := q.key
+			if q.rehash > 0 {
+				text = strconv.Itoa(q.rehash) + q.key
+			}
+			q.hash += uint64(crc32.ChecksumIEEE([]byte(text))>>16) & 0x7fff
+			q.rehash++
+			w := int64(q.hash % uint64(total))
+			k := 0
+			for w >= peers[k].w {
+				w -= peers[k].w
+				k++
+			}
+			if p := peers[k]; !m.tried[p] && !p.down && !ngxFailed(p, now) {
+				return ngxTook(p, now)
+			}
+			if q.tries++; q.tries > 20 {
+				return m.getPeer(peers, now)
+			}
+		}
+	}
+}
+
+// TestHashPickers_fallbackAsModel drives Hash, ConsistentHash (with and
+// without the load bound, which diverts nothing when each request ends
+// before the next) and IPHash through the same random requests as the
+// nginx models above: keys from a small pool and one in three empty (the
+// round-robin fallback), client addresses, failures and their retries,
+// retries after an attempt that did not fail, clock moves and peers going down and up (a list change, which restarts
+// every current weight as an nginx reload does). Every pick must be the
+// model's, and every peer's failures, effective and current weight too
+// (State, which reads the current weights the cycle and the groups keep
+// implicitly). Short lists run the plain scan and the cycle; from 16 peers
+// the grouped scan; some ConsistentHash peers share a hash key, whose
+// smooth step moves the weights the fallback shares.
+func TestHashPickers_fallbackAsModel(t *testing.T) {
+	methods := []string{"Hash", "ConsistentHash", "ConsistentHashBounded", "IPHash"}
+	for seed := range uint64(24) {
+		for _, method := range methods {
+			t.Run(fmt.Sprintf("%s/%d", method, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 17))
+				clk := newFakeClock()
+				n := 2 + rng.IntN(5)
+				if seed%2 == 1 {
+					n = groupedScanMin + rng.IntN(120)
+				}
+				distinct := 1 + rng.IntN(4)
+				model := &ngxModel{}
+				peers, byAddr := clusterOf(rng, model, n, 1<<30, 25, func() int { return 1 + rng.IntN(distinct) })
+				text := map[*ngxPeer]string{}
+				texts := make([]string, n)
+				for i, m := range model.primary {
+					texts[i] = m.addr
+					if method != "IPHash" && method != "Hash" && i > 0 && rng.IntN(5) == 0 {
+						texts[i] = texts[rng.IntN(i)]
+						HashKey(texts[i])(peers[i])
+					}
+					text[m] = texts[i]
+				}
+				weights := make([]int, n)
+				for i, m := range model.primary {
+					weights[i] = int(m.w)
+				}
+				ring := newRefRing(texts, weights)
+				var p Balancer
+				var err error
+				switch method {
+				case "Hash":
+					p, err = NewHash(peers, clk.opt())
+				case "ConsistentHash":
+					p, err = NewConsistentHash(peers, clk.opt())
+				case "ConsistentHashBounded":
+					p, err = NewConsistentHash(peers, clk.opt(), WithBoundedLoad(1.25))
+				case "IPHash":
+					p, err = NewIPHash(peers, clk.opt())
+				}
+				require.NoError(t, err)
+				pool := make([]string, 1+rng.IntN(8))
+				for i := range pool {
+					pool[i] = "k" + strconv.Itoa(rng.IntN(1000))
+				}
+				failProb := []float64{0, 0.01, 0.05, 0.3}[rng.IntN(4)]
+				fallbacks, cycled, grouped := 0, 0, 0
+				for step := range 400 {
+					if rng.IntN(10) == 0 {
+						clk.add(time.Duration(rng.IntN(3)) * time.Second)
+					}
+					if rng.IntN(60) == 0 {
+						m := model.primary[rng.IntN(n)]
+						m.down = !m.down
+						for _, q := range model.primary {
+							q.cw = 0 // a list change restarts the sequence
+						}
+						require.NoError(t, p.SetDown(byAddr[m.addr], m.down))
+					}
+					var r Request
+					q := &ngxHashReq{}
+					if rng.IntN(3) > 0 {
+						q.key = pool[rng.IntN(len(pool))]
+					}
+					r.SetKey(q.key)
+					a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(256)), 1})
+					r.SetAddr(a)
+					q.addr = a.AsSlice()[:3]
+					var sel func([]*ngxPeer, int64) *ngxPeer
+					switch method {
+					case "Hash":
+						sel = model.hashPeer(q)
+					case "IPHash":
+						sel = model.ipHashPeer(q)
+					default:
+						sel = model.chashPeer(q, ring, text)
+					}
+					if q.key == "" && method != "IPHash" {
+						fallbacks++
+					}
+					now := clk.now().UnixNano()
+					if sr := smoothOf(p); sr != nil && sr.cycle.Load() != nil {
+						cycled++
+					} else if sr != nil && sr.groups != nil {
+						grouped++
+					}
+					model.begin()
+					for {
+						want := model.pickWith(now, sel)
+						got := pickAsModel(t, p, &r, want, model.exhausted(), step)
+						if got == nil {
+							break
+						}
+						failed := rng.Float64() < failProb
+						model.free(want, failed, now)
+						require.NoError(t, p.Done(got, Outcome{Failed: failed}))
+						// A request may also go on after an attempt
+						// that did not fail, as nginx's
+						// proxy_next_upstream http_404 does.
+						if !failed && rng.IntN(8) > 0 {
+							break
+						}
+					}
+					if step%10 != 0 {
+						continue
+					}
+					for _, m := range model.all() {
+						requireModelState(t, step, m, byAddr[m.addr].State())
+					}
+				}
+				t.Logf("%d peers, weights 1..%d, failures %.2f: %d of 400 requests with no key; %d began with the cycle open, %d with the groups", n, distinct, failProb, fallbacks, cycled, grouped)
+			})
+		}
+	}
+}
+
+// smoothOf returns the round-robin engine of a hash picker.
+func smoothOf(p Balancer) *smoothRR {
+	switch p := p.(type) {
+	case *Hash:
+		return &p.smoothRR
+	case *ConsistentHash:
+		return &p.smoothRR
+	case *IPHash:
+		return &p.smoothRR
+	}
+	return nil
 }

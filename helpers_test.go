@@ -2,39 +2,137 @@ package balancer
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// fakeClock is a settable clock for tests; it never moves by itself.
-type fakeClock struct{ t time.Time }
+// fakeClock is the tests' clock: it moves only when a test moves it, and
+// goroutines may read and move it at once. It counts its reads.
+type fakeClock struct{ ns, reads atomic.Int64 }
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(100, 0)} }
+// newFakeClock returns a fakeClock at 100 s past the Unix epoch.
+func newFakeClock() *fakeClock { return newFakeClockAt(time.Unix(100, 0)) }
 
-func (c *fakeClock) now() time.Time { return c.t }
+// newFakeClockAt returns a fakeClock at t.
+func newFakeClockAt(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
 
-func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+func (c *fakeClock) now() time.Time {
+	c.reads.Add(1)
+	return time.Unix(0, c.ns.Load())
+}
 
-// weighted returns peers named a, b, c... with the given weights.
-func weighted(ws ...int) []*Peer {
-	ps := make([]*Peer, len(ws))
-	for i, w := range ws {
-		ps[i] = NewPeer(string(rune('a'+i)), Weight(w))
+func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+func (c *fakeClock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
+
+// opt is the option that makes a picker read c.
+func (c *fakeClock) opt() Option { return WithClock(c.now) }
+
+// makePeers builds the tests' peer lists: n peers, peer i named name(i)
+// and built with opts(i) (none when opts is nil). The names are the ones
+// the tests' expected values were worked out with.
+func makePeers(n int, name func(i int) string, opts func(i int) []PeerOption) []*Peer {
+	ps := make([]*Peer, n)
+	for i := range ps {
+		var o []PeerOption
+		if opts != nil {
+			o = opts(i)
+		}
+		ps[i] = NewPeer(name(i), o...)
 	}
 	return ps
 }
 
-// picks returns n picks, each reported as a success.
-func picks(t *testing.T, p Picker, n int) string {
+// letter names peer i a, b, c...
+func letter(i int) string { return string(rune('a' + i)) }
+
+// numbered names peer i p0, p1, p2...
+func numbered(i int) string { return "p" + strconv.Itoa(i) }
+
+// ipAddr names peer i 10.x.y.z:80, x.y.z being i's three low bytes.
+func ipAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d:80", i>>16&255, i>>8&255, i&255) }
+
+// weightsOf gives peer i the weight ws[i].
+func weightsOf(ws []int) func(i int) []PeerOption {
+	return func(i int) []PeerOption { return []PeerOption{Weight(ws[i])} }
+}
+
+// weighted returns peers named a, b, c... with the given weights.
+func weighted(ws ...int) []*Peer { return makePeers(len(ws), letter, weightsOf(ws)) }
+
+// numberedWeighted returns peers named p0, p1, ... with the given weights.
+func numberedWeighted(ws ...int) []*Peer { return makePeers(len(ws), numbered, weightsOf(ws)) }
+
+// named returns peers named a, b, c... each built with opts[i].
+func named(opts ...[]PeerOption) []*Peer {
+	return makePeers(len(opts), letter, func(i int) []PeerOption { return opts[i] })
+}
+
+// addrPeers returns n peers at ipAddr(from), ipAddr(from+1), ..., each
+// built with opts.
+func addrPeers(n, from int, opts ...PeerOption) []*Peer {
+	return makePeers(n, func(i int) string { return ipAddr(from + i) }, func(int) []PeerOption { return opts })
+}
+
+// currentWeights returns the current weight of each peer, in order.
+func currentWeights(peers []*Peer) []int {
+	cw := make([]int, len(peers))
+	for i, p := range peers {
+		cw[i] = p.State().CurrentWeight
+	}
+	return cw
+}
+
+// pickHow changes how picks makes its picks; the zero value is the plain
+// way: a nil Request, every pick must succeed and is reported a success.
+type pickHow uint8
+
+const (
+	// pickHold reports none of the picks, so the attempts stay in flight.
+	pickHold pickHow = 1 << iota
+	// pickGaps lets a pick fail: it shows as "-" instead of failing the
+	// test.
+	pickGaps
+	// pickLocked picks through the locked scan: each pick's Request has had
+	// one attempt of two (a request that is not fresh never takes the
+	// cycle) and, with no tried bits, it skips no peer.
+	pickLocked
+)
+
+// picks returns the addresses of n picks, joined by spaces.
+func picks(t *testing.T, p Picker, n int, how ...pickHow) string {
 	t.Helper()
+	var h pickHow
+	for _, x := range how {
+		h |= x
+	}
 	out := make([]string, n)
+	var r Request
 	for i := range out {
-		peer, err := p.Pick(nil)
+		var req *Request
+		if h&pickLocked != 0 {
+			r.Reset()
+			r.attempts, r.limit = 1, 2
+			req = &r
+		}
+		peer, err := p.Pick(req)
+		if err != nil && h&pickGaps != 0 {
+			out[i] = "-"
+			continue
+		}
 		require.NoError(t, err)
-		require.NoError(t, p.Done(peer, Outcome{}))
+		if h&pickHold == 0 {
+			require.NoError(t, p.Done(peer, Outcome{}))
+		}
 		out[i] = peer.Addr()
 	}
 	return strings.Join(out, " ")
@@ -82,11 +180,7 @@ func toSet(p Picker) updater { return p.(updater) }
 // benchPeers returns n healthy peers weighted i%10+1, the workload every
 // benchmark here and in the comparison module uses.
 func benchPeers(n int) []*Peer {
-	peers := make([]*Peer, n)
-	for i := range peers {
-		peers[i] = NewPeer(fmt.Sprintf("10.0.%d.%d:80", i/256, i%256), Weight(i%10+1))
-	}
-	return peers
+	return makePeers(n, ipAddr, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1)} })
 }
 
 // backupOf returns a peer for addr that is a backup, or a primary for a

@@ -3,7 +3,6 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,28 +12,6 @@ import (
 
 // LeastConn's promises beyond the contract, checked by FuzzPickers.
 var _ = declareTraits("LeastConn", fuzzTrait{zeroWeight: zwEligible})
-
-// holdPicks returns n picks and reports none of them, so the attempts stay
-// in flight.
-func holdPicks(t *testing.T, p Picker, n int) string {
-	t.Helper()
-	out := make([]string, n)
-	for i := range out {
-		peer, err := p.Pick(nil)
-		require.NoError(t, err)
-		out[i] = peer.Addr()
-	}
-	return strings.Join(out, " ")
-}
-
-// cwOf returns the current weight of each peer, in the order added.
-func cwOf(peers []*Peer) []int {
-	cw := make([]int, len(peers))
-	for i, p := range peers {
-		cw[i] = p.State().CurrentWeight
-	}
-	return cw
-}
 
 func TestCompareLoad(t *testing.T) {
 	tests := []struct {
@@ -95,7 +72,7 @@ func TestLeastConn_lowestLoad(t *testing.T) {
 			p, err := b.Pick(nil)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, p.Addr())
-			assert.Equal(t, make([]int, len(peers)), cwOf(peers), "no tie: current weights untouched")
+			assert.Equal(t, make([]int, len(peers)), currentWeights(peers), "no tie: current weights untouched")
 		})
 	}
 }
@@ -124,7 +101,7 @@ func TestLeastConn_ties(t *testing.T) {
 	}
 	for step, w := range want {
 		assert.Equal(t, w.pick, picks(t, b, 1), "step %d", step)
-		assert.Equal(t, w.cw, cwOf(peers), "step %d", step)
+		assert.Equal(t, w.cw, currentWeights(peers), "step %d", step)
 	}
 }
 
@@ -139,16 +116,16 @@ func TestLeastConn_tieAmongSome(t *testing.T) {
 	a, err := b.Pick(nil)
 	require.NoError(t, err)
 	require.Equal(t, "a", a.Addr())
-	assert.Equal(t, []int{-2, 1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-2, 1, 1}, currentWeights(peers))
 	// b and c tie at 0 in flight, a has 1. Steps over b and c only, each
 	// giving back 2: [−2 2 2] b [−2 0 2]; [−2 1 3] c [−2 1 1];
 	// [−2 2 2] b [−2 0 2].
 	assert.Equal(t, "b c b", picks(t, b, 3))
-	assert.Equal(t, []int{-2, 0, 2}, cwOf(peers))
+	assert.Equal(t, []int{-2, 0, 2}, currentWeights(peers))
 	require.NoError(t, b.Done(a, Outcome{}))
 	// All idle again: [−1 1 3] → c, giving back 3: [−1 1 0].
 	assert.Equal(t, "c", picks(t, b, 1))
-	assert.Equal(t, []int{-1, 1, 0}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1, 0}, currentWeights(peers))
 }
 
 // TestLeastConn_inFlight: with every attempt left in flight the choice
@@ -162,8 +139,8 @@ func TestLeastConn_inFlight(t *testing.T) {
 	// 3. a 1/3, b 1/1: a (1·1 < 1·3). 4. a 2/3: a (2 < 3).
 	// 5. a 3/3, b 1/1 tie: [2 2] → a, the first: [−2 2].
 	// 6. a 4/3, b 1/1: b (1·3 < 4·1).
-	assert.Equal(t, "a b a a a b", holdPicks(t, b, 6))
-	assert.Equal(t, []int{-2, 2}, cwOf(peers))
+	assert.Equal(t, "a b a a a b", picks(t, b, 6, pickHold))
+	assert.Equal(t, []int{-2, 2}, currentWeights(peers))
 	assert.Equal(t, 4, peers[0].InFlight())
 	assert.Equal(t, 2, peers[1].InFlight())
 
@@ -171,7 +148,7 @@ func TestLeastConn_inFlight(t *testing.T) {
 	for range 4 {
 		require.NoError(t, b.Done(peers[0], Outcome{}))
 	}
-	assert.Equal(t, "a", holdPicks(t, b, 1))
+	assert.Equal(t, "a", picks(t, b, 1, pickHold))
 	require.NoError(t, b.Done(peers[1], Outcome{}))
 	require.NoError(t, b.Done(peers[1], Outcome{}))
 	assert.ErrorIs(t, b.Done(peers[1], Outcome{}), ErrNotInFlight)
@@ -183,7 +160,7 @@ func TestLeastConn_inFlight(t *testing.T) {
 func TestLeastConn_failWindow(t *testing.T) {
 	clk := newFakeClock() // t=100
 	peers := weighted(1, 1)
-	b, err := NewLeastConn(peers, WithClock(clk.now))
+	b, err := NewLeastConn(peers, clk.opt())
 	require.NoError(t, err)
 	// Tie: [1 1] → a, giving back 2: [−1 1].
 	a, err := b.Pick(nil)
@@ -192,20 +169,20 @@ func TestLeastConn_failWindow(t *testing.T) {
 	require.NoError(t, b.Done(a, Outcome{Failed: true}))
 	assert.Equal(t, 0, a.State().EffectiveWeight, "1 − 1/1")
 
-	for clk.t.Unix() <= 110 {
+	for clk.now().Unix() <= 110 {
 		// b alone is eligible: no tie, current weights untouched.
-		assert.Equal(t, "b b", picks(t, b, 2), "at t=%d", clk.t.Unix())
+		assert.Equal(t, "b b", picks(t, b, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
-	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1}, currentWeights(peers))
 	// t=111, both idle, a tie each time:
 	// a −1+0 (ew 0 → 1), b 1+1: total 1, b, [−1 1].
 	// a −1+1, b 1+1: total 2, b, [0 0].
 	// a 0+1, b 0+1: a, the first, [−1 1]: the probe.
 	assert.Equal(t, "b b a", picks(t, b, 3))
-	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	assert.Equal(t, 0, a.State().Fails, "the successful probe cleared fails")
-	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1}, currentWeights(peers))
 }
 
 // TestLeastConn_failureLowersEffectiveWeight: below max_fails a failed peer
@@ -224,7 +201,7 @@ func TestLeastConn_failureLowersEffectiveWeight(t *testing.T) {
 	// a −1+2, b 1+2: total 4, b, [1 −1].
 	// a 1+2, b −1+2: a, [−1 1].
 	assert.Equal(t, "b b a", picks(t, b, 3))
-	assert.Equal(t, []int{-1, 1}, cwOf(peers))
+	assert.Equal(t, []int{-1, 1}, currentWeights(peers))
 	assert.Equal(t, 2, a.State().EffectiveWeight)
 }
 
@@ -234,7 +211,7 @@ func TestLeastConn_backup(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a")
 	bk1, bk2 := NewPeer("b", Backup()), NewPeer("c", Backup())
-	b, err := NewLeastConn([]*Peer{a, bk1, bk2}, WithClock(clk.now))
+	b, err := NewLeastConn([]*Peer{a, bk1, bk2}, clk.opt())
 	require.NoError(t, err)
 	assert.Equal(t, "a a", picks(t, b, 2))
 
@@ -284,7 +261,7 @@ func TestLeastConn_maxConns(t *testing.T) {
 	b, err := NewLeastConn(peers)
 	require.NoError(t, err)
 	// a: tie at 0, [10 1] → a. Then a is full, so b however loaded.
-	assert.Equal(t, "a b b b", holdPicks(t, b, 4))
+	assert.Equal(t, "a b b b", picks(t, b, 4, pickHold))
 }
 
 func TestLeastConn_pickAllocs(t *testing.T) {
@@ -342,7 +319,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
-			b, err := NewLeastConn(peers, WithClock(clk.now))
+			b, err := NewLeastConn(peers, clk.opt())
 			require.NoError(t, err)
 			type attempt struct {
 				peer  *Peer
@@ -350,7 +327,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			}
 			var held []attempt
 			done := func(a attempt, failed bool) {
-				model.done(a.model, failed, clk.t.UnixNano())
+				model.done(a.model, failed, clk.now().UnixNano())
 				require.NoError(t, b.Done(a.peer, Outcome{Failed: failed}))
 			}
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
@@ -367,7 +344,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 				var r Request
 				model.begin()
 				for {
-					want := model.pick(clk.t.UnixNano())
+					want := model.pick(clk.now().UnixNano())
 					got := pickAsModel(t, b, &r, want, model.exhausted(), step)
 					if got == nil {
 						break

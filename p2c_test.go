@@ -17,7 +17,7 @@ var _ = declareTraits("P2CPeakEWMA", fuzzTrait{zeroWeight: zwEligible})
 // newTestP2C returns a P2CPeakEWMA over peers on clk with a seeded source.
 func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2CPeakEWMA {
 	t.Helper()
-	opts = append([]Option{WithClock(clk.now), WithRand(rand.NewPCG(1, 2))}, opts...)
+	opts = append([]Option{clk.opt(), WithRand(rand.NewPCG(1, 2))}, opts...)
 	b, err := NewP2CPeakEWMA(peers, opts...)
 	require.NoError(t, err)
 	return b
@@ -415,11 +415,9 @@ func TestP2CPeakEWMA_pickAllocs(t *testing.T) {
 
 // Run with -race: picks and reports from many goroutines.
 func TestP2CPeakEWMA_concurrent(t *testing.T) {
-	var peers []*Peer
-	for i, w := range []int{1, 1, 2, 3} {
-		// No failure accounting, so that no pick finds every peer out.
-		peers = append(peers, NewPeer(string(rune('a'+i)), Weight(w), MaxFails(0)))
-	}
+	// No failure accounting, so that no pick finds every peer out.
+	ws := []int{1, 1, 2, 3}
+	peers := makePeers(len(ws), letter, func(i int) []PeerOption { return []PeerOption{Weight(ws[i]), MaxFails(0)} })
 	b, err := NewP2CPeakEWMA(peers, WithRand(rand.NewPCG(5, 6)))
 	require.NoError(t, err)
 	var wg sync.WaitGroup

@@ -65,7 +65,7 @@ func TestRandomTwo_choice(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			peers := hkPeers(1, 1, 1, 1)
+			peers := numberedWeighted(1, 1, 1, 1)
 			if tc.down >= 0 {
 				Down()(peers[tc.down])
 			}
@@ -88,7 +88,7 @@ func TestRandomTwo_choice(t *testing.T) {
 // past 20 tries the request goes to round robin. Scripted draws all land
 // on peer 3, down, then on 0 for RandomTwo: it can pair 0 with nothing.
 func TestRandomPickers_twentyTries(t *testing.T) {
-	peers := hkPeers(1, 1, 1, 1)
+	peers := numberedWeighted(1, 1, 1, 1)
 	Down()(peers[1])
 	Down()(peers[2])
 	Down()(peers[3])
@@ -102,7 +102,7 @@ func TestRandomPickers_twentyTries(t *testing.T) {
 	assert.Equal(t, peers[0], mustPick(t, rnd, &r))
 	assert.EqualValues(t, 21, r.hs.tries, "21 draws on a down peer, then round robin")
 
-	peers2 := hkPeers(1, 1, 1, 1)
+	peers2 := numberedWeighted(1, 1, 1, 1)
 	Down()(peers2[1])
 	Down()(peers2[2])
 	Down()(peers2[3])
@@ -121,7 +121,7 @@ func TestRandom_proportions(t *testing.T) {
 	weights := []int{1, 2, 3, 4, 0, 10}
 	const n = 200000
 	for _, two := range []bool{false, true} {
-		peers := hkPeers(weights...)
+		peers := numberedWeighted(weights...)
 		var p Picker
 		var err error
 		if two {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -71,7 +70,7 @@ func TestRandomWeighted_warmupInPicker(t *testing.T) {
 		t.Run(fmt.Sprint(uptime, "ms"), func(t *testing.T) {
 			clk := newFakeClock()
 			a := NewPeer("a", Weight(100))
-			b, err := NewRandomWeighted([]*Peer{a}, WithClock(clk.now), WithWarmup(10*time.Minute))
+			b, err := NewRandomWeighted([]*Peer{a}, clk.opt(), WithWarmup(10*time.Minute))
 			require.NoError(t, err)
 			// Added at the clock's instant: uptime 0, full weight, and a
 			// rebuild due 1 ms on.
@@ -90,24 +89,24 @@ func TestRandomWeighted_warmupInPicker(t *testing.T) {
 }
 
 func TestRandomWeighted_warmupSchedule(t *testing.T) {
-	clk := &rwCountingClock{fakeClock: *newFakeClock()}
+	clk := newFakeClock()
 	old := NewPeer("old", Weight(100))
-	b, err := NewRandomWeighted([]*Peer{old}, WithClock(clk.now), WithWarmup(10*time.Minute), WithRand(rand.NewPCG(1, 2)))
+	b, err := NewRandomWeighted([]*Peer{old}, clk.opt(), WithWarmup(10*time.Minute), WithRand(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	clk.add(time.Hour)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	require.False(t, b.state.Load().warming, "old is warm")
 
 	// Warm: picks read no clock.
-	clk.calls = 0
-	rwPickN(t, b, 100)
-	assert.Zero(t, clk.calls)
+	clk.reads.Store(0)
+	picks(t, b, 100)
+	assert.Zero(t, clk.reads.Load())
 
 	fresh := NewPeer("new", Weight(100))
 	require.NoError(t, b.Add(fresh))
 	added := clk.now().UnixNano()
 	clk.add(time.Millisecond)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	st := b.state.Load()
 	require.True(t, st.warming)
 	assert.Equal(t, []uint64{100, 1}, st.primary.w)
@@ -117,10 +116,10 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 
 	// Picks before then keep the table; the first one past it rebuilds.
 	clk.add(step - time.Nanosecond)
-	rwPickN(t, b, 10)
+	picks(t, b, 10)
 	assert.Same(t, st, b.state.Load())
 	clk.add(time.Nanosecond)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	st = b.state.Load()
 	upMs := (clk.now().UnixNano() - added) / 1e6
 	assert.Equal(t, []uint64{100, uint64(dubboWarmupWeight(upMs, 600000, 100))}, st.primary.w)
@@ -128,12 +127,12 @@ func TestRandomWeighted_warmupSchedule(t *testing.T) {
 	// Far past the warm-up, a pick rebuilds once more and the clock goes
 	// quiet again.
 	clk.add(time.Hour)
-	rwPickN(t, b, 1)
+	picks(t, b, 1)
 	assert.False(t, b.state.Load().warming)
 	assert.Equal(t, []uint64{100, 100}, b.state.Load().primary.w)
-	clk.calls = 0
-	rwPickN(t, b, 100)
-	assert.Zero(t, clk.calls)
+	clk.reads.Store(0)
+	picks(t, b, 100)
+	assert.Zero(t, clk.reads.Load())
 }
 
 func TestRandomWeighted_warmupLagBound(t *testing.T) {
@@ -149,96 +148,6 @@ func TestRandomWeighted_warmupLagBound(t *testing.T) {
 			worst = max(worst, dubboWarmupWeight(u+s, d, w)-dubboWarmupWeight(u, d, w))
 		}
 		assert.LessOrEqual(t, worst, bound, "weight %d", w)
-	}
-}
-
-// rwCountingClock counts how often a picker reads it.
-type rwCountingClock struct {
-	fakeClock
-	mu    sync.Mutex
-	calls int
-}
-
-func (c *rwCountingClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls++
-	return c.t
-}
-
-// rwPickN makes n picks, each reported as a success.
-func rwPickN(t *testing.T, p Picker, n int) {
-	t.Helper()
-	for range n {
-		got, err := p.Pick(nil)
-		require.NoError(t, err)
-		require.NoError(t, p.Done(got, Outcome{}))
-	}
-}
-
-func TestRandomWeighted_aliasTable(t *testing.T) {
-	// Each peer's share of the table, worked out exactly from the columns:
-	// column c keeps its own peer with probability thr/2^64 and hands over
-	// to its alias otherwise, and the n columns are equally likely. It must
-	// equal w/W to within the 2^-64 the thresholds are rounded by.
-	tests := []struct {
-		name    string
-		weights []int
-	}{
-		// The vectors of Dubbo's RandomLoadBalance (dubbo_ribbon.md
-		// section 2), whose probabilities are w/W.
-		{"dubbo 1-9-6", []int{1, 9, 6}},
-		{"dubbo 1-0-0-9-6", []int{1, 0, 0, 9, 6}},
-		{"equal", []int{5, 5, 5}},
-		{"all zero", []int{0, 0}},
-		{"one", []int{3}},
-		{"skewed", []int{1, 1 << 29, 3, 0, 7}},
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range 5 {
-		ws := make([]int, 1+rng.IntN(100))
-		for j := range ws {
-			ws[j] = rng.IntN(1000)
-		}
-		tests = append(tests, struct {
-			name    string
-			weights []int
-		}{fmt.Sprint("random ", i), ws})
-	}
-	two64 := new(big.Rat).SetInt(new(big.Int).Lsh(big.NewInt(1), 64))
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b, err := NewRandomWeighted(weighted(tt.weights...))
-			require.NoError(t, err)
-			tab := b.state.Load().primary
-			n := len(tt.weights)
-			share := make([]*big.Rat, n)
-			for i := range share {
-				share[i] = new(big.Rat)
-			}
-			for c, col := range tab.cols {
-				keep := new(big.Rat).Quo(new(big.Rat).SetUint64(col.thr), two64)
-				share[c].Add(share[c], keep)
-				share[col.alias].Add(share[col.alias], new(big.Rat).Sub(big.NewRat(1, 1), keep))
-			}
-			total := 0
-			for _, w := range tt.weights {
-				total += w
-			}
-			for i, w := range tt.weights {
-				got := new(big.Rat).Quo(share[i], big.NewRat(int64(n), 1))
-				want := big.NewRat(1, int64(n))
-				if total > 0 {
-					want = big.NewRat(int64(w), int64(total))
-				}
-				if w == 0 && total > 0 {
-					assert.Zero(t, got.Sign(), "peer %d of weight 0 has a share", i)
-					continue
-				}
-				diff, _ := new(big.Rat).Sub(got, want).Float64()
-				assert.LessOrEqual(t, math.Abs(diff), 0x1p-63, "peer %d: share %s, want %s", i, got.FloatString(20), want.FloatString(20))
-			}
-		})
 	}
 }
 
@@ -302,11 +211,10 @@ func TestRandomWeighted_distribution(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			peers := make([]*Peer, len(tt.weights))
-			for i, w := range tt.weights {
-				peers[i] = NewPeer(fmt.Sprint("p", i), append([]PeerOption{Weight(w)}, tt.opts[i]...)...)
-			}
-			b, err := NewRandomWeighted(peers, WithClock(newFakeClock().now), WithRand(rand.NewPCG(1, 2)))
+			peers := makePeers(len(tt.weights), numbered, func(i int) []PeerOption {
+				return append([]PeerOption{Weight(tt.weights[i])}, tt.opts[i]...)
+			})
+			b, err := NewRandomWeighted(peers, newFakeClock().opt(), WithRand(rand.NewPCG(1, 2)))
 			require.NoError(t, err)
 			for i, n := range tt.fails {
 				for range n {
@@ -412,7 +320,7 @@ func TestRandomWeighted_eligibility(t *testing.T) {
 	a, c := NewPeer("a", Weight(50)), NewPeer("c", Weight(1))
 	bp := NewPeer("b", Weight(50), MaxConns(1))
 	d := NewPeer("d", Weight(50), Down())
-	b, err := NewRandomWeighted([]*Peer{a, bp, c, d}, WithClock(clk.now), WithRand(rand.NewPCG(5, 6)))
+	b, err := NewRandomWeighted([]*Peer{a, bp, c, d}, clk.opt(), WithRand(rand.NewPCG(5, 6)))
 	require.NoError(t, err)
 
 	rrFailOnce(t, b, a)
@@ -492,7 +400,7 @@ func TestRandomWeighted_backup(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a")
 	x, y := NewPeer("x", Backup(), Weight(3)), NewPeer("y", Backup(), Weight(0))
-	b, err := NewRandomWeighted([]*Peer{a, x, y}, WithClock(clk.now), WithRand(rand.NewPCG(1, 1)))
+	b, err := NewRandomWeighted([]*Peer{a, x, y}, clk.opt(), WithRand(rand.NewPCG(1, 1)))
 	require.NoError(t, err)
 	for range 20 {
 		p, err := b.Pick(nil)
@@ -555,10 +463,7 @@ func TestRandomWeighted_pickAllocs(t *testing.T) {
 			t.Run(fmt.Sprintf("rand=%v/n=%d", src != nil, n), func(t *testing.T) {
 				// max_fails 0 keeps failing peers in, so the retries
 				// below run the slow path with failures on record.
-				peers := make([]*Peer, n)
-				for i := range peers {
-					peers[i] = NewPeer(fmt.Sprint("p", i), Weight(1+i%5), MaxFails(0))
-				}
+				peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(1 + i%5), MaxFails(0)} })
 				var opts []Option
 				if src != nil {
 					opts = append(opts, WithRand(src))

@@ -20,37 +20,11 @@ var _ = declareTraits("RoundRobin", fuzzTrait{cycle: cycleRotation, zeroWeight: 
 // 0, where Ribbon's RoundRobinRule starts: its first pick is then slot 1.
 func newTestRR(t *testing.T, c *fakeClock, peers ...*Peer) *RoundRobin {
 	t.Helper()
-	b, err := NewRoundRobin(peers, WithClock(c.now))
+	b, err := NewRoundRobin(peers, c.opt())
 	require.NoError(t, err)
 	b.ctr.Store(0)
 	b.bctr.Store(0)
 	return b
-}
-
-// rrNamed returns peers named a, b, c... each built with opts[i].
-func rrNamed(opts ...[]PeerOption) []*Peer {
-	ps := make([]*Peer, len(opts))
-	for i, o := range opts {
-		ps[i] = NewPeer(string(rune('a'+i)), o...)
-	}
-	return ps
-}
-
-// rrPicks returns the addresses of n picks with a nil Request, each reported
-// as a success; a pick that fails shows as "-".
-func rrPicks(t *testing.T, p Picker, n int) string {
-	t.Helper()
-	out := make([]string, n)
-	for i := range out {
-		peer, err := p.Pick(nil)
-		if err != nil {
-			out[i] = "-"
-			continue
-		}
-		require.NoError(t, p.Done(peer, Outcome{}))
-		out[i] = peer.Addr()
-	}
-	return strings.Join(out, " ")
 }
 
 func TestRoundRobin_ribbonVectors(t *testing.T) {
@@ -74,13 +48,13 @@ func TestRoundRobin_ribbonVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			peers := rrNamed(tt.peers...)
+			peers := named(tt.peers...)
 			b := newTestRR(t, newFakeClock(), peers...)
 			for _, i := range tt.fail {
 				rrFailOnce(t, b, peers[i])
 			}
 			b.ctr.Store(0)
-			assert.Equal(t, tt.want, rrPicks(t, b, len(strings.Fields(tt.want))))
+			assert.Equal(t, tt.want, picks(t, b, len(strings.Fields(tt.want)), pickGaps))
 		})
 	}
 }
@@ -168,24 +142,6 @@ func TestRoundRobin_counterWrap(t *testing.T) {
 	}
 }
 
-func TestRoundRobin_fastMod(t *testing.T) {
-	ns := []uint64{1, 2, 3, 5, 7, 10, 1000, 1<<31 - 1, 1 << 31, 1<<32 - 1}
-	vs := []uint64{0, 1, 2, 999, 1000, 1001, 1<<31 - 1, 1 << 31, 1<<32 - 2, 1<<32 - 1}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 200 {
-		vs = append(vs, uint64(rng.Uint32()))
-		ns = append(ns, uint64(rng.Uint32N(1<<20)+1))
-	}
-	for _, n := range ns {
-		f := newFastMod(n)
-		for _, v := range vs {
-			if f.reduce(v) != v%n {
-				assert.Equal(t, v%n, f.reduce(v), "%d mod %d", v, n)
-			}
-		}
-	}
-}
-
 func TestRoundRobin_failWindow(t *testing.T) {
 	// a b c with max_fails 1, fail_timeout 10s. Each line of the scenario is
 	// worked out from the counter: pick k takes slot k mod 3, a skipped slot
@@ -202,11 +158,11 @@ func TestRoundRobin_failWindow(t *testing.T) {
 	assert.Equal(t, 1, bp.State().Fails)
 
 	// Counter 2 c, 3 a, 4 b skipped for c (5 used up), 6 a.
-	assert.Equal(t, "c a c a", rrPicks(t, b, 4))
+	assert.Equal(t, "c a c a", picks(t, b, 4, pickGaps))
 
 	// At exactly fail_timeout b is still out (nginx compares with <=).
 	clk.add(10 * time.Second)
-	assert.Equal(t, "c a", rrPicks(t, b, 2)) // 7 b skipped for c, 9 a
+	assert.Equal(t, "c a", picks(t, b, 2, pickGaps)) // 7 b skipped for c, 9 a
 
 	// Past it, b gets one probe. Counter 10: b.
 	clk.add(time.Second)
@@ -215,13 +171,13 @@ func TestRoundRobin_failWindow(t *testing.T) {
 	require.Same(t, bp, probe)
 	// While the probe is out, b is back inside a fresh window: 11 c, 12 a,
 	// 13 b skipped for c.
-	assert.Equal(t, "c a c", rrPicks(t, b, 3))
+	assert.Equal(t, "c a c", picks(t, b, 3, pickGaps))
 
 	// The probe succeeds: the failures are cleared and b is back (15 a,
 	// 16 b).
 	require.NoError(t, b.Done(probe, Outcome{}))
 	assert.Zero(t, bp.State().Fails)
-	assert.Equal(t, "a b c", rrPicks(t, b, 3))
+	assert.Equal(t, "a b c", picks(t, b, 3, pickGaps))
 }
 
 func TestRoundRobin_probeFails(t *testing.T) {
@@ -237,10 +193,10 @@ func TestRoundRobin_probeFails(t *testing.T) {
 	require.NoError(t, b.Done(probe, Outcome{Failed: true}))
 	// Out for another fail_timeout from the failed probe.
 	clk.add(10 * time.Second)
-	assert.Equal(t, "b b b", rrPicks(t, b, 3))
+	assert.Equal(t, "b b b", picks(t, b, 3, pickGaps))
 	clk.add(time.Second)
 	b.ctr.Store(1)
-	assert.Equal(t, "a", rrPicks(t, b, 1))
+	assert.Equal(t, "a", picks(t, b, 1, pickGaps))
 }
 
 func TestRoundRobin_belowMaxFails(t *testing.T) {
@@ -251,13 +207,13 @@ func TestRoundRobin_belowMaxFails(t *testing.T) {
 	rrFailOnce(t, b, peers[0])
 	rrFailOnce(t, b, peers[0])
 	b.ctr.Store(1)
-	assert.Equal(t, "a b a b", rrPicks(t, b, 4))
+	assert.Equal(t, "a b a b", picks(t, b, 4, pickGaps))
 	assert.Equal(t, 2, peers[0].State().Fails, "successes inside the window clear nothing")
 	// A success picked after the window has passed answers a check and
 	// clears the failures, as nginx does.
 	clk.add(11 * time.Second)
 	b.ctr.Store(1)
-	assert.Equal(t, "a", rrPicks(t, b, 1))
+	assert.Equal(t, "a", picks(t, b, 1, pickGaps))
 	assert.Zero(t, peers[0].State().Fails)
 }
 
@@ -269,9 +225,9 @@ func TestRoundRobin_maxConns(t *testing.T) {
 	require.NoError(t, err)
 	require.Same(t, peers[0], held)
 	// a is full: 4 b, 5 c, 6 a skipped for b (7 used up), 8 c.
-	assert.Equal(t, "b c b c", rrPicks(t, b, 4))
+	assert.Equal(t, "b c b c", picks(t, b, 4, pickGaps))
 	require.NoError(t, b.Done(held, Outcome{}))
-	assert.Equal(t, "a b c", rrPicks(t, b, 3))
+	assert.Equal(t, "a b c", picks(t, b, 3, pickGaps))
 }
 
 func TestRoundRobin_maxConnsConcurrent(t *testing.T) {
@@ -319,7 +275,7 @@ func TestRoundRobin_request(t *testing.T) {
 			for i, o := range tt.peers {
 				opts[i] = append(o, MaxFails(0)) // failures do not take peers out here
 			}
-			b := newTestRR(t, newFakeClock(), rrNamed(opts...)...)
+			b := newTestRR(t, newFakeClock(), named(opts...)...)
 			var r Request
 			var got []string
 			for range tt.want {
@@ -355,15 +311,15 @@ func TestRoundRobin_retrySkipsTried(t *testing.T) {
 
 func TestRoundRobin_backup(t *testing.T) {
 	clk := newFakeClock()
-	peers := rrNamed(nil, nil, []PeerOption{Backup()}, []PeerOption{Backup()})
+	peers := named(nil, nil, []PeerOption{Backup()}, []PeerOption{Backup()})
 	b := newTestRR(t, clk, peers...)
-	assert.Equal(t, "b a b a", rrPicks(t, b, 4))
+	assert.Equal(t, "b a b a", picks(t, b, 4, pickGaps))
 
 	// Both primaries fail: the backups take turns on their own counter,
 	// which starts at 0, so d (backup slot 1) first.
 	rrFailOnce(t, b, peers[0])
 	rrFailOnce(t, b, peers[1])
-	assert.Equal(t, "d c d c", rrPicks(t, b, 4))
+	assert.Equal(t, "d c d c", picks(t, b, 4, pickGaps))
 
 	// A request that moved to the backups stays there; a new one starts on
 	// the primaries again.
@@ -394,8 +350,8 @@ func TestRoundRobin_backup(t *testing.T) {
 }
 
 func TestRoundRobin_onlyBackups(t *testing.T) {
-	b := newTestRR(t, newFakeClock(), rrNamed([]PeerOption{Backup()}, []PeerOption{Backup()})...)
-	assert.Equal(t, "b a b", rrPicks(t, b, 3))
+	b := newTestRR(t, newFakeClock(), named([]PeerOption{Backup()}, []PeerOption{Backup()})...)
+	assert.Equal(t, "b a b", picks(t, b, 3, pickGaps))
 }
 
 func TestRoundRobin_weights(t *testing.T) {
@@ -411,7 +367,7 @@ func TestRoundRobin_weights(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newTestRR(t, newFakeClock(), weighted(tt.weights...)...)
-			assert.Equal(t, tt.want, rrPicks(t, b, len(strings.Fields(tt.want))))
+			assert.Equal(t, tt.want, picks(t, b, len(strings.Fields(tt.want)), pickGaps))
 		})
 	}
 
@@ -423,7 +379,7 @@ func TestRoundRobin_weights(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoLivePeer)
 	// SetWeight takes effect on the next pick.
 	require.NoError(t, b.SetWeight(peers[0], 2))
-	assert.Equal(t, "a a", rrPicks(t, b, 2))
+	assert.Equal(t, "a a", picks(t, b, 2, pickGaps))
 }
 
 func TestRoundRobin_singlePeer(t *testing.T) {
@@ -434,20 +390,20 @@ func TestRoundRobin_singlePeer(t *testing.T) {
 	b := newTestRR(t, clk, peers...)
 	rrFailOnce(t, b, peers[0])
 	require.NoError(t, b.Remove(peers[1]))
-	assert.Equal(t, "a a", rrPicks(t, b, 2))
+	assert.Equal(t, "a a", picks(t, b, 2, pickGaps))
 	assert.Zero(t, peers[0].State().Fails, "any report clears a single peer's failures")
 }
 
 func TestRoundRobin_updates(t *testing.T) {
 	peers := weighted(1, 1)
 	b := newTestRR(t, newFakeClock(), peers...)
-	assert.Equal(t, "b a", rrPicks(t, b, 2))
+	assert.Equal(t, "b a", picks(t, b, 2, pickGaps))
 	// The counter carries on over the new list: 3 mod 3 is a.
 	require.NoError(t, b.Add(NewPeer("c")))
-	assert.Equal(t, "a b c a", rrPicks(t, b, 4))
+	assert.Equal(t, "a b c a", picks(t, b, 4, pickGaps))
 	require.NoError(t, b.Remove(peers[0]))
 	// Over b c: 7 mod 2 = 1, c.
-	assert.Equal(t, "c b c", rrPicks(t, b, 3))
+	assert.Equal(t, "c b c", picks(t, b, 3, pickGaps))
 }
 
 func TestRoundRobin_errors(t *testing.T) {
@@ -512,10 +468,7 @@ func TestRoundRobin_pickAllocs(t *testing.T) {
 	for _, n := range []int{3, 70} {
 		// max_fails 0 keeps failing peers in: with failures on record,
 		// every pick and report takes the slow path.
-		peers := make([]*Peer, n)
-		for i := range peers {
-			peers[i] = NewPeer(fmt.Sprint("p", i), MaxFails(0))
-		}
+		peers := makePeers(n, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(0)} })
 		b := newTestRR(t, newFakeClock(), peers...)
 		require.NoError(t, b.SetDown(peers[1], true)) // the scan is exercised too
 		allocs := testing.AllocsPerRun(1000, func() {

@@ -54,11 +54,7 @@ func TestSmoothWRR_currentWeights(t *testing.T) {
 		p, err := s.Pick(&r)
 		require.NoError(t, err)
 		require.NoError(t, s.Done(p, Outcome{}))
-		got := make([]int, 3)
-		for i, q := range s.Peers() {
-			got[i] = q.State().CurrentWeight
-		}
-		assert.Equal(t, cw, got, "step %d", step)
+		assert.Equal(t, cw, currentWeights(s.Peers()), "step %d", step)
 	}
 }
 
@@ -67,7 +63,7 @@ func TestSmoothWRR_currentWeights(t *testing.T) {
 func TestSmoothWRR_recovery(t *testing.T) {
 	clk := newFakeClock()
 	a := NewPeer("a", Weight(5), MaxFails(2))
-	s, err := NewSmoothWRR([]*Peer{a, NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}, WithClock(clk.now))
+	s, err := NewSmoothWRR([]*Peer{a, NewPeer("b", MaxFails(2)), NewPeer("c", MaxFails(2))}, clk.opt())
 	require.NoError(t, err)
 	var r Request
 	p, err := s.Pick(&r)
@@ -93,15 +89,15 @@ func TestSmoothWRR_recovery(t *testing.T) {
 func TestSmoothWRR_failWindow(t *testing.T) {
 	clk := newFakeClock()
 	a, b := NewPeer("a"), NewPeer("b")
-	s, err := NewSmoothWRR([]*Peer{a, b}, WithClock(clk.now))
+	s, err := NewSmoothWRR([]*Peer{a, b}, clk.opt())
 	require.NoError(t, err)
 	p, err := s.Pick(nil)
 	require.NoError(t, err)
 	require.Equal(t, "a", p.Addr())
 	require.NoError(t, s.Done(p, Outcome{Failed: true}))
 
-	for clk.t.Unix() <= 110 {
-		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.t.Unix())
+	for clk.now().Unix() <= 110 {
+		assert.Equal(t, "b b", picks(t, s, 2), "at t=%d", clk.now().Unix())
 		clk.add(time.Second)
 	}
 	// t=111: eligible, but effective weight 0 then 1 loses two rounds.
@@ -110,7 +106,7 @@ func TestSmoothWRR_failWindow(t *testing.T) {
 	p, err = s.Pick(nil)
 	require.NoError(t, err)
 	assert.Equal(t, "a", p.Addr(), "probe at t=112")
-	assert.Equal(t, clk.t, a.State().Checked, "the probe starts a new window")
+	assert.Equal(t, clk.now(), a.State().Checked, "the probe starts a new window")
 	require.NoError(t, s.Done(p, Outcome{}))
 	assert.Equal(t, 0, a.State().Fails, "a successful probe clears fails")
 }
@@ -153,14 +149,14 @@ func TestSmoothWRR_matchesModel(t *testing.T) {
 			if len(model.primary) == 0 {
 				t.Skip("no primary")
 			}
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			failProb := []float64{0, 0.05, 0.3}[rng.IntN(3)]
 			for step := range 200 {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				now := clk.t.UnixNano()
+				now := clk.now().UnixNano()
 				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, now, step)
 				// nginx's invariant: each scan hands out what it takes back,
 				// so the current weights always sum to zero.
@@ -233,7 +229,7 @@ func TestSmoothWRR_cycleResumes(t *testing.T) {
 			ws[i] = 1 + rng.IntN(9)
 			total += ws[i]
 		}
-		s, err := NewSmoothWRR(weighted(ws...), WithClock(clk.now))
+		s, err := NewSmoothWRR(weighted(ws...), clk.opt())
 		require.NoError(t, err)
 		picks(t, s, rng.IntN(total))
 		var r Request

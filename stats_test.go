@@ -61,7 +61,7 @@ func TestStats_health(t *testing.T) {
 		a := NewPeer("a", FailTimeout(10*time.Second))
 		b := NewPeer("b", MaxConns(1))
 		c := NewPeer("c", Down())
-		p, err := pc.new([]*Peer{a, b, c}, WithClock(clk.now))
+		p, err := pc.new([]*Peer{a, b, c}, clk.opt())
 		require.NoError(t, err)
 		health := func() [3]Health { return [3]Health{a.Stats().Health, b.Stats().Health, c.Stats().Health} }
 		assert.Equal(t, [3]Health{HealthOK, HealthOK, HealthDown}, health())

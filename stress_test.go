@@ -14,20 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// stressClock is a virtual clock that goroutines may read and advance at
-// once.
-type stressClock struct{ ns atomic.Int64 }
-
-func newStressClock() *stressClock {
-	c := &stressClock{}
-	c.ns.Store(time.Unix(1_700_000_000, 0).UnixNano())
-	return c
-}
-
-func (c *stressClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *stressClock) add(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *stressClock) opt() Option         { return WithClock(c.now) }
-
 // stressTally counts, per peer, the attempts Pick handed out and the
 // reports Done accepted. Its maps are filled before the goroutines start
 // and only read afterwards; the counters are atomic.
@@ -72,7 +58,7 @@ func (e *stressErrs) add(format string, args ...any) {
 func TestStress_totals(t *testing.T) {
 	const workers, requests = 4, 1500
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
-		clk := newStressClock()
+		clk := newFakeClockAt(time.Unix(1_700_000_000, 0))
 		fixed := []*Peer{
 			NewPeer("a", Weight(5)),
 			NewPeer("b", Weight(2), MaxFails(2), FailTimeout(time.Second)),
@@ -147,7 +133,7 @@ func TestStress_totals(t *testing.T) {
 // same Request, after a failed attempt; one attempt in three is held in
 // flight across the next requests, up to three at a time, and the held ones
 // are reported in random order.
-func stressWorker(p Picker, tally *stressTally, errs *stressErrs, pickCalls *atomic.Int64, clk *stressClock, rng *rand.Rand, requests int) {
+func stressWorker(p Picker, tally *stressTally, errs *stressErrs, pickCalls *atomic.Int64, clk *fakeClock, rng *rand.Rand, requests int) {
 	var r Request
 	var held []*Peer
 	report := func(q *Peer, failed bool) {
@@ -304,7 +290,7 @@ func TestStress_roundRobinWrap(t *testing.T) {
 					ws[i] = 1
 				}
 				peers := weighted(ws...)
-				b, err := NewRoundRobin(peers, newStressClock().opt())
+				b, err := NewRoundRobin(peers, newFakeClockAt(time.Unix(1_700_000_000, 0)).opt())
 				require.NoError(t, err)
 				b.ctr.Store(start)
 				tally := newStressTally(peers)

@@ -28,7 +28,7 @@ func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
 				}
 				return w
 			})
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			failProb := []float64{0.01, 0.05, 0.3}[rng.IntN(3)]
 			grouped := 0
@@ -36,7 +36,7 @@ func TestSmoothWRR_groupedScanMatchesModel(t *testing.T) {
 				if rng.IntN(10) == 0 {
 					clk.add(time.Duration(rng.IntN(3)) * time.Second)
 				}
-				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, clk.t.UnixNano(), step)
+				requestAsModel(t, rng, s, model, model.pick, model.free, failProb, clk.now().UnixNano(), step)
 				if s.groups != nil {
 					grouped++
 				}
@@ -70,7 +70,7 @@ func TestSmoothWRR_groupedScanUpdates(t *testing.T) {
 				peers = append(peers, NewPeer(addr, Weight(w), MaxFails(mf), FailTimeout(2*time.Second)))
 				model.add(addr, w, mf, int64(2*time.Second), false, false)
 			}
-			s, err := NewSmoothWRR(peers, WithClock(clk.now))
+			s, err := NewSmoothWRR(peers, clk.opt())
 			require.NoError(t, err)
 			type held struct {
 				p      *Peer
@@ -99,7 +99,7 @@ func TestSmoothWRR_groupedScanUpdates(t *testing.T) {
 				case x < 15:
 					clk.add(time.Second)
 				}
-				now := clk.t.UnixNano()
+				now := clk.now().UnixNano()
 				model.begin()
 				want := model.pick(now)
 				got, err := s.Pick(nil)

@@ -75,7 +75,7 @@ func (r abandonResult) share(addr string) float64 {
 func runAbandon(t *testing.T, newPicker func([]*Peer, ...Option) (Balancer, error), abandoned Outcome) abandonResult {
 	t.Helper()
 	clk := newFakeClock()
-	opts := []Option{WithClock(clk.now)}
+	opts := []Option{clk.opt()}
 	if _, err := newPicker(nil, WithRand(rand.NewPCG(1, 1))); err == nil {
 		opts = append(opts, WithRand(rand.NewPCG(7, 11)))
 	}
@@ -126,7 +126,7 @@ func runAbandon(t *testing.T, newPicker func([]*Peer, ...Option) (Balancer, erro
 	for steps := 0; q.Len() > 0; steps++ {
 		require.Less(t, steps, 100*abandonRequests, "the loop is bounded")
 		e := heap.Pop(&q).(*abandonEvent)
-		clk.t = e.at
+		clk.set(e.at)
 		if e.peer == nil {
 			attempt(e.req)
 			continue
