@@ -100,8 +100,8 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 // clock, so they compare at the later of their stamps as they would now:
 // the ratio of exp(−(t−s_p)/τ) to exp(−(t−s_q)/τ) is the same at every t
 // past both stamps. That reads no clock and takes one exponential, not two.
-func (m *peakEWMA) less(p, q *Peer) bool {
-	ps, qs := p2cOf(p), p2cOf(q)
+func (m *peakEWMA) less(p, q *Peer, pst, qst *peerState) bool {
+	ps, qs := p2cState(pst), p2cState(qst)
 	at := max(ps.lat.stamp.Load(), qs.lat.stamp.Load())
 	pp, pc := m.cost(p, &ps.lat, at)
 	qp, qc := m.cost(q, &qs.lat, at)
@@ -175,8 +175,11 @@ func (s *p2cPeer) latency() (float64, bool) { return s.lat.latency() }
 var p2cNone p2cPeer
 
 // p2cOf returns P2CPeakEWMA's state of p. Lock-free.
-func p2cOf(p *Peer) *p2cPeer {
-	if h := p.state.Load(); h != nil {
+func p2cOf(p *Peer) *p2cPeer { return p2cState(p.state.Load()) }
+
+// p2cState returns the P2CPeakEWMA state h heads, or p2cNone.
+func p2cState(h *peerState) *p2cPeer {
+	if h != nil {
 		if s, ok := h.own.(*p2cPeer); ok {
 			return s
 		}

@@ -53,6 +53,12 @@ type Peer struct {
 	// every attempt ever picked above them; see eligibility.go.
 	slots atomic.Int64
 
+	// state is the per-peer state of the algorithm that claimed the peer
+	// last (peerstate.go): stored by the peer set at the claim, under its
+	// lock and ownerMu, before the list holding the peer is published;
+	// loaded lock-free. Beside slots, which every pick reads too.
+	state atomic.Pointer[peerState]
+
 	// Total failures reported since NewPeer, for Stats.
 	failures atomic.Uint64
 
@@ -75,12 +81,6 @@ type Peer struct {
 	// step would move it; written with effectiveWeight, only through
 	// setEffectiveLocked (failLocked, smoothStep and the scans use it).
 	recovering atomic.Bool
-
-	// state is the per-peer state of the algorithm that claimed the peer
-	// last (peerstate.go): stored by the peer set at the claim, under its
-	// lock and ownerMu, before the list holding the peer is published;
-	// loaded lock-free.
-	state atomic.Pointer[peerState]
 
 	// Guarded by owner.mu.
 	effectiveWeight int64
