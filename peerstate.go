@@ -22,7 +22,10 @@ package balancer
 // a removed peer find it. The allocation is at the claim; a pick or a
 // report reaches the state in O(1), with one atomic load and one type check
 // (the own field, at the start of the state's memory), no map, no
-// allocation and no lock.
+// allocation and no lock. A pick that draws from a table built per list
+// (P2CPeakEWMA's drawList, FastestFirst's ffAliasTable) reads the states
+// from a slice of the table parallel to the peers, so that loading a state
+// does not wait for the load of its peer.
 //
 // A report may race a claim of its peer by another picker (the peer removed
 // and added elsewhere between the report's owner check and its read of the
