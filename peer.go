@@ -78,8 +78,9 @@ type Peer struct {
 	// recovering is set while effectiveWeight is below the weight, so that
 	// a lock-free path (ConsistentHash's first attempt, FastestFirst's
 	// sampled report) can tell, without the lock, whether nginx's smooth
-	// step would move it; written with effectiveWeight, only through
-	// setEffectiveLocked (failLocked, smoothStep and the scans use it).
+	// step would move it; written with effectiveWeight: by
+	// setEffectiveLocked, and by smoothStep's increment, which clears it
+	// when the weight is reached.
 	recovering atomic.Bool
 
 	// Guarded by owner.mu.
