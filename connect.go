@@ -59,7 +59,7 @@ func (f *FastestFirst) Connected(p *Peer) error {
 		return err
 	}
 	if f.connectedLocked(p) {
-		p.lat.connected.Store(true)
+		ffOf(p).connected.Store(true)
 		if f.lockFree {
 			f.publishFailingLocked(f.load()) // p no longer has failures on record
 		}

@@ -451,7 +451,7 @@ type latencyOf struct {
 }
 
 func latencyState(p *Peer) latencyOf {
-	return latencyOf{p.lat.ewma.Load(), p.lat.stamp.Load(), p.lat.measured.Load()}
+	return latencyOf{latOf(p).ewma.Load(), latOf(p).stamp.Load(), latOf(p).measured.Load()}
 }
 
 // TestContract_updateKeepsState reconciles a discovery snapshot that keeps
@@ -857,7 +857,7 @@ func TestContract_addRestartsLatency(t *testing.T) {
 			clk.add(time.Millisecond)
 			require.NoError(t, p.Done(q, Outcome{Latency: lat}))
 		}
-		require.True(t, slow.lat.measured.Load())
+		require.True(t, latOf(slow).measured.Load())
 		kept := latencyState(slow)
 		if pc.name == "FastestFirst" {
 			require.Equal(t, 1, slow.State().DerivedWeight)
@@ -871,7 +871,7 @@ func TestContract_addRestartsLatency(t *testing.T) {
 
 		require.NoError(t, p.Remove(slow))
 		require.NoError(t, p.Add(slow))
-		assert.False(t, slow.lat.measured.Load(), "Add restarts them")
+		assert.False(t, latOf(slow).measured.Load(), "Add restarts them")
 		if pc.name == "FastestFirst" {
 			assert.Equal(t, fastestScale, slow.State().DerivedWeight)
 		}

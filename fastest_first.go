@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -152,6 +153,7 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 		tol:      c.tol,
 		rand:     newRandSource(cfg),
 	}
+	f.fresh = newFFPeer
 	if err := f.init(peers, cfg, f.changedLocked); err != nil {
 		return nil, err
 	}
@@ -180,7 +182,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 		return nil, err
 	}
 	if l.single && p.inFlight() == 1 {
-		p.lat.since.Store(now) // as in scanFastest, for the frame's single peer
+		ffOf(p).since.Store(now) // as in scanFastest, for the frame's single peer
 	}
 	f.reweighLocked(l, p, now, false)
 	// Peers that are not picked must be checked too, or a silent stall or
@@ -228,13 +230,14 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 		if r.isTried(i) || !p.eligible(&clk) {
 			continue
 		}
+		st := ffOf(p)
 		if gate {
 			recoverEffective(p) // once a pick, as nginx's scan
-			if p.lat.exploring.Load() && p.inFlight() != 0 {
+			if st.exploring.Load() && p.inFlight() != 0 {
 				continue // a peer being probed has its one attempt out
 			}
 		}
-		pc, pw := p.inFlight()+1, p.lat.derived.Load()
+		pc, pw := p.inFlight()+1, st.derived.Load()
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
@@ -268,10 +271,11 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 		var total int64
 		for i := at; i < len(peers); i++ {
 			p := peers[i]
-			if r.isTried(i) || !p.eligible(&clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
+			st := ffOf(p)
+			if r.isTried(i) || !p.eligible(&clk) || gate && st.exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
-			d := p.lat.derived.Load()
+			d := st.derived.Load()
 			if p != least && compareLoad(p.inFlight()+1, d, conns, w) != 0 {
 				continue
 			}
@@ -303,7 +307,7 @@ func recoverEffective(p *Peer) {
 // its silence now. Requires the owner's lock.
 func takeFastest(p *Peer, now int64) {
 	if p.pick() == 1 {
-		p.lat.since.Store(now)
+		ffOf(p).since.Store(now)
 	}
 }
 
@@ -332,14 +336,15 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	l := f.load()
 	now := f.now()
 	failing := p.fails.Load() != 0
-	first := !p.lat.measured.Load()
+	st := ffOf(p)
+	first := !st.lat.measured.Load()
 	// nginx lowers the effective weight on a failure, and so does
 	// doneLocked; the derived weight drops through the penalty latency.
 	f.doneLocked(l, p, o)
 	if f.lockFree && !o.Failed {
 		recoverEffective(p) // the sampled pick takes no lock: the report does it
 	}
-	connected := p.lat.connected.Swap(false) // Connected cleared the failures
+	connected := st.connected.Swap(false) // Connected cleared the failures
 	cleared := failing && p.fails.Load() == 0 || connected
 	if f.lockFree && failing != (p.fails.Load() != 0) {
 		f.publishFailingLocked(l)
@@ -349,51 +354,51 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		// peer's latency, which can only raise its estimate; the silence
 		// of the peer's other attempts goes on. An abandoned probe that
 		// cleared nginx's failure count confirms nothing.
-		p.lat.abandon(now, float64(o.Latency), f.tau)
-		if p.lat.abandons.Load() >= exploreConfirm {
+		st.lat.abandon(now, float64(o.Latency), f.tau)
+		if st.lat.abandons.Load() >= exploreConfirm {
 			// As many attempts abandoned in a row as replies it takes to
 			// confirm a weight: the peer is not answering. Its weight
 			// goes to the floor, as for a failure, but nginx's failure
 			// count is left alone.
-			p.lat.atLeast(now, f.floorEstimate(p), f.tau)
+			st.lat.atLeast(now, f.floorEstimate(p), f.tau)
 		}
-		if p.lat.exploring.Load() || cleared {
-			p.lat.exploring.Store(true)
-			p.lat.confirmed.Store(0)
+		if st.exploring.Load() || cleared {
+			st.exploring.Store(true)
+			st.confirmed.Store(0)
 		}
 		if p.inFlight() == 0 {
-			p.lat.since.Store(now)
+			st.since.Store(now)
 		}
 		f.reweighLocked(l, p, now, first || cleared)
 		return nil
 	}
-	if p.lat.exploring.Load() {
+	if st.exploring.Load() {
 		// A reply within the band of what the peer's weight assumed
 		// confirms it; exploreConfirm of them in a row end the probing.
 		if !o.Failed && float64(o.Latency) <= f.estimateLocked(p, f.fastestOf(p), now)*f.band {
-			p.lat.confirmed.Add(1)
+			st.confirmed.Add(1)
 		} else {
-			p.lat.confirmed.Store(0)
+			st.confirmed.Store(0)
 		}
-		p.lat.exploring.Store(p.lat.confirmed.Load() < exploreConfirm)
+		st.exploring.Store(st.confirmed.Load() < exploreConfirm)
 	}
-	p.lat.answered()
+	st.lat.answered()
 	if o.Failed {
-		p.lat.observe(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
+		st.lat.observe(now, max(float64(o.Latency), f.penalty, f.floorEstimate(p)), f.tau)
 	} else if cleared {
-		p.lat.restartLocked(now, float64(o.Latency))
-		p.lat.exploring.Store(true)
-		p.lat.confirmed.Store(1)
+		st.lat.restartLocked(now, float64(o.Latency))
+		st.exploring.Store(true)
+		st.confirmed.Store(1)
 	} else {
-		p.lat.observe(now, float64(o.Latency), f.tau)
+		st.lat.observe(now, float64(o.Latency), f.tau)
 	}
-	p.lat.since.Store(now) // an answer ends the silence
+	st.since.Store(now) // an answer ends the silence
 	f.reweighLocked(l, p, now, first || cleared)
 	return nil
 }
 
-// changedLocked starts the peers new to the picker unmeasured and
-// recomputes every weight. Publishing has set every current weight to 0.
+// changedLocked recomputes every weight; the peers new to the picker hold
+// fresh, unmeasured states (newFFPeer). Publishing has set every current weight to 0.
 func (f *FastestFirst) changedLocked(l *peerList) {
 	now := f.now()
 	f.lockFree = len(l.primary)+len(l.backup) > ffExactMax && !l.single
@@ -404,4 +409,58 @@ func (f *FastestFirst) changedLocked(l *peerList) {
 	} else {
 		f.draw.Store(nil)
 	}
+}
+
+// ffPeer is FastestFirst's per-peer state (peerstate.go). The peak EWMA
+// is lock-free (see latencyStats); the rest is written under the picker's
+// lock, except that its lock-free picks and reports (above ffExactMax
+// peers) write since and read the rest; est and share are a recompute's
+// scratch, under the lock.
+type ffPeer struct {
+	peerState
+	lat       latencyStats
+	since     atomic.Int64  // unix ns: last completion, or when the peer last became busy
+	lo, hi    atomic.Uint64 // math.Float64bits of the band (ns) the current weight was set for
+	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
+	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
+	connected atomic.Bool   // failures cleared by Connected (connect.go), which Done then treats as its own
+	derived   atomic.Int64  // the weight derived from latency, out of fastestScale; read by Peer.State
+	est       float64       // scratch of a recompute: the estimate (ns)
+	share     float64       // scratch of a recompute: the unscaled weight
+}
+
+func newFFPeer(int64) *peerState {
+	s := &ffPeer{}
+	s.own = s
+	return &s.peerState
+}
+
+// ffNone is the state ffOf returns for a peer that holds none of
+// FastestFirst's: a lock-free report that raced the peer's claim by
+// another picker writes its atomics here, where nothing reads them.
+var ffNone ffPeer
+
+// ffOf returns FastestFirst's state of p. Lock-free.
+func ffOf(p *Peer) *ffPeer {
+	if h := p.state.Load(); h != nil {
+		if s, ok := h.own.(*ffPeer); ok {
+			return s
+		}
+	}
+	return &ffNone
+}
+
+func (s *ffPeer) latency() (float64, bool) { return s.lat.latency() }
+
+func (s *ffPeer) derivedWeight() int64 { return s.derived.Load() }
+
+// setBand stores the band [lo, hi].
+func (s *ffPeer) setBand(lo, hi float64) {
+	s.lo.Store(math.Float64bits(lo))
+	s.hi.Store(math.Float64bits(hi))
+}
+
+// inBand reports whether e lies in the band.
+func (s *ffPeer) inBand(e float64) bool {
+	return e >= math.Float64frombits(s.lo.Load()) && e <= math.Float64frombits(s.hi.Load())
 }

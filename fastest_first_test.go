@@ -278,7 +278,7 @@ func TestFastestFirst_law4_refindsFastest(t *testing.T) {
 			}
 			loop.run(tt.outstanding, change+5*DefaultFastestDecay)
 			got := loop.run(tt.outstanding, change+7*DefaultFastestDecay)
-			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, ffWeights(peers), peers[0].lat.estimate(), peers[1].lat.estimate())
+			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, ffWeights(peers), latOf(peers[0]).estimate(), latOf(peers[1]).estimate())
 		})
 	}
 }
@@ -292,10 +292,10 @@ func TestFastestFirst_staleEstimateProbedOneAtATime(t *testing.T) {
 	peers := weighted(1, 1, 1)
 	f := newTestFF(t, clk, peers)
 	f.mu.Lock()
-	peers[2].lat.observe(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
+	latOf(peers[2]).observe(clk.now().UnixNano(), float64(400*time.Millisecond), f.tau)
 	clk.add(time.Minute)
 	for _, p := range peers[:2] {
-		p.lat.observe(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
+		latOf(p).observe(clk.now().UnixNano(), float64(20*time.Millisecond), f.tau)
 	}
 	f.recomputeLocked(f.load().primary, 0, clk.now().UnixNano())
 	f.mu.Unlock()
@@ -354,7 +354,7 @@ func TestFastestFirst_failurePenalty(t *testing.T) {
 			p := peers[1]
 			p.pick() // an attempt on b, as Pick would count it
 			require.NoError(t, f.Done(p, Outcome{Failed: true, Latency: time.Millisecond}))
-			assert.InDelta(t, float64(tt.want), p.lat.estimate(), float64(time.Microsecond))
+			assert.InDelta(t, float64(tt.want), latOf(p).estimate(), float64(time.Microsecond))
 			assert.Equal(t, DefaultFloor, p.State().DerivedWeight)
 		})
 	}
@@ -680,7 +680,7 @@ func TestFastestFirst_allExploringStillPicks(t *testing.T) {
 		p := mustPick(t, f, nil) // the probes, which succeed
 		require.NoError(t, f.Done(p, Outcome{Latency: 10 * time.Millisecond}))
 	}
-	require.True(t, a.lat.exploring.Load() && b.lat.exploring.Load(), "setup: both peers exploring")
+	require.True(t, ffOf(a).exploring.Load() && ffOf(b).exploring.Load(), "setup: both peers exploring")
 	for range 3 {
 		mustPick(t, f, nil) // held in flight
 	}

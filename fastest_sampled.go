@@ -84,16 +84,22 @@ type ffAliasTable struct {
 	thr   []atomic.Uint64
 	alias []atomic.Int32
 	w     []atomic.Int64 // the derived weight each peer is drawn with
+	st    []*ffPeer      // each peer's state (peerstate.go), read beside the peer without a load from it
 
 	s            []uint64
 	small, large []int
 }
 
-func newFFAliasTable(n int) ffAliasTable {
-	return ffAliasTable{
+func newFFAliasTable(peers []*Peer) ffAliasTable {
+	n := len(peers)
+	t := ffAliasTable{
 		n: uint64(n), thr: make([]atomic.Uint64, n), alias: make([]atomic.Int32, n), w: make([]atomic.Int64, n),
-		s: make([]uint64, n), small: make([]int, 0, n), large: make([]int, 0, n),
+		st: make([]*ffPeer, n), s: make([]uint64, n), small: make([]int, 0, n), large: make([]int, 0, n),
 	}
+	for i, p := range peers {
+		t.st[i] = ffOf(p)
+	}
+	return t
 }
 
 // rebuildLocked rewrites t over peers' derived weights (0 for down peers;
@@ -108,7 +114,7 @@ func (t *ffAliasTable) rebuildLocked(peers []*Peer) {
 	for i, p := range peers {
 		var w int64
 		if !p.down.Load() {
-			w = p.lat.derived.Load()
+			w = ffOf(p).derived.Load()
 		}
 		t.s[i] = uint64(w)
 		total += uint64(w)
@@ -141,8 +147,8 @@ func (t *ffAliasTable) draw(x uint64) int {
 func newFFTableLocked(l *peerList) *ffTable {
 	return &ffTable{
 		list:    l,
-		primary: newFFAliasTable(len(l.primary)),
-		backup:  newFFAliasTable(len(l.backup)),
+		primary: newFFAliasTable(l.primary),
+		backup:  newFFAliasTable(l.backup),
 		failing: make([]atomic.Int64, len(l.primary)+len(l.backup)),
 	}
 }
@@ -200,7 +206,7 @@ func (f *FastestFirst) pickSampled(t *ffTable, r *Request) (*Peer, error) {
 		i := f.chooseSampled(t, peers, tb, backup, r, &clk)
 		if i >= 0 && peers[i].inFlight() == 1 {
 			// A peer idle until now starts its silence now (takeFastest).
-			peers[i].lat.since.Store(clk.get())
+			tb.st[i].since.Store(clk.get())
 		}
 		return i
 	})
@@ -220,7 +226,7 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 		for range ffChoices {
 			i := t.draw(f.rand.uint64())
 			p := peers[i]
-			if r.isTried(i) || !p.eligible(clk) || p.lat.exploring.Load() && p.inFlight() != 0 {
+			if r.isTried(i) || !p.eligible(clk) || t.st[i].exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
 			c, w := p.inFlight()+1, t.w[i].Load()
@@ -237,7 +243,7 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 		best := -1
 		var bc, bw int64
 		for i, p := range peers {
-			if r.isTried(i) || !p.eligible(clk) || gate && p.lat.exploring.Load() && p.inFlight() != 0 {
+			if r.isTried(i) || !p.eligible(clk) || gate && t.st[i].exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
 			c, w := p.inFlight()+1, t.w[i].Load()
@@ -291,13 +297,14 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	if p.owner.Load() != &f.peerSet {
 		return true // removed while in flight
 	}
-	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.recovering.Load() || p.lat.exploring.Load() || p.lat.connected.Load() || !f.known[listOf(p)].Load() {
+	st := ffOf(p)
+	if o.Failed || o.Abandoned || p.needsLockOnSuccess() || p.recovering.Load() || st.exploring.Load() || st.connected.Load() || !f.known[listOf(p)].Load() {
 		return false
 	}
 	now := f.now()
-	p.lat.answered()
-	p.lat.observe(now, float64(o.Latency), f.tau)
-	p.lat.since.Store(now) // an answer ends the silence
+	st.lat.answered()
+	st.lat.observe(now, float64(o.Latency), f.tau)
+	st.since.Store(now) // an answer ends the silence
 	if !f.inBandAt(p, now) {
 		f.reweigh(p, now)
 	}
@@ -343,7 +350,7 @@ func (f *FastestFirst) refresh(p *Peer, now int64) {
 // inBandAt reports whether p's estimate at now lies in its band.
 func (f *FastestFirst) inBandAt(p *Peer, now int64) bool {
 	e := f.estimateLocked(p, f.fastestOf(p), now) // reads atomics only
-	return p.lat.inBand(e) || math.IsNaN(e)
+	return ffOf(p).inBand(e) || math.IsNaN(e)
 }
 
 // reweigh takes the lock and recomputes p's list if p's estimate is still

@@ -31,14 +31,15 @@ func listOf(p *Peer) int {
 // time it has had attempts in flight without an answer. Requires f.mu.
 func (f *FastestFirst) estimateLocked(p *Peer, m float64, now int64) float64 {
 	e := m
-	if p.lat.measured.Load() {
-		e = p.lat.estimate()
+	st := ffOf(p)
+	if st.lat.measured.Load() {
+		e = st.lat.estimate()
 		if e > m {
-			e = m + (e-m)*decayWeight(now-p.lat.stamp.Load(), f.tau)
+			e = m + (e-m)*decayWeight(now-st.lat.stamp.Load(), f.tau)
 		}
 	}
 	if p.inFlight() > 0 {
-		e = max(e, float64(now-p.lat.since.Load()))
+		e = max(e, float64(now-st.since.Load()))
 	}
 	return e
 }
@@ -61,7 +62,7 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 	if l.single {
 		return // a single server is picked whatever its weight
 	}
-	if !force && p.lat.inBand(f.estimateLocked(p, f.fastestOf(p), now)) {
+	if !force && ffOf(p).inBand(f.estimateLocked(p, f.fastestOf(p), now)) {
 		return
 	}
 	peers, which := l.primary, 0
@@ -87,16 +88,17 @@ func (f *FastestFirst) reweighOneLocked(p *Peer, which int, now int64) {
 		return // its band is open: nothing it reports moves its weight
 	}
 	m, top := math.Float64frombits(f.fastest[which].Load()), f.top[which]
-	p.lat.est = f.estimateLocked(p, m, now)
-	p.lat.share = float64(p.weight.Load()) * f.ratio(m, p.lat.est)
-	if p.lat.measured.Load() && p.lat.estimate() > p.lat.est*f.band {
-		p.lat.exploring.Store(true) // as in recomputeLocked
-		p.lat.confirmed.Store(0)
+	st := ffOf(p)
+	st.est = f.estimateLocked(p, m, now)
+	st.share = float64(p.weight.Load()) * f.ratio(m, st.est)
+	if st.lat.measured.Load() && st.lat.estimate() > st.est*f.band {
+		st.exploring.Store(true) // as in recomputeLocked
+		st.confirmed.Store(0)
 	}
-	w := int64(math.Round(fastestScale * p.lat.share / top))
+	w := int64(math.Round(fastestScale * st.share / top))
 	w = min(max(w, f.floor), fastestScale)
 	f.setBandLocked(p, m, top, w, true)
-	p.lat.derived.Store(w)
+	st.derived.Store(w)
 	if t := f.draw.Load(); t != nil && t.list == f.load() {
 		tb := &t.primary
 		if which == 1 {
@@ -128,12 +130,13 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	}
 	m, measured := math.Inf(1), false
 	for _, p := range peers {
-		if p.down.Load() || p.weight.Load() == 0 || !p.lat.measured.Load() {
+		st := ffOf(p)
+		if p.down.Load() || p.weight.Load() == 0 || !st.lat.measured.Load() {
 			continue
 		}
-		raw := p.lat.estimate()
+		raw := st.lat.estimate()
 		if p.inFlight() > 0 {
-			raw = max(raw, float64(now-p.lat.since.Load()))
+			raw = max(raw, float64(now-st.since.Load()))
 		}
 		m, measured = min(m, raw), true
 	}
@@ -146,35 +149,37 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 
 	var top float64
 	for _, p := range peers {
-		p.lat.est, p.lat.share = 0, 0
+		st := ffOf(p)
+		st.est, st.share = 0, 0
 		if p.down.Load() || p.weight.Load() == 0 {
 			continue
 		}
 		if measured {
-			p.lat.est = f.estimateLocked(p, m, now)
+			st.est = f.estimateLocked(p, m, now)
 		}
-		p.lat.share = float64(p.weight.Load()) * f.ratio(m, p.lat.est)
-		if measured && p.lat.measured.Load() && p.lat.estimate() > p.lat.est*f.band {
+		st.share = float64(p.weight.Load()) * f.ratio(m, st.est)
+		if measured && st.lat.measured.Load() && st.lat.estimate() > st.est*f.band {
 			// The weight rests on the decay, not on replies.
-			p.lat.exploring.Store(true)
-			p.lat.confirmed.Store(0)
+			st.exploring.Store(true)
+			st.confirmed.Store(0)
 		}
-		top = max(top, p.lat.share)
+		top = max(top, st.share)
 	}
 	f.top[which] = top
 	for _, p := range peers {
+		st := ffOf(p)
 		if p.down.Load() || p.weight.Load() == 0 {
 			// A down peer is never picked; a weightless one stays at 0.
-			p.lat.setBand(0, math.Inf(1))
+			st.setBand(0, math.Inf(1))
 			if p.weight.Load() == 0 {
-				p.lat.derived.Store(0)
+				st.derived.Store(0)
 			}
 			continue
 		}
-		w := int64(math.Round(fastestScale * p.lat.share / top))
+		w := int64(math.Round(fastestScale * st.share / top))
 		w = min(max(w, f.floor), fastestScale)
 		f.setBandLocked(p, m, top, w, measured)
-		p.lat.derived.Store(w)
+		st.derived.Store(w)
 	}
 	f.reweighed(peers, now)
 }
@@ -201,19 +206,20 @@ func (f *FastestFirst) ratio(m, e float64) float64 {
 // floor the weight cannot go lower, so the band is open above, and it
 // reaches down to where the weight would leave the floor. Requires f.mu.
 func (f *FastestFirst) setBandLocked(p *Peer, m, top float64, w int64, measured bool) {
-	e := p.lat.est
+	st := ffOf(p)
+	e := st.est
 	switch {
 	case !measured:
-		p.lat.setBand(0, math.Inf(1))
+		st.setBand(0, math.Inf(1))
 	case e > m && e <= f.tol*m:
-		p.lat.setBand(m/f.band, f.tol*m)
+		st.setBand(m/f.band, f.tol*m)
 	case w == f.floor && f.exponent > 0 && e > f.tol*m:
 		// The weight leaves the floor when 100·base·(tol·m/e)^α/top
 		// reaches floor + ½.
 		up := f.tol * m * math.Pow(fastestScale*float64(p.weight.Load())/(top*(float64(f.floor)+0.5)), 1/f.exponent)
-		p.lat.setBand(min(e, up)/f.band, math.Inf(1))
+		st.setBand(min(e, up)/f.band, math.Inf(1))
 	default:
-		p.lat.setBand(e/f.band, e*f.band)
+		st.setBand(e/f.band, e*f.band)
 	}
 }
 

@@ -398,7 +398,7 @@ func (m *fuzzMachine) eligible(list []*fzPeer, single bool, rq *fzReq) []*fzPeer
 		}
 	}
 	if m.tr.exploreOne && !single {
-		idle := slices.DeleteFunc(slices.Clone(e), func(q *fzPeer) bool { return q.p.lat.exploring.Load() && q.out > 0 })
+		idle := slices.DeleteFunc(slices.Clone(e), func(q *fzPeer) bool { return ffOf(q.p).exploring.Load() && q.out > 0 })
 		if len(idle) > 0 {
 			e = idle
 		}

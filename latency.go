@@ -26,13 +26,16 @@ const (
 	DefaultFailurePenalty = 5 * time.Second
 )
 
-// latencyStats is the per-peer latency state of the latency-aware pickers.
+// latencyStats is the peak EWMA of one peer, kept by each latency-aware
+// picker in its own per-peer state (p2cPeer, ffPeer): a state made when
+// the picker claims the peer starts unmeasured, since latency measured for
+// another picker says nothing here.
 //
 // The peak EWMA (ewma, stamp, measured) is written by compare-and-swap on
 // reports and read without a lock by the picks, hence the atomics. A
 // reader may see a new estimate with the previous stamp (they are two
 // words); that only decays the new estimate a little more than it should
-// for one pick. The other fields belong to FastestFirst.
+// for one pick.
 type latencyStats struct {
 	ewma     atomic.Uint64 // math.Float64bits of the estimate, in nanoseconds
 	stamp    atomic.Int64  // unix nanoseconds of the last sample
@@ -43,44 +46,15 @@ type latencyStats struct {
 	// them (see abandon). Lock-free, as observe.
 	unanswered atomic.Uint64
 	abandons   atomic.Int64
-
-	// FastestFirst: written under its lock, except that its lock-free
-	// picks and reports (above ffExactMax peers) write since and read the
-	// rest; est and share are a recompute's scratch, under the lock.
-	since     atomic.Int64  // unix ns: last completion, or when the peer last became busy
-	lo, hi    atomic.Uint64 // math.Float64bits of the band (ns) the current weight was set for
-	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
-	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
-	connected atomic.Bool   // failures cleared by Connected (connect.go), which Done then treats as its own
-	derived   atomic.Int64  // the weight derived from latency, out of fastestScale; read by Peer.State
-	est       float64       // scratch of a recompute: the estimate (ns)
-	share     float64       // scratch of a recompute: the unscaled weight
 }
 
-// reset forgets every sample: a peer new to the picker starts unmeasured.
-func (s *latencyStats) reset() {
-	s.ewma.Store(0)
-	s.stamp.Store(0)
-	s.measured.Store(false)
-	s.unanswered.Store(0)
-	s.abandons.Store(0)
-	s.since.Store(0)
-	s.setBand(0, 0)
-	s.exploring.Store(false)
-	s.confirmed.Store(0)
-	s.connected.Store(false)
-	s.derived.Store(0)
-}
-
-// setBand stores FastestFirst's band [lo, hi].
-func (s *latencyStats) setBand(lo, hi float64) {
-	s.lo.Store(math.Float64bits(lo))
-	s.hi.Store(math.Float64bits(hi))
-}
-
-// inBand reports whether e lies in FastestFirst's band.
-func (s *latencyStats) inBand(e float64) bool {
-	return e >= math.Float64frombits(s.lo.Load()) && e <= math.Float64frombits(s.hi.Load())
+// latency returns the estimate (ns), undecayed, and whether a sample was
+// taken: what Peer.Stats reports.
+func (s *latencyStats) latency() (float64, bool) {
+	if !s.measured.Load() {
+		return 0, false
+	}
+	return s.estimate(), true
 }
 
 // estimate returns the stored peak EWMA in nanoseconds, undecayed.

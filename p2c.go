@@ -82,6 +82,7 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 		return nil, err
 	}
 	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(cfg.decay), penalty: float64(cfg.penalty)}}
+	b.fresh = newP2CPeer
 	if err := b.initDraws(peers, cfg); err != nil {
 		return nil, err
 	}
@@ -99,25 +100,26 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 // clock, so they compare at the later of their stamps as they would now:
 // the ratio of exp(−(t−s_p)/τ) to exp(−(t−s_q)/τ) is the same at every t
 // past both stamps. That reads no clock and takes one exponential, not two.
-func (m *peakEWMA) less(p, q *Peer) bool {
-	at := max(p.lat.stamp.Load(), q.lat.stamp.Load())
-	pp, pc := m.cost(p, at)
-	qp, qc := m.cost(q, at)
+func (m *peakEWMA) less(p, q *Peer, pst, qst *peerState) bool {
+	ps, qs := p2cState(pst), p2cState(qst)
+	at := max(ps.lat.stamp.Load(), qs.lat.stamp.Load())
+	pp, pc := m.cost(p, &ps.lat, at)
+	qp, qc := m.cost(q, &qs.lat, at)
 	return cheaper(pp, pc, p.weight.Load(), qp, qc, q.weight.Load())
 }
 
 // cost returns p's load at now: whether it is being probed for its first
 // reply, and the peak EWMA decayed over its idle time times (in flight+1);
 // for a probed peer, its in-flight count.
-func (m *peakEWMA) cost(p *Peer, now int64) (probing bool, c float64) {
+func (m *peakEWMA) cost(p *Peer, lat *latencyStats, now int64) (probing bool, c float64) {
 	pending := float64(p.inFlight())
-	if !p.lat.measured.Load() {
+	if !lat.measured.Load() {
 		if pending > 0 {
 			return true, pending
 		}
 		return false, 0
 	}
-	e := p.lat.estimate() * decayWeight(now-p.lat.stamp.Load(), m.tau)
+	e := lat.estimate() * decayWeight(now-lat.stamp.Load(), m.tau)
 	return false, e * (pending + 1)
 }
 
@@ -142,11 +144,45 @@ func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	// A report racing a Remove and an Add to another picker may feed this
 	// one sample into the new picker's estimate: one sample, which the
 	// decay soon outweighs, against a lock on every report.
+	lat := &p2cOf(p).lat
 	if o.Abandoned {
-		p.lat.abandon(now, float64(o.Latency), b.tau)
+		lat.abandon(now, float64(o.Latency), b.tau)
 	} else {
-		p.lat.answered()
-		p.lat.observe(now, sampleOf(o, b.penalty), b.tau)
+		lat.answered()
+		lat.observe(now, sampleOf(o, b.penalty), b.tau)
 	}
 	return nil
+}
+
+// p2cPeer is P2CPeakEWMA's per-peer state (peerstate.go): the peer's peak
+// EWMA, lock-free (see latencyStats).
+type p2cPeer struct {
+	peerState
+	lat latencyStats
+}
+
+func newP2CPeer(int64) *peerState {
+	s := &p2cPeer{}
+	s.own = s
+	return &s.peerState
+}
+
+func (s *p2cPeer) latency() (float64, bool) { return s.lat.latency() }
+
+// p2cNone is the state p2cOf returns for a peer that holds none of
+// P2CPeakEWMA's: a report that raced the peer's claim by another picker
+// writes its sample here, where nothing reads it.
+var p2cNone p2cPeer
+
+// p2cOf returns P2CPeakEWMA's state of p. Lock-free.
+func p2cOf(p *Peer) *p2cPeer { return p2cState(p.state.Load()) }
+
+// p2cState returns the P2CPeakEWMA state h heads, or p2cNone.
+func p2cState(h *peerState) *p2cPeer {
+	if h != nil {
+		if s, ok := h.own.(*p2cPeer); ok {
+			return s
+		}
+	}
+	return &p2cNone
 }

@@ -28,7 +28,7 @@ func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2
 func p2cMeasure(s *peerSet, p *Peer, at time.Time, lat time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p.lat.observe(at.UnixNano(), float64(lat), float64(DefaultDecay))
+	latOf(p).observe(at.UnixNano(), float64(lat), float64(DefaultDecay))
 }
 
 func TestPeakEWMA_observe(t *testing.T) {
@@ -120,7 +120,7 @@ func TestP2CPeakEWMA_idleCostDecays(t *testing.T) {
 	p2cMeasure(&b.peerSet, peers[1], clk.now(), 20*time.Millisecond)
 	clk.add(time.Duration(float64(DefaultDecay) * math.Log(4)))
 	p2cMeasure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
-	_, c := b.cost(peers[1], clk.now().UnixNano())
+	_, c := b.cost(peers[1], &p2cOf(peers[1]).lat, clk.now().UnixNano())
 	assert.InDelta(t, float64(5*time.Millisecond), c, 1)
 	assert.Equal(t, "b", mustPick(t, b, nil).Addr())
 }
@@ -179,7 +179,7 @@ func TestP2CPeakEWMA_fastFailureIsPenalized(t *testing.T) {
 			p2cMeasure(&b.peerSet, peers[1], clk.now(), 10*time.Millisecond)
 			peers[1].pick() // an attempt on b, as Pick would count it
 			require.NoError(t, b.Done(peers[1], Outcome{Failed: true, Latency: time.Millisecond}))
-			assert.InDelta(t, float64(tt.penalty), peers[1].lat.estimate(), 1)
+			assert.InDelta(t, float64(tt.penalty), latOf(peers[1]).estimate(), 1)
 			for k := range 10 {
 				assert.Equal(t, "a", mustPick(t, b, nil).Addr(), "pick %d", k)
 			}
@@ -194,7 +194,7 @@ func TestP2CPeakEWMA_slowFailureKeepsItsLatency(t *testing.T) {
 	b := newTestP2C(t, clk, peers)
 	p := mustPick(t, b, nil)
 	require.NoError(t, b.Done(p, Outcome{Failed: true, Latency: 8 * time.Second}))
-	assert.InDelta(t, float64(8*time.Second), p.lat.estimate(), 1)
+	assert.InDelta(t, float64(8*time.Second), latOf(p).estimate(), 1)
 }
 
 func TestP2CPeakEWMA_failureModel(t *testing.T) {
@@ -366,7 +366,7 @@ func TestP2CPeakEWMA_newPeerStartsUnmeasured(t *testing.T) {
 	p2cMeasure(&b.peerSet, peers[1], clk.now(), time.Second)
 	require.NoError(t, b.Remove(peers[1]))
 	require.NoError(t, b.Add(peers[1]))
-	assert.False(t, peers[1].lat.measured.Load())
+	assert.False(t, latOf(peers[1]).measured.Load())
 }
 
 func TestP2CPeakEWMA_doneErrors(t *testing.T) {

@@ -53,6 +53,12 @@ type Peer struct {
 	// every attempt ever picked above them; see eligibility.go.
 	slots atomic.Int64
 
+	// state is the per-peer state of the algorithm that claimed the peer
+	// last (peerstate.go): stored by the peer set at the claim, under its
+	// lock and ownerMu, before the list holding the peer is published;
+	// loaded lock-free. Beside slots, which every pick reads too.
+	state atomic.Pointer[peerState]
+
 	// Total failures reported since NewPeer, for Stats.
 	failures atomic.Uint64
 
@@ -70,20 +76,17 @@ type Peer struct {
 	held atomic.Pointer[peerSet]
 
 	// recovering is set while effectiveWeight is below the weight, so that
-	// ConsistentHash's lock-free first attempt can tell, without the lock,
-	// whether nginx's smooth step would move it; written with
-	// effectiveWeight (setEffectiveLocked, failLocked, smoothStep).
+	// a lock-free path (ConsistentHash's first attempt, FastestFirst's
+	// sampled report) can tell, without the lock, whether nginx's smooth
+	// step would move it; written with effectiveWeight: by
+	// setEffectiveLocked, and by smoothStep's increment, which clears it
+	// when the weight is reached.
 	recovering atomic.Bool
 
 	// Guarded by owner.mu.
 	effectiveWeight int64
 	currentWeight   int64
-	index           int   // position in its list
-	added           int64 // unix nanoseconds when added, for warm-up
-
-	// Latency statistics of the latency-aware pickers; see latencyStats
-	// for which fields are atomic and which the owner's lock guards.
-	lat latencyStats
+	index           int // position in its list
 }
 
 // A PeerOption sets one server parameter in NewPeer. Leaving an option out
@@ -243,7 +246,7 @@ func (p *Peer) InFlight() int { return int(p.inFlight()) }
 type PeerState struct {
 	Weight          int
 	EffectiveWeight int
-	DerivedWeight   int // FastestFirst's weight from latency, out of 100; 0 under other pickers
+	DerivedWeight   int // the weight a picker derives, such as FastestFirst's from latency (out of 100); 0 under other pickers
 	CurrentWeight   int
 	Fails           int
 	InFlight        int
@@ -290,10 +293,14 @@ func (p *Peer) weightsNow() (cw, ew int64) {
 // owning picker's lock briefly, so it is safe while other goroutines pick.
 func (p *Peer) State() PeerState {
 	cw, ew := p.weightsNow()
+	var derived int64
+	if d, ok := p.stateOf().(derivedWeigher); ok {
+		derived = d.derivedWeight()
+	}
 	return PeerState{
 		Weight:          int(p.weight.Load()),
 		EffectiveWeight: int(ew),
-		DerivedWeight:   int(p.lat.derived.Load()),
+		DerivedWeight:   int(derived),
 		CurrentWeight:   int(cw),
 		Fails:           int(p.fails.Load()),
 		InFlight:        int(p.inFlight()),

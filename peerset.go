@@ -48,6 +48,11 @@ type peerSet struct {
 	// picker keeps it implicitly (SmoothWRR's cycle). Runs with mu held.
 	currentWeight func(*Peer) (int64, bool)
 
+	// fresh, if set, makes the per-peer state of the picker's algorithm
+	// for a peer claimed at now (peerstate.go). Set before init; read
+	// under mu.
+	fresh func(now int64) *peerState
+
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
 }
@@ -132,8 +137,7 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	now := s.now()
 	for _, p := range peers {
 		p.setEffectiveLocked(p.weight.Load())
-		p.added = now
-		p.lat.reset() // latency measured for another picker says nothing here
+		s.freshLocked(p, now) // what another picker learned says nothing here
 	}
 	s.publishLocked(all)
 	return nil
@@ -301,8 +305,7 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 		switch k := all[i]; {
 		case added[i]:
 			k.setEffectiveLocked(k.weight.Load())
-			k.added = now
-			k.lat.reset()
+			s.freshLocked(k, now)
 		case k != q:
 			k.adopt(q)
 		}
@@ -317,6 +320,17 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 	ownerMu.Unlock()
 	s.publishLocked(all)
 	return nil
+}
+
+// freshLocked gives p, claimed at now, a new state of the picker's
+// algorithm, or none. Requires s.mu, and p claimed by s but not yet in a
+// published list.
+func (s *peerSet) freshLocked(p *Peer, now int64) {
+	var st *peerState
+	if s.fresh != nil {
+		st = s.fresh(now)
+	}
+	p.state.Store(st)
 }
 
 // NextEligible returns the earliest time at which a peer now inside its

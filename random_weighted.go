@@ -120,6 +120,7 @@ func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
 		return nil, err
 	}
 	b := &RandomWeighted{warmup: int64(cfg.warmup), rng: newRandSource(cfg)}
+	b.fresh = newRWPeer
 	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
 	}
@@ -161,16 +162,17 @@ func (b *RandomWeighted) weightsLocked(peers []*Peer, now int64, next *int64) []
 		if b.warmup <= 0 || weight <= 0 {
 			continue
 		}
-		upMs := floorMs(now - p.added)
+		added := rwOf(p).added
+		upMs := floorMs(now - added)
 		w[i] = uint64(warmupWeight(weight, upMs, warmupMs))
 		var at int64
 		switch {
 		case upMs <= 0:
 			// Dubbo gives 1 below 0 and the full weight at 0 (its ramp
 			// starts past 0): the ramp proper starts at 1 ms.
-			at = p.added + ms
+			at = added + ms
 		case upMs < warmupMs:
-			at = min(now+step, p.added+b.warmup)
+			at = min(now+step, added+b.warmup)
 		default:
 			continue // warm
 		}
@@ -393,3 +395,21 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 func (b *RandomWeighted) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }
+
+// rwPeer is RandomWeighted's per-peer state (peerstate.go): when the
+// picker claimed the peer, the start of its warm-up. Set when made, never
+// written after.
+type rwPeer struct {
+	peerState
+	added int64 // unix nanoseconds
+}
+
+func newRWPeer(now int64) *peerState {
+	s := &rwPeer{added: now}
+	s.own = s
+	return &s.peerState
+}
+
+// rwOf returns RandomWeighted's state of p, a peer of the picker's list
+// read under its lock, which always holds one (peerstate.go).
+func rwOf(p *Peer) *rwPeer { return p.state.Load().own.(*rwPeer) }

@@ -77,10 +77,12 @@ func (p *Peer) Stats() PeerStats {
 		Failures: p.failures.Load(),
 		InFlight: int(p.inFlight()),
 		Fails:    int(p.fails.Load()),
-		Measured: p.lat.measured.Load(),
 	}
-	if st.Measured {
-		st.Latency = time.Duration(p.lat.estimate())
+	if l, ok := p.stateOf().(latencyReader); ok {
+		e, measured := l.latency()
+		if measured {
+			st.Latency, st.Measured = time.Duration(e), true
+		}
 	}
 	var now int64
 	if s := p.owner.Load(); s != nil {

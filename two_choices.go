@@ -11,8 +11,9 @@ import (
 type loadCost interface {
 	// less reports whether p's load is below q's, per unit of weight. It
 	// reads no clock: a cost that changes with time compares the two at
-	// a common time of its choosing.
-	less(p, q *Peer) bool
+	// a common time of its choosing. ps and qs are p's and q's states
+	// (peerstate.go), as the draw table holds them.
+	less(p, q *Peer, ps, qs *peerState) bool
 }
 
 // twoChoices is the power of two choices (Mitzenmacher 2001; Finagle's
@@ -51,12 +52,16 @@ type drawList struct {
 	cum     []int64
 	alias   rwTable
 	uniform bool // every weight equal: draw indices directly
+	// st[i] is the state peer i held when the list was published
+	// (peerstate.go), read beside the peer without a load from it.
+	st []*peerState
 }
 
 func newDrawList(peers []*Peer) drawList {
-	d := drawList{cum: make([]int64, len(peers)), uniform: true}
+	d := drawList{cum: make([]int64, len(peers)), uniform: true, st: make([]*peerState, len(peers))}
 	var sum int64
 	for i, p := range peers {
+		d.st[i] = p.state.Load()
 		w := p.weight.Load()
 		sum += w
 		d.cum[i] = sum
@@ -131,7 +136,7 @@ func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCos
 		}
 		// Take the cheaper; if another pick claimed its probe or filled
 		// its max_conns meanwhile, the other one; if both went, draw again.
-		if c >= 0 && cost.less(peers[c], peers[a]) {
+		if c >= 0 && cost.less(peers[c], peers[a], d.st[c], d.st[a]) {
 			a, c = c, a
 		}
 		if peers[a].take(clk) {
