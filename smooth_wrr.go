@@ -264,53 +264,6 @@ func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *P
 	return scanSmooth(l.primary, r, clk)
 }
 
-// smoothStep is nginx's step for one eligible peer (RR.c 565-570): its
-// current weight grows by its effective weight, which then recovers by one
-// toward its weight. It returns what the peer adds to the round's total,
-// the effective weight before the recovery. Requires the owner's lock.
-func smoothStep(p *Peer) int64 {
-	ew := p.effectiveWeight
-	p.currentWeight += ew
-	if w := p.weight.Load(); ew < w {
-		p.effectiveWeight++
-		if ew+1 == w {
-			p.recovering.Store(false)
-		}
-	}
-	return ew
-}
-
-// scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
-// 539-593); a nil r has tried nothing. Requires the owner's lock.
-//
-// The clock is read only for a peer with failures on record: one without
-// cannot be inside a fail window, and its check time is read by nothing
-// before a failure sets it, so nginx's update of it on selection (RR.c
-// 591-593) is skipped for it, as the cycle skips it. A clock read costs more
-// than the rest of a scan of a few peers.
-func scanSmooth(peers []*Peer, r *Request, clk *lazyClock) *Peer {
-	var best *Peer
-	var total int64
-	for i, p := range peers {
-		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
-			continue // ineligible (RR.c 546-563)
-		}
-		total += smoothStep(p)
-		if best == nil || p.currentWeight > best.currentWeight {
-			best = p
-		}
-	}
-	if best == nil {
-		return nil
-	}
-	best.currentWeight -= total
-	if best.fails.Load() != 0 {
-		best.probeLocked(clk.get())
-	}
-	return best
-}
-
 // Done reports the outcome of an attempt on p. A success on a peer with no
 // failures on record takes no lock.
 func (s *SmoothWRR) Done(p *Peer, o Outcome) error { return s.report(p, o) }
