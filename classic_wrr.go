@@ -88,9 +88,12 @@ type ClassicWRR struct {
 	backup  []*Peer // the list's backups, sorted the same way
 }
 
+// classicWRRSpec is ClassicWRR's declaration (see pickerSpec).
+var classicWRRSpec = pickerSpec{name: "ClassicWRR"}
+
 // NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock.
 func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
-	cfg, err := newConfig("ClassicWRR", optPicker, opts)
+	cfg, err := newConfig(classicWRRSpec, opts)
 	if err != nil {
 		return nil, err
 	}

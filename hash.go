@@ -86,14 +86,14 @@ func (w *weightWalk) find(x int64) int {
 	return lo
 }
 
+// hashSpec is Hash's declaration (see pickerSpec).
+var hashSpec = pickerSpec{name: "Hash", keyed: true, noBackups: true}
+
 // NewHash returns a Hash over peers. It accepts WithClock. A backup peer is
 // rejected with ErrInvalidConfig naming it.
 func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
-	cfg, err := newConfig("Hash", optPicker, opts)
+	cfg, err := newConfig(hashSpec, opts)
 	if err != nil {
-		return nil, err
-	}
-	if err := refuseBackups("Hash", peers); err != nil {
 		return nil, err
 	}
 	h := &Hash{}
@@ -105,24 +105,6 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 		return nil, err
 	}
 	return h, nil
-}
-
-// Add adds peers as every picker's Add does (see Updater), refusing
-// backup peers with ErrInvalidConfig.
-func (h *Hash) Add(peers ...*Peer) error {
-	if err := refuseBackups("Hash", peers); err != nil {
-		return err
-	}
-	return h.peerSet.Add(peers...)
-}
-
-// Update reconciles a snapshot as every picker's Update does (see
-// SmoothWRR.Update), refusing backup peers with ErrInvalidConfig.
-func (h *Hash) Update(snapshot []*Peer) error {
-	if err := refuseBackups("Hash", snapshot); err != nil {
-		return err
-	}
-	return h.peerSet.Update(snapshot)
 }
 
 // Pick returns the peer r's key hashes to, or the next one in the key's

@@ -37,14 +37,14 @@ type IPHash struct {
 // ipHashStart is nginx's initial iphp->hash.
 const ipHashStart = 89
 
+// ipHashSpec is IPHash's declaration (see pickerSpec).
+var ipHashSpec = pickerSpec{name: "IPHash", keyed: true, noBackups: true}
+
 // NewIPHash returns an IPHash over peers. It accepts WithClock. A backup
 // peer is rejected with ErrInvalidConfig naming it.
 func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
-	cfg, err := newConfig("IPHash", optPicker, opts)
+	cfg, err := newConfig(ipHashSpec, opts)
 	if err != nil {
-		return nil, err
-	}
-	if err := refuseBackups("IPHash", peers); err != nil {
 		return nil, err
 	}
 	h := &IPHash{}
@@ -56,24 +56,6 @@ func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 		return nil, err
 	}
 	return h, nil
-}
-
-// Add adds peers as every picker's Add does (see Updater), refusing
-// backup peers with ErrInvalidConfig.
-func (h *IPHash) Add(peers ...*Peer) error {
-	if err := refuseBackups("IPHash", peers); err != nil {
-		return err
-	}
-	return h.peerSet.Add(peers...)
-}
-
-// Update reconciles a snapshot as every picker's Update does (see
-// SmoothWRR.Update), refusing backup peers with ErrInvalidConfig.
-func (h *IPHash) Update(snapshot []*Peer) error {
-	if err := refuseBackups("IPHash", snapshot); err != nil {
-		return err
-	}
-	return h.peerSet.Update(snapshot)
 }
 
 // Pick returns the peer r's client address hashes to, or the next one in

@@ -121,15 +121,3 @@ func splitServer(s string) (host, port string) {
 	}
 	return s, ""
 }
-
-// refuseBackups returns ErrInvalidConfig naming the first backup peer:
-// nginx refuses `backup` with hash, ip_hash and random ("balancing method
-// does not support parameter backup").
-func refuseBackups(picker string, peers []*Peer) error {
-	for _, p := range peers {
-		if p != nil && p.backup.Load() {
-			return fmt.Errorf("balancer: %s: peer %q: backup is not supported by this balancing method: %w", picker, p.addr, ErrInvalidConfig)
-		}
-	}
-	return nil
-}

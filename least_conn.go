@@ -51,9 +51,12 @@ type LeastConn struct {
 	peerSet
 }
 
+// leastConnSpec is LeastConn's declaration (see pickerSpec).
+var leastConnSpec = pickerSpec{name: "LeastConn"}
+
 // NewLeastConn returns a LeastConn over peers. It accepts WithClock.
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
-	cfg, err := newConfig("LeastConn", optPicker, opts)
+	cfg, err := newConfig(leastConnSpec, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -71,17 +71,25 @@ type peakEWMA struct {
 	penalty float64 // failure penalty, ns
 }
 
+// p2cSpec is P2CPeakEWMA's declaration (see pickerSpec).
+var p2cSpec = pickerSpec{
+	name:    "P2CPeakEWMA",
+	options: []string{"WithRand", "WithDecay", "WithFailurePenalty"},
+	latency: true,
+}
+
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
 // WithRand, WithDecay and WithFailurePenalty.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
-	cfg, err := newConfig("P2CPeakEWMA", optPicker|optRand|latencyOptions, opts)
+	cfg, err := newConfig(p2cSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.checkLatency("P2CPeakEWMA", DefaultDecay); err != nil {
+	lat, err := latencyOptions(p2cSpec.name, &cfg, DefaultDecay)
+	if err != nil {
 		return nil, err
 	}
-	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(cfg.decay), penalty: float64(cfg.penalty)}}
+	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty)}}
 	if err := b.initDraws(peers, cfg); err != nil {
 		return nil, err
 	}

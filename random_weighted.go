@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"sync/atomic"
@@ -98,14 +99,22 @@ type rwState struct {
 	next    int64 // when warming: the clock time of the next rebuild
 }
 
+// randomWeightedSpec is RandomWeighted's declaration (see pickerSpec).
+var randomWeightedSpec = pickerSpec{name: "RandomWeighted", options: []string{"WithRand", "WithWarmup"}}
+
 // NewRandomWeighted returns a RandomWeighted over peers. It accepts
 // WithClock, WithRand and WithWarmup.
 func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
-	cfg, err := newConfig("RandomWeighted", optPicker|optRand|optWarmup, opts)
+	cfg, err := newConfig(randomWeightedSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := &RandomWeighted{warmup: int64(cfg.warmup), rng: newRandSource(cfg)}
+	var warmup warmupSetting
+	applyOwn(&cfg, &warmup)
+	if warmup < 0 {
+		return nil, fmt.Errorf("balancer: RandomWeighted: WithWarmup(%v): negative: %w", time.Duration(warmup), ErrInvalidConfig)
+	}
+	b := &RandomWeighted{warmup: int64(warmup), rng: newRandSource(cfg)}
 	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
 	}
@@ -341,4 +350,14 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 // accounting under the picker's lock.
 func (b *RandomWeighted) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
+}
+
+// warmupSetting is RandomWeighted's one option.
+type warmupSetting time.Duration
+
+// WithWarmup makes RandomWeighted ramp a new peer's weight up linearly over
+// d, as Dubbo does: weight·uptime/d, clamped to [1, weight]. Default: 0, no
+// warm-up.
+func WithWarmup(d time.Duration) Option {
+	return ownOption("WithWarmup", func(s *warmupSetting) { *s = warmupSetting(d) })
 }

@@ -91,10 +91,13 @@ type rrSlot struct {
 	i int
 }
 
+// roundRobinSpec is RoundRobin's declaration (see pickerSpec).
+var roundRobinSpec = pickerSpec{name: "RoundRobin", options: []string{"WithRand"}}
+
 // NewRoundRobin returns a RoundRobin over peers. It accepts WithClock (for
 // fail_timeout) and WithRand (the source of the starting offset).
 func NewRoundRobin(peers []*Peer, opts ...Option) (*RoundRobin, error) {
-	cfg, err := newConfig("RoundRobin", optPicker|optRand, opts)
+	cfg, err := newConfig(roundRobinSpec, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -92,9 +92,12 @@ type smoothRR struct {
 	openedFor *peerList
 }
 
+// smoothWRRSpec is SmoothWRR's declaration (see pickerSpec).
+var smoothWRRSpec = pickerSpec{name: "SmoothWRR"}
+
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
-	cfg, err := newConfig("SmoothWRR", optPicker, opts)
+	cfg, err := newConfig(smoothWRRSpec, opts)
 	if err != nil {
 		return nil, err
 	}
