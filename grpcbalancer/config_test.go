@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,38 @@ import (
 )
 
 // TestRegistered checks that every picker of the registry has a policy,
+
+// TestParseConfig_optionsFollowDeclaration parses every picker option field,
+// with a valid value, for every policy: a policy takes exactly the fields
+// of the options its picker declares (Algorithm.Options; the field is the
+// option's name less With, "decay" for WithDecay), and every option a
+// picker declares but WithRand, which a policy does not offer, has its
+// field.
+func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
+	fields := map[string]string{
+		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`,
+		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
+	}
+	for _, a := range lbgo.Algorithms() {
+		for _, o := range a.Options {
+			field := strings.ToLower(o[4:5]) + o[5:]
+			if _, ok := fields[field]; !ok && o != "WithRand" {
+				t.Errorf("%s declares %s, which no config field sets", a.Name, o)
+			}
+		}
+		for field, v := range fields {
+			option := "With" + strings.ToUpper(field[:1]) + field[1:]
+			_, err := parseConfig(a, []byte(`{"`+field+`":`+v+`}`))
+			switch declared := slices.Contains(a.Options, option); {
+			case declared && err != nil:
+				t.Errorf("%s declares %s, but its policy refuses %s: %v", a.Name, option, field, err)
+			case !declared && (err == nil || !strings.Contains(err.Error(), "not an option of "+a.Name)):
+				t.Errorf("%s does not declare %s, but its policy's %s gives %v", a.Name, option, field, err)
+			}
+		}
+	}
+}
+
 // named as the package doc says.
 func TestRegistered(t *testing.T) {
 	for _, a := range lbgo.Algorithms() {
