@@ -197,8 +197,7 @@ func scanClassic(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 	}
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock.
+// Done implements Picker.Done.
 func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 	if err := s.finish(p, o); err != nil {
 		return err

@@ -317,10 +317,9 @@ func takeFastest(p *Peer, now int64) {
 	}
 }
 
-// Done reports the outcome of an attempt on p: it ends the attempt, applies
-// nginx's failure accounting and feeds the latency (for a failure, at least
-// the penalty; for an abandoned attempt, a lower bound) into p's estimate.
-// Up to 32 peers it takes the picker's lock, and recomputes every weight,
+// Done also feeds the latency (for a failure, at least the penalty; for an
+// abandoned attempt, a lower bound) into p's estimate. Up to 32 peers it
+// takes the picker's lock, and recomputes every weight,
 // O(n), when an estimate leaves its band. Above, a success is lock-free
 // while the estimate stays in its band; failures, abandoned attempts and
 // estimates out of their band take the lock for O(1), and one such report

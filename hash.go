@@ -17,7 +17,7 @@ import (
 // round-robin over the same peers and current weights. A peer of weight 0
 // is never hashed to.
 //
-// The round-robin fallback is SmoothWRR's engine (smoothRR, key.go): a
+// The round-robin fallback is SmoothWRR's engine (smoothRR; the fallback in nginx_rr.go): a
 // first attempt is served from the precomputed cycle, without the lock,
 // while every peer that is not down is healthy at full weight with no
 // max_conns and the weights sum to at most MaxCycle (the conditions under
@@ -178,6 +178,5 @@ func crc32Decimal(v uint64) uint32 {
 	return ^crc
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (h *Hash) Done(p *Peer, o Outcome) error { return h.report(p, o) }

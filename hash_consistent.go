@@ -485,9 +485,8 @@ func (c *ConsistentHash) overLocked(p *Peer) bool {
 	return float64(p.inFlight()) >= limit
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock,
-// unless the load bound is on.
+// Done takes the picker's lock for every report while the load bound is
+// on (WithBoundedLoad), which counts the attempts in flight on the picker.
 func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
 	if c.bound == 0 {
 		return c.report(p, o)

@@ -120,6 +120,5 @@ func ipHashWalk(w *weightWalk, peers []*Peer, r *Request, hs *hashState, clk *la
 	}
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (h *IPHash) Done(p *Peer, o Outcome) error { return h.report(p, o) }

@@ -160,8 +160,7 @@ func compareLoad(pc, pw, qc, qw int64) int {
 	return 0
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (b *LeastConn) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }

@@ -129,11 +129,8 @@ func (m *peakEWMA) cost(p *Peer, now int64) (probing bool, c float64) {
 	return false, e * (pending + 1)
 }
 
-// Done reports the outcome of an attempt on p: it ends the attempt, feeds
-// its latency (or the failure penalty, if higher) into p's estimate and
-// applies nginx's failure accounting. The estimate moves lock-free; only a
-// failure, or a success on a peer with failures on record, takes the
-// picker's lock, for nginx's accounting. O(1).
+// Done also feeds the attempt's latency (or the failure penalty, if
+// higher) into p's estimate, lock-free, in O(1).
 func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	if err := b.finish(p, o); err != nil {
 		return err

@@ -191,6 +191,5 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 	}
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (b *randomPicker) Done(p *Peer, o Outcome) error { return b.report(p, o) }

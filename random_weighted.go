@@ -345,9 +345,7 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 	return -1
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock; anything else runs nginx's failure
-// accounting under the picker's lock.
+// Done implements Picker.Done.
 func (b *RandomWeighted) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }

@@ -230,9 +230,7 @@ func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *lazyClock) 
 	return -1
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock; anything else runs nginx's failure
-// accounting under the picker's lock.
+// Done implements Picker.Done.
 func (b *RoundRobin) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }

@@ -55,7 +55,7 @@ type SmoothWRR struct {
 // smoothRR is nginx's smooth scan over a peerSet's primaries with what
 // makes it cheap: the precomputed cycle, the scan grouped by weight and
 // the orbit recorder. SmoothWRR is one; the hash and random pickers embed
-// one for nginx's round-robin fallback (key.go), sharing its peers' current
+// one for nginx's round-robin fallback (nginx_rr.go), sharing its peers' current
 // and effective weights.
 type smoothRR struct {
 	peerSet
@@ -267,8 +267,7 @@ func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *P
 	return scanSmooth(l.primary, r, clk)
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock.
+// Done implements Picker.Done.
 func (s *SmoothWRR) Done(p *Peer, o Outcome) error { return s.report(p, o) }
 
 // report is Done for every owner of a smoothRR: a success on a peer with
