@@ -113,11 +113,7 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.pick()
-				if r != nil {
-					r.begin(c.list)
-					r.record(int(i))
-				}
-				return p, nil
+				return fastFirst(c.list, r, int(i), p)
 			}
 		}
 	}
@@ -313,7 +309,7 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.fails.Load() != 0 || p.maxConns.Load() != 0 {
+		if !p.clean() {
 			return
 		}
 		full = full && p.currentWeight == p.weight.Load()

@@ -62,11 +62,7 @@ func (s *smoothRR) roundRobin(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.pick()
-				if r != nil {
-					r.begin(c.list)
-					r.record(int(i))
-				}
-				return p, nil
+				return fastFirst(c.list, r, int(i), p)
 			}
 		}
 	}

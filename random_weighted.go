@@ -241,15 +241,11 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	if t := &st.primary; t.n != 0 && r.fresh() {
 		i := t.draw(b.rng.uint64())
 		p := t.peers[i]
-		// As in RoundRobin.Pick, ahead of pickFrame: no failures and no
-		// max_conns need neither the clock nor a compare-and-swap.
-		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
+		// As in RoundRobin.Pick, ahead of pickFrame: a clean peer needs
+		// neither the clock nor a compare-and-swap.
+		if p.clean() {
 			p.pick()
-			if r != nil {
-				r.begin(st.list)
-				r.record(i)
-			}
-			return p, nil
+			return fastFirst(st.list, r, i, p)
 		}
 		// The same draw goes on to the full check: discarding it here
 		// would favour the peers the fast check accepts.

@@ -171,17 +171,11 @@ func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 		j := g.next(&b.ctr)
 		s := &g.slots[j]
 		p := s.p
-		// The common case runs ahead of pickFrame (pickSlow runs it) and
-		// needs no clock: a peer with no failures on record cannot be in
-		// its fail window, and one without max_conns cannot be full, so
-		// the in-flight count needs no compare-and-swap.
-		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
+		// The common case runs ahead of pickFrame (pickSlow runs it): a
+		// clean peer needs neither the clock nor a compare-and-swap.
+		if p.clean() {
 			p.pick()
-			if r != nil {
-				r.begin(t.list) // a fresh request: sets its bound, which p counts in
-				r.record(s.i)
-			}
-			return p, nil
+			return fastFirst(t.list, r, s.i, p)
 		}
 		return b.pickSlow(t, r, int(j))
 	}

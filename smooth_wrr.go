@@ -122,21 +122,13 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.pick()
-				if r != nil {
-					r.begin(c.list)
-					r.record(int(i))
-				}
-				return p, nil
+				return fastFirst(c.list, r, int(i), p)
 			}
 		} else if l := s.load(); l.single {
 			// nginx's single-server rule reads only down and max_conns
 			// and moves no weight (RR.c 449-460): no lock needed.
 			if p := l.primary[0]; !p.down.Load() && p.acquire() {
-				if r != nil {
-					r.begin(l)
-					r.record(0)
-				}
-				return p, nil
+				return fastFirst(l, r, 0, p)
 			}
 		}
 	}
@@ -384,7 +376,7 @@ func (s *smoothRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.effectiveWeight != p.weight.Load() || p.fails.Load() != 0 || p.maxConns.Load() != 0 {
+		if p.effectiveWeight != p.weight.Load() || !p.clean() {
 			return
 		}
 		zero = zero && p.currentWeight == 0
