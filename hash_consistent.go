@@ -380,10 +380,8 @@ func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
 			if i >= 0 {
 				p := v.list.primary[i]
 				if p.fails.Load() == 0 && !p.recovering.Load() && !p.down.Load() && p.acquire() {
-					r.begin(v.list)
 					r.hs = hashState{hash: uint64(pos), begun: true}
-					r.record(i)
-					return p, nil
+					return fastFirst(v.list, r, i, p)
 				}
 			}
 		}
