@@ -1,5 +1,11 @@
 package balancer
 
+// nginx's round-robin module (ngx_http_upstream_round_robin.c, RR.c; see
+// eligibility.go) where the pickers share it: the smooth step and scan,
+// which SmoothWRR, LeastConn's ties, the hash methods and the weight groups
+// run, and the round-robin fallback the hash and random methods hand a
+// request to. The frame around every pick is frame.go's.
+
 // smoothStep is nginx's step for one eligible peer (RR.c 565-570): its
 // current weight grows by its effective weight, which then recovers by one
 // toward its weight. It returns what the peer adds to the round's total,
