@@ -17,14 +17,14 @@ import (
 // round-robin over the same peers and current weights. A peer of weight 0
 // is never hashed to.
 //
-// The round-robin fallback is SmoothWRR's engine (smoothRR; the fallback in nginx_rr.go): a
-// first attempt is served from the precomputed cycle, without the lock,
-// while every peer that is not down is healthy at full weight with no
-// max_conns and the weights sum to at most MaxCycle (the conditions under
-// which SmoothWRR serves its cycle); otherwise the scan runs under the
-// lock, grouped by weight from 16 peers on. The cycle is
-// built at a list's first fallback, so a picker whose requests all carry
-// a key never builds one.
+// The round-robin fallback is SmoothWRR's engine (smoothRR; the fallback
+// is in nginx_rr.go): a first attempt is served from the precomputed
+// cycle, without the lock, while every peer that is not down is healthy
+// at full weight with no max_conns and the weights sum to at most MaxCycle
+// (the conditions under which SmoothWRR serves its cycle); otherwise the
+// scan runs under the lock, grouped by weight from 16 peers on. The cycle
+// is built at a list's first fallback, so a picker whose requests all
+// carry a key never builds one.
 
 // Hash is nginx's `hash KEY` (nginx 1.22.1), the Cache::Memcached-compatible
 // key hash: requests with the same key (Request.SetKey) go to the same peer
