@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -188,5 +189,45 @@ func TestOutcomeOf(t *testing.T) {
 	}
 	if got := OutcomeOf(live, balancer.DoneInfo{}, -time.Second, isFailure); got.Latency != 0 {
 		t.Errorf("negative latency reported as %v, want 0", got.Latency)
+	}
+}
+
+// TestREADME_optionFields holds the README's config table to the
+// pickers' declarations: the row of each picker option field names the
+// pickers that declare its option (Algorithm.Options), in the registry's
+// order.
+func TestREADME_optionFields(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), "|")
+		if len(cells) != 4 {
+			continue
+		}
+		var fields []string
+		for _, f := range strings.Split(cells[0], ",") {
+			fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
+		}
+		for _, field := range fields {
+			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad"}, field) {
+				continue
+			}
+			rows++
+			var want []string
+			for _, a := range lbgo.Algorithms() {
+				if slices.Contains(a.Options, optionOf(field)) {
+					want = append(want, a.Name)
+				}
+			}
+			if got := strings.TrimSpace(cells[2]); got != strings.Join(want, ", ") {
+				t.Errorf("README: %s is taken by %q, the declarations say %q", field, got, strings.Join(want, ", "))
+			}
+		}
+	}
+	if rows != 8 {
+		t.Errorf("README: %d picker option fields in the config table, want 8", rows)
 	}
 }
