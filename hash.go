@@ -43,9 +43,23 @@ import (
 // picker's lock, O(d + k + log n) from 16 peers as SmoothWRR's. A pick
 // allocates nothing. The zero value is not usable; use NewHash. Hash is
 // safe for concurrent use.
-type Hash struct {
+type Hash struct{ walkPicker }
+
+// walkPicker is what Hash and IPHash share: the weight walk, rebuilt on
+// every change of the peers, and the round-robin fallback.
+type walkPicker struct {
 	smoothRR
-	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
+	walk atomic.Pointer[weightWalk]
+}
+
+// setup builds the picker over peers; the hash methods share the smooth
+// fallback's current weights with their peers.
+func (h *walkPicker) setup(peers []*Peer, cfg config) error {
+	h.shared, h.currentWeight = true, h.impliedLocked
+	return h.init(peers, cfg, func(l *peerList) {
+		h.walk.Store(newWeightWalk(l))
+		h.changedLocked(l)
+	})
 }
 
 // weightWalk is nginx's walk from a weight offset to a peer: `while (w >=
@@ -97,11 +111,7 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 		return nil, err
 	}
 	h := &Hash{}
-	h.shared, h.currentWeight = true, h.impliedLocked
-	if err := h.init(peers, cfg, func(l *peerList) {
-		h.walk.Store(newWeightWalk(l))
-		h.changedLocked(l)
-	}); err != nil {
+	if err := h.setup(peers, cfg); err != nil {
 		return nil, err
 	}
 	return h, nil

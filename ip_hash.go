@@ -2,7 +2,6 @@ package balancer
 
 import (
 	"net/netip"
-	"sync/atomic"
 )
 
 // IPHash in detail. The hash starts at 89; each iteration folds the
@@ -29,10 +28,7 @@ import (
 // Hash's, O(1) and lock-free while the weights are static. A pick
 // allocates nothing. The zero value is not usable; use NewIPHash. IPHash
 // is safe for concurrent use.
-type IPHash struct {
-	smoothRR
-	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
-}
+type IPHash struct{ walkPicker }
 
 // ipHashStart is nginx's initial iphp->hash.
 const ipHashStart = 89
@@ -48,11 +44,7 @@ func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 		return nil, err
 	}
 	h := &IPHash{}
-	h.shared, h.currentWeight = true, h.impliedLocked
-	if err := h.init(peers, cfg, func(l *peerList) {
-		h.walk.Store(newWeightWalk(l))
-		h.changedLocked(l)
-	}); err != nil {
+	if err := h.setup(peers, cfg); err != nil {
 		return nil, err
 	}
 	return h, nil
