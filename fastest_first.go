@@ -169,10 +169,9 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 }
 
 // Pick returns the eligible peer with the least expected delay, (in flight
-// + 1)/weight, nginx's smooth round-robin breaking ties, and counts the
-// attempt in flight until Done. A peer whose fail window has passed and
-// has nothing in flight is probed first. Up to 32 peers Pick is O(n) under
-// the picker's lock, and O(n) more when the chosen peer's estimate has left
+// + 1)/weight, nginx's smooth round-robin breaking ties. A peer whose fail
+// window has passed and has nothing in flight is probed first. Up to 32
+// peers Pick is O(n) under the picker's lock, and O(n) more when the chosen peer's estimate has left
 // its band; above, it chooses among three peers drawn by derived weight,
 // O(1) and lock-free (the ties then go to the first drawn).
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {

@@ -118,8 +118,7 @@ func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 }
 
 // Pick returns the peer r's key hashes to, or the next one in the key's
-// sequence when that one is not eligible, and counts the attempt in flight
-// until Done.
+// sequence when that one is not eligible.
 func (h *Hash) Pick(r *Request) (*Peer, error) {
 	w := h.walk.Load()
 	clk := lazyClock{now: h.now}

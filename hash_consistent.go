@@ -346,8 +346,7 @@ type chashView struct {
 }
 
 // Pick returns the peer of the first point at or after r's key on the ring
-// that is eligible (and, with WithBoundedLoad, has room), and counts the
-// attempt in flight until Done.
+// that is eligible (and, with WithBoundedLoad, has room).
 //
 // A first attempt whose point belongs to a server text with one peer, that
 // peer up with no failures on record, takes no lock while no peer's

@@ -51,8 +51,7 @@ func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 }
 
 // Pick returns the peer r's client address hashes to, or the next one in
-// the address's sequence when that one is not eligible, and counts the
-// attempt in flight until Done.
+// the address's sequence when that one is not eligible.
 func (h *IPHash) Pick(r *Request) (*Peer, error) {
 	w := h.walk.Load()
 	clk := lazyClock{now: h.now}

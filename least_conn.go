@@ -67,8 +67,8 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	return b, nil
 }
 
-// Pick returns the least loaded eligible peer and counts the attempt in
-// flight until Done. It is O(n) in the number of peers.
+// Pick returns the least loaded eligible peer. It is O(n) in the number of
+// peers.
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

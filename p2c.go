@@ -97,8 +97,7 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 }
 
 // Pick draws two distinct eligible peers and returns the one with the lower
-// cost, counting the attempt in flight until Done. It is O(1), without a
-// lock.
+// cost. It is O(1), without a lock.
 func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	return b.pick(r, &b.peakEWMA)
 }

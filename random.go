@@ -138,8 +138,8 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 	return p, err
 }
 
-// Pick draws a peer by weight until one is eligible and untried, and counts
-// the attempt in flight until Done. It is O(1) a draw, without a lock.
+// Pick draws a peer by weight until one is eligible and untried. It is
+// O(1) a draw, without a lock.
 func (b *Random) Pick(r *Request) (*Peer, error) { return b.pick(r, false) }
 
 // drawOne is ngx_http_upstream_get_random_peer's loop.
@@ -158,8 +158,7 @@ func (b *randomPicker) drawOne(t *randomTable, r *Request, hs *hashState, clk *l
 
 // Pick draws two distinct eligible untried peers by weight and returns the
 // one with fewer attempts in flight per unit of weight, the second on a
-// tie, counting the attempt in flight until Done. It is O(1) a draw,
-// without a lock.
+// tie. It is O(1) a draw, without a lock.
 func (b *RandomTwo) Pick(r *Request) (*Peer, error) { return b.pick(r, true) }
 
 // drawTwo is ngx_http_upstream_get_random2_peer's loop: the first eligible
