@@ -54,3 +54,54 @@ func voseAlias(w []uint64, total uint64, s []uint64, small, large []int, set fun
 	}
 	return small, large
 }
+
+// rwTable is Vose's alias table over one list: column i holds peer i with
+// probability thr/2^64 and its alias otherwise.
+type rwTable struct {
+	peers []*Peer
+	cols  []rwColumn
+	w     []uint64 // the weight each peer is drawn with; 0: never drawn
+	n     uint64
+}
+
+type rwColumn struct {
+	thr   uint64
+	alias int
+}
+
+// newRWTable builds Vose's alias table (voseAlias) over peers with weights
+// w. If every weight is 0 the table is uniform over all peers, as Dubbo's pick
+// is. w is kept (with those 1s) for the scan.
+func newRWTable(peers []*Peer, w []uint64) rwTable {
+	n := uint64(len(peers))
+	t := rwTable{peers: peers, w: w, n: n, cols: make([]rwColumn, n)}
+	if n == 0 {
+		return t
+	}
+	var total uint64
+	for _, x := range w {
+		total += x
+	}
+	if total == 0 {
+		for i := range w {
+			w[i] = 1
+		}
+		total = n
+	}
+	voseAlias(w, total, make([]uint64, n), nil, nil, func(i int, thr uint64, alias int) {
+		t.cols[i] = rwColumn{thr: thr, alias: alias}
+	})
+	return t
+}
+
+// draw maps one 64-bit random value to a peer index: the high half of x·n
+// picks the column (Lemire's multiply-shift range reduction) and the low
+// half, uniform on a grid of about 2^64/n points, is the coin. Both are off
+// uniform by at most n/2^64.
+func (t *rwTable) draw(x uint64) int {
+	hi, lo := bits.Mul64(x, t.n)
+	if c := &t.cols[hi]; lo >= c.thr {
+		return c.alias
+	}
+	return int(hi)
+}

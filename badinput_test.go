@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Bad input to the public API. contract_test.go already checks the
+// Bad input to the public API. balancer_test.go already checks the
 // constructor's rejections (TestContract_invalidConfig: empty address,
 // negative and too large weights, an overflowing sum, negative max_fails,
 // fail_timeout and max_conns, nil peers, one peer twice, a peer in use, a nil
@@ -236,7 +236,7 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, ErrInvalidOutcome},
 
-		// Update: a rejected snapshot changes nothing (contract_test.go
+		// Update: a rejected snapshot changes nothing (balancer_test.go
 		// checks the rest of the peers' state).
 		{"Update with nil", func(t *testing.T, s *badInputSet) error {
 			return s.set.Update(append(s.set.Peers(), nil))

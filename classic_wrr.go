@@ -88,9 +88,12 @@ type ClassicWRR struct {
 	backup  []*Peer // the list's backups, sorted the same way
 }
 
+// classicWRRSpec is ClassicWRR's declaration (see pickerSpec).
+var classicWRRSpec = pickerSpec{name: "ClassicWRR"}
+
 // NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock.
 func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
-	cfg, err := newConfig("ClassicWRR", optPicker, opts)
+	cfg, err := newConfig(classicWRRSpec, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -110,11 +113,7 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.pick()
-				if r != nil {
-					r.begin(c.list)
-					r.record(int(i))
-				}
-				return p, nil
+				return fastFirst(c.list, r, int(i), p)
 			}
 		}
 	}
@@ -194,8 +193,7 @@ func scanClassic(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 	}
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock.
+// Done implements Picker.Done.
 func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 	if err := s.finish(p, o); err != nil {
 		return err
@@ -311,7 +309,7 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.fails.Load() != 0 || p.maxConns.Load() != 0 {
+		if !p.clean() {
 			return
 		}
 		full = full && p.currentWeight == p.weight.Load()

@@ -44,11 +44,10 @@ func (s *peerSet) Connected(p *Peer) error {
 	return nil
 }
 
-// Connected reports that the connection of an attempt on p is established,
-// with the same effect and errors as the other pickers' Connected. A peer
-// it readmits has its latency estimate restarted from the next reply Done
-// reports, as when Done itself readmits a probe: the estimate a failing
-// peer dropped to says nothing about the peer that answers again.
+// Connected also restarts the latency estimate of a peer it readmits, from
+// the next reply Done reports, as when Done itself readmits a probe: the
+// estimate a failing peer dropped to says nothing about the peer that
+// answers again.
 func (f *FastestFirst) Connected(p *Peer) error {
 	if err := f.connectable(p); err != nil || p.fails.Load() == 0 {
 		return err

@@ -32,7 +32,7 @@ import (
 // picker meanwhile, and then nothing is left to report. Do is safe for
 // concurrent use with distinct Requests.
 func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, opts ...Option) error {
-	cfg, err := newConfig("Do", optClock, opts)
+	cfg, err := applyOptions("Do", func(name string) bool { return name == "WithClock" }, opts)
 	if err != nil {
 		return err
 	}

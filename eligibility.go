@@ -60,6 +60,16 @@ func (p *Peer) eligible(clk *lazyClock) bool {
 	return !p.down.Load() && !p.full() && (p.fails.Load() == 0 || !p.inFailWindow(clk.get()))
 }
 
+// clean reports whether p is not down and has no failures on record and no
+// max_conns: eligible now without reading the clock (no fail window
+// without a failure) and never full, so a pick counts it in flight with
+// one atomic add (pick), no compare-and-swap. The lock-free fast paths take
+// a peer only while it is clean, and the cycles open only while every
+// primary not down is.
+func (p *Peer) clean() bool {
+	return p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0
+}
+
 // acquire counts an attempt on p in flight unless p is at max_conns, by
 // compare-and-swap when p has a limit, so that concurrent picks never push
 // it past the limit.

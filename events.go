@@ -66,7 +66,7 @@ type Event struct {
 // Peer.State, which take its lock); Peer.Stats and the Peer's accessors are
 // safe. An Event is passed by value: reporting one allocates nothing.
 func WithEvents(hook func(Event)) Option {
-	return optionFunc(func(c *config) { c.events = hook; c.set |= optEvents })
+	return option{"WithEvents", func(c *config) { c.events = hook; c.set |= optEvents }}
 }
 
 // failMark is the failure accounting of a peer before a report, from which

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -129,24 +130,33 @@ const exploreConfirm = 3
 // no band keeps from flapping.
 const maxExponent = 8
 
+// fastestFirstSpec is FastestFirst's declaration (see pickerSpec).
+var fastestFirstSpec = pickerSpec{
+	name: "FastestFirst",
+	options: []string{"WithRand", "WithDecay", "WithFailurePenalty",
+		"WithBand", "WithExponent", "WithFloor", "WithTolerance"},
+	latency: true,
+}
+
 // NewFastestFirst returns a FastestFirst over peers. It accepts WithClock,
 // WithRand (the sampled mode's draws, above 32 peers), WithDecay,
 // WithFailurePenalty, WithBand, WithExponent, WithFloor and WithTolerance.
 func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
-	cfg, err := newConfig("FastestFirst", optPicker|optRand|fastestOptions, opts)
+	cfg, err := newConfig(fastestFirstSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &cfg
-	if err := c.checkLatency("FastestFirst", DefaultFastestDecay); err != nil {
+	lat, err := latencyOptions(fastestFirstSpec.name, &cfg, DefaultFastestDecay)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.checkFastest(); err != nil {
+	c, err := fastestOptions(&cfg)
+	if err != nil {
 		return nil, err
 	}
 	f := &FastestFirst{
-		tau:      float64(c.decay),
-		penalty:  float64(c.penalty),
+		tau:      float64(lat.decay),
+		penalty:  float64(lat.penalty),
 		band:     c.band,
 		exponent: c.exponent,
 		floor:    int64(c.floor),
@@ -161,10 +171,9 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 }
 
 // Pick returns the eligible peer with the least expected delay, (in flight
-// + 1)/weight, nginx's smooth round-robin breaking ties, and counts the
-// attempt in flight until Done. A peer whose fail window has passed and
-// has nothing in flight is probed first. Up to 32 peers Pick is O(n) under
-// the picker's lock, and O(n) more when the chosen peer's estimate has left
+// + 1)/weight, nginx's smooth round-robin breaking ties. A peer whose fail
+// window has passed and has nothing in flight is probed first. Up to 32
+// peers Pick is O(n) under the picker's lock, and O(n) more when the chosen peer's estimate has left
 // its band; above, it chooses among three peers drawn by derived weight,
 // O(1) and lock-free (the ties then go to the first drawn).
 func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
@@ -311,10 +320,9 @@ func takeFastest(p *Peer, now int64) {
 	}
 }
 
-// Done reports the outcome of an attempt on p: it ends the attempt, applies
-// nginx's failure accounting and feeds the latency (for a failure, at least
-// the penalty; for an abandoned attempt, a lower bound) into p's estimate.
-// Up to 32 peers it takes the picker's lock, and recomputes every weight,
+// Done also feeds the latency (for a failure, at least the penalty; for an
+// abandoned attempt, a lower bound) into p's estimate. Up to 32 peers it
+// takes the picker's lock, and recomputes every weight,
 // O(n), when an estimate leaves its band. Above, a success is lock-free
 // while the estimate stays in its band; failures, abandoned attempts and
 // estimates out of their band take the lock for O(1), and one such report
@@ -463,4 +471,60 @@ func (s *ffPeer) setBand(lo, hi float64) {
 // inBand reports whether e lies in the band.
 func (s *ffPeer) inBand(e float64) bool {
 	return e >= math.Float64frombits(s.lo.Load()) && e <= math.Float64frombits(s.hi.Load())
+}
+
+// fastestSettings are FastestFirst's own options.
+type fastestSettings struct {
+	band     float64
+	exponent float64
+	floor    int
+	tol      float64
+}
+
+// WithBand sets FastestFirst's hysteresis factor h: a peer's weight is
+// computed from its estimate e, and the weights are recomputed only when
+// some estimate leaves its [e/h, e·h]. h must be in (1, 16]. Default:
+// DefaultBand.
+func WithBand(h float64) Option {
+	return ownOption("WithBand", func(s *fastestSettings) { s.band = h })
+}
+
+// WithExponent sets α in FastestFirst's weight ∝ configured weight ×
+// (tolerance·fastest/estimate)^α: 0 ignores latency, 1 weighs in inverse
+// proportion to latency, higher values favor the fastest more. α must be in
+// [0, 8]. Default: DefaultExponent.
+func WithExponent(a float64) Option {
+	return ownOption("WithExponent", func(s *fastestSettings) { s.exponent = a })
+}
+
+// WithFloor sets the least weight FastestFirst gives a peer configured with
+// a weight, out of 100 for the best one. w must be in [1, 100]. Default:
+// DefaultFloor.
+func WithFloor(w int) Option {
+	return ownOption("WithFloor", func(s *fastestSettings) { s.floor = w })
+}
+
+// WithTolerance sets how many times slower than the fastest peer a peer may
+// look before FastestFirst lowers its weight. x must be in [1, 100].
+// Default: DefaultTolerance.
+func WithTolerance(x float64) Option {
+	return ownOption("WithTolerance", func(s *fastestSettings) { s.tol = x })
+}
+
+// fastestOptions applies cfg's FastestFirst options over their defaults
+// and checks them.
+func fastestOptions(cfg *config) (fastestSettings, error) {
+	c := fastestSettings{band: DefaultBand, exponent: DefaultExponent, floor: DefaultFloor, tol: DefaultTolerance}
+	applyOwn(cfg, &c)
+	switch {
+	case !(c.band > 1 && c.band <= 16):
+		return c, fmt.Errorf("balancer: FastestFirst: WithBand(%v): out of (1, 16]: %w", c.band, ErrInvalidConfig)
+	case !(c.exponent >= 0 && c.exponent <= maxExponent):
+		return c, fmt.Errorf("balancer: FastestFirst: WithExponent(%v): out of [0, %d]: %w", c.exponent, maxExponent, ErrInvalidConfig)
+	case c.floor < 1 || c.floor > fastestScale:
+		return c, fmt.Errorf("balancer: FastestFirst: WithFloor(%d): out of [1, %d]: %w", c.floor, fastestScale, ErrInvalidConfig)
+	case !(c.tol >= 1 && c.tol <= 100):
+		return c, fmt.Errorf("balancer: FastestFirst: WithTolerance(%v): out of [1, 100]: %w", c.tol, ErrInvalidConfig)
+	}
+	return c, nil
 }

@@ -12,6 +12,27 @@ const handOff = -2
 // errHandOff is pickFrame's answer to handOff; it never leaves a picker.
 var errHandOff = errors.New("balancer: handed off to round robin")
 
+// fastFirst ends a lock-free fast path: p, primary i of l, has its attempt
+// counted in flight for the fresh request r (nil, or on its first
+// attempt), which it records as pickFrame would: begin fixes r's bound on
+// retries, which p counts in, and record marks p tried. A fresh request
+// needs none of the frame's other steps on a list where p was chosen.
+//
+// It inlines (go build -gcflags=-m), so a nil r costs one test; a Request
+// costs one call, to startFirst.
+func fastFirst(l *peerList, r *Request, i int, p *Peer) (*Peer, error) {
+	if r != nil {
+		r.startFirst(l, i)
+	}
+	return p, nil
+}
+
+// startFirst records the first attempt of r, on primary i of l.
+func (r *Request) startFirst(l *peerList, i int) {
+	r.begin(l)
+	r.record(i)
+}
+
 // pickFrame is the frame of nginx's ngx_http_upstream_get_round_robin_peer
 // (RR.c 430-518), which every picker runs around its own choice of peer:
 //

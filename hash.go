@@ -17,14 +17,14 @@ import (
 // round-robin over the same peers and current weights. A peer of weight 0
 // is never hashed to.
 //
-// The round-robin fallback is SmoothWRR's engine (smoothRR, key.go): a
-// first attempt is served from the precomputed cycle, without the lock,
-// while every peer that is not down is healthy at full weight with no
-// max_conns and the weights sum to at most MaxCycle (the conditions under
-// which SmoothWRR serves its cycle); otherwise the scan runs under the
-// lock, grouped by weight from 16 peers on. The cycle is
-// built at a list's first fallback, so a picker whose requests all carry
-// a key never builds one.
+// The round-robin fallback is SmoothWRR's engine (smoothRR; the fallback
+// is in nginx_rr.go): a first attempt is served from the precomputed
+// cycle, without the lock, while every peer that is not down is healthy
+// at full weight with no max_conns and the weights sum to at most MaxCycle
+// (the conditions under which SmoothWRR serves its cycle); otherwise the
+// scan runs under the lock, grouped by weight from 16 peers on. The cycle
+// is built at a list's first fallback, so a picker whose requests all
+// carry a key never builds one.
 
 // Hash is nginx's `hash KEY` (nginx 1.22.1), the Cache::Memcached-compatible
 // key hash: requests with the same key (Request.SetKey) go to the same peer
@@ -43,9 +43,23 @@ import (
 // picker's lock, O(d + k + log n) from 16 peers as SmoothWRR's. A pick
 // allocates nothing. The zero value is not usable; use NewHash. Hash is
 // safe for concurrent use.
-type Hash struct {
+type Hash struct{ walkPicker }
+
+// walkPicker is what Hash and IPHash share: the weight walk, rebuilt on
+// every change of the peers, and the round-robin fallback.
+type walkPicker struct {
 	smoothRR
-	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
+	walk atomic.Pointer[weightWalk]
+}
+
+// setup builds the picker over peers; the hash methods share the smooth
+// fallback's current weights with their peers.
+func (h *walkPicker) setup(peers []*Peer, cfg config) error {
+	h.shared, h.currentWeight = true, h.impliedLocked
+	return h.init(peers, cfg, func(l *peerList) {
+		h.walk.Store(newWeightWalk(l))
+		h.changedLocked(l)
+	})
 }
 
 // weightWalk is nginx's walk from a weight offset to a peer: `while (w >=
@@ -86,48 +100,25 @@ func (w *weightWalk) find(x int64) int {
 	return lo
 }
 
+// hashSpec is Hash's declaration (see pickerSpec).
+var hashSpec = pickerSpec{name: "Hash", keyed: true, noBackups: true}
+
 // NewHash returns a Hash over peers. It accepts WithClock. A backup peer is
 // rejected with ErrInvalidConfig naming it.
 func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
-	cfg, err := newConfig("Hash", optPicker, opts)
+	cfg, err := newConfig(hashSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseBackups("Hash", peers); err != nil {
-		return nil, err
-	}
 	h := &Hash{}
-	h.shared, h.currentWeight = true, h.impliedLocked
-	if err := h.init(peers, cfg, func(l *peerList) {
-		h.walk.Store(newWeightWalk(l))
-		h.changedLocked(l)
-	}); err != nil {
+	if err := h.setup(peers, cfg); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-// Add adds peers as every picker's Add does (see Updater), refusing
-// backup peers with ErrInvalidConfig.
-func (h *Hash) Add(peers ...*Peer) error {
-	if err := refuseBackups("Hash", peers); err != nil {
-		return err
-	}
-	return h.peerSet.Add(peers...)
-}
-
-// Update reconciles a snapshot as every picker's Update does (see
-// SmoothWRR.Update), refusing backup peers with ErrInvalidConfig.
-func (h *Hash) Update(snapshot []*Peer) error {
-	if err := refuseBackups("Hash", snapshot); err != nil {
-		return err
-	}
-	return h.peerSet.Update(snapshot)
-}
-
 // Pick returns the peer r's key hashes to, or the next one in the key's
-// sequence when that one is not eligible, and counts the attempt in flight
-// until Done.
+// sequence when that one is not eligible.
 func (h *Hash) Pick(r *Request) (*Peer, error) {
 	w := h.walk.Load()
 	clk := lazyClock{now: h.now}
@@ -196,6 +187,5 @@ func crc32Decimal(v uint64) uint32 {
 	return ^crc
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (h *Hash) Done(p *Peer, o Outcome) error { return h.report(p, o) }

@@ -105,19 +105,32 @@ type chashRing struct {
 	weights []int64
 }
 
+// consistentHashSpec is ConsistentHash's declaration (see pickerSpec).
+var consistentHashSpec = pickerSpec{
+	name:      "ConsistentHash",
+	options:   []string{"WithBoundedLoad"},
+	keyed:     true,
+	noBackups: true,
+}
+
 // NewConsistentHash returns a ConsistentHash over peers. It accepts
 // WithClock and WithBoundedLoad. A backup peer, a total weight past
 // MaxRingWeight or a bound factor below 1, infinite or NaN is rejected with
 // ErrInvalidConfig naming the value.
 func NewConsistentHash(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
-	cfg, err := newConfig("ConsistentHash", optPicker|optBounded, opts)
+	cfg, err := newConfig(consistentHashSpec, opts)
 	if err != nil {
 		return nil, err
+	}
+	var bound boundSetting
+	applyOwn(&cfg, &bound)
+	if bound.set && !(bound.c >= 1 && !math.IsInf(bound.c, 1)) {
+		return nil, fmt.Errorf("balancer: ConsistentHash: WithBoundedLoad(%v): the factor must be finite and at least 1: %w", bound.c, ErrInvalidConfig)
 	}
 	if err := checkRing(peers, nil, 0); err != nil {
 		return nil, err
 	}
-	c := &ConsistentHash{bound: cfg.bound}
+	c := &ConsistentHash{bound: bound.c}
 	c.shared, c.currentWeight = true, c.impliedLocked
 	if err := c.init(peers, cfg, c.changedLocked); err != nil {
 		return nil, err
@@ -125,13 +138,9 @@ func NewConsistentHash(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
 	return c, nil
 }
 
-// checkRing returns ErrInvalidConfig for a backup peer among add or a
-// total weight past MaxRingWeight, with p's weight replaced by w if p is
-// not nil.
+// checkRing returns ErrInvalidConfig for a total weight of add and have
+// past MaxRingWeight, w added to it (SetWeight's new weight).
 func checkRing(add []*Peer, have []*Peer, w int) error {
-	if err := refuseBackups("ConsistentHash", add); err != nil {
-		return err
-	}
 	var sum int64
 	for _, list := range [][]*Peer{have, add} {
 		for _, q := range list {
@@ -146,8 +155,8 @@ func checkRing(add []*Peer, have []*Peer, w int) error {
 	return nil
 }
 
-// Add adds peers as every picker's Add does (see Updater), refusing backup peers and a total
-// weight past MaxRingWeight with ErrInvalidConfig.
+// Add also refuses a total weight past MaxRingWeight, with
+// ErrInvalidConfig. The ring is rebuilt.
 func (c *ConsistentHash) Add(peers ...*Peer) error {
 	c.admin.Lock()
 	defer c.admin.Unlock()
@@ -157,8 +166,8 @@ func (c *ConsistentHash) Add(peers ...*Peer) error {
 	return c.peerSet.Add(peers...)
 }
 
-// SetWeight changes p's weight as every picker's SetWeight does, refusing a total
-// weight past MaxRingWeight with ErrInvalidConfig. The ring is rebuilt.
+// SetWeight also refuses a total weight past MaxRingWeight, with
+// ErrInvalidConfig. The ring is rebuilt.
 func (c *ConsistentHash) SetWeight(p *Peer, w int) error {
 	c.admin.Lock()
 	defer c.admin.Unlock()
@@ -176,9 +185,8 @@ func (c *ConsistentHash) SetWeight(p *Peer, w int) error {
 	return c.peerSet.SetWeight(p, w)
 }
 
-// Update reconciles a snapshot as every picker's Update does, refusing backup
-// peers and a total weight past MaxRingWeight with ErrInvalidConfig. The
-// ring is rebuilt.
+// Update also refuses a total weight past MaxRingWeight, with
+// ErrInvalidConfig. The ring is rebuilt.
 func (c *ConsistentHash) Update(snapshot []*Peer) error {
 	c.admin.Lock()
 	defer c.admin.Unlock()
@@ -338,8 +346,7 @@ type chashView struct {
 }
 
 // Pick returns the peer of the first point at or after r's key on the ring
-// that is eligible (and, with WithBoundedLoad, has room), and counts the
-// attempt in flight until Done.
+// that is eligible (and, with WithBoundedLoad, has room).
 //
 // A first attempt whose point belongs to a server text with one peer, that
 // peer up with no failures on record, takes no lock while no peer's
@@ -372,10 +379,8 @@ func (c *ConsistentHash) Pick(r *Request) (*Peer, error) {
 			if i >= 0 {
 				p := v.list.primary[i]
 				if p.fails.Load() == 0 && !p.recovering.Load() && !p.down.Load() && p.acquire() {
-					r.begin(v.list)
 					r.hs = hashState{hash: uint64(pos), begun: true}
-					r.record(i)
-					return p, nil
+					return fastFirst(v.list, r, i, p)
 				}
 			}
 		}
@@ -477,9 +482,8 @@ func (c *ConsistentHash) overLocked(p *Peer) bool {
 	return float64(p.inFlight()) >= limit
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock,
-// unless the load bound is on.
+// Done takes the picker's lock for every report while the load bound is
+// on (WithBoundedLoad), which counts the attempts in flight on the picker.
 func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
 	if c.bound == 0 {
 		return c.report(p, o)
@@ -497,4 +501,28 @@ func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
 		c.reportLocked(p, o)
 	}
 	return nil
+}
+
+// boundSetting is ConsistentHash's one option: WithBoundedLoad's factor c,
+// if set.
+type boundSetting struct {
+	c   float64
+	set bool
+}
+
+// WithBoundedLoad makes ConsistentHash bound each peer's load, as in
+// "Consistent Hashing with Bounded Loads" (Mirrokni, Thorup and
+// Zadimoghaddam, 2016; HAProxy's hash-balance-factor, Envoy's
+// hash_balance_factor): a peer of weight w takes an attempt only while it
+// has fewer than ⌈c·(T+1)·w/L⌉ in flight, T the attempts in flight on the
+// picker and L the weight of the peers not down (⌈c·(T+1)/n⌉ for equal
+// weights), and a key whose point lands on a full peer walks on along the
+// ring to the next point with room, without counting a try. So no peer
+// holds more than c times its share (plus the rounding up), a hot key
+// spills over to the next peers on its ring walk, and keys still move
+// little when peers change. The bound does not apply to the round-robin
+// fallback. c must be at least 1 and finite; default: no bound, nginx's
+// behavior. ConsistentHash is the only picker that accepts it.
+func WithBoundedLoad(c float64) Option {
+	return ownOption("WithBoundedLoad", func(s *boundSetting) { *s = boundSetting{c: c, set: true} })
 }

@@ -2,7 +2,6 @@ package balancer
 
 import (
 	"net/netip"
-	"sync/atomic"
 )
 
 // IPHash in detail. The hash starts at 89; each iteration folds the
@@ -29,56 +28,30 @@ import (
 // Hash's, O(1) and lock-free while the weights are static. A pick
 // allocates nothing. The zero value is not usable; use NewIPHash. IPHash
 // is safe for concurrent use.
-type IPHash struct {
-	smoothRR
-	walk atomic.Pointer[weightWalk] // rebuilt on every change of the peers
-}
+type IPHash struct{ walkPicker }
 
 // ipHashStart is nginx's initial iphp->hash.
 const ipHashStart = 89
 
+// ipHashSpec is IPHash's declaration (see pickerSpec).
+var ipHashSpec = pickerSpec{name: "IPHash", keyed: true, noBackups: true}
+
 // NewIPHash returns an IPHash over peers. It accepts WithClock. A backup
 // peer is rejected with ErrInvalidConfig naming it.
 func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
-	cfg, err := newConfig("IPHash", optPicker, opts)
+	cfg, err := newConfig(ipHashSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseBackups("IPHash", peers); err != nil {
-		return nil, err
-	}
 	h := &IPHash{}
-	h.shared, h.currentWeight = true, h.impliedLocked
-	if err := h.init(peers, cfg, func(l *peerList) {
-		h.walk.Store(newWeightWalk(l))
-		h.changedLocked(l)
-	}); err != nil {
+	if err := h.setup(peers, cfg); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
 
-// Add adds peers as every picker's Add does (see Updater), refusing
-// backup peers with ErrInvalidConfig.
-func (h *IPHash) Add(peers ...*Peer) error {
-	if err := refuseBackups("IPHash", peers); err != nil {
-		return err
-	}
-	return h.peerSet.Add(peers...)
-}
-
-// Update reconciles a snapshot as every picker's Update does (see
-// SmoothWRR.Update), refusing backup peers with ErrInvalidConfig.
-func (h *IPHash) Update(snapshot []*Peer) error {
-	if err := refuseBackups("IPHash", snapshot); err != nil {
-		return err
-	}
-	return h.peerSet.Update(snapshot)
-}
-
 // Pick returns the peer r's client address hashes to, or the next one in
-// the address's sequence when that one is not eligible, and counts the
-// attempt in flight until Done.
+// the address's sequence when that one is not eligible.
 func (h *IPHash) Pick(r *Request) (*Peer, error) {
 	w := h.walk.Load()
 	clk := lazyClock{now: h.now}
@@ -138,6 +111,5 @@ func ipHashWalk(w *weightWalk, peers []*Peer, r *Request, hs *hashState, clk *la
 	}
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (h *IPHash) Done(p *Peer, o Outcome) error { return h.report(p, o) }

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -181,4 +182,45 @@ func sampleOf(o Outcome, penalty float64) float64 {
 		s = penalty
 	}
 	return s
+}
+
+// latencySettings are the peak EWMA's options, which both latency-aware
+// pickers (P2CPeakEWMA, FastestFirst) accept, each with its own default
+// decay.
+type latencySettings struct {
+	decay   time.Duration
+	penalty time.Duration
+}
+
+// WithDecay sets the decay time τ of the peak EWMA of latency: a sample
+// older by Δt weighs exp(−Δt/τ) as much as a new one, so an estimate
+// forgets a peak in a few τ. A shorter τ follows changes faster and
+// readmits a recovered peer sooner; a longer one is steadier. It must be
+// positive. Default: DefaultDecay for P2CPeakEWMA, DefaultFastestDecay for
+// FastestFirst, the two pickers that accept it.
+func WithDecay(d time.Duration) Option {
+	return ownOption("WithDecay", func(s *latencySettings) { s.decay = d })
+}
+
+// WithFailurePenalty sets the least latency a failed attempt counts as, so
+// that a peer that fails fast never looks fast: a failure enters the peak
+// EWMA as max(its latency, d); FastestFirst raises it further, to a latency
+// that puts the peer's weight at its floor. It must be positive. Default:
+// DefaultFailurePenalty. P2CPeakEWMA and FastestFirst accept it.
+func WithFailurePenalty(d time.Duration) Option {
+	return ownOption("WithFailurePenalty", func(s *latencySettings) { s.penalty = d })
+}
+
+// latencyOptions applies cfg's latency options over the defaults, decay
+// being the picker's own, and checks them.
+func latencyOptions(picker string, cfg *config, decay time.Duration) (latencySettings, error) {
+	s := latencySettings{decay: decay, penalty: DefaultFailurePenalty}
+	applyOwn(cfg, &s)
+	if s.decay <= 0 {
+		return s, fmt.Errorf("balancer: %s: WithDecay(%v): not positive: %w", picker, s.decay, ErrInvalidConfig)
+	}
+	if s.penalty <= 0 {
+		return s, fmt.Errorf("balancer: %s: WithFailurePenalty(%v): not positive: %w", picker, s.penalty, ErrInvalidConfig)
+	}
+	return s, nil
 }

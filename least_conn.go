@@ -51,9 +51,12 @@ type LeastConn struct {
 	peerSet
 }
 
+// leastConnSpec is LeastConn's declaration (see pickerSpec).
+var leastConnSpec = pickerSpec{name: "LeastConn"}
+
 // NewLeastConn returns a LeastConn over peers. It accepts WithClock.
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
-	cfg, err := newConfig("LeastConn", optPicker, opts)
+	cfg, err := newConfig(leastConnSpec, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -64,8 +67,8 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	return b, nil
 }
 
-// Pick returns the least loaded eligible peer and counts the attempt in
-// flight until Done. It is O(n) in the number of peers.
+// Pick returns the least loaded eligible peer. It is O(n) in the number of
+// peers.
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -157,8 +160,7 @@ func compareLoad(pc, pw, qc, qw int64) int {
 	return 0
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (b *LeastConn) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }

@@ -1,8 +1,14 @@
 package balancer
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,35 +16,35 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// optionCases is every option of the package with a valid value.
+var optionCases = []struct {
+	name string
+	opt  Option
+}{
+	{"WithClock", WithClock(time.Now)},
+	{"WithRand", WithRand(rand.NewPCG(1, 2))},
+	{"WithWarmup", WithWarmup(time.Minute)},
+	{"WithDecay", WithDecay(time.Second)},
+	{"WithFailurePenalty", WithFailurePenalty(time.Second)},
+	{"WithBand", WithBand(1.5)},
+	{"WithExponent", WithExponent(1)},
+	{"WithFloor", WithFloor(2)},
+	{"WithTolerance", WithTolerance(2)},
+	{"WithBoundedLoad", WithBoundedLoad(1.25)},
+	{"WithEvents", WithEvents(func(Event) {})},
+}
+
 // TestOptions_everyOptionEveryPicker builds every picker with every option,
-// one at a time, each with a valid value: the pickers named in the option's
-// row accept it (from each constructor's doc), every other one refuses it
-// with ErrInvalidConfig and an error naming the option.
+// one at a time, each with a valid value: the pickers whose declaration
+// names the option (Algorithm.Options, or WithClock and WithEvents, which
+// every picker takes) accept it, every other one refuses it with
+// ErrInvalidConfig and an error naming the option and the picker.
 func TestOptions_everyOptionEveryPicker(t *testing.T) {
-	latency := []string{"P2CPeakEWMA", "FastestFirst"}
-	tests := []struct {
-		name    string
-		opt     Option
-		accepts []string // nil: every picker
-	}{
-		{"WithClock", WithClock(time.Now), nil},
-		{"WithRand", WithRand(rand.NewPCG(1, 2)), []string{"RoundRobin", "RandomWeighted", "P2CPeakEWMA", "FastestFirst", "Random", "RandomTwo"}},
-		{"WithWarmup", WithWarmup(time.Minute), []string{"RandomWeighted"}},
-		{"WithDecay", WithDecay(time.Second), latency},
-		{"WithFailurePenalty", WithFailurePenalty(time.Second), latency},
-		{"WithBand", WithBand(1.5), []string{"FastestFirst"}},
-		{"WithExponent", WithExponent(1), []string{"FastestFirst"}},
-		{"WithFloor", WithFloor(2), []string{"FastestFirst"}},
-		{"WithTolerance", WithTolerance(2), []string{"FastestFirst"}},
-		{"WithBoundedLoad", WithBoundedLoad(1.25), []string{"ConsistentHash"}},
-		{"WithEvents", WithEvents(func(Event) {}), nil},
-	}
-	require.Len(t, tests, len(optionNames), "one row per option")
-	for _, tt := range tests {
+	for _, tt := range optionCases {
 		t.Run(tt.name, func(t *testing.T) {
 			forEachPicker(t, func(t *testing.T, pc pickerCase) {
 				_, err := pc.new([]*Peer{NewPeer("a")}, tt.opt)
-				if tt.accepts == nil || slices.Contains(tt.accepts, pc.name) {
+				if tt.name == "WithClock" || tt.name == "WithEvents" || slices.Contains(pc.alg.Options, tt.name) {
 					assert.NoError(t, err)
 					return
 				}
@@ -60,13 +66,57 @@ func TestOptions_nil(t *testing.T) {
 	})
 }
 
-// TestOptions_bitsNamed checks that every option bit below optEnd has a
-// name, so that newConfig's check reaches each one.
-func TestOptions_bitsNamed(t *testing.T) {
-	n := 0
-	for bit := optionSet(1); bit < optEnd; bit <<= 1 {
-		assert.NotContains(t, bit.String(), "option(", "bit %#x", uint16(bit))
-		n++
+// optionFuncs returns the package's exported functions that return an
+// Option, by name, with the file that declares each, read from the
+// source.
+func optionFuncs(t *testing.T) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	entries, err := os.ReadDir(".")
+	require.NoError(t, err)
+	funcs := map[string]string{}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || !fd.Name.IsExported() || fd.Type.Results == nil || len(fd.Type.Results.List) != 1 {
+				continue
+			}
+			if id, ok := fd.Type.Results.List[0].Type.(*ast.Ident); ok && id.Name == "Option" {
+				funcs[fd.Name.Name] = fset.Position(fd.Pos()).Filename
+			}
+		}
 	}
-	assert.Equal(t, len(optionNames), n)
+	return funcs
+}
+
+// TestOptions_declaredOnce checks the declarations against the source:
+// optionCases has a row for every option function; every option a picker
+// declares exists; options.go declares the options every picker's
+// randomness and clock go through (WithClock, WithRand) and no
+// algorithm's option.
+func TestOptions_declaredOnce(t *testing.T) {
+	funcs := optionFuncs(t)
+	var rows []string
+	for _, tt := range optionCases {
+		rows = append(rows, tt.name)
+	}
+	assert.ElementsMatch(t, slices.Sorted(maps.Keys(funcs)), rows, "one row per option function")
+	for _, a := range Algorithms() {
+		for _, o := range a.Options {
+			assert.Contains(t, funcs, o, "%s declares %s", a.Name, o)
+		}
+	}
+	var inOptions []string
+	for name, file := range funcs {
+		if file == "options.go" {
+			inOptions = append(inOptions, name)
+		}
+	}
+	assert.ElementsMatch(t, []string{"WithClock", "WithRand"}, inOptions, "options.go declares the shared options only")
 }

@@ -71,17 +71,25 @@ type peakEWMA struct {
 	penalty float64 // failure penalty, ns
 }
 
+// p2cSpec is P2CPeakEWMA's declaration (see pickerSpec).
+var p2cSpec = pickerSpec{
+	name:    "P2CPeakEWMA",
+	options: []string{"WithRand", "WithDecay", "WithFailurePenalty"},
+	latency: true,
+}
+
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
 // WithRand, WithDecay and WithFailurePenalty.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
-	cfg, err := newConfig("P2CPeakEWMA", optPicker|optRand|latencyOptions, opts)
+	cfg, err := newConfig(p2cSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.checkLatency("P2CPeakEWMA", DefaultDecay); err != nil {
+	lat, err := latencyOptions(p2cSpec.name, &cfg, DefaultDecay)
+	if err != nil {
 		return nil, err
 	}
-	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(cfg.decay), penalty: float64(cfg.penalty)}}
+	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty)}}
 	b.fresh = newP2CPeer
 	if err := b.initDraws(peers, cfg); err != nil {
 		return nil, err
@@ -90,8 +98,7 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 }
 
 // Pick draws two distinct eligible peers and returns the one with the lower
-// cost, counting the attempt in flight until Done. It is O(1), without a
-// lock.
+// cost. It is O(1), without a lock.
 func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 	return b.pick(r, &b.peakEWMA)
 }
@@ -123,11 +130,8 @@ func (m *peakEWMA) cost(p *Peer, lat *latencyStats, now int64) (probing bool, c 
 	return false, e * (pending + 1)
 }
 
-// Done reports the outcome of an attempt on p: it ends the attempt, feeds
-// its latency (or the failure penalty, if higher) into p's estimate and
-// applies nginx's failure accounting. The estimate moves lock-free; only a
-// failure, or a success on a peer with failures on record, takes the
-// picker's lock, for nginx's accounting. O(1).
+// Done also feeds the attempt's latency (or the failure penalty, if
+// higher) into p's estimate, lock-free, in O(1).
 func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	if err := b.finish(p, o); err != nil {
 		return err

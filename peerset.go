@@ -55,6 +55,11 @@ type peerSet struct {
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
+
+	// picker names the owner in errors; noBackups, from its declaration
+	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
+	picker    string
+	noBackups bool
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
@@ -70,8 +75,16 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	}
 	s.changed = changed
 	s.events = cfg.events
+	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	s.list.Store(&peerList{noLive: &s.noLive})
 	return s.Add(peers...)
+}
+
+// backupErr is the error for a backup peer given to a picker that refuses
+// them, in nginx's words ("balancing method does not support parameter
+// backup"): nginx refuses `backup` with hash, ip_hash and random.
+func (s *peerSet) backupErr(p *Peer) error {
+	return fmt.Errorf("balancer: %s: peer %q: backup is not supported by this balancing method: %w", s.picker, p.addr, ErrInvalidConfig)
 }
 
 // load returns the current peer list.
@@ -107,6 +120,8 @@ func (s *peerSet) Add(peers ...*Peer) error {
 			return fmt.Errorf("balancer: nil peer: %w", ErrInvalidConfig)
 		case p.configErr != nil:
 			return p.configErr
+		case s.noBackups && p.backup.Load():
+			return s.backupErr(p)
 		case p.owner.Load() != nil:
 			return fmt.Errorf("balancer: peer %q: %w", p.addr, ErrPeerInUse)
 		case seen[p]:
@@ -240,6 +255,8 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			return fmt.Errorf("balancer: Update: nil peer: %w", ErrInvalidConfig)
 		case q.configErr != nil:
 			return q.configErr
+		case s.noBackups && q.backup.Load():
+			return s.backupErr(q)
 		case seen[q]:
 			return fmt.Errorf("balancer: Update: peer %q given twice: %w", q.addr, ErrDuplicatePeer)
 		case q.owner.Load() != nil && q.owner.Load() != s:

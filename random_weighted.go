@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"sync/atomic"
@@ -98,28 +99,22 @@ type rwState struct {
 	next    int64 // when warming: the clock time of the next rebuild
 }
 
-// rwTable is Vose's alias table over one list: column i holds peer i with
-// probability thr/2^64 and its alias otherwise.
-type rwTable struct {
-	peers []*Peer
-	cols  []rwColumn
-	w     []uint64 // the weight each peer is drawn with; 0: never drawn
-	n     uint64
-}
-
-type rwColumn struct {
-	thr   uint64
-	alias int
-}
+// randomWeightedSpec is RandomWeighted's declaration (see pickerSpec).
+var randomWeightedSpec = pickerSpec{name: "RandomWeighted", options: []string{"WithRand", "WithWarmup"}}
 
 // NewRandomWeighted returns a RandomWeighted over peers. It accepts
 // WithClock, WithRand and WithWarmup.
 func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
-	cfg, err := newConfig("RandomWeighted", optPicker|optRand|optWarmup, opts)
+	cfg, err := newConfig(randomWeightedSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := &RandomWeighted{warmup: int64(cfg.warmup), rng: newRandSource(cfg)}
+	var warmup warmupSetting
+	applyOwn(&cfg, &warmup)
+	if warmup < 0 {
+		return nil, fmt.Errorf("balancer: RandomWeighted: WithWarmup(%v): negative: %w", time.Duration(warmup), ErrInvalidConfig)
+	}
+	b := &RandomWeighted{warmup: int64(warmup), rng: newRandSource(cfg)}
 	b.fresh = newRWPeer
 	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
@@ -232,43 +227,6 @@ func dubboWarmupWeight(uptime, warmup, weight int64) int64 {
 	return min(ww, weight)
 }
 
-// newRWTable builds Vose's alias table (voseAlias) over peers with weights
-// w. If every weight is 0 the table is uniform over all peers, as Dubbo's pick
-// is. w is kept (with those 1s) for the scan.
-func newRWTable(peers []*Peer, w []uint64) rwTable {
-	n := uint64(len(peers))
-	t := rwTable{peers: peers, w: w, n: n, cols: make([]rwColumn, n)}
-	if n == 0 {
-		return t
-	}
-	var total uint64
-	for _, x := range w {
-		total += x
-	}
-	if total == 0 {
-		for i := range w {
-			w[i] = 1
-		}
-		total = n
-	}
-	voseAlias(w, total, make([]uint64, n), nil, nil, func(i int, thr uint64, alias int) {
-		t.cols[i] = rwColumn{thr: thr, alias: alias}
-	})
-	return t
-}
-
-// draw maps one 64-bit random value to a peer index: the high half of x·n
-// picks the column (Lemire's multiply-shift range reduction) and the low
-// half, uniform on a grid of about 2^64/n points, is the coin. Both are off
-// uniform by at most n/2^64.
-func (t *rwTable) draw(x uint64) int {
-	hi, lo := bits.Mul64(x, t.n)
-	if c := &t.cols[hi]; lo >= c.thr {
-		return c.alias
-	}
-	return int(hi)
-}
-
 // Pick returns a peer chosen at random by weight among the eligible ones.
 // It is O(1) and lock-free (apart from WithRand's mutex) when the first
 // draw is eligible and r is fresh (nil, or on its first attempt); otherwise
@@ -285,15 +243,11 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	if t := &st.primary; t.n != 0 && r.fresh() {
 		i := t.draw(b.rng.uint64())
 		p := t.peers[i]
-		// As in RoundRobin.Pick, ahead of pickFrame: no failures and no
-		// max_conns need neither the clock nor a compare-and-swap.
-		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
+		// As in RoundRobin.Pick, ahead of pickFrame: a clean peer needs
+		// neither the clock nor a compare-and-swap.
+		if p.clean() {
 			p.pick()
-			if r != nil {
-				r.begin(st.list)
-				r.record(i)
-			}
-			return p, nil
+			return fastFirst(st.list, r, i, p)
 		}
 		// The same draw goes on to the full check: discarding it here
 		// would favour the peers the fast check accepts.
@@ -389,9 +343,7 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 	return -1
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock; anything else runs nginx's failure
-// accounting under the picker's lock.
+// Done implements Picker.Done.
 func (b *RandomWeighted) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }
@@ -413,3 +365,13 @@ func newRWPeer(now int64) *peerState {
 // rwOf returns RandomWeighted's state of p, a peer of the picker's list
 // read under its lock, which always holds one (peerstate.go).
 func rwOf(p *Peer) *rwPeer { return p.state.Load().own.(*rwPeer) }
+
+// warmupSetting is RandomWeighted's one option.
+type warmupSetting time.Duration
+
+// WithWarmup makes RandomWeighted ramp a new peer's weight up linearly over
+// d, as Dubbo does: weight·uptime/d, clamped to [1, weight]. Default: 0, no
+// warm-up.
+func WithWarmup(d time.Duration) Option {
+	return ownOption("WithWarmup", func(s *warmupSetting) { *s = warmupSetting(d) })
+}

@@ -3,13 +3,16 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
 // Algorithm is one of the package's pickers, as tools choose it by name:
-// balance trace -algo, balance sim -pickers, the reverse-proxy example and
-// the package's own contract, fuzz, bad-input and benchmark suites all read
-// Algorithms, so a picker added here is known to all of them.
+// balance trace -algo, balance sim -pickers, the reverse-proxy example, the
+// gRPC balancer and the package's own contract, fuzz, bad-input and
+// benchmark suites all read Algorithms, so a picker added here is known to
+// all of them. Every field but New comes from the picker's one
+// declaration, which its constructor also reads.
 type Algorithm struct {
 	// Name is the picker's type name, the one name it goes by everywhere.
 	// Command-line flags match it without regard to case.
@@ -32,6 +35,42 @@ type Algorithm struct {
 	// NoBackups reports whether the picker refuses backup peers, as nginx
 	// refuses them with its hash, ip_hash and random methods.
 	NoBackups bool
+
+	// Options names, by function name ("WithRand", "WithDecay"), the
+	// options the picker accepts besides WithClock and WithEvents, which
+	// every picker accepts; New refuses every other one.
+	Options []string
+}
+
+// pickerSpec is a picker's one declaration, in its file: its name, the
+// options it accepts besides WithClock and WithEvents ("WithRand" among
+// them makes it Random), and its traits. Its constructor passes it to
+// newConfig and its peer set (peerSet.init reads noBackups); the registry
+// turns it into an Algorithm.
+type pickerSpec struct {
+	name      string
+	options   []string
+	latency   bool // learns from Outcome.Latency
+	keyed     bool // routes by the request's key or client address
+	noBackups bool // refuses backup peers, as nginx's hash and random methods do
+}
+
+// accepts reports whether the picker takes the option called name.
+func (s pickerSpec) accepts(name string) bool {
+	return name == "WithClock" || name == "WithEvents" || slices.Contains(s.options, name)
+}
+
+// algorithm returns the registry's entry for the picker built by newFn.
+func (s pickerSpec) algorithm(newFn func([]*Peer, ...Option) (Balancer, error)) Algorithm {
+	return Algorithm{
+		Name:      s.name,
+		New:       newFn,
+		Random:    slices.Contains(s.options, "WithRand"),
+		Latency:   s.latency,
+		Keyed:     s.keyed,
+		NoBackups: s.noBackups,
+		Options:   slices.Clone(s.options),
+	}
 }
 
 // ErrUnknownAlgorithm is returned by AlgorithmNamed for a name no picker
@@ -40,29 +79,37 @@ var ErrUnknownAlgorithm = errors.New("balancer: unknown algorithm")
 
 // algorithms lists every picker, one line each, in the order reports use.
 var algorithms = []Algorithm{
-	{Name: "RoundRobin", New: as(NewRoundRobin), Random: true},
-	{Name: "SmoothWRR", New: as(NewSmoothWRR)},
-	{Name: "ClassicWRR", New: as(NewClassicWRR)},
-	{Name: "RandomWeighted", New: as(NewRandomWeighted), Random: true},
-	{Name: "LeastConn", New: as(NewLeastConn)},
-	{Name: "P2CPeakEWMA", New: as(NewP2CPeakEWMA), Random: true, Latency: true},
-	{Name: "FastestFirst", New: as(NewFastestFirst), Random: true, Latency: true},
-	{Name: "Hash", New: as(NewHash), Keyed: true, NoBackups: true},
-	{Name: "ConsistentHash", New: as(NewConsistentHash), Keyed: true, NoBackups: true},
-	{Name: "IPHash", New: as(NewIPHash), Keyed: true, NoBackups: true},
-	{Name: "Random", New: as(NewRandom), Random: true, NoBackups: true},
-	{Name: "RandomTwo", New: as(NewRandomTwo), Random: true, NoBackups: true},
+	roundRobinSpec.algorithm(as(NewRoundRobin)),
+	smoothWRRSpec.algorithm(as(NewSmoothWRR)),
+	classicWRRSpec.algorithm(as(NewClassicWRR)),
+	randomWeightedSpec.algorithm(as(NewRandomWeighted)),
+	leastConnSpec.algorithm(as(NewLeastConn)),
+	p2cSpec.algorithm(as(NewP2CPeakEWMA)),
+	fastestFirstSpec.algorithm(as(NewFastestFirst)),
+	hashSpec.algorithm(as(NewHash)),
+	consistentHashSpec.algorithm(as(NewConsistentHash)),
+	ipHashSpec.algorithm(as(NewIPHash)),
+	randomSpec.algorithm(as(NewRandom)),
+	randomTwoSpec.algorithm(as(NewRandomTwo)),
 }
 
 // Algorithms returns every picker of the package, in a fixed order, in a new
 // slice.
-func Algorithms() []Algorithm { return append([]Algorithm(nil), algorithms...) }
+func Algorithms() []Algorithm {
+	all := make([]Algorithm, len(algorithms))
+	for i, a := range algorithms {
+		a.Options = slices.Clone(a.Options)
+		all[i] = a
+	}
+	return all
+}
 
 // AlgorithmNamed returns the picker called name, matched without regard to
 // case, or an error wrapping ErrUnknownAlgorithm that lists the names.
 func AlgorithmNamed(name string) (Algorithm, error) {
 	for _, a := range algorithms {
 		if strings.EqualFold(a.Name, name) {
+			a.Options = slices.Clone(a.Options)
 			return a, nil
 		}
 	}

@@ -91,10 +91,13 @@ type rrSlot struct {
 	i int
 }
 
+// roundRobinSpec is RoundRobin's declaration (see pickerSpec).
+var roundRobinSpec = pickerSpec{name: "RoundRobin", options: []string{"WithRand"}}
+
 // NewRoundRobin returns a RoundRobin over peers. It accepts WithClock (for
 // fail_timeout) and WithRand (the source of the starting offset).
 func NewRoundRobin(peers []*Peer, opts ...Option) (*RoundRobin, error) {
-	cfg, err := newConfig("RoundRobin", optPicker|optRand, opts)
+	cfg, err := newConfig(roundRobinSpec, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -168,17 +171,11 @@ func (b *RoundRobin) Pick(r *Request) (*Peer, error) {
 		j := g.next(&b.ctr)
 		s := &g.slots[j]
 		p := s.p
-		// The common case runs ahead of pickFrame (pickSlow runs it) and
-		// needs no clock: a peer with no failures on record cannot be in
-		// its fail window, and one without max_conns cannot be full, so
-		// the in-flight count needs no compare-and-swap.
-		if p.fails.Load() == 0 && !p.down.Load() && p.maxConns.Load() == 0 {
+		// The common case runs ahead of pickFrame (pickSlow runs it): a
+		// clean peer needs neither the clock nor a compare-and-swap.
+		if p.clean() {
 			p.pick()
-			if r != nil {
-				r.begin(t.list) // a fresh request: sets its bound, which p counts in
-				r.record(s.i)
-			}
-			return p, nil
+			return fastFirst(t.list, r, s.i, p)
 		}
 		return b.pickSlow(t, r, int(j))
 	}
@@ -227,9 +224,7 @@ func scanRR(g *rrRing, c *atomic.Uint64, r *Request, first int, clk *lazyClock) 
 	return -1
 }
 
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock; anything else runs nginx's failure
-// accounting under the picker's lock.
+// Done implements Picker.Done.
 func (b *RoundRobin) Done(p *Peer, o Outcome) error {
 	return b.done(p, o)
 }

@@ -55,7 +55,7 @@ type SmoothWRR struct {
 // smoothRR is nginx's smooth scan over a peerSet's primaries with what
 // makes it cheap: the precomputed cycle, the scan grouped by weight and
 // the orbit recorder. SmoothWRR is one; the hash and random pickers embed
-// one for nginx's round-robin fallback (key.go), sharing its peers' current
+// one for nginx's round-robin fallback (nginx_rr.go), sharing its peers' current
 // and effective weights.
 type smoothRR struct {
 	peerSet
@@ -92,9 +92,12 @@ type smoothRR struct {
 	openedFor *peerList
 }
 
+// smoothWRRSpec is SmoothWRR's declaration (see pickerSpec).
+var smoothWRRSpec = pickerSpec{name: "SmoothWRR"}
+
 // NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
-	cfg, err := newConfig("SmoothWRR", optPicker, opts)
+	cfg, err := newConfig(smoothWRRSpec, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -119,21 +122,13 @@ func (s *SmoothWRR) Pick(r *Request) (*Peer, error) {
 			if i := c.slot(c.ctr.Add(1)); i >= 0 {
 				p := c.list.primary[i]
 				p.pick()
-				if r != nil {
-					r.begin(c.list)
-					r.record(int(i))
-				}
-				return p, nil
+				return fastFirst(c.list, r, int(i), p)
 			}
 		} else if l := s.load(); l.single {
 			// nginx's single-server rule reads only down and max_conns
 			// and moves no weight (RR.c 449-460): no lock needed.
 			if p := l.primary[0]; !p.down.Load() && p.acquire() {
-				if r != nil {
-					r.begin(l)
-					r.record(0)
-				}
-				return p, nil
+				return fastFirst(l, r, 0, p)
 			}
 		}
 	}
@@ -264,55 +259,7 @@ func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *P
 	return scanSmooth(l.primary, r, clk)
 }
 
-// smoothStep is nginx's step for one eligible peer (RR.c 565-570): its
-// current weight grows by its effective weight, which then recovers by one
-// toward its weight. It returns what the peer adds to the round's total,
-// the effective weight before the recovery. Requires the owner's lock.
-func smoothStep(p *Peer) int64 {
-	ew := p.effectiveWeight
-	p.currentWeight += ew
-	if w := p.weight.Load(); ew < w {
-		p.effectiveWeight++
-		if ew+1 == w {
-			p.recovering.Store(false)
-		}
-	}
-	return ew
-}
-
-// scanSmooth is nginx's ngx_http_upstream_get_peer, line for line (RR.c
-// 539-593); a nil r has tried nothing. Requires the owner's lock.
-//
-// The clock is read only for a peer with failures on record: one without
-// cannot be inside a fail window, and its check time is read by nothing
-// before a failure sets it, so nginx's update of it on selection (RR.c
-// 591-593) is skipped for it, as the cycle skips it. A clock read costs more
-// than the rest of a scan of a few peers.
-func scanSmooth(peers []*Peer, r *Request, clk *lazyClock) *Peer {
-	var best *Peer
-	var total int64
-	for i, p := range peers {
-		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
-			continue // ineligible (RR.c 546-563)
-		}
-		total += smoothStep(p)
-		if best == nil || p.currentWeight > best.currentWeight {
-			best = p
-		}
-	}
-	if best == nil {
-		return nil
-	}
-	best.currentWeight -= total
-	if best.fails.Load() != 0 {
-		best.probeLocked(clk.get())
-	}
-	return best
-}
-
-// Done reports the outcome of an attempt on p. A success on a peer with no
-// failures on record takes no lock.
+// Done implements Picker.Done.
 func (s *SmoothWRR) Done(p *Peer, o Outcome) error { return s.report(p, o) }
 
 // report is Done for every owner of a smoothRR: a success on a peer with
@@ -429,7 +376,7 @@ func (s *smoothRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.effectiveWeight != p.weight.Load() || p.fails.Load() != 0 || p.maxConns.Load() != 0 {
+		if p.effectiveWeight != p.weight.Load() || !p.clean() {
 			return
 		}
 		zero = zero && p.currentWeight == 0

@@ -56,8 +56,7 @@ type weightGroup struct {
 
 // regular reports whether p can be grouped: see weightGroups.
 func regular(p *Peer) bool {
-	return !p.down.Load() && p.fails.Load() == 0 && p.maxConns.Load() == 0 &&
-		p.effectiveWeight == p.weight.Load()
+	return p.clean() && p.effectiveWeight == p.weight.Load()
 }
 
 // newWeightGroups returns the groups for l's primaries, not yet filled (see

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,11 +34,16 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	                           peer (default ["UNAVAILABLE", "DEADLINE_EXCEEDED"])
 //	hashHeader     string      keyed pickers: the request metadata key whose
 //	                           value is the hash key (IPHash: a client IP)
-//	decay, failurePenalty      duration: P2CPeakEWMA, FastestFirst
-//	band, exponent, tolerance  number, floor int: FastestFirst
-//	warmup                     duration: RandomWeighted
-//	boundedLoad                number ≥ 1: ConsistentHash
+//	decay, failurePenalty      duration
+//	band, exponent, tolerance  number
+//	floor                      int
+//	warmup                     duration
+//	boundedLoad                number ≥ 1
 //
+// A picker option field is the option's name less its With, its first
+// letter in lower case (decay: WithDecay); a policy takes the fields of the
+// options its picker accepts (balancer.Algorithm.Options) and refuses the
+// others.
 // A duration is a string time.ParseDuration reads ("0.5s", "250ms"); a code
 // is its name ("UNAVAILABLE") or number. A picker option the picker does not
 // take, a value out of range or of the wrong type is rejected with
@@ -207,8 +213,11 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	// picker, so a new one for each).
 	probe := func() []*lbgo.Peer { return []*lbgo.Peer{cfg.newPeer("config-check", 1, false, nil)} }
 	for _, o := range opts {
+		if !slices.Contains(alg.Options, optionOf(o.field)) {
+			return nil, bad(o.field, "not an option of "+alg.Name)
+		}
 		if _, err := alg.New(probe(), o.opt); err != nil {
-			return nil, bad(o.field, optionReason(alg.Name, err))
+			return nil, bad(o.field, optionReason(err))
 		}
 		cfg.opts = append(cfg.opts, o.opt)
 	}
@@ -222,9 +231,16 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	// And all together, over one peer with the server parameters: every
 	// value was checked above, so this refuses nothing today.
 	if _, err := alg.New(probe(), cfg.opts...); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(alg.Name, err))
+		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(err))
 	}
 	return cfg, nil
+}
+
+// optionOf returns the name of the picker option a Config field sets, as
+// the picker's declaration (Algorithm.Options) spells it: "WithDecay" for
+// "decay".
+func optionOf(field string) string {
+	return "With" + strings.ToUpper(field[:1]) + field[1:]
 }
 
 // configError is the error for field whose value, as written, is value.
@@ -260,11 +276,8 @@ func unmarshalError(raw map[string]json.RawMessage, err error) error {
 // option's Go name) and its sentinel's text: "out of (1, 16]" from
 // "balancer: FastestFirst: WithBand(0.5): out of (1, 16]: balancer:
 // invalid configuration".
-func optionReason(picker string, err error) string {
+func optionReason(err error) string {
 	msg := strings.TrimSuffix(err.Error(), ": "+lbgo.ErrInvalidConfig.Error())
-	if strings.Contains(msg, " does not use ") {
-		return "not an option of " + picker
-	}
 	if i := strings.LastIndex(msg, "): "); i >= 0 {
 		return msg[i+len("): "):]
 	}

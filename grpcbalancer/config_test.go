@@ -3,6 +3,8 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,38 @@ import (
 )
 
 // TestRegistered checks that every picker of the registry has a policy,
+
+// TestParseConfig_optionsFollowDeclaration parses every picker option field,
+// with a valid value, for every policy: a policy takes exactly the fields
+// of the options its picker declares (Algorithm.Options; the field is the
+// option's name less With, "decay" for WithDecay), and every option a
+// picker declares but WithRand, which a policy does not offer, has its
+// field.
+func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
+	fields := map[string]string{
+		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`,
+		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
+	}
+	for _, a := range lbgo.Algorithms() {
+		for _, o := range a.Options {
+			field := strings.ToLower(o[4:5]) + o[5:]
+			if _, ok := fields[field]; !ok && o != "WithRand" {
+				t.Errorf("%s declares %s, which no config field sets", a.Name, o)
+			}
+		}
+		for field, v := range fields {
+			option := "With" + strings.ToUpper(field[:1]) + field[1:]
+			_, err := parseConfig(a, []byte(`{"`+field+`":`+v+`}`))
+			switch declared := slices.Contains(a.Options, option); {
+			case declared && err != nil:
+				t.Errorf("%s declares %s, but its policy refuses %s: %v", a.Name, option, field, err)
+			case !declared && (err == nil || !strings.Contains(err.Error(), "not an option of "+a.Name)):
+				t.Errorf("%s does not declare %s, but its policy's %s gives %v", a.Name, option, field, err)
+			}
+		}
+	}
+}
+
 // named as the package doc says.
 func TestRegistered(t *testing.T) {
 	for _, a := range lbgo.Algorithms() {
@@ -155,5 +189,45 @@ func TestOutcomeOf(t *testing.T) {
 	}
 	if got := OutcomeOf(live, balancer.DoneInfo{}, -time.Second, isFailure); got.Latency != 0 {
 		t.Errorf("negative latency reported as %v, want 0", got.Latency)
+	}
+}
+
+// TestREADME_optionFields holds the README's config table to the
+// pickers' declarations: the row of each picker option field names the
+// pickers that declare its option (Algorithm.Options), in the registry's
+// order.
+func TestREADME_optionFields(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), "|")
+		if len(cells) != 4 {
+			continue
+		}
+		var fields []string
+		for _, f := range strings.Split(cells[0], ",") {
+			fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
+		}
+		for _, field := range fields {
+			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad"}, field) {
+				continue
+			}
+			rows++
+			var want []string
+			for _, a := range lbgo.Algorithms() {
+				if slices.Contains(a.Options, optionOf(field)) {
+					want = append(want, a.Name)
+				}
+			}
+			if got := strings.TrimSpace(cells[2]); got != strings.Join(want, ", ") {
+				t.Errorf("README: %s is taken by %q, the declarations say %q", field, got, strings.Join(want, ", "))
+			}
+		}
+	}
+	if rows != 8 {
+		t.Errorf("README: %d picker option fields in the config table, want 8", rows)
 	}
 }

@@ -22,7 +22,10 @@ type Picker interface {
 	// peer it removed while in flight is still taken, if no picker holds
 	// it since), ErrNotInFlight when p has no attempt waiting for a report, and
 	// ErrInvalidLatency or ErrInvalidOutcome for an outcome out of range;
-	// each leaves the picker unchanged.
+	// each leaves the picker unchanged. In every picker of the package a
+	// success on a peer with no failures on record takes no lock, and
+	// anything else runs nginx's failure accounting under the picker's
+	// lock in O(1), but where the picker's Done says otherwise.
 	Done(p *Peer, o Outcome) error
 }
 
@@ -59,7 +62,9 @@ type Updater interface {
 
 // Balancer is a Picker whose peers can change: what an integration (a gRPC
 // balancer, an HTTP transport, a service-discovery watcher) holds. Every
-// picker of the package is a Balancer.
+// picker of the package is a Balancer, safe for concurrent use: a Pick
+// that starts after a change has returned sees it, and an attempt picked
+// before a change is reported to the same picker after it.
 type Balancer interface {
 	Picker
 	Updater

@@ -3,6 +3,9 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -1158,4 +1161,32 @@ func TestContract_concurrentRepeatedAddress(t *testing.T) {
 			assert.Zero(t, q.InFlight(), "peer %s", q)
 		}
 	})
+}
+
+// TestContract_declaredInBalancerGo checks the layout the design card
+// names: balancer.go declares the package's contract, the Picker, Updater
+// and Balancer interfaces, Outcome and the pickers' errors.
+func TestContract_declaredInBalancerGo(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "balancer.go", nil, 0)
+	require.NoError(t, err)
+	var names []string
+	for _, d := range f.Decls {
+		if gd, ok := d.(*ast.GenDecl); ok {
+			for _, s := range gd.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					names = append(names, s.Name.Name)
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						names = append(names, n.Name)
+					}
+				}
+			}
+		}
+	}
+	for _, want := range []string{"Picker", "Updater", "Balancer", "Outcome", "ErrNoPeers", "ErrNoLivePeer",
+		"ErrTriesExhausted", "ErrInvalidConfig", "ErrDuplicatePeer", "ErrPeerInUse", "ErrUnknownPeer",
+		"ErrNotInFlight", "ErrInvalidLatency", "ErrInvalidOutcome"} {
+		assert.Contains(t, names, want)
+	}
 }

@@ -53,7 +53,6 @@ var (
 // randomPicker is what Random and RandomTwo share.
 type randomPicker struct {
 	smoothRR
-	name  string
 	table atomic.Pointer[randomTable]
 	rng   randSource // the draws: WithRand's source, or the runtime's
 }
@@ -65,11 +64,18 @@ type randomTable struct {
 	total int64
 }
 
+// randomSpec and randomTwoSpec are Random's and RandomTwo's declarations
+// (see pickerSpec).
+var (
+	randomSpec    = pickerSpec{name: "Random", options: []string{"WithRand"}, noBackups: true}
+	randomTwoSpec = pickerSpec{name: "RandomTwo", options: []string{"WithRand"}, noBackups: true}
+)
+
 // NewRandom returns a Random over peers. It accepts WithClock and
 // WithRand. A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 	b := &Random{}
-	if err := b.setup("Random", peers, opts); err != nil {
+	if err := b.setup(randomSpec, peers, opts); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -79,41 +85,20 @@ func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 // WithRand. A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandomTwo(peers []*Peer, opts ...Option) (*RandomTwo, error) {
 	b := &RandomTwo{}
-	if err := b.setup("RandomTwo", peers, opts); err != nil {
+	if err := b.setup(randomTwoSpec, peers, opts); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *randomPicker) setup(name string, peers []*Peer, opts []Option) error {
-	cfg, err := newConfig(name, optPicker|optRand, opts)
+func (b *randomPicker) setup(spec pickerSpec, peers []*Peer, opts []Option) error {
+	cfg, err := newConfig(spec, opts)
 	if err != nil {
 		return err
 	}
-	if err := refuseBackups(name, peers); err != nil {
-		return err
-	}
-	b.name, b.rng = name, newRandSource(cfg)
+	b.rng = newRandSource(cfg)
 	b.shared, b.currentWeight = true, b.impliedLocked
 	return b.init(peers, cfg, b.changedLocked)
-}
-
-// Add adds peers as every picker's Add does (see Updater), refusing backup peers with
-// ErrInvalidConfig.
-func (b *randomPicker) Add(peers ...*Peer) error {
-	if err := refuseBackups(b.name, peers); err != nil {
-		return err
-	}
-	return b.peerSet.Add(peers...)
-}
-
-// Update reconciles a snapshot as every picker's Update does, refusing backup
-// peers with ErrInvalidConfig.
-func (b *randomPicker) Update(snapshot []*Peer) error {
-	if err := refuseBackups(b.name, snapshot); err != nil {
-		return err
-	}
-	return b.peerSet.Update(snapshot)
 }
 
 func (b *randomPicker) changedLocked(l *peerList) {
@@ -153,8 +138,8 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 	return p, err
 }
 
-// Pick draws a peer by weight until one is eligible and untried, and counts
-// the attempt in flight until Done. It is O(1) a draw, without a lock.
+// Pick draws a peer by weight until one is eligible and untried. It is
+// O(1) a draw, without a lock.
 func (b *Random) Pick(r *Request) (*Peer, error) { return b.pick(r, false) }
 
 // drawOne is ngx_http_upstream_get_random_peer's loop.
@@ -173,8 +158,7 @@ func (b *randomPicker) drawOne(t *randomTable, r *Request, hs *hashState, clk *l
 
 // Pick draws two distinct eligible untried peers by weight and returns the
 // one with fewer attempts in flight per unit of weight, the second on a
-// tie, counting the attempt in flight until Done. It is O(1) a draw,
-// without a lock.
+// tie. It is O(1) a draw, without a lock.
 func (b *RandomTwo) Pick(r *Request) (*Peer, error) { return b.pick(r, true) }
 
 // drawTwo is ngx_http_upstream_get_random2_peer's loop: the first eligible
@@ -206,6 +190,5 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 	}
 }
 
-// Done reports the outcome of an attempt on p, which ends its in-flight
-// count. A success on a peer with no failures on record takes no lock.
+// Done implements Picker.Done.
 func (b *randomPicker) Done(p *Peer, o Outcome) error { return b.report(p, o) }
