@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"fmt"
 	"hash/crc32"
 	"net/netip"
 	"strings"
@@ -72,32 +71,6 @@ func (r *Request) hashState(spare *hashState) (hs *hashState, fresh bool) {
 // crc32String is crc32.Update over the bytes of s, without copying them.
 func crc32String(crc uint32, s string) uint32 {
 	return crc32.Update(crc, crc32.IEEETable, unsafe.Slice(unsafe.StringData(s), len(s)))
-}
-
-// HashKey sets the text ConsistentHash hashes for the peer: the server as
-// written in nginx's configuration, which may differ from the address the
-// peer is dialed at (`server 10.0.0.1;` hashes "10.0.0.1", while the peer
-// is at 10.0.0.1:80). Peers that share a hash key share their ring points,
-// as the addresses one nginx server name resolves to do, and smooth
-// round-robin chooses among them. Default: the peer's address. An empty
-// text is rejected with ErrInvalidConfig when the peer is added.
-func HashKey(text string) PeerOption {
-	return func(p *Peer) {
-		if text == "" {
-			p.invalid(fmt.Errorf("balancer: peer %q: empty hash key: %w", p.addr, ErrInvalidConfig))
-			return
-		}
-		p.hashKey = text
-	}
-}
-
-// HashKey returns the text ConsistentHash hashes for p: the one given with
-// the HashKey option, or the peer's address.
-func (p *Peer) HashKey() string {
-	if p.hashKey != "" {
-		return p.hashKey
-	}
-	return p.addr
 }
 
 // splitServer splits a server text as nginx's ketama does

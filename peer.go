@@ -44,7 +44,10 @@ type Peer struct {
 	backup      atomic.Bool
 	value       atomic.Pointer[any] // the caller's value; nil: none
 
-	hashKey string // server text ConsistentHash hashes; "" means addr (key.go)
+	// server is nginx's rr_peer server: the server text as configured
+	// (RR.c 105 sets peer[n].server = server[i].name), which may differ
+	// from the address; "" means addr. ConsistentHash hashes it (HashKey).
+	server string
 
 	weight atomic.Int64
 	down   atomic.Bool
@@ -327,4 +330,30 @@ func checkWeightSum(peers []*Peer) error {
 		}
 	}
 	return nil
+}
+
+// HashKey sets the text ConsistentHash hashes for the peer: the server as
+// written in nginx's configuration, which may differ from the address the
+// peer is dialed at (`server 10.0.0.1;` hashes "10.0.0.1", while the peer
+// is at 10.0.0.1:80). Peers that share a hash key share their ring points,
+// as the addresses one nginx server name resolves to do, and smooth
+// round-robin chooses among them. Default: the peer's address. An empty
+// text is rejected with ErrInvalidConfig when the peer is added.
+func HashKey(text string) PeerOption {
+	return func(p *Peer) {
+		if text == "" {
+			p.invalid(fmt.Errorf("balancer: peer %q: empty hash key: %w", p.addr, ErrInvalidConfig))
+			return
+		}
+		p.server = text
+	}
+}
+
+// HashKey returns the text ConsistentHash hashes for p: the one given with
+// the HashKey option, or the peer's address.
+func (p *Peer) HashKey() string {
+	if p.server != "" {
+		return p.server
+	}
+	return p.addr
 }

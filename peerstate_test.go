@@ -29,7 +29,7 @@ func latOf(p *Peer) *latencyStats {
 func TestPeer_fieldsSharedOnly(t *testing.T) {
 	shared := map[string]string{
 		"addr":            "nginx's name",
-		"hashKey":         "nginx's server, the configured text (HashKey)",
+		"server":          "nginx's server, the configured text (HashKey)",
 		"configErr":       "NewPeer's first bad option, reported by the peer set",
 		"weight":          "weight",
 		"maxFails":        "max_fails",
