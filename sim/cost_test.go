@@ -39,17 +39,8 @@ func TestRunRefuses(t *testing.T) {
 		msg  string
 	}{
 		{"duration 100000h", func(s *Scenario) { s.Duration = 100000 * time.Hour }, ErrTooLarge, "requests expected"},
-		{"load 1e9", func(s *Scenario) { s.Load = 1e9 }, ErrInvalid, "offered load 1e+09 of capacity"},
-		{"load 1", func(s *Scenario) { s.Load = 1 }, ErrInvalid, "offered load 1 of capacity"},
-		{"load 5", func(s *Scenario) { s.Load = 5 }, ErrInvalid, "is not below 1"},
-		{"rate 1e12", func(s *Scenario) { s.Rate = 1e12 }, ErrInvalid, "is not below 1"},
-		{"rate 1e12 with the capacity for it", func(s *Scenario) {
-			s.Rate = 1e12
-			for i := range s.Backends {
-				s.Backends[i].Mean = time.Nanosecond
-				s.Backends[i].Workers = 1000
-			}
-		}, ErrTooLarge, "requests expected"},
+		{"load 1e9", func(s *Scenario) { s.Load = 1e9 }, ErrTooLarge, "requests expected"},
+		{"rate 1e12", func(s *Scenario) { s.Rate = 1e12 }, ErrTooLarge, "requests expected"},
 		{"1e8 clients", func(s *Scenario) { s.Clients = 1e8 }, ErrTooLarge, "for every client's peers and picker"},
 		{"jitter every 1ns", func(s *Scenario) { s.Jitter = Jitter{Every: 1, Lo: 1, Hi: 3} }, ErrTooLarge, "for the jitter schedule"},
 		{"a few requests over 10,000 h", func(s *Scenario) { s.Rate, s.Duration = 1e-3, 10000*time.Hour }, ErrTooLarge, "for the attempt counts"},
