@@ -305,21 +305,24 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	st.lat.answered()
 	st.lat.observe(now, float64(o.Latency), f.tau)
 	st.since.Store(now) // an answer ends the silence
-	if !f.inBandAt(p, now) {
+	if !f.inBandAt(p, st, now) {
 		f.reweigh(p, now)
 	}
 	if t := f.draw.Load(); t != nil {
-		peers := t.list.primary
+		peers, sts := t.list.primary, t.primary.st
 		if p.backup.Load() {
-			peers = t.list.backup
+			peers, sts = t.list.backup, t.backup.st
 		}
 		if n := len(peers); n > 1 {
-			switch q := peers[f.rand.int64N(int64(n))]; {
+			// The other peer's state from the table, beside it: no load
+			// from the peer to find it.
+			i := f.rand.int64N(int64(n))
+			switch q := peers[i]; {
 			case q == p:
 				// One report in n, at random: the list's recompute, if
 				// single-peer reweighs have deferred one (reweighLocked).
 				f.refresh(p, now)
-			case !f.inBandAt(q, now):
+			case !f.inBandAt(q, sts[i], now):
 				f.reweigh(q, now)
 			}
 		}
@@ -348,9 +351,9 @@ func (f *FastestFirst) refresh(p *Peer, now int64) {
 }
 
 // inBandAt reports whether p's estimate at now lies in its band.
-func (f *FastestFirst) inBandAt(p *Peer, now int64) bool {
-	e := f.estimateLocked(p, f.fastestOf(p), now) // reads atomics only
-	return ffOf(p).inBand(e) || math.IsNaN(e)
+func (f *FastestFirst) inBandAt(p *Peer, st *ffPeer, now int64) bool {
+	e := f.estimateOf(p, st, f.fastestOf(p), now) // reads atomics only
+	return st.inBand(e) || math.IsNaN(e)
 }
 
 // reweigh takes the lock and recomputes p's list if p's estimate is still

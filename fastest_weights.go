@@ -30,8 +30,13 @@ func listOf(p *Peer) int {
 // time since its last reply (law 4), or m if it has none, raised to the
 // time it has had attempts in flight without an answer. Requires f.mu.
 func (f *FastestFirst) estimateLocked(p *Peer, m float64, now int64) float64 {
+	return f.estimateOf(p, ffOf(p), m, now)
+}
+
+// estimateOf is estimateLocked with p's state st at hand. It reads atomics
+// only.
+func (f *FastestFirst) estimateOf(p *Peer, st *ffPeer, m float64, now int64) float64 {
 	e := m
-	st := ffOf(p)
 	if st.lat.measured.Load() {
 		e = st.lat.estimate()
 		if e > m {
