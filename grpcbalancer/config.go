@@ -172,6 +172,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	// refuses one it does not take), so the error names its field.
 	type option struct {
 		field string
+		value any // as parsed, for optsKey
 		opt   lbgo.Option
 	}
 	var opts []option
@@ -189,7 +190,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			opts = append(opts, option{d.field, d.opt(v)})
+			opts = append(opts, option{d.field, v, d.opt(v)})
 		}
 	}
 	for _, f := range []struct {
@@ -203,11 +204,11 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"boundedLoad", c.BoundedLoad, lbgo.WithBoundedLoad},
 	} {
 		if f.v != nil {
-			opts = append(opts, option{f.field, f.opt(*f.v)})
+			opts = append(opts, option{f.field, *f.v, f.opt(*f.v)})
 		}
 	}
 	if c.Floor != nil {
-		opts = append(opts, option{"floor", lbgo.WithFloor(*c.Floor)})
+		opts = append(opts, option{"floor", *c.Floor, lbgo.WithFloor(*c.Floor)})
 	}
 	// probe is one peer with the server parameters (a peer belongs to one
 	// picker, so a new one for each).
@@ -221,12 +222,13 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		}
 		cfg.opts = append(cfg.opts, o.opt)
 	}
-	key, _ := json.Marshal(struct {
-		Decay, FailurePenalty, Warmup          *string
-		Band, Exponent, Tolerance, BoundedLoad *float64
-		Floor                                  *int
-	}{c.Decay, c.FailurePenalty, c.Warmup, c.Band, c.Exponent, c.Tolerance, c.BoundedLoad, c.Floor})
-	cfg.optsKey = string(key)
+	// The key is made from the options as parsed, so that an option added
+	// to the lists above is in it without another list to keep.
+	var key strings.Builder
+	for _, o := range opts {
+		fmt.Fprintf(&key, "%s=%v;", o.field, o.value)
+	}
+	cfg.optsKey = key.String()
 
 	// And all together, over one peer with the server parameters: every
 	// value was checked above, so this refuses nothing today.

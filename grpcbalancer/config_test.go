@@ -231,3 +231,37 @@ func TestREADME_optionFields(t *testing.T) {
 		t.Errorf("README: %d picker option fields in the config table, want 8", rows)
 	}
 }
+
+// TestParseConfig_optsKeyFollowsEveryOption changes each picker option field
+// of every policy between two valid values: the policy's options key, which
+// decides whether a config change rebuilds the picker, must change with it
+// and stay put when the value does.
+func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
+	values := map[string][2]string{
+		"decay": {`"1s"`, `"2s"`}, "failurePenalty": {`"1s"`, `"2s"`}, "warmup": {`"1s"`, `"2s"`},
+		"band": {`1.5`, `2`}, "exponent": {`1`, `2`}, "tolerance": {`2`, `3`}, "floor": {`2`, `3`}, "boundedLoad": {`1.25`, `1.5`},
+	}
+	key := func(a lbgo.Algorithm, js string) string {
+		t.Helper()
+		c, err := parseConfig(a, []byte(js))
+		if err != nil {
+			t.Fatalf("%s %s: %v", a.Name, js, err)
+		}
+		return c.optsKey
+	}
+	for _, a := range lbgo.Algorithms() {
+		none := key(a, `{}`)
+		for field, v := range values {
+			if !slices.Contains(a.Options, "With"+strings.ToUpper(field[:1])+field[1:]) {
+				continue
+			}
+			one, again, two := key(a, `{"`+field+`":`+v[0]+`}`), key(a, `{"`+field+`":`+v[0]+`}`), key(a, `{"`+field+`":`+v[1]+`}`)
+			if one == two || one == none {
+				t.Errorf("%s: %s %s and %s give keys %q, %q (none: %q)", a.Name, field, v[0], v[1], one, two, none)
+			}
+			if one != again {
+				t.Errorf("%s: %s %s gives keys %q then %q", a.Name, field, v[0], one, again)
+			}
+		}
+	}
+}
