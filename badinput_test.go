@@ -94,7 +94,8 @@ func (s *badInputSet) snapshot() badInputSnapshot {
 // randomized pickers pick only primaries and, in 60 seeded picks, each of
 // them at least once (the latency-aware ones may starve a peer that
 // reported a huge latency, as they should, so for them only the first
-// holds, and so for the keyed pickers).
+// holds, and so for the keyed pickers and those whose trait is
+// cyclePriority).
 func (s *badInputSet) fullCycle(t *testing.T, pc pickerCase) {
 	t.Helper()
 	name := pc.name
@@ -121,10 +122,11 @@ func (s *badInputSet) fullCycle(t *testing.T, pc pickerCase) {
 	if !pc.alg.NoBackups { // else bk is a primary
 		assert.Zero(t, got["bk"], "backup picked while primaries are healthy")
 	}
-	if pc.alg.Latency || pc.alg.Keyed {
+	if pc.alg.Latency || pc.alg.Keyed || fuzzTraits[name].cycle == cyclePriority {
 		// A latency-aware picker may starve a peer that reported a huge
 		// latency; IPHash sends every request without an address to one
-		// peer, as nginx does for a unix-socket client.
+		// peer, as nginx does for a unix-socket client; a priority picker
+		// promises no spread at all.
 		return
 	}
 	for a := range weights {

@@ -80,15 +80,15 @@ const (
 	cycleNone     = iota
 	cycleWeights  // every W = Σweight picks give each peer its weight
 	cycleRotation // every n picks give each rotation member one turn
+	cyclePriority // none promised: every pick may go to one healthy peer, as a priority picker's do
 )
 
 // fuzzTrait is what a picker's doc promises beyond the shared contract.
 type fuzzTrait struct {
-	cycle        int
-	zeroWeight   int
-	sumZero      bool // SmoothWRR: Σ current weights of each list is 0
-	cwInRange    bool // ClassicWRR: 0 <= current weight <= weight
-	ownEffective bool // FastestFirst derives effective weights, up to 100 whatever the weight
+	cycle      int
+	zeroWeight int
+	sumZero    bool // SmoothWRR: Σ current weights of each list is 0
+	cwInRange  bool // ClassicWRR: 0 <= current weight <= weight
 
 	// FastestFirst probes a peer whose weight no reply bears out one
 	// attempt at a time (its doc, law 4): such a peer with an attempt in
@@ -820,7 +820,7 @@ func (m *fuzzMachine) check() {
 			m.failf("%v: down %v, want %v", q.p, st.Down, q.down)
 		case int64(st.Weight) != q.weight:
 			m.failf("%v: weight %d, want %d", q.p, st.Weight, q.weight)
-		case st.EffectiveWeight < 0 || st.EffectiveWeight > st.Weight && !m.tr.ownEffective:
+		case st.EffectiveWeight < 0 || st.EffectiveWeight > st.Weight:
 			m.failf("%v: effective weight %d outside [0, %d]", q.p, st.EffectiveWeight, st.Weight)
 		case m.tr.cwInRange && q.held && (st.CurrentWeight < 0 || st.CurrentWeight > st.Weight):
 			m.failf("%v: current weight %d outside [0, %d]", q.p, st.CurrentWeight, st.Weight)
