@@ -28,9 +28,11 @@ type Connector interface {
 //
 // Connected returns, as Done does, ErrUnknownPeer for a peer the picker does
 // not hold (one removed since Pick included) and ErrNotInFlight when p has
-// no attempt in flight; either leaves the picker unchanged. It is O(1),
-// takes the picker's lock only when p has failures on record, and may
-// report EventPeerReadmitted (WithEvents).
+// no attempt in flight; either leaves the picker unchanged. It is O(1)
+// (FastestFirst above 32 peers: O(n) when it readmits p, as any report
+// that clears a peer's failures is there), takes the picker's lock only
+// when p has failures on record, and may report EventPeerReadmitted
+// (WithEvents).
 func (s *peerSet) Connected(p *Peer) error {
 	if err := s.connectable(p); err != nil || p.fails.Load() == 0 {
 		return err

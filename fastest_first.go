@@ -20,7 +20,10 @@ import (
 //
 // The derived weight is the configured weight times a latency factor,
 // min(1, tolerance·fastest/estimate)^exponent, scaled to 100 for the
-// largest ([PeerState].DerivedWeight; EffectiveWeight stays nginx's). It
+// largest ([PeerState].DerivedWeight; EffectiveWeight stays nginx's,
+// lowered by a failure, though above 32 peers it climbs back one step per
+// report on the peer rather than per pick, as no pick there takes the
+// lock). It
 // is not a share of requests: a pick takes the least (in flight +
 // 1)/weight, so the weights split only the attempts in flight together.
 // One request at a time finds nothing in flight and goes to the peer of
@@ -52,7 +55,7 @@ type FastestFirst struct {
 	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
 	known      [2]atomic.Bool   // some peer of the list was measured at its last recompute
 	top        [2]float64       // the largest unscaled weight of each list at its last recompute
-	pending    [2]int           // single-peer reweighs of each list since its last recompute
+	pending    [2]atomic.Int64  // single-peer reweighs of each list since its last recompute; written under mu, read lock-free by refresh
 	cursor     int              // the peer the next Pick checks besides its own
 	recomputes uint64           // weight recomputations, for tests
 	work       uint64           // peers visited by recomputes and table rebuilds, for tests

@@ -330,11 +330,18 @@ func (f *FastestFirst) doneSampled(p *Peer, o Outcome) bool {
 	return true
 }
 
-// refresh takes the lock and recomputes p's list if a single-peer reweigh
-// has changed one of its weights since its last recompute: with none, every
-// estimate is still inside the band of the weight it was given, and law 3
-// keeps the weights still.
+// refresh recomputes p's list if a single-peer reweigh has changed one of
+// its weights since its last recompute: with none, every estimate is still
+// inside the band of the weight it was given, and law 3 keeps the weights
+// still. It takes the lock only when one is owed.
 func (f *FastestFirst) refresh(p *Peer, now int64) {
+	which := 0
+	if p.backup.Load() {
+		which = 1
+	}
+	if f.pending[which].Load() == 0 {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p.owner.Load() != &f.peerSet {
@@ -345,7 +352,7 @@ func (f *FastestFirst) refresh(p *Peer, now int64) {
 	if p.backup.Load() {
 		peers, which = l.backup, 1
 	}
-	if f.pending[which] != 0 {
+	if f.pending[which].Load() != 0 {
 		f.recomputeLocked(peers, which, now)
 	}
 }

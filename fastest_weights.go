@@ -75,7 +75,7 @@ func (f *FastestFirst) reweighLocked(l *peerList, p *Peer, now int64, force bool
 		peers, which = l.backup, 1
 	}
 	if f.lockFree && f.known[which].Load() && f.top[which] > 0 {
-		if f.pending[which]++; f.pending[which] < len(peers) {
+		if f.pending[which].Add(1) < int64(len(peers)) {
 			f.reweighOneLocked(p, which, now)
 			return
 		}
@@ -150,7 +150,7 @@ func (f *FastestFirst) recomputeLocked(peers []*Peer, which int, now int64) {
 	}
 	f.fastest[which].Store(math.Float64bits(m))
 	f.known[which].Store(measured)
-	f.pending[which] = 0
+	f.pending[which].Store(0)
 
 	var top float64
 	for _, p := range peers {
