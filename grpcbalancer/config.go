@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -121,7 +122,8 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	}
 	cfg := defaultConfig()
 	bad := func(field, why string) error {
-		return configError(field, clip(raw[field]), why)
+		name, v := rawField(raw, field)
+		return configError(name, clip(v), why)
 	}
 	dur := func(field string, s *string) (time.Duration, error) {
 		d, err := time.ParseDuration(*s)
@@ -250,19 +252,38 @@ func configError(field, value, why string) error {
 	return fmt.Errorf("%w: %s %s: %s", ErrBadConfig, field, value, why)
 }
 
+// rawField returns field as written in raw and its value: encoding/json
+// matches a key to a field without regard to case ("MAXFAILS" sets
+// maxFails), preferring the exact spelling, and so does rawField; nil if
+// raw has no such key.
+func rawField(raw map[string]json.RawMessage, field string) (string, json.RawMessage) {
+	if v, ok := raw[field]; ok {
+		return field, v
+	}
+	keys := slices.Sorted(maps.Keys(raw))
+	for _, k := range keys {
+		if strings.EqualFold(k, field) {
+			return k, raw[k]
+		}
+	}
+	return field, nil
+}
+
 // unmarshalError names the field of a JSON type error, or the failure
 // codes' element that is not a code.
 func unmarshalError(raw map[string]json.RawMessage, err error) error {
 	var ute *json.UnmarshalTypeError
-	if errors.As(err, &ute) && raw[ute.Field] != nil {
-		want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list"}[ute.Type.Kind()]
-		if want == "" {
-			want = ute.Type.String()
+	if errors.As(err, &ute) {
+		if name, v := rawField(raw, ute.Field); v != nil {
+			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list"}[ute.Type.Kind()]
+			if want == "" {
+				want = ute.Type.String()
+			}
+			return configError(name, clip(v), "not "+want)
 		}
-		return configError(ute.Field, clip(raw[ute.Field]), "not "+want)
 	}
 	var elems []json.RawMessage
-	if json.Unmarshal(raw["failureCodes"], &elems) == nil {
+	if _, v := rawField(raw, "failureCodes"); json.Unmarshal(v, &elems) == nil {
 		for _, e := range elems {
 			var code codes.Code
 			if json.Unmarshal(e, &code) != nil {

@@ -90,6 +90,11 @@ func TestParseConfig(t *testing.T) {
 		// what is wrong, nothing else (gRPC's message names the policy).
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":-1}`, wantErr: `maxFails -1: negative`},
 		{policy: "lbgo_smoothwrr", json: `{"maxConns":-2}`, wantErr: `maxConns -2: negative`},
+		// encoding/json matches keys without regard to case; the message
+		// names the key as written, with its value.
+		{policy: "lbgo_smoothwrr", json: `{"MAXFAILS":-1}`, wantErr: `MAXFAILS -1: negative`},
+		{policy: "lbgo_fastestfirst", json: `{"Band":0.5}`, wantErr: `Band 0.5: out of (1, 16]`},
+		{policy: "lbgo_smoothwrr", json: `{"FailTimeout":5}`, wantErr: `FailTimeout 5: not a string`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"soon"}`, wantErr: `failTimeout "soon": not a duration`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"-1s"}`, wantErr: `failTimeout "-1s": negative`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: `failTimeout 5: not a string`},
