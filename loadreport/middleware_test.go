@@ -352,3 +352,37 @@ func TestMiddlewareAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareConcurrent: 8 goroutines of 200 requests each at once
+// (run it with -race); every report parses with 1 <= rif <= 8, and after
+// them nothing is in flight and all 1600 completions count: at 1 s since
+// the start the window spans that 1 s, so rps is 1600.
+func TestMiddlewareConcurrent(t *testing.T) {
+	const workers, each = 8, 200
+	for _, f := range []Format{Text, JSON, Binary} {
+		m, clk := newTestMiddleware(t, WithFormat(f))
+		clk.set(time.Second)
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for range each {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+					r, err := FromHeader(rec.Result().Header)
+					if rif := r.NamedMetrics["rif"]; err != nil || rif < 1 || rif > workers {
+						t.Errorf("%v: report %+v, %v", f, r, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := m.InFlight(); n != 0 {
+			t.Fatalf("%v: %d in flight after all returned", f, n)
+		}
+		if got := m.Report().RPSFractional; got != workers*each {
+			t.Fatalf("%v: rps %v, want %d", f, got, workers*each)
+		}
+	}
+}
