@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -309,6 +310,23 @@ func (rw *reportWriter) Write(b []byte) (int, error) {
 	}
 	return rw.w.Write(b)
 }
+
+// ReadFrom writes the report, then copies from src with the underlying
+// ResponseWriter's ReadFrom where it has one (net/http's uses sendfile),
+// else with Write.
+func (rw *reportWriter) ReadFrom(src io.Reader) (int64, error) {
+	if !rw.wrote && !rw.hijacked {
+		rw.writeReport()
+	}
+	if rf, ok := rw.w.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{rw.w}, src)
+}
+
+// writerOnly hides every method but Write, so io.Copy does not loop back
+// into ReadFrom.
+type writerOnly struct{ io.Writer }
 
 // Flush sends the headers (report included) and flushes, if the
 // underlying ResponseWriter can.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,6 +59,11 @@ func TestMiddlewareWritesHeaderOnEveryPath(t *testing.T) {
 		{"ResponseController flush", func(w http.ResponseWriter, r *http.Request) {
 			if err := http.NewResponseController(w).Flush(); err != nil {
 				t.Error(err)
+			}
+		}, 200},
+		{"io.Copy (ReadFrom)", func(w http.ResponseWriter, r *http.Request) {
+			if n, err := io.Copy(w, strings.NewReader("body")); n != 4 || err != nil {
+				t.Errorf("io.Copy = %d, %v", n, err)
 			}
 		}, 200},
 		{"header set late is ignored", func(w http.ResponseWriter, r *http.Request) {
@@ -237,6 +243,9 @@ func TestMiddlewareLiveServer(t *testing.T) {
 		w.WriteHeader(http.StatusEarlyHints)
 		io.WriteString(w, "ok")
 	})
+	mux.HandleFunc("/copy", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, strings.NewReader(strings.Repeat("z", 100000))) // the server's ReadFrom
+	})
 	mux.HandleFunc("/hijack", func(w http.ResponseWriter, r *http.Request) {
 		c, b, err := w.(http.Hijacker).Hijack()
 		if err != nil {
@@ -291,6 +300,14 @@ func TestMiddlewareLiveServer(t *testing.T) {
 	}
 	if _, err := FromHeader(resp.Header); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("final response after 103: status %d, report error %v", resp.StatusCode, err)
+	}
+
+	resp, err = get(ctx, "/copy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromHeader(resp.Header); err != nil || resp.ContentLength != -1 && resp.ContentLength != 100000 {
+		t.Fatalf("io.Copy response: length %d, report error %v", resp.ContentLength, err)
 	}
 
 	resp, err = get(ctx, "/hijack")
