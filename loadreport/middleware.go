@@ -140,6 +140,9 @@ func setUtil(a *atomic.Uint64, what string, v float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 		return fmt.Errorf("%w: %s utilization %v", ErrInvalidOption, what, v)
 	}
+	if v == 0 {
+		v = 0 // -0 would be sent as "-0"
+	}
 	a.Store(math.Float64bits(v))
 	return nil
 }
@@ -168,8 +171,8 @@ func (m *Middleware) snapshot() snapshot {
 	app := math.Float64frombits(m.app.Load())
 	if m.utilization != nil {
 		app = m.utilization()
-		if math.IsNaN(app) || math.IsInf(app, 0) || app < 0 {
-			app = 0
+		if math.IsNaN(app) || math.IsInf(app, 0) || app <= 0 {
+			app = 0 // also turns -0 into 0
 		}
 	}
 	return snapshot{

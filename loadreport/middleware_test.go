@@ -153,6 +153,19 @@ func TestMiddlewareUtilization(t *testing.T) {
 	if got, _ := serve(t, m2.Handler(http.NotFoundHandler())); got.ApplicationUtilization != 0.75 {
 		t.Fatalf("application_utilization %v, want the callback's 0.75", got.ApplicationUtilization)
 	}
+	u = math.Copysign(0, -1)
+	if rec := httptest.NewRecorder(); true {
+		m2.Handler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if h := rec.Header().Get(HeaderName); strings.Contains(h, "-0") {
+			t.Fatalf("a -0 utilization is sent: %q", h)
+		}
+	}
+	if err := m.SetCPUUtilization(math.Copysign(0, -1)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := serve(t, m.Handler(http.NotFoundHandler())); got.CPUUtilization != 0 || math.Signbit(got.CPUUtilization) {
+		t.Fatalf("cpu_utilization %v after SetCPUUtilization(-0), want 0", got.CPUUtilization)
+	}
 	u = math.NaN()
 	if got, _ := serve(t, m2.Handler(http.NotFoundHandler())); got.ApplicationUtilization != 0 {
 		t.Fatalf("application_utilization %v from a NaN callback, want 0", got.ApplicationUtilization)
