@@ -1,0 +1,36 @@
+// Package loadreport is the server side of ORCA load reports over HTTP:
+// a server says how loaded it is on every response, in the
+// endpoint-load-metrics header that Envoy reads, so that clients can
+// balance by what the servers see rather than by their own attempts alone.
+//
+// A Report holds the fields of xds.data.orca.v3.OrcaLoadReport (gRFC A51)
+// that balancers read. Its header value comes in three formats, each
+// named by a prefix:
+//
+//	TEXT cpu_utilization=0.5,rps_fractional=812,named_metrics.rif=3
+//	JSON {"cpu_utilization":0.5,"named_metrics":{"rif":3}}
+//	BIN CQAAAAAAAOA/...   (base64 of the serialized protobuf)
+//
+// Report.Header writes them and Parse reads them, following Envoy's
+// source/common/orca/orca_parser.cc; the protobuf wire format is encoded
+// and decoded here by hand, with no protobuf dependency. Parse is the
+// gatekeeper for reports from servers a client does not control: a
+// malformed or hostile value (unknown prefix, bad syntax, wrong type,
+// truncated, duplicate names, NaN, infinite, negative or too large)
+// returns an error wrapping a sentinel and is never partly trusted.
+//
+// Middleware wraps an http.Handler and keeps the server's side: requests
+// in flight (sent as named_metrics.rif), requests and errors completed per
+// second over a sliding window (rps_fractional, eps), and the CPU, memory
+// and application utilization the server sets. Its request path takes no
+// lock and allocates only the header value. The default format is TEXT,
+// what vLLM emits and readable in a trace; BIN is the cheapest to write.
+//
+// A client reads the report from each response with FromHeader and
+// feeds it to its balancer: gRFC A58's weighted round robin weighs a
+// peer by rps_fractional / (utilization + eps/rps × penalty), with
+// utilization the application_utilization if set, else cpu_utilization;
+// a load-aware picker may use rif, the server's count of requests in
+// flight from every client. That client side is not built yet: nothing in
+// this module's transports or pickers reads the header today.
+package loadreport
