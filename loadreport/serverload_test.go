@@ -35,3 +35,18 @@ func TestReport_ServerLoad(t *testing.T) {
 		})
 	}
 }
+
+// Checking and converting a valid report allocates nothing, so a client
+// may do it on every response (what gRPC's policies do with the report
+// grpc/orca decoded).
+func TestReport_validateAndConvertAllocs(t *testing.T) {
+	r := Report{CPUUtilization: 0.5, RPSFractional: 10, NamedMetrics: map[string]float64{"rif": 2, "queue": 1},
+		Utilization: map[string]float64{"gpu": 0.5}, RequestCost: map[string]float64{"db": 3}}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r.Validate() != nil {
+			t.Fatal("valid report rejected")
+		}
+		_ = r.ServerLoad()
+	})
+	assert.Zero(t, allocs)
+}
