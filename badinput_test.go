@@ -260,6 +260,70 @@ func TestBadInput(t *testing.T) {
 			return s.set.Update(s.set.Peers())
 		}, nil},
 
+		{"Done with a load report, accepted and ignored", func(t *testing.T, s *badInputSet) error {
+			q := mustPick(t, s.p, nil)
+			return s.p.Done(q, Outcome{Latency: time.Millisecond, Load: &ServerLoad{Utilization: 1.5, RPS: 1e9, EPS: 3, InFlight: 7, HasInFlight: true}})
+		}, nil},
+		{"Done failed with Load.Utilization NaN on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{Utilization: math.NaN(), HasInFlight: true}, "Load.Utilization")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.Utilization +Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{Utilization: math.Inf(1), HasInFlight: true}, "Load.Utilization")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.Utilization -Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{Utilization: math.Inf(-1), HasInFlight: true}, "Load.Utilization")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.Utilization -1 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{Utilization: -1, HasInFlight: true}, "Load.Utilization")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.Utilization -0.001 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{Utilization: -0.001, HasInFlight: true}, "Load.Utilization")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.RPS NaN on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{RPS: math.NaN(), HasInFlight: true}, "Load.RPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.RPS +Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{RPS: math.Inf(1), HasInFlight: true}, "Load.RPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.RPS -Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{RPS: math.Inf(-1), HasInFlight: true}, "Load.RPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.RPS -1 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{RPS: -1, HasInFlight: true}, "Load.RPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.RPS -0.001 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{RPS: -0.001, HasInFlight: true}, "Load.RPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.EPS NaN on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{EPS: math.NaN(), HasInFlight: true}, "Load.EPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.EPS +Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{EPS: math.Inf(1), HasInFlight: true}, "Load.EPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.EPS -Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{EPS: math.Inf(-1), HasInFlight: true}, "Load.EPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.EPS -1 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{EPS: -1, HasInFlight: true}, "Load.EPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.EPS -0.001 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{EPS: -0.001, HasInFlight: true}, "Load.EPS")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.InFlight NaN on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{InFlight: math.NaN(), HasInFlight: true}, "Load.InFlight")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.InFlight +Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{InFlight: math.Inf(1), HasInFlight: true}, "Load.InFlight")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.InFlight -Inf on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{InFlight: math.Inf(-1), HasInFlight: true}, "Load.InFlight")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.InFlight -1 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{InFlight: -1, HasInFlight: true}, "Load.InFlight")
+		}, ErrInvalidOutcome},
+		{"Done failed with Load.InFlight -0.001 on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			return badLoad(t, s, ServerLoad{InFlight: -0.001, HasInFlight: true}, "Load.InFlight")
+		}, ErrInvalidOutcome},
 		{"Done latency MaxInt64 is a slow success", func(t *testing.T, s *badInputSet) error {
 			q := mustPick(t, s.p, nil)
 			return s.p.Done(q, Outcome{Latency: math.MaxInt64})
@@ -288,4 +352,22 @@ func TestBadInput(t *testing.T) {
 			})
 		}
 	})
+}
+
+// badLoad reports a failed attempt whose Load holds a bad value, checks
+// that the error names the value's field and that the picker counted no
+// failure and kept the attempt in flight, then ends the attempt.
+func badLoad(t *testing.T, s *badInputSet, l ServerLoad, field string) error {
+	t.Helper()
+	q := mustPick(t, s.p, nil)
+	err := s.p.Done(q, Outcome{Failed: true, Latency: time.Millisecond, Load: &l})
+	assert.ErrorContains(t, err, field)
+	assert.ErrorContains(t, err, q.Addr())
+	if q.InFlight() != 1 || q.State().Fails != 0 {
+		return errors.New("rejected report changed the peer")
+	}
+	if err2 := s.p.Done(q, Outcome{}); err2 != nil {
+		return err2
+	}
+	return err
 }

@@ -94,6 +94,14 @@ type Outcome struct {
 	// ErrInvalidLatency, so that a caller's bug shows whichever picker it
 	// runs.
 	Latency time.Duration
+
+	// Load is the load report the server sent with its reply, nil if it
+	// sent none (or one the caller could not trust). No picker of the
+	// package weighs it yet; every one rejects a value that is NaN,
+	// infinite or negative with ErrInvalidOutcome, naming it, and
+	// changes nothing. A picker reads *Load during Done only and keeps
+	// no pointer to it, so the caller may reuse it once Done returns.
+	Load *ServerLoad
 }
 
 // Errors returned by pickers. Each is wrapped with details that name the
@@ -138,7 +146,7 @@ var (
 	ErrInvalidLatency = errors.New("balancer: invalid latency")
 
 	// ErrInvalidOutcome is returned by Done for an outcome both Failed and
-	// Abandoned.
+	// Abandoned, or whose Load holds a NaN, infinite or negative value.
 	ErrInvalidOutcome = errors.New("balancer: invalid outcome")
 )
 

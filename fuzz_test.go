@@ -613,8 +613,13 @@ func (m *fuzzMachine) restartCycle() {
 
 func (m *fuzzMachine) report(k int, failed bool, lat time.Duration) {
 	q := m.out[k]
-	err := m.p.Done(q.p, Outcome{Failed: failed, Latency: lat})
-	m.logf("Done(%v, failed=%v, %v) = %v", q.p, failed, lat, err)
+	o := Outcome{Failed: failed, Latency: lat}
+	if lat%2 == 1 {
+		// A server's report, which no picker weighs: the model ignores it.
+		o.Load = &ServerLoad{Utilization: float64(lat%7) / 4, RPS: float64(lat % 1000), InFlight: float64(lat % 5), HasInFlight: true}
+	}
+	err := m.p.Done(q.p, o)
+	m.logf("Done(%v, failed=%v, %v, load %v) = %v", q.p, failed, lat, o.Load != nil, err)
 	if err != nil {
 		m.failf("Done(%v) of an attempt in flight = %v, want nil", q.p, err)
 	}
@@ -639,8 +644,22 @@ func (m *fuzzMachine) report(k int, failed bool, lat time.Duration) {
 }
 
 // badReport reports on a peer with nothing in flight, or an attempt in
-// flight with a negative latency; either is rejected and changes nothing.
+// flight with a negative latency or a load report holding a NaN or
+// negative value; each is rejected and changes nothing.
 func (m *fuzzMachine) badReport(arg int) {
+	if arg&1 != 0 && arg&4 != 0 && len(m.out) > 0 {
+		q := m.out[(arg>>3)%len(m.out)]
+		l := ServerLoad{EPS: -1}
+		if arg&8 != 0 {
+			l = ServerLoad{Utilization: math.NaN()}
+		}
+		err := m.p.Done(q.p, Outcome{Failed: arg&2 != 0, Load: &l})
+		m.logf("Done(%v, bad load %+v) = %v", q.p, l, err)
+		if !errors.Is(err, ErrInvalidOutcome) {
+			m.failf("Done(%v, load %+v) = %v, want %v", q.p, l, err, ErrInvalidOutcome)
+		}
+		return
+	}
 	if arg&1 != 0 && len(m.out) > 0 {
 		q := m.out[(arg>>1)%len(m.out)]
 		err := m.p.Done(q.p, Outcome{Latency: -time.Duration(arg + 1)})

@@ -34,6 +34,15 @@
 // (ErrConnectTimeout, ErrReadTimeout), besides those of Proxy.Transport
 // or Transport.Base (the default one waits 60 s for a response's headers).
 //
+// Done also hands the picker the backend's load report, as
+// balancer.Outcome.Load: the endpoint-load-metrics header (TEXT, JSON or
+// BIN) or endpoint-load-metrics-bin header of the response, or of its
+// trailer once the body is read to its end (the trailer's wins), read by
+// loadreport.FromHeader. A report it rejects (malformed or hostile) is
+// ignored, counted by BadLoadReports, and never fails the request; with
+// no report Load is nil and nothing is allocated for it. No picker of
+// package balancer weighs reports yet.
+//
 // Transport brings the same rules to an http.Client, with one difference
 // of default: its failure statuses (DefaultFailureStatuses) are the gateway
 // errors 502, 503 and 504, without the 500 the Proxy retries, because a
@@ -117,7 +126,12 @@ type Proxy struct {
 	rp      *httputil.ReverseProxy
 	tr      http.RoundTripper
 	badConf error // a negative timeout: every request gets 502 and a log line
+	load    loadReader
 }
+
+// BadLoadReports returns how many load reports from the backends the
+// Proxy has ignored as malformed or hostile (see loadreport.Parse).
+func (p *Proxy) BadLoadReports() uint64 { return p.load.bad.Load() }
 
 // DefaultIsFailure reports whether the status is one nginx's
 // proxy_next_upstream can treat as a failure: 500, 502, 503 or 504.
@@ -263,7 +277,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		if failed && replayable && safe {
 			// Report now, as nginx frees the peer before it asks for
 			// the next; keep the response in case none is left.
-			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency, Load: p.load.read(resp.Header, nil)})
 			resp.Body = timer.wrap(resp.Body) // it may yet be passed on
 			held = resp
 			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
@@ -272,11 +286,13 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// An upgraded connection (WebSocket, say) lives on outside
 			// the attempt; the ReverseProxy needs its body unwrapped.
-			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency, Load: p.load.read(resp.Header, nil)})
 			timer.finish()
 			return resp, nil
 		}
-		resp.Body = &reportingBody{rc: resp.Body, req: out, picker: p.Picker, peer: peer, start: start, failed: failed, timer: timer}
+		rb := &reportingBody{rc: resp.Body, req: out, resp: resp, load: &p.load, picker: p.Picker, peer: peer, start: start, failed: failed, timer: timer}
+		rb.hdrLoad = p.load.read(resp.Header, &rb.ldst)
+		resp.Body = rb
 		return resp, nil
 	}
 }
@@ -343,16 +359,26 @@ func closeBody(resp *http.Response) {
 // latency is nginx's $upstream_response_time, headers and body. An error
 // reading the body is a failure, unless the request's context has ended:
 // then the client went away, and the attempt, unless read to its end, is
-// Abandoned.
+// Abandoned. The outcome carries the server's load report: the
+// response's trailer's if it was read to its end and the trailer has one
+// that loadreport accepts, else its header's.
 type reportingBody struct {
-	rc     io.ReadCloser
-	req    *http.Request // the attempt's request, whose caller may give up
-	picker balancer.Picker
-	peer   *balancer.Peer
-	start  time.Time
-	failed bool
-	timer  *attemptTimer // the attempt's ReadTimeout; nil if none
-	once   sync.Once
+	rc   io.ReadCloser
+	req  *http.Request  // the attempt's request, whose caller may give up
+	resp *http.Response // its trailer, read once the body is at EOF
+	load *loadReader
+	// ldst is Outcome.Load's storage, so a report costs no allocation of
+	// its own; hdrLoad is &ldst if the header carried a report (read
+	// before the response goes to the caller, who may change the
+	// header), else nil.
+	ldst    balancer.ServerLoad
+	hdrLoad *balancer.ServerLoad
+	picker  balancer.Picker
+	peer    *balancer.Peer
+	start   time.Time
+	failed  bool
+	timer   *attemptTimer // the attempt's ReadTimeout; nil if none
+	once    sync.Once
 }
 
 func (b *reportingBody) Read(buf []byte) (int, error) {
@@ -385,6 +411,13 @@ func (b *reportingBody) Close() error {
 func (b *reportingBody) report(eof, readErr bool) {
 	b.once.Do(func() {
 		o := balancer.Outcome{Failed: b.failed, Latency: time.Since(b.start)}
+		o.Load = b.hdrLoad
+		if eof {
+			// The trailer is complete only at EOF.
+			if l := b.load.read(b.resp.Trailer, &b.ldst); l != nil {
+				o.Load = l
+			}
+		}
 		switch {
 		case b.failed || eof:
 		case gaveUp(b.req) != nil:

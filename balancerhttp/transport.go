@@ -28,7 +28,8 @@ var ErrNoPicker = errors.New("balancerhttp: Transport.Picker is nil")
 // a service name such as "http://users/v1/x", is replaced by the peer's
 // address, host:port), is reported with Done, and a failed attempt of a
 // request that may be retried goes to the next peer, each peer at most
-// once per request (one balancer.Request per http.Request).
+// once per request (one balancer.Request per http.Request). Done carries
+// the peer's load report, as the package doc says.
 //
 // A failure is a transport error (refused, reset, ConnectTimeout,
 // ReadTimeout, Base's timeouts) or a status in FailureStatuses. A request
@@ -118,7 +119,12 @@ type Transport struct {
 	once    sync.Once
 	base    http.RoundTripper
 	badConf error // a negative timeout, returned by every RoundTrip
+	load    loadReader
 }
+
+// BadLoadReports returns how many load reports from the peers the
+// Transport has ignored as malformed or hostile (see loadreport.Parse).
+func (t *Transport) BadLoadReports() uint64 { return t.load.bad.Load() }
 
 var _ http.RoundTripper = (*Transport)(nil)
 
@@ -287,7 +293,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if failed && replayable && safe {
 			// Report before the next Pick, as nginx frees the peer
 			// before it asks for the next one.
-			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
+			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency, Load: t.load.read(resp.Header, nil)})
 			resp.Body = timer.wrap(resp.Body) // the drain is a read too
 			closeBody(resp)
 			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
@@ -296,11 +302,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// The upgraded connection lives on outside the attempt, and
 			// its body must stay an io.ReadWriteCloser.
-			_ = t.Picker.Done(peer, balancer.Outcome{Latency: latency})
+			_ = t.Picker.Done(peer, balancer.Outcome{Latency: latency, Load: t.load.read(resp.Header, nil)})
 			timer.finish()
 			return resp, nil
 		}
-		resp.Body = &reportingBody{rc: resp.Body, req: req, picker: t.Picker, peer: peer, start: start, failed: failed, timer: timer}
+		rb := &reportingBody{rc: resp.Body, req: req, resp: resp, load: &t.load, picker: t.Picker, peer: peer, start: start, failed: failed, timer: timer}
+		rb.hdrLoad = t.load.read(resp.Header, &rb.ldst)
+		resp.Body = rb
 		return resp, nil
 	}
 }

@@ -33,8 +33,12 @@
 //     until it does, and from READY until the first health report).
 //     Without it, READY is enough.
 //   - Each attempt's DoneInfo becomes an Outcome (see Config.FailureCodes
-//     and OutcomeOf); the latency is from pick to done. ORCA server load
-//     (DoneInfo.ServerLoad) is not used yet.
+//     and OutcomeOf); the latency is from pick to done. The server's
+//     per-call ORCA load report (the endpoint-load-metrics-bin trailer a
+//     server sends through grpc/orca, which this package imports so that
+//     gRPC decodes it into DoneInfo.ServerLoad) goes with it as
+//     Outcome.Load (see LoadOf); one that cannot be trusted is ignored and
+//     counted (BadLoadReports). No picker weighs reports yet.
 //   - The attempts of one RPC, gRPC's retries, share one balancer.Request,
 //     so a retry skips the peers the RPC already tried while another is
 //     eligible (see the package's README for how and its limits).

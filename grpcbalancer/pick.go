@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lbgo "github.com/lbgo/balancer"
@@ -50,7 +51,8 @@ type attempt struct {
 	ctx   context.Context
 	key   <-chan struct{}
 	rpc   *rpc
-	own   rpc // the RPC's state when this is its first attempt: one allocation
+	own   rpc             // the RPC's state when this is its first attempt: one allocation
+	load  lbgo.ServerLoad // Outcome.Load's storage, in the same allocation
 }
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
@@ -124,11 +126,23 @@ func (p *picker) setKey(r *lbgo.Request, ctx context.Context) {
 	r.SetAddr(addr)
 }
 
+// testDone, when set by a test, sees every outcome the policies report.
+var testDone atomic.Pointer[func(*lbgo.Peer, lbgo.Outcome)]
+
 // done reports the attempt to the picker and keeps or drops the RPC's retry
 // state.
 func (a *attempt) done(info balancer.DoneInfo) {
 	p, b, r := a.p, a.p.b, a.rpc
 	o := OutcomeOf(a.ctx, info, time.Since(a.start), p.cfg.failures.has)
+	l, err := LoadOf(info, &a.load)
+	if err != nil {
+		badLoadReports.Add(1)
+		logger.Infof("%s: %s's load report ignored: %v", b.name, a.peer, err)
+	}
+	o.Load = l
+	if f := testDone.Load(); f != nil {
+		(*f)(a.peer, o)
+	}
 	if err := p.lb.Done(a.peer, o); err != nil && !errors.Is(err, lbgo.ErrUnknownPeer) {
 		logger.Warningf("%s: Done(%s): %v", b.name, a.peer, err)
 	}
@@ -163,8 +177,7 @@ func (a *attempt) done(info balancer.DoneInfo) {
 //   - Failed when the status code is in isFailure.
 //   - Otherwise a success, whatever the code: the server answered.
 //
-// DoneInfo.ServerLoad (ORCA load reports) is not used: no picker takes a
-// server-reported load yet; it is where a future version would read it.
+// It leaves Load nil: the policies add the server's report with LoadOf.
 func OutcomeOf(ctx context.Context, info balancer.DoneInfo, latency time.Duration, isFailure func(codes.Code) bool) lbgo.Outcome {
 	o := lbgo.Outcome{Latency: max(latency, 0)}
 	switch {

@@ -31,6 +31,8 @@
 // peer by rps_fractional / (utilization + eps/rps × penalty), with
 // utilization the application_utilization if set, else cpu_utilization;
 // a load-aware picker may use rif, the server's count of requests in
-// flight from every client. That client side is not built yet: nothing in
-// this module's transports or pickers reads the header today.
+// flight from every client. Report.ServerLoad gives those fields as a
+// balancer.ServerLoad, what balancer.Outcome.Load carries; balancerhttp's
+// Transport and Proxy read the header of every response and hand its
+// report to the picker with Done. No picker weighs reports yet.
 package loadreport

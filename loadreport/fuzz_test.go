@@ -3,11 +3,13 @@ package loadreport
 import (
 	"errors"
 	"testing"
+
+	"github.com/lbgo/balancer"
 )
 
 // FuzzParse: Parse never panics, fails only with a sentinel, and what it
-// accepts validates and survives a round trip through every format that
-// can carry it.
+// accepts validates, survives a round trip through every format that
+// can carry it, and converts to a ServerLoad a picker's Done accepts.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"TEXT cpu_utilization=0.7,named_metrics.foo=123,utilization.total=0.5",
@@ -24,6 +26,11 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	sentinels := []error{ErrNoReport, ErrUnknownFormat, ErrMalformed, ErrInvalidValue, ErrTooLarge}
+	peer := balancer.NewPeer("a")
+	picker, err := balancer.NewRoundRobin([]*balancer.Peer{peer})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, in string) {
 		r, err := Parse(in)
 		if err != nil {
@@ -36,6 +43,14 @@ func FuzzParse(f *testing.F) {
 		}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("Parse(%q) accepted a report that fails Validate: %v", in, err)
+		}
+		l := r.ServerLoad()
+		p, err := picker.Pick(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := picker.Done(p, balancer.Outcome{Load: &l}); err != nil {
+			t.Fatalf("Parse(%q) = %+v; Done refuses its ServerLoad %+v: %v", in, r, l, err)
 		}
 		for _, fm := range []Format{Text, JSON, Binary} {
 			h, err := r.Header(fm)

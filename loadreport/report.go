@@ -88,7 +88,12 @@ func (r Report) Validate() error {
 
 // checkValue is Envoy's rule for a TEXT value (orca_parser.cc rejects NaN,
 // infinity and negative values), applied here to every format.
+// The name is built only for the error: a valid report costs no
+// allocation.
 func checkValue(field, key string, v float64) error {
+	if !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 {
+		return nil
+	}
 	name := field
 	if key != "" {
 		name = field + "." + key
