@@ -98,6 +98,12 @@ func (c *cycle) slot(v uint64) int32 {
 	return c.seq[c.mod.reduce(v-1)]
 }
 
+// The fast paths that serve a fresh request's first attempt from an open
+// cycle (SmoothWRR, ClassicWRR, the hash methods' fallback) each spell out
+// its four steps, slot(ctr.Add(1)), the primary, pick, fastFirst: a method
+// holding them costs 124 in the inliner's budget of 80, and its call would
+// add to the cheapest pick in the package.
+
 // fold is slot's rare path, past foldAt: the entry by division, and the
 // counter folded to v mod w, plus w so that a folded counter never reads 0
 // (ClassicWRR reads 0 as "no pick served"). The fold succeeds only if no other pick moved

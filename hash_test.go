@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -303,22 +302,7 @@ func TestHashPickers_concurrent(t *testing.T) {
 						r.Reset()
 						r.SetKey("k" + strconv.Itoa(k%97))
 						r.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
-						for range 3 {
-							peer, err := p.Pick(&r)
-							if err != nil {
-								if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
-									t.Error(err)
-								}
-								break
-							}
-							failed := k%11 == 0
-							if err := p.Done(peer, Outcome{Failed: failed}); err != nil {
-								t.Error(err)
-							}
-							if !failed {
-								break
-							}
-						}
+						attemptUpTo(t, p, &r, 3, k%11 == 0, nil)
 					}
 				})
 			}

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -190,4 +191,31 @@ func backupOf(pc pickerCase, addr string, opts ...PeerOption) *Peer {
 		return NewPeer(addr, opts...)
 	}
 	return NewPeer(addr, append(opts, Backup())...)
+}
+
+// attemptUpTo runs r through p as a caller with a retry budget would: up
+// to tries attempts, each reported failed
+// when failed is set, ending at the first success or when p refuses
+// (ErrNoLivePeer, ErrTriesExhausted). Any other error fails t. check, if
+// not nil, sees each picked peer before its report. Goroutines may call it
+// at once: it reports with t.Error.
+func attemptUpTo(t testing.TB, p Picker, r *Request, tries int, failed bool, check func(*Peer)) {
+	for range tries {
+		peer, err := p.Pick(r)
+		if err != nil {
+			if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
+				t.Error(err)
+			}
+			return
+		}
+		if check != nil {
+			check(peer)
+		}
+		if err := p.Done(peer, Outcome{Failed: failed}); err != nil {
+			t.Error(err)
+		}
+		if !failed {
+			return
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -156,25 +155,11 @@ func TestHashPickers_fallbackConcurrent(t *testing.T) {
 								r.SetKey("k" + strconv.Itoa(k%97))
 							}
 							r.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
-							for range 3 {
-								peer, err := p.Pick(&r)
-								if err != nil {
-									if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
-										t.Error(err)
-									}
-									break
-								}
+							attemptUpTo(t, p, &r, 3, k%13 == 0, func(peer *Peer) {
 								if m := peer.maxConns.Load(); m != 0 && peer.inFlight() > m {
 									t.Errorf("%s: %d in flight, max_conns %d", peer.Addr(), peer.inFlight(), m)
 								}
-								failed := k%13 == 0
-								if err := p.Done(peer, Outcome{Failed: failed}); err != nil {
-									t.Error(err)
-								}
-								if !failed {
-									break
-								}
-							}
+							})
 						}
 					})
 				}
