@@ -355,7 +355,12 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if f.lockFree && !o.Failed {
 		recoverEffective(p) // the sampled pick takes no lock: the report does it
 	}
-	connected := st.connected.Swap(false) // Connected cleared the failures
+	// Connected cleared the failures; read before written, so that the
+	// common report, with no Connected before it, writes nothing here.
+	connected := st.connected.Load()
+	if connected {
+		st.connected.Store(false)
+	}
 	cleared := failing && p.fails.Load() == 0 || connected
 	if f.lockFree && failing != (p.fails.Load() != 0) {
 		f.publishFailingLocked(l)
