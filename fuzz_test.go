@@ -429,9 +429,14 @@ func (m *fuzzMachine) expectPick(rq *fzReq) (error, []*fzPeer) {
 		} else {
 			if rq.gen != m.gen {
 				// The list changed: the tried bits no longer name
-				// the same peers and are forgotten.
+				// the same peers and are forgotten, and a request on
+				// the backups of a list that has none left goes back
+				// to the primaries.
 				clear(rq.tried)
 				rq.gen = m.gen
+				if _, back := m.primaries(); len(back) == 0 {
+					rq.backup = false
+				}
 			}
 			if rq.attempts >= rq.limit {
 				return ErrTriesExhausted, nil
@@ -463,17 +468,6 @@ func (m *fuzzMachine) expectPick(rq *fzReq) (error, []*fzPeer) {
 				rq.backup = true
 				clear(rq.tried)
 			}
-		}
-	}
-	if onBackup && single {
-		// The request moved to the backups, then the list changed to one
-		// primary and no backup. nginx never meets this (a request keeps
-		// its configuration), and the pickers differ: the ones that test
-		// the single-server rule first, as nginx's code does, take the
-		// primary; RoundRobin and RandomWeighted, which test it only on
-		// the primaries' path, find no backup. Either is accepted.
-		if e = m.eligible(prim, true, rq); len(e) > 0 {
-			return errEither, e
 		}
 	}
 	if onBackup {

@@ -13,6 +13,10 @@ import "net/netip"
 //
 // Up to 64 peers (per list, primary or backup) the tried set lives inside
 // the Request and Pick allocates nothing; beyond that it grows once.
+//
+// If the picker's peers change between two attempts, the request forgets
+// which peers it tried (the bound on attempts still holds), and a request
+// on the backups of a list that has none left goes back to the primaries.
 type Request struct {
 	tried    [1]uint64 // bit i: peer i of the current list was tried
 	more     []uint64  // bits for peers 64 and up
