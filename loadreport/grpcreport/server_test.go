@@ -57,6 +57,7 @@ type testServer struct {
 	release   chan struct{} // closed to release every "hold"
 	served    atomic.Int64  // RPCs answered OK
 	deadlines atomic.Int64  // "hold" calls that ended by their deadline (not a cancel)
+	oobOpen   atomic.Int64  // ORCA out-of-band streams open
 }
 
 // startServer starts a server with a Tracker on a fake clock (set to
@@ -86,6 +87,7 @@ func startServerWith(t *testing.T, tr *loadreport.Tracker, clk *fakeClock, opts 
 	s.addr = lis.Addr().String()
 	srvOpts := append([]grpc.ServerOption{
 		grpc.UnaryInterceptor(recoverUnary), grpc.StreamInterceptor(recoverStream),
+		grpc.ChainStreamInterceptor(s.watchOOB),
 	}, rep.ServerOptions()...)
 	srv := grpc.NewServer(srvOpts...)
 	srv.RegisterService(&testServiceDesc, s)
@@ -112,6 +114,15 @@ func recoverStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h gr
 			err = status.Errorf(codes.Internal, "panic: %v", p)
 		}
 	}()
+	return h(srv, ss)
+}
+
+// watchOOB counts the ORCA out-of-band streams open.
+func (s *testServer) watchOOB(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod == oobMethod {
+		s.oobOpen.Add(1)
+		defer s.oobOpen.Add(-1)
+	}
 	return h(srv, ss)
 }
 
@@ -254,3 +265,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+type healthResponse = healthpb.HealthCheckResponse
+
+var healthRequestOK = healthpb.HealthCheckRequest{Service: "ok"}
