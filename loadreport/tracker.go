@@ -115,7 +115,10 @@ func (t *Tracker) LatencyMs() float64 { return t.latencyMs(t.elapsed()) }
 // its duration (a mean a little low), never the reverse.
 func (t *Tracker) latencyMs(e time.Duration) float64 {
 	sum := t.lat.sum(e)
-	n := t.reqs.count(e)
+	return meanMs(sum, t.reqs.count(e))
+}
+
+func meanMs(sum time.Duration, n uint64) float64 {
 	if n == 0 {
 		return 0
 	}
@@ -132,14 +135,16 @@ func (t *Tracker) Snapshot() Snapshot {
 			app = 0 // also turns -0 into 0
 		}
 	}
+	sum := t.lat.sum(e) // before the count, as latencyMs reads them
+	n := t.reqs.count(e)
 	return Snapshot{
 		CPUUtilization:         math.Float64frombits(t.cpu.Load()),
 		MemUtilization:         math.Float64frombits(t.mem.Load()),
 		ApplicationUtilization: app,
-		RPSFractional:          t.reqs.rate(e),
+		RPSFractional:          t.reqs.perSecond(n, e),
 		EPS:                    t.errs.rate(e),
 		InFlight:               float64(t.inFlight.Load()),
-		LatencyMs:              t.latencyMs(e),
+		LatencyMs:              meanMs(sum, n),
 	}
 }
 
