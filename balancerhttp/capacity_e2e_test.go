@@ -38,27 +38,33 @@ import (
 //
 // Why a report-driven weighted round robin must give those shares: gRFC
 // A58 weighs a server by qps / utilization. The server reports as
-// utilization its busy workers over its workers, averaged over the last
-// capUtilTau; in a steady state that is qps × mean service / workers, so
-// the weight is workers / mean service, the capacity, whatever the load.
-// The weights are noisy, not biased: a server's qps and utilization come
-// from the requests of the last second, whose service times are drawn
-// from a lognormal of shape 1 (coefficient of variation 1.31): for small,
-// 50 requests in a second, its realized capacity varies by some 19%, big's
-// (200 requests) by 9%. That moves small's share by about 2.5 points and
-// big's by about 4 (one standard deviation, over one weight update); a
-// measured share averages the weights of a second of updates, whose
-// windows overlap. capShareTol, 8 points, is two of big's deviations and
-// three of small's, and is less than half the distance to an equal split
-// (24 points for big before the change), which RoundRobin, the control,
-// gives and must fail.
+// utilization its busy workers over its workers, averaged over the window
+// of its qps (busyMeter), so the weight is workers / the mean service
+// time of the window's requests: the server's capacity as those requests
+// realized it, whatever the load.
+//
+// The tolerance. Service times are lognormal of shape 1 (coefficient of
+// variation 1.31, p99 6× the mean), drawn in shuffled blocks of 16, one
+// from each sixteenth of the distribution (capDrawer), so that the mean
+// of n consecutive draws varies by about 12% at n = 30, 8.5% at 50 and
+// 5.5% at 100, where independent draws vary by 22%, 16% and 12%
+// (TestCapDrawer). The weights come from the last second's requests:
+// before the change big's 170 or so, small's 45; after, big's and small's
+// 40, medium's 80. That noise moves a share by 2 points or less (one
+// standard deviation; after the change big's by 25% × 10% × (1 − 25%) =
+// 1.9, medium's by 50% × 6.5% × 50% = 1.6; before, big's and small's by
+// about 1.1). capShareTol, 8 points, is four of those, which leaves room
+// for a busy machine's late timers (a 1 ms overshoot costs the 20 ms
+// servers 5% of their capacity, medium's share 1 point after the change).
+// It is less than the distance from the equal split RoundRobin gives (24
+// points for big before, 17 for medium after): the control must miss.
 const (
 	capClients  = 4
 	capConc     = 3 // requests in flight per client
 	capSigma    = 1.0
-	capUtilTau  = 250 * time.Millisecond
 	capWindow   = time.Second // the middleware's rps window
 	capShareTol = 0.08
+	capStrata   = 16 // draws per block, one from each stratum
 )
 
 // capPhases is the run's schedule: warm, measured before the change,
@@ -74,71 +80,117 @@ func (p capPhases) afterFrom() time.Duration {
 func (p capPhases) end() time.Duration { return p.afterFrom() + p.after }
 
 // The settle time is the rps window plus 20%: by then every report
-// counts only requests served after the change, and the utilization's
-// average has forgotten all but e^-4.8 of the time before.
+// counts only requests served after the change (but for the few that
+// began before it and ended after).
 var capSchedule = capPhases{warm: 500 * time.Millisecond, before: time.Second, settle: 1200 * time.Millisecond, after: time.Second}
 
-// busyMeter is a server's utilization: the time average of busy workers /
-// workers, weighted exponentially over tau. Busy workers are a step
-// function of time, so between two changes the average moves toward the
-// current value b exactly as u ← b + (u − b)·exp(−dt/τ). (The count at
-// the moment of a reply would always include the replying request, at
-// least 1/workers: a bias against servers with few workers.)
+// busyMeter is a server's utilization: busy workers / workers, averaged
+// over the window the middleware counts rps over (capWindow, in ten
+// buckets, spanning as loadreport's rate window does), each request's
+// service time counted in the bucket of its completion. Over the same
+// requests and span as rps, qps / utilization is then exactly workers /
+// the mean service time of the window's requests, the server's realized
+// capacity, even while the load shifts. (The count of busy workers at the
+// moment of a reply would always include the replying request, at least
+// 1/workers: a bias against the servers with few workers; an average over
+// another span than rps's skews the weights while the load shifts, as it
+// does when the first reports come.)
 type busyMeter struct {
-	tau     time.Duration
 	workers float64
+	width   time.Duration // of a bucket
+	start   time.Time
 
 	mu   sync.Mutex
-	busy int       // guarded by mu
-	u    float64   // guarded by mu
-	at   time.Time // guarded by mu: when u was last advanced
+	idx  [10]time.Duration // guarded by mu: each bucket's index (elapsed / width)
+	busy [10]time.Duration // guarded by mu: service time completed in it
 }
 
-func (m *busyMeter) advanceLocked(now time.Time) {
-	if dt := now.Sub(m.at); dt > 0 {
-		b := float64(m.busy) / m.workers
-		m.u = b + (m.u-b)*math.Exp(-dt.Seconds()/m.tau.Seconds())
-		m.at = now
+func newBusyMeter(workers int, window time.Duration) *busyMeter {
+	m := &busyMeter{workers: float64(workers), width: window / 10, start: time.Now()}
+	for i := range m.idx {
+		m.idx[i] = -1
 	}
+	return m
 }
 
-func (m *busyMeter) add(d int) {
+// done counts a service of d completed now.
+func (m *busyMeter) done(d time.Duration) {
+	cur := time.Since(m.start) / m.width
 	m.mu.Lock()
-	m.advanceLocked(time.Now())
-	m.busy += d
+	b := cur % 10
+	if m.idx[b] != cur {
+		m.idx[b], m.busy[b] = cur, 0
+	}
+	m.busy[b] += d
 	m.mu.Unlock()
 }
 
 func (m *busyMeter) value() float64 {
+	e := time.Since(m.start)
+	cur := e / m.width
+	var sum time.Duration
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.advanceLocked(time.Now())
-	return m.u
+	for j := max(cur-9, 0); j <= cur; j++ {
+		if m.idx[j%10] == j {
+			sum += m.busy[j%10]
+		}
+	}
+	m.mu.Unlock()
+	span := min(9*m.width+e-cur*m.width, e)
+	span = max(span, m.width)
+	return sum.Seconds() / (m.workers * span.Seconds())
 }
 
 // capServer is a loopback HTTP server with a fixed number of workers:
-// a request waits for a free worker, holds it for a service time drawn
-// from a lognormal of mean `mean` and shape capSigma (capped at ten means:
-// the cap cuts 0.26% of draws), and answers with the server's name. Its
+// a request waits for a free worker, holds it for a service time from its
+// capDrawer scaled to `mean`, and answers with the server's name. Its
 // Middleware reports the busyMeter's utilization.
 type capServer struct {
 	name string
 	addr string
 	sem  chan struct{}
 	mean atomic.Int64 // nanoseconds
-	busy busyMeter
+	busy *busyMeter
 
-	mu  sync.Mutex
-	rng *rand.Rand // guarded by mu
+	mu       sync.Mutex
+	draws    capDrawer    // guarded by mu
+	services []capService // guarded by mu
+}
+
+// capService is one service: when it began and how long it held its
+// worker, as the server's clock saw it (the sleep's own overshoot on a
+// busy machine included).
+type capService struct {
+	began time.Time
+	took  time.Duration
+}
+
+// capacity returns the server's realized capacity over the services
+// begun in [from, to): workers / their mean duration; 0 for none.
+func (s *capServer) capacity(from, to time.Time) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int
+	var sum time.Duration
+	for _, v := range s.services {
+		if !v.began.Before(from) && v.began.Before(to) {
+			n++
+			sum += v.took
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(cap(s.sem)) * float64(n) / sum.Seconds()
 }
 
 func newCapServer(t *testing.T, name string, workers int, mean time.Duration, seed uint64) *capServer {
 	t.Helper()
 	s := &capServer{
-		name: name,
-		sem:  make(chan struct{}, workers),
-		busy: busyMeter{tau: capUtilTau, workers: float64(workers), at: time.Now()},
-		rng:  rand.New(rand.NewPCG(seed, 17)),
+		name:  name,
+		sem:   make(chan struct{}, workers),
+		busy:  newBusyMeter(workers, capWindow),
+		draws: newCapDrawer(seed),
 	}
 	s.mean.Store(int64(mean))
 	mw, err := loadreport.New(loadreport.WithWindow(capWindow), loadreport.WithUtilization(s.busy.value))
@@ -149,14 +201,44 @@ func newCapServer(t *testing.T, name string, workers int, mean time.Duration, se
 	return s
 }
 
-// draw returns a service time: mean × exp(σz − σ²/2), whose mean is mean.
+// capDrawer draws service times of mean 1 from a lognormal of shape
+// capSigma, exp(σz − σ²/2), capped at 10 (which cuts 0.25% of draws and
+// makes the mean 0.9896, TestCapDrawer), z the standard normal quantile
+// of u. The u come in blocks of capStrata, one uniform in each
+// [k/capStrata, (k+1)/capStrata), in a shuffled order: every block holds
+// the distribution's whole range, so a second's requests realize nearly
+// the mean capacity, while the order of long and short services stays
+// random within each block. Not safe for concurrent use.
+type capDrawer struct {
+	rng   *rand.Rand
+	block [capStrata]float64
+	next  int // block[next] is the next draw's u
+}
+
+func newCapDrawer(seed uint64) capDrawer {
+	return capDrawer{rng: rand.New(rand.NewPCG(seed, 17)), next: capStrata}
+}
+
+func (d *capDrawer) draw() float64 {
+	if d.next == capStrata {
+		for k := range d.block {
+			d.block[k] = (float64(k) + d.rng.Float64()) / capStrata
+		}
+		d.rng.Shuffle(capStrata, func(i, j int) { d.block[i], d.block[j] = d.block[j], d.block[i] })
+		d.next = 0
+	}
+	u := d.block[d.next]
+	d.next++
+	z := math.Sqrt2 * math.Erfinv(2*u-1)
+	return min(math.Exp(capSigma*z-capSigma*capSigma/2), 10)
+}
+
+// draw returns the next service time.
 func (s *capServer) draw() time.Duration {
 	s.mu.Lock()
-	z := s.rng.NormFloat64()
+	x := s.draws.draw()
 	s.mu.Unlock()
-	m := float64(s.mean.Load())
-	d := m * math.Exp(capSigma*z-capSigma*capSigma/2)
-	return time.Duration(min(d, 10*m))
+	return time.Duration(x * float64(s.mean.Load()))
 }
 
 func (s *capServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -166,21 +248,25 @@ func (s *capServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gave up waiting for a worker", http.StatusServiceUnavailable)
 		return
 	}
-	s.busy.add(1)
+	began := time.Now()
 	tm := time.NewTimer(s.draw())
 	select {
 	case <-tm.C:
 	case <-r.Context().Done():
 		tm.Stop()
 	}
-	s.busy.add(-1)
+	took := time.Since(began)
+	s.busy.done(took)
+	s.mu.Lock()
+	s.services = append(s.services, capService{began, took})
+	s.mu.Unlock()
 	<-s.sem
 	_, _ = io.WriteString(w, s.name)
 }
 
 // capSample is one request as its client saw it.
 type capSample struct {
-	end    time.Duration // since the run began
+	began  time.Duration // since the run began: the pick's time, near enough
 	lat    time.Duration
 	server string // the body: the server's name; "" on error
 	err    error
@@ -188,13 +274,16 @@ type capSample struct {
 
 // capResult is what one picker's run measured.
 type capResult struct {
-	before, after []float64 // each server's share of the requests completed in the window
-	nBefore       int
-	nAfter        int
-	p99Before     time.Duration
-	p99After      time.Duration
-	p99           time.Duration // over both windows
-	errs          []error
+	before, after []float64 // each server's share of the requests begun in the window
+	// Each server's share of the realized capacity (capServer.capacity)
+	// over the services begun in the window.
+	capBefore, capAfter []float64
+	nBefore             int
+	nAfter              int
+	p99Before           time.Duration
+	p99After            time.Duration
+	p99                 time.Duration // over both windows
+	errs                []error
 }
 
 // capPercentile returns the q-quantile of ds (nearest rank), 0 for none.
@@ -258,7 +347,7 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 				}
 				s.err = err
 				s.lat = time.Since(t0)
-				s.end = time.Since(start)
+				s.began = t0.Sub(start)
 				samples[g] = append(samples[g], s)
 			}
 		})
@@ -276,7 +365,7 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 		per := map[string]int{}
 		for _, ss := range samples {
 			for _, s := range ss {
-				if s.err != nil || s.end < from || s.end >= to {
+				if s.err != nil || s.began < from || s.began >= to {
 					continue
 				}
 				per[s.server]++
@@ -289,6 +378,19 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 		}
 		return shares, n, lats
 	}
+	capShares := func(from, to time.Duration) []float64 {
+		var c []float64
+		sum := 0.0
+		for _, s := range servers {
+			c = append(c, s.capacity(start.Add(from), start.Add(to)))
+			sum += c[len(c)-1]
+		}
+		for i := range c {
+			c[i] /= max(sum, 1e-9)
+		}
+		return c
+	}
+	res.capBefore, res.capAfter = capShares(ph.warm, ph.change()), capShares(ph.afterFrom(), ph.end())
 	var latB, latA []time.Duration
 	res.before, res.nBefore, latB = count(ph.warm, ph.change())
 	res.after, res.nAfter, latA = count(ph.afterFrom(), ph.end())
@@ -353,6 +455,77 @@ func TestShareMisses(t *testing.T) {
 	}
 }
 
+// TestCapDrawer checks the draws the tolerance rests on. The capped
+// lognormal's mean, from its distribution: with X = exp(σZ − σ²/2) and
+// σ = 1, E[X; X < 10] = Φ((ln 10 − σ²/2)/σ) = Φ(1.8026) = 0.96427 and
+// P(X ≥ 10) = 1 − Φ((ln 10 + σ²/2)/σ) = 1 − Φ(2.8026) = 0.002534, so
+// E[min(X, 10)] = 0.96427 + 10 × 0.002534 = 0.98962. Every block holds
+// exactly half its draws below the median exp(−σ²/2). The mean of n
+// consecutive draws varies by less than 13%, 9% and 6% of the mean at
+// n = 30, 50, 100, where independent draws of the same distribution vary
+// by more than 19%, 14%, 10%.
+func TestCapDrawer(t *testing.T) {
+	const blocks = 2000
+	d := newCapDrawer(7)
+	rng := rand.New(rand.NewPCG(7, 18))
+	var strat, iid []float64
+	for b := range blocks {
+		below := 0
+		for range capStrata {
+			x := d.draw()
+			strat = append(strat, x)
+			if x < math.Exp(-capSigma*capSigma/2) {
+				below++
+			}
+			iid = append(iid, min(math.Exp(capSigma*rng.NormFloat64()-capSigma*capSigma/2), 10))
+		}
+		require.Equal(t, capStrata/2, below, "block %d: draws below the median", b)
+	}
+	mean := 0.0
+	for _, x := range strat {
+		mean += x / float64(len(strat))
+	}
+	assert.InDelta(t, 0.98962, mean, 0.01, "mean of the capped lognormal")
+	// spread is the standard deviation of the means of n consecutive
+	// draws (every 7th start), relative to the distribution's mean.
+	spread := func(xs []float64, n int) float64 {
+		var ms []float64
+		for i := 0; i+n <= len(xs); i += 7 {
+			m := 0.0
+			for _, x := range xs[i : i+n] {
+				m += x / float64(n)
+			}
+			ms = append(ms, m/0.98962)
+		}
+		var s, s2 float64
+		for _, m := range ms {
+			s += m
+			s2 += m * m
+		}
+		k := float64(len(ms))
+		return math.Sqrt(s2/k - (s/k)*(s/k))
+	}
+	for _, tc := range []struct {
+		n                int
+		stratMax, iidMin float64
+	}{{30, 0.13, 0.19}, {50, 0.09, 0.14}, {100, 0.06, 0.10}} {
+		st, in := spread(strat, tc.n), spread(iid, tc.n)
+		t.Logf("mean of %d draws varies by %.1f%% (independent draws: %.1f%%)", tc.n, 100*st, 100*in)
+		assert.Less(t, st, tc.stratMax, "stratified, n = %d", tc.n)
+		assert.Greater(t, in, tc.iidMin, "independent, n = %d", tc.n)
+	}
+}
+
+// capWRROptions are ReportedWRR's settings for a fleet whose capacity
+// changes within seconds, as its doc advises: a fresh report trusted at
+// once, weights recomputed every 100 ms, and a report expiring after 2 s
+// (the least picked server answers some 50 times a second).
+var capWRROptions = []balancer.Option{
+	balancer.WithBlackoutPeriod(0),
+	balancer.WithWeightUpdatePeriod(100 * time.Millisecond),
+	balancer.WithWeightExpirationPeriod(2 * time.Second),
+}
+
 // capAlgorithm returns a constructor for the registry's picker name.
 func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*balancer.Peer) (balancer.Balancer, error) {
 	t.Helper()
@@ -376,6 +549,7 @@ func TestCapacity_endToEnd(t *testing.T) {
 		control bool // must not
 	}
 	variants := []variant{
+		{name: "ReportedWRR", new: capAlgorithm(t, "ReportedWRR", capWRROptions...), shares: true},
 		{name: "P2CPeakEWMA", new: capAlgorithm(t, "P2CPeakEWMA")},
 		{name: "LeastConn", new: capAlgorithm(t, "LeastConn")},
 		{name: "RoundRobin", new: capAlgorithm(t, "RoundRobin"), control: true},
@@ -385,8 +559,8 @@ func TestCapacity_endToEnd(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			r := runCapacity(t, v.new, capSchedule)
 			results[v.name] = r
-			t.Logf("%s: shares big/medium/small before %s%% (%d requests), after %s%% (%d); p99 before %v, after %v, both %v",
-				v.name, fmtShares(r.before), r.nBefore, fmtShares(r.after), r.nAfter,
+			t.Logf("%s: shares big/medium/small before %s%% (%d requests), after %s%% (%d); realized capacity %s%%, %s%%; p99 before %v, after %v, both %v",
+				v.name, fmtShares(r.before), r.nBefore, fmtShares(r.after), r.nAfter, fmtShares(r.capBefore), fmtShares(r.capAfter),
 				r.p99Before.Round(time.Millisecond), r.p99After.Round(time.Millisecond), r.p99.Round(time.Millisecond))
 			require.Empty(t, r.errs, "requests that failed")
 			mb, ma := shareMisses(r.before, capSharesBefore, capShareTol), shareMisses(r.after, capSharesAfter, capShareTol)
