@@ -296,20 +296,25 @@ func capPercentile(ds []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1)]
 }
 
-// runCapacity starts fresh servers, one client per picker newPicker
-// builds (each over its own Peers), drives them on the schedule, slows
-// the big server at the change, and returns the shares and latencies.
-func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balancer, error), ph capPhases) capResult {
+// capRun is one picker's fleet: servers of its own and capClients
+// clients, each with its own Transport and its own picker over Peers of
+// its own.
+type capRun struct {
+	servers []*capServer
+	clients []*http.Client
+	samples [][]capSample // one list per client goroutine
+}
+
+func newCapRun(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balancer, error)) *capRun {
 	t.Helper()
-	servers := []*capServer{
+	r := &capRun{servers: []*capServer{
 		newCapServer(t, "big", 4, 20*time.Millisecond, 1),
 		newCapServer(t, "medium", 2, 20*time.Millisecond, 2),
 		newCapServer(t, "small", 2, 40*time.Millisecond, 3),
-	}
-	clients := make([]*http.Client, capClients)
-	for i := range clients {
-		peers := make([]*balancer.Peer, len(servers))
-		for j, s := range servers {
+	}}
+	for range capClients {
+		peers := make([]*balancer.Peer, len(r.servers))
+		for j, s := range r.servers {
 			peers[j] = balancer.NewPeer(s.addr)
 		}
 		p, err := newPicker(peers)
@@ -317,18 +322,21 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 		base := http.DefaultTransport.(*http.Transport).Clone()
 		base.MaxIdleConnsPerHost = 4 * capConc
 		t.Cleanup(base.CloseIdleConnections)
-		clients[i] = &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: p, Base: base}}
+		r.clients = append(r.clients, &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: p, Base: base}})
 	}
+	r.samples = make([][]capSample, capClients*capConc)
+	return r
+}
 
-	// Every loop stops at the schedule's end or after maxPer requests,
-	// several times what the servers can serve in the run.
+// drive sends requests from capConc goroutines per client until end,
+// each loop bounded to 1000 requests (several times what the servers can
+// serve in the run), and returns when all have ended (each within the
+// clients' 5 s timeout).
+func (r *capRun) drive(start, end time.Time) {
 	const maxPer = 1000
-	start := time.Now()
-	end := start.Add(ph.end())
-	samples := make([][]capSample, capClients*capConc)
 	var wg sync.WaitGroup
-	for g := range samples {
-		c := clients[g/capConc]
+	for g := range r.samples {
+		c := r.clients[g/capConc]
 		wg.Go(func() {
 			for i := 0; i < maxPer && time.Now().Before(end); i++ {
 				t0 := time.Now()
@@ -348,22 +356,46 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 				s.err = err
 				s.lat = time.Since(t0)
 				s.began = t0.Sub(start)
-				samples[g] = append(samples[g], s)
+				r.samples[g] = append(r.samples[g], s)
 			}
 		})
 	}
-	// The change, on the schedule's clock (the servers' work is real time).
+	wg.Wait()
+}
+
+// runCapacity drives every run at once on one schedule, so that the
+// pickers share the machine's moments, and slows each run's big server
+// at the change. The servers' work is real time; the loops end at the
+// schedule's end.
+func runCapacity(t *testing.T, runs []*capRun, ph capPhases) []capResult {
+	t.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Go(func() { r.drive(start, start.Add(ph.end())) })
+	}
 	select {
 	case <-time.After(time.Until(start.Add(ph.change()))):
 	case <-t.Context().Done():
 	}
-	servers[0].mean.Store(int64(80 * time.Millisecond))
+	for _, r := range runs {
+		r.servers[0].mean.Store(int64(80 * time.Millisecond))
+	}
 	wg.Wait()
+	out := make([]capResult, len(runs))
+	for i, r := range runs {
+		out[i] = r.result(start, ph)
+	}
+	return out
+}
 
+// result returns the shares and latencies of the requests begun in the
+// measured windows.
+func (r *capRun) result(start time.Time, ph capPhases) capResult {
 	var res capResult
 	count := func(from, to time.Duration) (shares []float64, n int, lats []time.Duration) {
 		per := map[string]int{}
-		for _, ss := range samples {
+		for _, ss := range r.samples {
 			for _, s := range ss {
 				if s.err != nil || s.began < from || s.began >= to {
 					continue
@@ -373,7 +405,7 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 				lats = append(lats, s.lat)
 			}
 		}
-		for _, s := range servers {
+		for _, s := range r.servers {
 			shares = append(shares, float64(per[s.name])/float64(max(n, 1)))
 		}
 		return shares, n, lats
@@ -381,7 +413,7 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 	capShares := func(from, to time.Duration) []float64 {
 		var c []float64
 		sum := 0.0
-		for _, s := range servers {
+		for _, s := range r.servers {
 			c = append(c, s.capacity(start.Add(from), start.Add(to)))
 			sum += c[len(c)-1]
 		}
@@ -396,7 +428,7 @@ func runCapacity(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 	res.after, res.nAfter, latA = count(ph.afterFrom(), ph.end())
 	res.p99Before, res.p99After = capPercentile(latB, 0.99), capPercentile(latA, 0.99)
 	res.p99 = capPercentile(append(latB, latA...), 0.99)
-	for _, ss := range samples {
+	for _, ss := range r.samples {
 		for _, s := range ss {
 			if s.err != nil {
 				res.errs = append(res.errs, s.err)
@@ -554,11 +586,14 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "LeastConn", new: capAlgorithm(t, "LeastConn")},
 		{name: "RoundRobin", new: capAlgorithm(t, "RoundRobin"), control: true},
 	}
-	results := map[string]capResult{}
-	for _, v := range variants {
+	runs := make([]*capRun, len(variants))
+	for i, v := range variants {
+		runs[i] = newCapRun(t, v.new)
+	}
+	results := runCapacity(t, runs, capSchedule)
+	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			r := runCapacity(t, v.new, capSchedule)
-			results[v.name] = r
+			r := results[i]
 			t.Logf("%s: shares big/medium/small before %s%% (%d requests), after %s%% (%d); realized capacity %s%%, %s%%; p99 before %v, after %v, both %v",
 				v.name, fmtShares(r.before), r.nBefore, fmtShares(r.after), r.nAfter, fmtShares(r.capBefore), fmtShares(r.capAfter),
 				r.p99Before.Round(time.Millisecond), r.p99After.Round(time.Millisecond), r.p99.Round(time.Millisecond))

@@ -273,11 +273,14 @@ func capPercentile(ds []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1)]
 }
 
+// capSchemes numbers the manual resolvers' schemes.
+var capSchemes atomic.Int64
+
 // capDial connects to the servers through a manual resolver of its own
 // with the loadBalancingConfig lb: one policy instance, one picker.
-func capDial(t *testing.T, lb string, servers []*capServer, i int) *grpc.ClientConn {
+func capDial(t *testing.T, lb string, servers []*capServer) *grpc.ClientConn {
 	t.Helper()
-	r := manual.NewBuilderWithScheme(fmt.Sprintf("capacity%d", i))
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("capacity%d", capSchemes.Add(1)))
 	var addrs []resolver.Address
 	for _, s := range servers {
 		addrs = append(addrs, resolver.Address{Addr: s.addr})
@@ -294,27 +297,37 @@ func capDial(t *testing.T, lb string, servers []*capServer, i int) *grpc.ClientC
 	return conn
 }
 
-// runCapacity starts fresh servers and capClients ClientConns on lb,
-// drives them on the schedule, slows big at the change, and returns the
-// shares (by the peer each call went to) and latencies.
-func runCapacity(t *testing.T, lb string, ph capPhases) capResult {
+// capRun is one policy's fleet: servers of its own and capClients
+// ClientConns, each with its own policy instance and so its own picker.
+type capRun struct {
+	servers []*capServer
+	conns   []*grpc.ClientConn
+	samples [][]capSample // one list per client goroutine
+}
+
+func newCapRun(t *testing.T, lb string) *capRun {
 	t.Helper()
-	servers := []*capServer{
+	r := &capRun{servers: []*capServer{
 		newCapServer(t, "big", 4, 20*time.Millisecond, 1),
 		newCapServer(t, "medium", 2, 20*time.Millisecond, 2),
 		newCapServer(t, "small", 2, 40*time.Millisecond, 3),
+	}}
+	for range capClients {
+		r.conns = append(r.conns, capDial(t, lb, r.servers))
 	}
-	conns := make([]*grpc.ClientConn, capClients)
-	for i := range conns {
-		conns[i] = capDial(t, lb, servers, i)
-	}
-	const maxPer = 1000 // several times what the servers serve in the run
-	start := time.Now()
-	end := start.Add(ph.end())
-	samples := make([][]capSample, capClients*capConc)
+	r.samples = make([][]capSample, capClients*capConc)
+	return r
+}
+
+// drive sends calls (health checks, 5 s deadline) from capConc
+// goroutines per ClientConn until end, each loop bounded to 1000 calls
+// (several times what the servers can serve in the run), recording the
+// peer each went to, and returns when all have ended.
+func (r *capRun) drive(start, end time.Time) {
+	const maxPer = 1000
 	var wg sync.WaitGroup
-	for g := range samples {
-		client := healthpb.NewHealthClient(conns[g/capConc])
+	for g := range r.samples {
+		client := healthpb.NewHealthClient(r.conns[g/capConc])
 		wg.Go(func() {
 			for i := 0; i < maxPer && time.Now().Before(end); i++ {
 				var p peer.Peer
@@ -326,17 +339,42 @@ func runCapacity(t *testing.T, lb string, ph capPhases) capResult {
 				if err == nil && p.Addr != nil {
 					s.addr = p.Addr.String()
 				}
-				samples[g] = append(samples[g], s)
+				r.samples[g] = append(r.samples[g], s)
 			}
 		})
+	}
+	wg.Wait()
+}
+
+// runCapacity drives every run at once on one schedule, so that the
+// policies share the machine's moments, and slows each run's big server
+// at the change.
+func runCapacity(t *testing.T, runs []*capRun, ph capPhases) []capResult {
+	t.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		wg.Go(func() { r.drive(start, start.Add(ph.end())) })
 	}
 	select {
 	case <-time.After(time.Until(start.Add(ph.change()))):
 	case <-t.Context().Done():
 	}
-	servers[0].mean.Store(int64(80 * time.Millisecond))
+	for _, r := range runs {
+		r.servers[0].mean.Store(int64(80 * time.Millisecond))
+	}
 	wg.Wait()
+	out := make([]capResult, len(runs))
+	for i, r := range runs {
+		out[i] = r.result(start, ph)
+	}
+	return out
+}
 
+// result returns the shares (by the peer each call went to) and
+// latencies of the calls begun in the measured windows.
+func (r *capRun) result(start time.Time, ph capPhases) capResult {
+	servers, samples := r.servers, r.samples
 	var res capResult
 	count := func(from, to time.Duration) (shares []float64, n int, lats []time.Duration) {
 		per := map[string]int{}
@@ -434,9 +472,14 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "weighted_round_robin", lb: `{"weighted_round_robin":{` + capWRRSettings + `}}`, shares: true},
 		{name: "RoundRobin", lb: fmt.Sprintf(`{%q:{}}`, grpcbalancer.PolicyName("RoundRobin")), control: true},
 	}
-	for _, v := range variants {
+	runs := make([]*capRun, len(variants))
+	for i, v := range variants {
+		runs[i] = newCapRun(t, v.lb)
+	}
+	results := runCapacity(t, runs, capSchedule)
+	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			r := runCapacity(t, v.lb, capSchedule)
+			r := results[i]
 			t.Logf("%s: shares big/medium/small before %s%% (%d calls), after %s%% (%d); realized capacity %s%%, %s%%; p99 before %v, after %v, both %v",
 				v.name, fmtShares(r.before), r.nBefore, fmtShares(r.after), r.nAfter, fmtShares(r.capBefore), fmtShares(r.capAfter),
 				r.p99Before.Round(time.Millisecond), r.p99After.Round(time.Millisecond), r.p99.Round(time.Millisecond))
