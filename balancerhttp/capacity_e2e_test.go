@@ -278,6 +278,8 @@ type capResult struct {
 	// Each server's share of the realized capacity (capServer.capacity)
 	// over the services begun in the window.
 	capBefore, capAfter []float64
+	// Each client's shares in each window, for a failure's message.
+	clientsBefore, clientsAfter string
 	nBefore             int
 	nAfter              int
 	p99Before           time.Duration
@@ -424,6 +426,28 @@ func (r *capRun) result(start time.Time, ph capPhases) capResult {
 	}
 	res.capBefore, res.capAfter = capShares(ph.warm, ph.change()), capShares(ph.afterFrom(), ph.end())
 	var latB, latA []time.Duration
+	perClient := func(from, to time.Duration) string {
+		var b strings.Builder
+		for c := range capClients {
+			per := map[string]int{}
+			n := 0
+			for g := c * capConc; g < (c+1)*capConc; g++ {
+				for _, s := range r.samples[g] {
+					if s.err == nil && s.began >= from && s.began < to {
+						per[s.server]++
+						n++
+					}
+				}
+			}
+			var sh []float64
+			for _, s := range r.servers {
+				sh = append(sh, float64(per[s.name])/float64(max(n, 1)))
+			}
+			fmt.Fprintf(&b, " client %d: %s%% of %d;", c, fmtShares(sh), n)
+		}
+		return b.String()
+	}
+	res.clientsBefore, res.clientsAfter = perClient(ph.warm, ph.change()), perClient(ph.afterFrom(), ph.end())
 	res.before, res.nBefore, latB = count(ph.warm, ph.change())
 	res.after, res.nAfter, latA = count(ph.afterFrom(), ph.end())
 	res.p99Before, res.p99After = capPercentile(latB, 0.99), capPercentile(latA, 0.99)
@@ -601,8 +625,8 @@ func TestCapacity_endToEnd(t *testing.T) {
 			mb, ma := shareMisses(r.before, capSharesBefore, capShareTol), shareMisses(r.after, capSharesAfter, capShareTol)
 			switch {
 			case v.shares:
-				assert.Empty(t, mb, "shares before the change, tolerance %.0f points", 100*capShareTol)
-				assert.Empty(t, ma, "shares after the change, tolerance %.0f points", 100*capShareTol)
+				assert.Empty(t, mb, "shares before the change, tolerance %.0f points; by client:%s", 100*capShareTol, r.clientsBefore)
+				assert.Empty(t, ma, "shares after the change, tolerance %.0f points; by client:%s", 100*capShareTol, r.clientsAfter)
 			case v.control:
 				assert.NotEmpty(t, mb, "the control follows capacity before the change: the check tells nothing")
 				assert.NotEmpty(t, ma, "the control follows capacity after the change: the check tells nothing")

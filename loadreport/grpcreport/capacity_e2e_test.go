@@ -258,6 +258,8 @@ type capSample struct {
 type capResult struct {
 	before, after       []float64 // each server's share of the calls begun in the window
 	capBefore, capAfter []float64 // its share of the realized capacity (capServer.capacity) in the window
+	// Each client's shares in each window, for a failure's message.
+	clientsBefore, clientsAfter string
 	nBefore, nAfter     int
 	p99Before, p99After time.Duration
 	p99                 time.Duration
@@ -406,6 +408,28 @@ func (r *capRun) result(start time.Time, ph capPhases) capResult {
 	}
 	res.capBefore, res.capAfter = capShares(ph.warm, ph.change()), capShares(ph.afterFrom(), ph.end())
 	var latB, latA []time.Duration
+	perClient := func(from, to time.Duration) string {
+		var b strings.Builder
+		for c := range capClients {
+			per := map[string]int{}
+			n := 0
+			for g := c * capConc; g < (c+1)*capConc; g++ {
+				for _, s := range samples[g] {
+					if s.err == nil && s.began >= from && s.began < to {
+						per[s.addr]++
+						n++
+					}
+				}
+			}
+			var sh []float64
+			for _, s := range servers {
+				sh = append(sh, float64(per[s.addr])/float64(max(n, 1)))
+			}
+			fmt.Fprintf(&b, " client %d: %s%% of %d;", c, fmtShares(sh), n)
+		}
+		return b.String()
+	}
+	res.clientsBefore, res.clientsAfter = perClient(ph.warm, ph.change()), perClient(ph.afterFrom(), ph.end())
 	res.before, res.nBefore, latB = count(ph.warm, ph.change())
 	res.after, res.nAfter, latA = count(ph.afterFrom(), ph.end())
 	res.p99Before, res.p99After = capPercentile(latB, 0.99), capPercentile(latA, 0.99)
@@ -490,7 +514,8 @@ func TestCapacity_endToEnd(t *testing.T) {
 			switch {
 			case v.shares:
 				if len(mb)+len(ma) > 0 {
-					t.Errorf("shares off capacity by more than %.0f points: before the change %v, after %v", 100*capShareTol, mb, ma)
+					t.Errorf("shares off capacity by more than %.0f points: before the change %v, after %v; by client, before:%s after:%s",
+						100*capShareTol, mb, ma, r.clientsBefore, r.clientsAfter)
 				}
 			case v.control:
 				if len(mb) == 0 || len(ma) == 0 {
