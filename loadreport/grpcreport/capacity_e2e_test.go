@@ -260,10 +260,10 @@ type capResult struct {
 	capBefore, capAfter []float64 // its share of the realized capacity (capServer.capacity) in the window
 	// Each client's shares in each window, for a failure's message.
 	clientsBefore, clientsAfter string
-	nBefore, nAfter     int
-	p99Before, p99After time.Duration
-	p99                 time.Duration
-	errs                []error
+	nBefore, nAfter             int
+	p99Before, p99After         time.Duration
+	p99                         time.Duration
+	errs                        []error
 }
 
 func capPercentile(ds []time.Duration, q float64) time.Duration {
