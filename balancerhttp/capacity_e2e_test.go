@@ -64,7 +64,8 @@ const (
 	capSigma    = 1.0
 	capWindow   = time.Second // the middleware's rps window
 	capShareTol = 0.08
-	capStrata   = 16 // draws per block, one from each stratum
+	capP99Bound = 2.0 // see TestCapacity_endToEnd
+	capStrata   = 16  // draws per block, one from each stratum
 )
 
 // capPhases is the run's schedule: warm, measured before the change,
@@ -280,12 +281,12 @@ type capResult struct {
 	capBefore, capAfter []float64
 	// Each client's shares in each window, for a failure's message.
 	clientsBefore, clientsAfter string
-	nBefore             int
-	nAfter              int
-	p99Before           time.Duration
-	p99After            time.Duration
-	p99                 time.Duration // over both windows
-	errs                []error
+	nBefore                     int
+	nAfter                      int
+	p99Before                   time.Duration
+	p99After                    time.Duration
+	p99                         time.Duration // over both windows
+	errs                        []error
 }
 
 // capPercentile returns the q-quantile of ds (nearest rank), 0 for none.
@@ -590,13 +591,23 @@ func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*ba
 	return func(peers []*balancer.Peer) (balancer.Balancer, error) { return a.New(peers, opts...) }
 }
 
-// TestCapacity_endToEnd runs the capacity scenario (top of this file) once
-// per picker, in one test so that their latencies are measured on the same
-// machine at the same time. The report-driven picker's shares must follow
-// capacity within capShareTol before and after the change; RoundRobin,
-// the control, must miss. The latency-aware pickers' shares and every
-// p99 are logged, not asserted: on a shared 2-core machine a p99 over a
-// few hundred requests moves with the scheduler.
+// TestCapacity_endToEnd runs the capacity scenario (top of this file) for
+// every picker at once, each on a fleet of its own (runCapacity), so that
+// their latencies come from the same moments of the machine. The
+// report-driven picker's shares must follow capacity within capShareTol
+// before and after the change; RoundRobin, the control, must miss.
+//
+// The p99s (of the requests begun in both windows, some 500 a picker: the
+// 5th longest) are logged, and one bound is asserted: ReportedWRR's p99
+// is at most capP99Bound times P2CPeakEWMA's. Over 20 runs, 10 under
+// -race, ReportedWRR's ran 0.87 to 1.21 times P2CPeakEWMA's (the gRPC
+// test's 0.85 to 1.38) and RoundRobin's 1.28 to 1.91 times: A58 weighs
+// capacity, not backlog, so a picker that reads its own queues may beat
+// it, and no bound both holds on a busy 2-core machine and rejects round
+// robin. The bound is a guard against the report path going wrong, such
+// as weights left on the slowed server, whose queue then grows for the
+// rest of the run. The other pickers' shares are logged. The test takes
+// about 4 s, with -race too, so -short keeps it.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
 		name    string
@@ -615,6 +626,8 @@ func TestCapacity_endToEnd(t *testing.T) {
 		runs[i] = newCapRun(t, v.new)
 	}
 	results := runCapacity(t, runs, capSchedule)
+	wrr, p2c := results[0].p99, results[1].p99
+	assert.LessOrEqual(t, float64(wrr), capP99Bound*float64(p2c), "ReportedWRR's p99 %v against P2CPeakEWMA's %v", wrr, p2c)
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]

@@ -57,7 +57,8 @@ const (
 	capSigma    = 1.0
 	capWindow   = time.Second // the Tracker's window
 	capShareTol = 0.08
-	capStrata   = 16 // draws per block, one from each stratum
+	capP99Bound = 2.0 // see TestCapacity_endToEnd
+	capStrata   = 16  // draws per block, one from each stratum
 )
 
 // capPhases is the run's schedule: warm, measured before the change,
@@ -475,13 +476,16 @@ func fmtShares(s []float64) string {
 // 2 s.
 const capWRRSettings = `"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","weightExpirationPeriod":"2s"`
 
-// TestCapacity_endToEnd runs the scenario once per policy in one test, so
-// that their latencies are measured on the same machine at the same time:
-// lbgo_reportedwrr's shares and grpc-go's own weighted_round_robin's (the
-// same reports, read by the real peer) must follow capacity within
-// capShareTol before and after the change; round robin, the control,
-// must miss. P2CPeakEWMA's and LeastConn's shares and every p99 are
-// logged.
+// TestCapacity_endToEnd runs the scenario for every policy at once, each
+// on a fleet of its own, so that their latencies come from the same
+// moments of the machine: lbgo_reportedwrr's shares and grpc-go's own
+// weighted_round_robin's (the same reports, read by the real peer) must
+// follow capacity within capShareTol before and after the change; round
+// robin, the control, must miss. lbgo_reportedwrr's p99 must be at most
+// capP99Bound times lbgo_p2cpeakewma's (over 10 runs, 5 under -race, it
+// ran 0.85 to 1.38 times; round robin's 1.22 to 1.78 times; why no tighter
+// bound, as balancerhttp's capacity test says). P2CPeakEWMA's and
+// LeastConn's shares and every p99 are logged. About 4 s, with -race too.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
 		name    string
@@ -501,6 +505,9 @@ func TestCapacity_endToEnd(t *testing.T) {
 		runs[i] = newCapRun(t, v.lb)
 	}
 	results := runCapacity(t, runs, capSchedule)
+	if wrr, p2c := results[0].p99, results[1].p99; float64(wrr) > capP99Bound*float64(p2c) {
+		t.Errorf("lbgo_reportedwrr's p99 %v is more than %v times lbgo_p2cpeakewma's %v", wrr, capP99Bound, p2c)
+	}
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]
