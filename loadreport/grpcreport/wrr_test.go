@@ -157,48 +157,6 @@ func wrrConfigPenalty(oob bool, penalty float64) string {
 	return fmt.Sprintf(`{"weighted_round_robin":{"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","weightExpirationPeriod":"180s","enableOobLoadReport":%v,"oobReportingPeriod":"1s","errorUtilizationPenalty":%v}}`, oob, penalty)
 }
 
-// a58Weight is gRFC A58's weight of a report: rps / (utilization +
-// eps/rps × penalty), utilization the application's if set, else the
-// CPU's; 0 (no weight) for a report with either at 0.
-func a58Weight(s loadreport.Snapshot, penalty float64) float64 {
-	u := s.ApplicationUtilization
-	if u == 0 {
-		u = s.CPUUtilization
-	}
-	if u == 0 || s.RPSFractional == 0 {
-		return 0
-	}
-	return s.RPSFractional / (u + s.EPS/s.RPSFractional*penalty)
-}
-
-// sampleShares reads every server's report each 20 ms until stop is
-// closed and returns the shares A58's weights give, averaged over the
-// samples: the shares a policy following those reports gives.
-func sampleShares(servers []*testServer, penalty float64, stop <-chan struct{}) []float64 {
-	sum := make([]float64, len(servers))
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			for i := range sum {
-				sum[i] /= float64(max(n, 1))
-			}
-			return sum
-		case <-tick.C:
-		}
-		w := make([]float64, len(servers))
-		total := 0.0
-		for i, s := range servers {
-			w[i] = a58Weight(s.tracker.Snapshot(), penalty)
-			total += w[i]
-		}
-		for i := range w {
-			sum[i] += w[i] / total
-		}
-	}
-}
-
 // capacities are the servers' capacities: A58 weights 1, 2, 3 (see
 // capacityServer), shares 1/6, 2/6, 3/6, where round robin gives 1/3
 // each.
@@ -295,53 +253,83 @@ func TestGRPCGoWRRFollowsOOBReports(t *testing.T) {
 	}
 }
 
-// errorPenalty and errorEvery make the third server's errors weigh: it
-// fails every 4th call (eps/rps = 1/4), and with penalty 50 its A58
-// weight is rps / (rps/300 + 12.5) = 300 × rps / (rps + 3750), well below
-// its capacity's 300 at the rates of these tests (a few hundred to ten
-// thousand a second: 218 at 10,000), and dependent on its share. The expected shares are
-// not derived in advance but from the servers' reports, sampled while
-// the calls run. The servers' window is 1 s, so that their rates follow
-// the current traffic within a second (a rate over the time since the
-// start, which a longer window gives in its first seconds, moves as the
-// shares settle, and a policy's weights lag it by an update period); the
-// calls are measured after 1.5 s of warm-up, once the window is full.
+// fleetServers are servers on the real clock whose application reports
+// its utilization as its completed requests per second over its part of
+// the fleet's: rps_i / (fraction_i × Σ_j rps_j), fraction_i =
+// capacity_i / Σ capacity, so that a server receiving its capacity's
+// share of the traffic reports 1. The third fails every 4th call
+// (errorEvery: eps/rps = 1/4). With R the fleet's rate and s_i the
+// shares, gRFC A58's weight, rps / (utilization + eps/rps × penalty), is
+//
+//	w_i = s_i R / (s_i/fraction_i + e_i × penalty),  e_i = eps_i/rps_i,
+//
+// which is fraction_i × R for the servers without errors, whatever their
+// share, and for the third (fraction 1/2, e = 1/4), in units of R,
+// w_2 = s_2 / (2 s_2 + penalty/4). A policy following the weights
+// settles where s_2 = w_2 / (1/6 + 2/6 + w_2): s_2/2 = w_2 (1 − s_2), so
+// 2 s_2 + penalty/4 = 2 (1 − s_2), s_2 = 1/2 − penalty/16; the others
+// share the rest 1:2. With penalty 2: 0.2083, 0.4167, 0.375, where the
+// capacities alone give 0.1667, 0.3333, 0.5. The rate R cancels, so the
+// shares do not depend on how fast the machine runs the test; and the
+// fixed point attracts (the map s_2 → w_2/(1/2 + w_2) has slope 1/4
+// there), so a policy's lag behind the reports is damped.
+func fleetServers(t *testing.T) []*testServer {
+	t.Helper()
+	var all atomic.Pointer[[]*loadreport.Tracker]
+	sum := 0.0
+	for _, c := range capacities {
+		sum += c
+	}
+	var servers []*testServer
+	var trackers []*loadreport.Tracker
+	for i, c := range capacities {
+		var tr *loadreport.Tracker
+		tr, err := loadreport.NewTracker(loadreport.WithWindow(time.Second), loadreport.WithUtilization(func() float64 {
+			fleet := 0.0
+			for _, o := range *all.Load() {
+				fleet += o.RPS()
+			}
+			if fleet == 0 {
+				return 0
+			}
+			return (*all.Load())[i].RPS() / (c / sum * fleet)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		trackers = append(trackers, tr)
+		servers = append(servers, startServerWith(t, tr, nil))
+	}
+	all.Store(&trackers)
+	servers[2].failEvery.Store(errorEvery)
+	return servers
+}
+
 const (
-	errorPenalty = 50
+	errorPenalty = 2
 	errorEvery   = 4
 )
 
-// errorShareTolerance: a policy's shares differ from the sampled ones by
-// the lag of its weights (one 0.1 s update period and a report's age)
-// behind rates that move within the 1 s window. Measured on a loaded
-// 2-core machine: one client within 0.6 points over 10 runs; two
-// clients at once (the differential test, twice the workers) within 1.7
-// over 8. 1.5 points for one client, 3 for two; the failing server's
-// share must also be 5 points below its capacity's, which a policy
-// blind to eps misses by 10 points or more.
-const (
-	errorShareTolerance        = 0.015
-	errorShareTolerance2       = 0.03
-	failingShareBelowByAtLeast = 0.05
-)
+// errorShares are the shares derived in fleetServers.
+func errorShares() []float64 {
+	s2 := 0.5 - errorPenalty/16.0
+	return []float64{(1 - s2) / 3, 2 * (1 - s2) / 3, s2}
+}
 
-// TestGRPCGoWRRPenalizesErrors: grpc-go's weighted_round_robin follows
-// the A58 weights of our reports' eps as well: its shares are within 2
-// points of those the servers' reports give, sampled while it runs, and
-// the failing server gets clearly less than its capacity's share.
+// errorShareTolerance: the rates behind the weights are over a 1 s
+// window and move with the shares; a policy's weights lag them by an
+// update period (0.1 s) and a report's age; the error rate of a window
+// is 1/4 to within one call in its count. The attracting fixed point
+// damps the lag; 1.5 points.
+const errorShareTolerance = 0.015
+
+// TestGRPCGoWRRPenalizesErrors: grpc-go's weighted_round_robin weighs our
+// reports' eps as A58 says: over fleetServers, with errorUtilizationPenalty
+// 2, its shares are those derived there, not the capacities' (which the
+// failing server's share misses by 12.5 points).
 func TestGRPCGoWRRPenalizesErrors(t *testing.T) {
-	servers := startCapacityServers(t, loadreport.WithWindow(time.Second))
-	servers[2].failEvery.Store(errorEvery)
+	servers := fleetServers(t)
 	conn := dialPolicy(t, wrrConfigPenalty(false, errorPenalty), servers)
 	warmUp(t, []*grpc.ClientConn{conn}, servers, nil, 1500*time.Millisecond)
-	stop := make(chan struct{})
-	sampled := make(chan []float64, 1)
-	go func() { sampled <- sampleShares(servers, errorPenalty, stop) }()
-	got := shares(t, conn, servers, shareCalls, shareWorkers)
-	close(stop)
-	want := <-sampled
-	checkShares(t, got, want, errorShareTolerance)
-	if got[2] > expectedShares()[2]-failingShareBelowByAtLeast {
-		t.Fatalf("the failing server's share %.4f is not clearly below its capacity's %.4f", got[2], expectedShares()[2])
-	}
+	checkShares(t, shares(t, conn, servers, shareCalls, shareWorkers), errorShares(), errorShareTolerance)
 }
