@@ -37,7 +37,7 @@ func reportedWRRConfigPenalty(penalty float64) string {
 // derived there.
 func TestReportedWRRMatchesGRPCGoWRR(t *testing.T) {
 	if balancer.Get(reportedWRRName) == nil {
-		t.Skip(reportedWRRName + " is not registered: this tree has no ReportedWRR")
+		t.Fatal(reportedWRRName + " is not registered")
 	}
 	for _, tt := range []struct {
 		name    string
