@@ -38,7 +38,11 @@ import (
 // A recompute that changes the weight of a peer not down restarts the
 // sequence as a list change does: every current weight goes to 0 and the
 // cycle is built anew, so a peer's picks never lag its share by more than
-// the one pick the restart can cost it. The effective weight keeps its
+// the one pick the restart can cost it. The new cycle is entered at the
+// position the old one's counter had reached (modulo its length), not at
+// its start, which is also a state of nginx's scan (the one that many
+// picks from 0 reach): restarts as frequent as picks would otherwise give
+// the first entry, the first heaviest peer, every pick. The effective weight keeps its
 // fraction of the weight across a change (ew' = ew × w'/w, rounded down),
 // so a peer recovering from a failure goes on recovering; it recovers, as
 // in nginx, by one per scan in which it is eligible, which with weights in
@@ -84,9 +88,10 @@ const checkEvery = 256
 // blackout again); a report with Utilization or RPS 0 is ignored. Peers
 // without a weight get the mean; while fewer than two peers of a list have
 // one, the list runs on the configured weights alone, exactly as SmoothWRR.
-// The configured weight multiplies the reported one (with default weights
-// the shares are A58's; weight=2 doubles a peer's share among peers that
-// report alike; weight=0 is never picked), where A58 ignores it.
+// The configured weight multiplies the reported one, where A58 ignores
+// it: with default weights the shares are A58's, and a weight= set still
+// means what it says (weight=2 doubles a peer's share among peers that
+// report alike; weight=0 gives it none).
 //
 // Weights are recomputed at most once per update period, lazily: by the
 // Done with a report, or else the 256th Pick, that finds the period over;
@@ -102,9 +107,11 @@ const checkEvery = 256
 //
 // Pick costs what SmoothWRR's does (O(1), lock-free from the precomputed
 // cycle while the primaries are healthy); Done with a report is lock-free
-// but for the recompute, O(n + W·d) when the weights change. The zero
-// value is not usable; use [NewReportedWRR]. ReportedWRR is safe for
-// concurrent use.
+// and reads the clock. A recompute is O(n), and when the weights change
+// O(n + W·d) more to build their cycle (W their sum, d the distinct ones,
+// bounded), paid by the Done or Pick that runs it while the other picks go
+// on from the old cycle. The zero value is not usable; use
+// [NewReportedWRR]. ReportedWRR is safe for concurrent use.
 type ReportedWRR struct {
 	smoothRR
 
@@ -348,6 +355,10 @@ func (s *ReportedWRR) reweigh(now int64) {
 	s.version++
 	s.applyLocked(l, want)
 	// As a list change leaves them (publishLocked), for the new cycle.
+	var served uint64
+	if old := s.cycle.Load(); old != nil {
+		served = old.ctr.Load() &^ closedBit
+	}
 	s.closeLocked()
 	for _, peers := range [2][]*Peer{l.primary, l.backup} {
 		for _, p := range peers {
@@ -356,6 +367,12 @@ func (s *ReportedWRR) reweigh(now int64) {
 	}
 	s.built = c // nil: built under the lock once it can open, if it can
 	s.smoothRR.changedLocked(l)
+	if c := s.cycle.Load(); c != nil {
+		// Start where the old cycle's count leaves off, not at the first
+		// entry, so that frequent changes do not favour the peers early
+		// in the cycle (the first in order among the heaviest).
+		c.ctr.Add(served % c.w)
+	}
 }
 
 // prebuilt returns the cycle of l's primaries at the smooth-step weights
