@@ -31,6 +31,7 @@ var optionCases = []struct {
 	{"WithFloor", WithFloor(2)},
 	{"WithTolerance", WithTolerance(2)},
 	{"WithBoundedLoad", WithBoundedLoad(1.25)},
+	{"WithReportedLoad", WithReportedLoad(time.Second)},
 	{"WithEvents", WithEvents(func(Event) {})},
 }
 
