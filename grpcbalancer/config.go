@@ -40,6 +40,7 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	floor                      int
 //	warmup                     duration
 //	boundedLoad                number ≥ 1
+//	reportedLoad               duration (WithReportedLoad's window)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -71,6 +72,7 @@ type Config struct {
 	Tolerance      *float64     `json:"tolerance,omitempty"`
 	Floor          *int         `json:"floor,omitempty"`
 	BoundedLoad    *float64     `json:"boundedLoad,omitempty"`
+	ReportedLoad   *string      `json:"reportedLoad,omitempty"`
 }
 
 // lbConfig is a parsed, checked Config.
@@ -186,6 +188,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"decay", c.Decay, lbgo.WithDecay},
 		{"failurePenalty", c.FailurePenalty, lbgo.WithFailurePenalty},
 		{"warmup", c.Warmup, lbgo.WithWarmup},
+		{"reportedLoad", c.ReportedLoad, lbgo.WithReportedLoad},
 	} {
 		if d.v != nil {
 			v, err := dur(d.field, d.v)
