@@ -375,6 +375,9 @@ func Scenarios() []Scenario {
 		blackhole("blackhole-stall", "stalls until the timeout", Stall, 1),
 		jitter("jitter", 1),
 		jitter("herd", 16),
+		fleet("fleet1", 1),
+		fleet("fleet16", 16),
+		fleet("fleet64", 64),
 		uniform(),
 	}
 }
@@ -486,6 +489,29 @@ func jitter(name string, k int) Scenario {
 		Clients:  k,
 		Duration: 60 * time.Second,
 		Jitter:   Jitter{Every: 500 * time.Millisecond, Lo: 1, Hi: 3},
+		Watch:    -1,
+	}
+	for range 10 {
+		s.Backends = append(s.Backends, Backend{Workers: 1, Mean: 10 * time.Millisecond, Weight: 1})
+	}
+	return s
+}
+
+// fleet is a fleet whose speeds shift about every second, seen by k
+// independent clients: ten M/M/1 backends of herd's speeds, each redrawing
+// its mean service time from U[10, 30] ms at intervals drawn uniformly from
+// [0.25 s, 1.75 s], each on its own schedule; load 0.75 of the nominal
+// capacity (one worker over the 20 ms mean). A client sees a backend's
+// speed only through its own share of the traffic, 1/k of it: the
+// backends' load reports and the full-information oracle see it all.
+func fleet(name string, k int) Scenario {
+	s := Scenario{
+		Name:     name,
+		Title:    fmt.Sprintf("10 M/M/1 backends, mean redrawn from U[10, 30] ms every 0.25-1.75 s (uniform); K=%d", k),
+		Load:     0.75,
+		Clients:  k,
+		Duration: 60 * time.Second,
+		Jitter:   Jitter{Every: time.Second, Spread: 750 * time.Millisecond, Lo: 1, Hi: 3},
 		Watch:    -1,
 	}
 	for range 10 {

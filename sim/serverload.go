@@ -110,7 +110,8 @@ func (s *server) settle(now int64) {
 //   - RPS and EPS: the requests and the errors (fast errors, stalls)
 //     that ended over the window, divided by its span as the middleware
 //     divides;
-//   - Utilization: the fraction of worker time busy over the same span,
+//   - Utilization: the fraction of worker time busy over the same span
+//     (within the first bucket, over the time since the start),
 //     1 − idle / (workers × span), counting the idle time of workers idle
 //     now up to now; 0 (absent) for a backend with unlimited workers.
 func (b *backendState) fill(l *balancer.ServerLoad, now int64) {
@@ -123,15 +124,17 @@ func (b *backendState) fill(l *balancer.ServerLoad, now int64) {
 		InFlight:    float64(int(b.rif) + len(s.late)),
 		HasInFlight: true,
 	}
-	if c := len(b.workers); c > 0 {
+	if c := len(b.workers); c > 0 && now > 0 {
+		// The span, but for the time before the run (in the first
+		// bucket): the busy fraction of the time there was.
+		covered := min(sp, now)
 		idle := s.idle.total(now)
-		start := now - sp
 		for _, free := range b.workers {
 			if free < now {
-				idle += now - max(free, start)
+				idle += now - max(free, now-covered)
 			}
 		}
-		u := 1 - float64(idle)/(float64(c)*float64(sp))
+		u := 1 - float64(idle)/(float64(c)*float64(covered))
 		l.Utilization = min(max(u, 0), 1)
 	}
 }
