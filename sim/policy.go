@@ -49,14 +49,17 @@ func Pickers() []Policy {
 	return ps
 }
 
-// Oracles returns the two reference policies: the clairvoyant
+// Oracles returns the reference policies: the clairvoyant
 // shortest-expected-delay policy (the practical bound for every latency
-// metric) and the square-root split of the true current capacities (T*,
-// the best any random split with fixed weights can do while nothing
+// metric), the full-information one (the true requests in flight and
+// current speeds at the pick, no clairvoyance: what server-side knowledge
+// could reach) and the square-root split of the true current capacities
+// (T*, the best any random split with fixed weights can do while nothing
 // changes).
 func Oracles() []Policy {
 	return []Policy{
 		{Name: OracleSED, oracle: newSED},
+		{Name: OracleInfo, oracle: newInformed},
 		{Name: OracleSplit, oracle: newSplit},
 	}
 }

@@ -19,10 +19,12 @@ import (
 var simUsage = fmt.Sprintf(`usage: balance sim [-scenario NAME,...|all] [-pickers NAME,...|all] [-seeds N] [-format table|markdown]
                  [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-svg DIR] [-list] [overrides]
 
-Simulates every picker and the two oracles in the built-in scenarios on a
-virtual clock and prints one comparison table per scenario. The same flags
-always print the same bytes. With no flags it runs every scenario with 3
-seeds in a few seconds.
+Simulates every picker and the oracles in the built-in scenarios on a
+virtual clock and prints one comparison table per scenario. Backends send
+a load report with each reply, as servers running package loadreport's
+middleware do (-no-reports turns them off). The same flags always print
+the same bytes. With no flags it runs every scenario with 3 seeds in a few
+seconds.
 
 -check prints the latency-aware picker's targets as PASS/FAIL lines with
 their numbers and exits 1 if one fails. -series prints, for the first seed,
@@ -74,7 +76,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "override: attempt timeout "+timeoutDefault)
 	fs.Var(&maxFails, "max-fails", "override: every peer's max_fails, `N` failures within fail_timeout take it out; 0 disables failure accounting "+maxFailsDefault)
 	fs.Var(&failTimeout, "fail-timeout", "override: every peer's fail_timeout, a `duration` "+failTimeoutDefault)
-	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter "+jitterDefault)
+	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter (a uniform interval's spread scales with it) "+jitterDefault)
+	noReports := fs.Bool("no-reports", false, "override: the backends send no load reports with their replies")
 	fs.Usage = func() {} // a usage error prints a hint, -h the usage
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -174,7 +177,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.FailTimeout(failTimeout.v))
 		}
 		if has("jitter-every") && s.Jitter.Every > 0 {
+			s.Jitter.Spread = time.Duration(float64(s.Jitter.Spread) * float64(*jitterEvery) / float64(s.Jitter.Every))
 			s.Jitter.Every = *jitterEvery
+		}
+		if *noReports {
+			s.NoReports = true
 		}
 	}
 
