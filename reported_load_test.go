@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -441,4 +442,44 @@ func TestReportedLoad_sampledAvoidsReportedPeer(t *testing.T) {
 	t.Logf("off %d on %d", off, on)
 	assert.GreaterOrEqual(t, off, 4, "off")
 	assert.LessOrEqual(t, on, 1, "on")
+}
+
+// BenchmarkReportedLoad times Pick+Done of the four pickers that take
+// WithReportedLoad, serially, at 10 and 1000 peers (benchPeers): off, on
+// with reports that carry no in-flight count, and on with a count on every
+// report (7, so that every peer holds a live report of others).
+// BenchmarkReportedLoad/LeastConn/peers=10/off and so on.
+func BenchmarkReportedLoad(b *testing.B) {
+	counted := &ServerLoad{InFlight: 7, HasInFlight: true}
+	for _, name := range []string{"LeastConn", "RandomTwo", "P2CPeakEWMA", "FastestFirst"} {
+		var alg Algorithm
+		for _, a := range Algorithms() {
+			if a.Name == name {
+				alg = a
+			}
+		}
+		for _, n := range []int{10, 1000} {
+			for _, mode := range []string{"off", "on-no-count", "on-count"} {
+				b.Run(fmt.Sprintf("%s/peers=%d/%s", name, n, mode), func(b *testing.B) {
+					var opts []Option
+					o := benchOutcome
+					if mode != "off" {
+						opts = append(opts, WithReportedLoad(time.Minute))
+					}
+					if mode == "on-count" {
+						o.Load = counted
+					}
+					p, err := alg.New(benchPeers(n), opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportAllocs()
+					for b.Loop() {
+						peer, _ := p.Pick(nil)
+						_ = p.Done(peer, o)
+					}
+				})
+			}
+		}
+	}
 }
