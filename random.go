@@ -66,6 +66,10 @@ type randomTable struct {
 	list  *peerList
 	alias rwTable
 	total int64
+	// srv[i] is the reports kept of primary i (reported_load.go), read
+	// beside the peer without a load from it; nil with WithReportedLoad
+	// off.
+	srv []*serverCount
 }
 
 // randomSpec and randomTwoSpec are Random's and RandomTwo's declarations
@@ -118,7 +122,14 @@ func (b *randomPicker) changedLocked(l *peerList) {
 		w[i] = uint64(p.weight.Load())
 		total += p.weight.Load()
 	}
-	b.table.Store(&randomTable{list: l, alias: newRWTable(l.primary, w), total: total})
+	var srv []*serverCount
+	if b.rep.on() {
+		srv = make([]*serverCount, len(l.primary))
+		for i, p := range l.primary {
+			srv[i] = reportOf(p)
+		}
+	}
+	b.table.Store(&randomTable{list: l, alias: newRWTable(l.primary, w), total: total, srv: srv})
 	b.smoothRR.changedLocked(l)
 }
 
@@ -184,8 +195,8 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 			} else {
 				q := peers[first]
 				if b.rep.on() {
-					pl := b.rep.load(reportOf(p), p.inFlight(), clk)
-					ql := b.rep.load(reportOf(q), q.inFlight(), clk)
+					pl := b.rep.load(t.srv[i], p.inFlight(), clk)
+					ql := b.rep.load(t.srv[first], q.inFlight(), clk)
 					if pl*float64(q.weight.Load()) > ql*float64(p.weight.Load()) {
 						p, i = q, first
 					}
