@@ -31,7 +31,7 @@ var optionCases = []struct {
 	{"WithFloor", WithFloor(2)},
 	{"WithTolerance", WithTolerance(2)},
 	{"WithBoundedLoad", WithBoundedLoad(1.25)},
-	{"WithReportedLoad", WithReportedLoad(time.Second)},
+	{"WithReportedLoad", WithReportedLoad(time.Second, 1)},
 	{"WithEvents", WithEvents(func(Event) {})},
 }
 

@@ -12,59 +12,63 @@ import (
 // clients on one fleet, each sees a fraction of every server's queue, and
 // all of them judge the others' share to be zero. A server that reports
 // its requests in flight (ServerLoad.InFlight, ORCA's named_metrics.rif)
-// says what the others are doing. With WithReportedLoad(window) on, the
+// says what the others are doing. With WithReportedLoad(window, n) on, the
 // load a picker compares, in place of its own in-flight count o(t), is
 //
-//	L(t) = o(t) + x · max(0, 1 − (t − t_r)/window)
+//	L(t) = n·o(t) + x·max(0, 1 − (t − t_r)/window)
 //	x    = max(0, R − (o_r + 1))
 //
 // where R is the count the peer's server reported with the reply at t_r,
 // and o_r the picker's own attempts on the peer still in flight once that
-// reply's attempt ended. The derivation: at t_r the server held R
-// requests; of those, o_r + 1 were this picker's (the one it replied to,
-// which the server counts while it writes the report, as
-// loadreport.Middleware does, and the others still in flight, at the
-// server or on their way, an overcount only for the ones not yet arrived),
-// so x = R − (o_r + 1) were the other clients'. After t_r the own part is
-// known exactly at every instant, o(t); the others' part is not, and its
-// best estimate is its last value, trusted less as it ages. So L adds the
-// others' last count, faded, to the own count now, and never counts an own
-// attempt twice: a picker alone on the fleet has x = 0, and its picks are
-// exactly those of the option off. A report R < o_r + 1 (attempts still on
-// their way, or a server that counts differently) says no one else is
-// there: x = 0.
+// reply's attempt ended. This is C3's queue estimate (Suresh et al., NSDI
+// 2015), q̂ = 1 + os·n + q̄ (os this client's outstanding requests, n the
+// number of clients, q̄ the server's reported queue), with x for q̄ and a
+// fade for C3's EWMA; the 1 is each picker's own (P2CPeakEWMA's and
+// FastestFirst's costs add 1 to the load, LeastConn and RandomTwo compare
+// loads).
+//
+// The derivation. At t_r the server held R requests; of those, o_r + 1
+// were this picker's (the one it replied to, which the server counts while
+// it writes the report, as loadreport.Middleware does, and the others
+// still in flight, at the server or on their way, an overcount only for
+// the ones not yet arrived), so x = R − (o_r + 1) were the other clients'.
+// A report R < o_r + 1 (attempts still on their way, or a server that
+// counts differently) says no one else is there: x = 0. After t_r the own
+// part is known exactly at every instant, o(t); the others' part is not,
+// and its best estimate is its last value, trusted less as it ages. n, as
+// in C3, counts each own attempt as n: the n − 1 other clients, reading
+// the same reports, are taken to send as this one does, so that clients
+// that share stale reports do not all crowd onto the peer that looked
+// least loaded; it overcounts the others' attempts made before t_r, which
+// x holds already, by design. With n = 1 and no other client (x = 0), L
+// is the own count and every pick is exactly that of the option off; for
+// LeastConn and RandomTwo, which compare L/w, so it is with any n until a
+// report shows another client, since n·o ranks as o does.
 //
 // Staleness: a peer the picker avoids sends no replies, hence no new
-// reports, so a report must not keep its weight forever. The others' count
-// fades linearly to zero over window and is gone past it: from then on the
-// peer's load is the own count alone, as if it had never reported, until
-// its next reply. A linear fade ends exactly (an exponential one would
-// leave a remainder that still breaks every tie against the peer) and
-// costs a multiplication, not an exponential, on the pick. window should
-// be a few times the time a server's queue takes to turn over, about the
-// peers' typical latency: a report is then trusted for as long as the
-// queue it describes can have stayed the same.
+// reports, so a report must not keep its weight forever. x fades linearly
+// to zero over window and is gone past it: from then on the peer's load
+// is n·o alone, until its next reply. A linear fade ends exactly (an
+// exponential one would leave a remainder that still breaks every tie
+// against the peer) and costs a multiplication, not an exponential, on the
+// pick. In the simulator's fleets (ten backends whose speeds are redrawn
+// about every second, 16 or 64 clients) a window of seconds, many times
+// the 10-30 ms latencies and longer than the speeds last, did better than
+// a short one, and a fade better than a cut: a report that lapses makes
+// its peer look empty to every client that avoided it, at about the same
+// time; one that fades lets them return gradually.
 //
-// Against C3 (Suresh et al., NSDI 2015), whose queue estimate is q̂ = 1 +
-// os·n + q̄ (os this client's outstanding requests, n the number of
-// clients, q̄ an EWMA of the reported queue): L keeps C3's two terms, the
-// own outstanding requests and the server's report, but subtracts the own
-// ones the report already holds rather than adding them on top of it, and
-// does not multiply them by n, which a client does not know (C3's n
-// anticipates that every other client sends as this one does; here the
-// others' actual count comes from the reports). The +1 of q̂ is each
-// picker's own: P2CPeakEWMA's and FastestFirst's costs add 1 to the load,
-// LeastConn and RandomTwo compare loads. The last report replaces the
-// previous one rather than entering an average: it is the freshest count
-// of a queue, and the fade already discounts it with age.
+// The last report replaces the previous one rather than entering an
+// average: it is the freshest count of a queue, and the fade already
+// discounts it with age.
 //
 // Weights divide L whole: a peer of weight w is as loaded as L/w, the
 // servers' counts included, as a weight stands for capacity and the
-// server's count is the demand on all of it. A count is a float64:
-// LeastConn and FastestFirst compare L_p·w_q with L_q·w_p in floating
-// point, exact for own counts alone (integers below 2^53), so that the
-// ties nginx's smooth round-robin breaks are the same ties as with the
-// option off for as long as no other client is reported.
+// server's count is the demand on all of it. L is a float64: LeastConn and
+// FastestFirst compare L_p·w_q with L_q·w_p in floating point, exact for
+// own counts alone (integers below 2^53), so that the ties nginx's smooth
+// round-robin breaks are the same ties as with the option off for as long
+// as no other client is reported.
 //
 // Reports above maxReportedInFlight are ignored: more requests than a peer
 // can hold of one picker's attempts (connBits) is not a count to trust, and
@@ -74,16 +78,16 @@ import (
 // atomic words, the count first; a pick that reads the new count with the
 // previous time fades it a little more than it should, for that pick. The
 // pick reads the clock once (lazyClock), and only when a peer it compares
-// holds a live report.
+// holds a report.
 
 // maxReportedInFlight is the largest count a report may carry and be
 // used: the most attempts one picker can hold on a peer (connMask).
 const maxReportedInFlight = connMask
 
 // reportedLoad is a picker's WithReportedLoad setting: the fade window
-// of a report, in ns; 0 when the option is off. Immutable after
-// construction.
-type reportedLoad struct{ window float64 }
+// of a report, in ns, 0 when the option is off, and n, the clients each
+// own attempt stands for. Immutable after construction.
+type reportedLoad struct{ window, n float64 }
 
 func (r reportedLoad) on() bool { return r.window > 0 }
 
@@ -107,23 +111,24 @@ func (c *serverCount) note(l *ServerLoad, own, now int64) {
 	c.stamp.Store(now)
 }
 
-// load returns L for a peer with own attempts in flight: own, plus the
+// load returns L for a peer with own attempts in flight: n·own, plus the
 // others' count of its last report faded to clk's time. It reads the clock
 // only if a report is held.
 func (r reportedLoad) load(c *serverCount, own int64, clk *lazyClock) float64 {
+	l := r.n * float64(own)
 	bits := c.others.Load()
 	if bits == 0 {
-		return float64(own)
+		return l
 	}
 	age := float64(clk.get() - c.stamp.Load())
 	if age >= r.window {
-		return float64(own)
+		return l
 	}
 	f := 1.0
 	if age > 0 { // a clock that steps back counts as no age
 		f = 1 - age/r.window
 	}
-	return float64(own) + math.Float64frombits(bits)*f
+	return l + math.Float64frombits(bits)*f
 }
 
 // compareReported is compareLoad over reported loads: negative when a
@@ -188,39 +193,50 @@ func reportOf(p *Peer) *serverCount {
 
 // reportedSetting is WithReportedLoad's setting.
 type reportedSetting struct {
-	window time.Duration
-	set    bool
+	window  time.Duration
+	clients int
+	set     bool
 }
+
+// maxReportedClients bounds WithReportedLoad's clients.
+const maxReportedClients = 1 << 20
 
 // WithReportedLoad makes LeastConn, RandomTwo, P2CPeakEWMA and FastestFirst
 // weigh the requests in flight a peer's server reports with its replies
-// (Outcome.Load with HasInFlight), which count every client's attempts,
-// beside the picker's own: in place of its own in-flight count a peer's
-// load becomes that count plus the other clients' attempts at its last
-// report (the reported count less the picker's own attempts then), the
-// latter fading linearly to nothing over window after the report, so a peer
-// that stops reporting is judged by the own count again. Weights divide
-// the whole load. Without reports, or with reports but no other client,
-// every pick is the same as without the option. window must be positive;
-// a few times the peers' typical latency suits. A count above 2^24−1 is
-// ignored. The other pickers refuse it.
+// (Outcome.Load with HasInFlight), which count every client's attempts.
+// In place of its own in-flight count o, a peer's load becomes
+// clients·o plus the other clients' attempts at its last report (the
+// reported count less the picker's own attempts then), the latter fading
+// linearly to nothing over window after the report, so that a peer that
+// stops reporting is judged by its own count again. clients is how many
+// clients balance over these servers independently, C3's herd factor: each
+// own attempt counts as that many. Weights divide the whole load.
+//
+// With clients 1 and no other client in the reports, every pick is the same
+// as without the option, and so for LeastConn and RandomTwo with any
+// clients. window must be positive, clients in [1, 2^20]; in the
+// simulator's fleets a window of seconds, many times the latency, suited,
+// and clients the true number of clients. A count above 2^24−1 is ignored.
+// The other pickers refuse the option.
 //
 // A program that builds pickers from the registry passes it to those whose
 // Algorithm.Options name "WithReportedLoad": a.New(peers, WithClock(now),
-// WithReportedLoad(window)).
-func WithReportedLoad(window time.Duration) Option {
-	return ownOption("WithReportedLoad", func(s *reportedSetting) { *s = reportedSetting{window, true} })
+// WithReportedLoad(10*time.Second, 16)).
+func WithReportedLoad(window time.Duration, clients int) Option {
+	return ownOption("WithReportedLoad", func(s *reportedSetting) { *s = reportedSetting{window, clients, true} })
 }
 
 // reportedOptions applies cfg's WithReportedLoad, if given, and checks it.
 func reportedOptions(picker string, cfg *config) (reportedLoad, error) {
 	var s reportedSetting
 	applyOwn(cfg, &s)
-	if !s.set {
+	switch {
+	case !s.set:
 		return reportedLoad{}, nil
+	case s.window <= 0:
+		return reportedLoad{}, fmt.Errorf("balancer: %s: WithReportedLoad(%v, %d): window not positive: %w", picker, s.window, s.clients, ErrInvalidConfig)
+	case s.clients < 1 || s.clients > maxReportedClients:
+		return reportedLoad{}, fmt.Errorf("balancer: %s: WithReportedLoad(%v, %d): clients out of [1, %d]: %w", picker, s.window, s.clients, maxReportedClients, ErrInvalidConfig)
 	}
-	if s.window <= 0 {
-		return reportedLoad{}, fmt.Errorf("balancer: %s: WithReportedLoad(%v): not positive: %w", picker, s.window, ErrInvalidConfig)
-	}
-	return reportedLoad{window: float64(s.window)}, nil
+	return reportedLoad{window: float64(s.window), n: float64(s.clients)}, nil
 }

@@ -16,11 +16,12 @@ import (
 
 // The expected picks below are worked out from the rule of
 // reported_load.go, written out in each test: a peer's load is
-// L = own in flight + x·max(0, 1 − age/window), x = max(0, R − (own in
-// flight after the report's attempt ended + 1)), R the count reported.
-// LeastConn and RandomTwo take the least L/weight, P2CPeakEWMA and
-// FastestFirst the least (L+1)/weight when the peers' latencies are equal
-// (every report below carries the same latency, at one instant).
+// L = n·own in flight + x·max(0, 1 − age/window), x = max(0, R − (own in
+// flight after the report's attempt ended + 1)), R the count reported, n
+// the option's clients (1 unless a test says otherwise). LeastConn and
+// RandomTwo take the least L/weight, P2CPeakEWMA and FastestFirst the
+// least (L+1)/weight when the peers' latencies are equal (every report
+// below carries the same latency, at one instant).
 
 // reportedLatency is the latency of every report of these tests, and
 // reportedWindow the option's window: short beside the latency, so that
@@ -65,14 +66,14 @@ func algorithmNamed(t *testing.T, name string) Algorithm {
 }
 
 // reportedSet is a picker over a and b (and rc.extra peers kept down),
-// with WithReportedLoad(reportedWindow) unless off.
+// with WithReportedLoad(reportedWindow, clients) unless clients is 0.
 type reportedSet struct {
 	p    Balancer
 	clk  *fakeClock
 	a, b *Peer
 }
 
-func newReportedSet(t *testing.T, rc reportedCase, wa, wb int, off bool) *reportedSet {
+func newReportedSet(t *testing.T, rc reportedCase, wa, wb, clients int) *reportedSet {
 	t.Helper()
 	s := &reportedSet{clk: newFakeClock(), a: NewPeer("a", Weight(wa)), b: NewPeer("b", Weight(wb))}
 	peers := []*Peer{s.a, s.b}
@@ -84,8 +85,8 @@ func newReportedSet(t *testing.T, rc reportedCase, wa, wb int, off bool) *report
 	if alg.Random {
 		opts = append(opts, WithRand(rand.NewPCG(9, 10)))
 	}
-	if !off {
-		opts = append(opts, WithReportedLoad(reportedWindow))
+	if clients != 0 {
+		opts = append(opts, WithReportedLoad(reportedWindow, clients))
 	}
 	var err error
 	s.p, err = alg.New(peers, opts...)
@@ -145,7 +146,7 @@ func forEachDerived(t *testing.T, f func(t *testing.T, rc reportedCase)) {
 // at b 4 > a 3.5, a (L_a 4.5); b 4 < 4.5, b; b 5 > 4.5, a.
 func TestReportedLoad_othersCountUntilOwnCatchUp(t *testing.T) {
 	forEachDerived(t, func(t *testing.T, rc reportedCase) {
-		s := newReportedSet(t, rc, 1, 1, false)
+		s := newReportedSet(t, rc, 1, 1, 1)
 		s.report(t, s.a, 4.5)
 		s.report(t, s.b, 1)
 		assert.Equal(t, "b b b b a b a", picks(t, s.p, 7, pickHold))
@@ -160,7 +161,7 @@ func TestReportedLoad_othersCountUntilOwnCatchUp(t *testing.T) {
 // (a 2.75); a (3.25); b 3, b (b 4); a 3.25, a (3.75); a (4.25); b 4, b.
 func TestReportedLoad_weightDividesTheReportedCount(t *testing.T) {
 	forEachDerived(t, func(t *testing.T, rc reportedCase) {
-		s := newReportedSet(t, rc, 2, 1, false)
+		s := newReportedSet(t, rc, 2, 1, 1)
 		s.report(t, s.a, 4.5)
 		s.report(t, s.b, 1)
 		want := "b b a b a a b"
@@ -180,11 +181,26 @@ func TestReportedLoad_weightDividesTheReportedCount(t *testing.T) {
 // would pick a twice.
 func TestReportedLoad_ownAttemptsNotCountedTwice(t *testing.T) {
 	forEachDerived(t, func(t *testing.T, rc reportedCase) {
-		s := newReportedSet(t, rc, 1, 1, false)
+		s := newReportedSet(t, rc, 1, 1, 1)
 		s.holdOn(t, s.a, 2)
 		s.report(t, s.a, 3)
 		s.report(t, s.b, 3.5)
 		assert.Equal(t, "a b", picks(t, s.p, 2, pickHold))
+	})
+}
+
+// Each own attempt counts as n = 3 (C3's herd factor). a reports 4.5
+// (x_a = 3.5), b 1 (x_b = 0); then held picks. LeastConn and RandomTwo:
+// L_b = 0, 3 < 3.5: b b; b 6 > 3.5: a (L_a 3 + 3.5 = 6.5); b 6: b (9);
+// a 6.5: a (9.5); b 9: b. P2CPeakEWMA and FastestFirst, L+1: b 1, 4 < 4.5:
+// b b; b 7 > 4.5: a (7.5); b 7: b (10); a 7.5: a (10.5); b 10: b. With
+// n = 1 (the first test) b takes four picks before a's first.
+func TestReportedLoad_clientsWeighOwnAttempts(t *testing.T) {
+	forEachDerived(t, func(t *testing.T, rc reportedCase) {
+		s := newReportedSet(t, rc, 1, 1, 3)
+		s.report(t, s.a, 4.5)
+		s.report(t, s.b, 1)
+		assert.Equal(t, "b b a b a b", picks(t, s.p, 6, pickHold))
 	})
 }
 
@@ -208,7 +224,7 @@ func TestReportedLoad_staleReportExpires(t *testing.T) {
 	} {
 		t.Run(tt.age.String(), func(t *testing.T) {
 			forEachDerived(t, func(t *testing.T, rc reportedCase) {
-				s := newReportedSet(t, rc, 1, 1, false)
+				s := newReportedSet(t, rc, 1, 1, 1)
 				s.report(t, s.a, 4.5)
 				s.report(t, s.b, 1)
 				s.holdOn(t, s.b, 1)
@@ -243,7 +259,7 @@ func TestReportedLoad_badReportsIgnored(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			forEachDerived(t, func(t *testing.T, rc reportedCase) {
-				s := newReportedSet(t, rc, 1, 1, false)
+				s := newReportedSet(t, rc, 1, 1, 1)
 				s.only(t, s.a)
 				l := tt.load
 				err := s.p.Done(s.a, Outcome{Latency: reportedLatency, Load: &l})
@@ -269,21 +285,27 @@ func TestReportedLoad_badReportsIgnored(t *testing.T) {
 // reported attempts, failures and abandoned ones, on unequal weights.
 // The option-off sequences are the ones the nginx vectors and the live
 // differential tests hold.
+//
+// LeastConn and RandomTwo compare L/weight, which n·own ranks as own
+// does: with clients 16 too.
 func TestReportedLoad_aloneSameAsOff(t *testing.T) {
 	for _, kind := range []string{"own counts", "no in-flight count", "no load"} {
 		t.Run(kind, func(t *testing.T) {
 			forEachReported(t, func(t *testing.T, rc reportedCase) {
-				seq := func(off bool) string {
+				clients := []int{1}
+				if !rc.plus1 {
+					clients = append(clients, 16)
+				}
+				seq := func(n int) string {
 					clk := newFakeClock()
-					n := 5 + rc.extra
-					peers := makePeers(n, letter, func(i int) []PeerOption { return []PeerOption{Weight(i%5 + 1), MaxFails(0)} })
+					peers := makePeers(5+rc.extra, letter, func(i int) []PeerOption { return []PeerOption{Weight(i%5 + 1), MaxFails(0)} })
 					alg := algorithmNamed(t, rc.algo)
 					opts := []Option{clk.opt()}
 					if alg.Random {
 						opts = append(opts, WithRand(rand.NewPCG(3, 4)))
 					}
-					if !off {
-						opts = append(opts, WithReportedLoad(time.Second))
+					if n != 0 {
+						opts = append(opts, WithReportedLoad(time.Second, n))
 					}
 					p, err := alg.New(peers, opts...)
 					require.NoError(t, err)
@@ -317,24 +339,40 @@ func TestReportedLoad_aloneSameAsOff(t *testing.T) {
 					}
 					return strings.Join(out, " ")
 				}
-				assert.Equal(t, seq(true), seq(false))
+				off := seq(0)
+				for _, n := range clients {
+					assert.Equal(t, off, seq(n), "clients %d", n)
+				}
 			})
 		})
 	}
 }
 
-// The option's value: positive, or refused naming it.
+// The option's values: a positive window and clients in [1, 2^20], or
+// refused naming them.
 func TestReportedLoad_optionRange(t *testing.T) {
 	forEachReported(t, func(t *testing.T, rc reportedCase) {
 		alg := algorithmNamed(t, rc.algo)
-		for _, d := range []time.Duration{0, -time.Second} {
-			_, err := alg.New([]*Peer{NewPeer("a")}, WithReportedLoad(d))
+		for _, tt := range []struct {
+			window  time.Duration
+			clients int
+			want    string
+		}{
+			{0, 1, "WithReportedLoad(0s, 1): window not positive"},
+			{-time.Second, 1, "WithReportedLoad(-1s, 1): window not positive"},
+			{time.Second, 0, "WithReportedLoad(1s, 0): clients out of [1, 1048576]"},
+			{time.Second, -2, "WithReportedLoad(1s, -2): clients out of [1, 1048576]"},
+			{time.Second, 1<<20 + 1, "WithReportedLoad(1s, 1048577): clients out of [1, 1048576]"},
+		} {
+			_, err := alg.New([]*Peer{NewPeer("a")}, WithReportedLoad(tt.window, tt.clients))
 			assert.ErrorIs(t, err, ErrInvalidConfig)
-			assert.ErrorContains(t, err, "WithReportedLoad("+d.String()+"): not positive")
+			assert.ErrorContains(t, err, tt.want)
 			assert.ErrorContains(t, err, rc.algo)
 		}
-		_, err := alg.New([]*Peer{NewPeer("a")}, WithReportedLoad(time.Nanosecond))
-		assert.NoError(t, err)
+		for _, c := range []int{1, 1 << 20} {
+			_, err := alg.New([]*Peer{NewPeer("a")}, WithReportedLoad(time.Nanosecond, c))
+			assert.NoError(t, err)
+		}
 	})
 }
 
@@ -346,7 +384,7 @@ func TestReportedLoad_pickDoneAllocs(t *testing.T) {
 			if rc.sampled() {
 				return // the sizes cover both modes
 			}
-			p, err := algorithmNamed(t, rc.algo).New(benchPeers(n), WithReportedLoad(time.Second))
+			p, err := algorithmNamed(t, rc.algo).New(benchPeers(n), WithReportedLoad(time.Second, 1))
 			require.NoError(t, err)
 			l := &ServerLoad{InFlight: 7, HasInFlight: true}
 			for _, load := range []*ServerLoad{nil, l} {
@@ -370,7 +408,7 @@ func TestReportedLoad_concurrent(t *testing.T) {
 		}
 		for _, n := range []int{4, 2 * ffExactMax} {
 			peers := makePeers(n, numbered, nil)
-			p, err := algorithmNamed(t, rc.algo).New(peers, WithReportedLoad(time.Millisecond))
+			p, err := algorithmNamed(t, rc.algo).New(peers, WithReportedLoad(time.Millisecond, 16))
 			require.NoError(t, err)
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)
@@ -421,7 +459,7 @@ func TestReportedLoad_sampledAvoidsReportedPeer(t *testing.T) {
 		peers := makePeers(40, numbered, nil)
 		opts := []Option{clk.opt(), WithRand(rand.NewPCG(5, 6))}
 		if !off {
-			opts = append(opts, WithReportedLoad(time.Second))
+			opts = append(opts, WithReportedLoad(time.Second, 1))
 		}
 		p, err := NewFastestFirst(peers, opts...)
 		require.NoError(t, err)
@@ -464,7 +502,7 @@ func BenchmarkReportedLoad(b *testing.B) {
 					var opts []Option
 					o := benchOutcome
 					if mode != "off" {
-						opts = append(opts, WithReportedLoad(time.Minute))
+						opts = append(opts, WithReportedLoad(time.Minute, 16))
 					}
 					if mode == "on-count" {
 						o.Load = counted

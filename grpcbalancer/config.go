@@ -40,7 +40,8 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	floor                      int
 //	warmup                     duration
 //	boundedLoad                number ≥ 1
-//	reportedLoad               duration (WithReportedLoad's window)
+//	reportedLoad               {"window": duration, "clients": int ≥ 1}
+//	                           (WithReportedLoad; clients default 1)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -59,20 +60,27 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 // default, as nginx leaves out http_500: they are usually the
 // application's answer, not the server's health.
 type Config struct {
-	MaxFails       *int         `json:"maxFails,omitempty"`
-	FailTimeout    *string      `json:"failTimeout,omitempty"`
-	MaxConns       *int         `json:"maxConns,omitempty"`
-	FailureCodes   []codes.Code `json:"failureCodes,omitempty"`
-	HashHeader     string       `json:"hashHeader,omitempty"`
-	Decay          *string      `json:"decay,omitempty"`
-	FailurePenalty *string      `json:"failurePenalty,omitempty"`
-	Warmup         *string      `json:"warmup,omitempty"`
-	Band           *float64     `json:"band,omitempty"`
-	Exponent       *float64     `json:"exponent,omitempty"`
-	Tolerance      *float64     `json:"tolerance,omitempty"`
-	Floor          *int         `json:"floor,omitempty"`
-	BoundedLoad    *float64     `json:"boundedLoad,omitempty"`
-	ReportedLoad   *string      `json:"reportedLoad,omitempty"`
+	MaxFails       *int          `json:"maxFails,omitempty"`
+	FailTimeout    *string       `json:"failTimeout,omitempty"`
+	MaxConns       *int          `json:"maxConns,omitempty"`
+	FailureCodes   []codes.Code  `json:"failureCodes,omitempty"`
+	HashHeader     string        `json:"hashHeader,omitempty"`
+	Decay          *string       `json:"decay,omitempty"`
+	FailurePenalty *string       `json:"failurePenalty,omitempty"`
+	Warmup         *string       `json:"warmup,omitempty"`
+	Band           *float64      `json:"band,omitempty"`
+	Exponent       *float64      `json:"exponent,omitempty"`
+	Tolerance      *float64      `json:"tolerance,omitempty"`
+	Floor          *int          `json:"floor,omitempty"`
+	BoundedLoad    *float64      `json:"boundedLoad,omitempty"`
+	ReportedLoad   *ReportedLoad `json:"reportedLoad,omitempty"`
+}
+
+// ReportedLoad is Config's reportedLoad: the arguments of
+// balancer.WithReportedLoad. Window is required; Clients defaults to 1.
+type ReportedLoad struct {
+	Window  *string `json:"window,omitempty"`
+	Clients *int    `json:"clients,omitempty"`
 }
 
 // lbConfig is a parsed, checked Config.
@@ -188,7 +196,6 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"decay", c.Decay, lbgo.WithDecay},
 		{"failurePenalty", c.FailurePenalty, lbgo.WithFailurePenalty},
 		{"warmup", c.Warmup, lbgo.WithWarmup},
-		{"reportedLoad", c.ReportedLoad, lbgo.WithReportedLoad},
 	} {
 		if d.v != nil {
 			v, err := dur(d.field, d.v)
@@ -214,6 +221,21 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	}
 	if c.Floor != nil {
 		opts = append(opts, option{"floor", *c.Floor, lbgo.WithFloor(*c.Floor)})
+	}
+	if r := c.ReportedLoad; r != nil {
+		if r.Window == nil {
+			return nil, bad("reportedLoad", "no window")
+		}
+		w, err := dur("reportedLoad", r.Window)
+		if err != nil {
+			return nil, err
+		}
+		clients := 1
+		if r.Clients != nil {
+			clients = *r.Clients
+		}
+		v := fmt.Sprintf("{%v %d}", w, clients)
+		opts = append(opts, option{"reportedLoad", v, lbgo.WithReportedLoad(w, clients)})
 	}
 	// probe is one peer with the server parameters (a peer belongs to one
 	// picker, so a new one for each).
@@ -278,7 +300,7 @@ func unmarshalError(raw map[string]json.RawMessage, err error) error {
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) {
 		if name, v := rawField(raw, ute.Field); v != nil {
-			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list"}[ute.Type.Kind()]
+			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list", reflect.Struct: "an object"}[ute.Type.Kind()]
 			if want == "" {
 				want = ute.Type.String()
 			}
