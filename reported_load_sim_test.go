@@ -29,14 +29,16 @@ func reportedPolicy(a balancer.Algorithm, window time.Duration, clients int) sim
 // its own picker, every backend reporting its requests in flight), over
 // seeds 0-9: LeastConn with WithReportedLoad(10 s, 16) has a p99 at least
 // 1.5 times lower than LeastConn's and P2CPeakEWMA's with 16 clients, and
-// 1.4 times with 64; with one client, each of the four pickers with
+// 1.4 times with 64, and with 16 clients a window of 200 ms, ten times
+// the mean latency, does at least 1.3 times worse than 10 s; with one
+// client, each of the four pickers with
 // WithReportedLoad(10 s, 1) runs exactly as without it (same p99 and
 // mean), the reports showing no other client.
 func TestReportedLoad_fleets(t *testing.T) {
 	if testing.Short() || raceEnabled {
-		// 4 s, 90 under the race detector; the runs share nothing
-		// between goroutines but the report, and the pickers' own
-		// concurrent tests run under it.
+		// 4 s, 90 under the race detector; a simulation is
+		// single-threaded, and the pickers' concurrent tests run under
+		// it.
 		t.Skip("simulates 10 × 60 s of three fleets")
 	}
 	alg := map[string]balancer.Algorithm{}
@@ -72,6 +74,9 @@ func TestReportedLoad_fleets(t *testing.T) {
 		assert.LessOrEqual(t, r[0]*tt.factor, r[2], "%s: against LeastConn", tt.scenario)
 		assert.LessOrEqual(t, r[0]*tt.factor, r[4], "%s: against P2CPeakEWMA", tt.scenario)
 	}
+	r := p99("fleet16", reportedPolicy(alg["LeastConn"], 10*time.Second, 16), reportedPolicy(alg["LeastConn"], 200*time.Millisecond, 16))
+	t.Logf("fleet16 p99: window 10 s %.1f ms, 200 ms %.1f", r[0], r[2])
+	assert.LessOrEqual(t, r[0]*1.3, r[2], "fleet16: window 10 s against 200 ms")
 	for _, name := range []string{"LeastConn", "RandomTwo", "P2CPeakEWMA", "FastestFirst"} {
 		var off sim.Policy
 		for _, p := range sim.Pickers() {
