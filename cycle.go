@@ -171,7 +171,7 @@ func buildCycle(l *peerList, w int64) *cycle {
 	var order []int32 // live primaries of positive weight, by weight, then index
 	for i, p := range l.primary {
 		if !p.down.Load() {
-			weights[i] = p.weight.Load()
+			weights[i] = p.smooth
 			if weights[i] > 0 {
 				order = append(order, int32(i))
 			}

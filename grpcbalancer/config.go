@@ -40,6 +40,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	floor                      int
 //	warmup                     duration
 //	boundedLoad                number ≥ 1
+//	blackoutPeriod, weightExpirationPeriod, weightUpdatePeriod
+//	                           duration (ReportedWRR; gRFC A58's names)
+//	errorUtilizationPenalty    number ≥ 0 (ReportedWRR)
 //	reportedLoad               {"window": duration, "clients": int ≥ 1}
 //	                           (WithReportedLoad; clients default 1)
 //
@@ -60,20 +63,25 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 // default, as nginx leaves out http_500: they are usually the
 // application's answer, not the server's health.
 type Config struct {
-	MaxFails       *int          `json:"maxFails,omitempty"`
-	FailTimeout    *string       `json:"failTimeout,omitempty"`
-	MaxConns       *int          `json:"maxConns,omitempty"`
-	FailureCodes   []codes.Code  `json:"failureCodes,omitempty"`
-	HashHeader     string        `json:"hashHeader,omitempty"`
-	Decay          *string       `json:"decay,omitempty"`
-	FailurePenalty *string       `json:"failurePenalty,omitempty"`
-	Warmup         *string       `json:"warmup,omitempty"`
-	Band           *float64      `json:"band,omitempty"`
-	Exponent       *float64      `json:"exponent,omitempty"`
-	Tolerance      *float64      `json:"tolerance,omitempty"`
-	Floor          *int          `json:"floor,omitempty"`
-	BoundedLoad    *float64      `json:"boundedLoad,omitempty"`
-	ReportedLoad   *ReportedLoad `json:"reportedLoad,omitempty"`
+	MaxFails       *int         `json:"maxFails,omitempty"`
+	FailTimeout    *string      `json:"failTimeout,omitempty"`
+	MaxConns       *int         `json:"maxConns,omitempty"`
+	FailureCodes   []codes.Code `json:"failureCodes,omitempty"`
+	HashHeader     string       `json:"hashHeader,omitempty"`
+	Decay          *string      `json:"decay,omitempty"`
+	FailurePenalty *string      `json:"failurePenalty,omitempty"`
+	Warmup         *string      `json:"warmup,omitempty"`
+	Band           *float64     `json:"band,omitempty"`
+	Exponent       *float64     `json:"exponent,omitempty"`
+	Tolerance      *float64     `json:"tolerance,omitempty"`
+	Floor          *int         `json:"floor,omitempty"`
+	BoundedLoad    *float64     `json:"boundedLoad,omitempty"`
+
+	BlackoutPeriod          *string       `json:"blackoutPeriod,omitempty"`
+	WeightExpirationPeriod  *string       `json:"weightExpirationPeriod,omitempty"`
+	WeightUpdatePeriod      *string       `json:"weightUpdatePeriod,omitempty"`
+	ErrorUtilizationPenalty *float64      `json:"errorUtilizationPenalty,omitempty"`
+	ReportedLoad            *ReportedLoad `json:"reportedLoad,omitempty"`
 }
 
 // ReportedLoad is Config's reportedLoad: the arguments of
@@ -196,6 +204,9 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"decay", c.Decay, lbgo.WithDecay},
 		{"failurePenalty", c.FailurePenalty, lbgo.WithFailurePenalty},
 		{"warmup", c.Warmup, lbgo.WithWarmup},
+		{"blackoutPeriod", c.BlackoutPeriod, lbgo.WithBlackoutPeriod},
+		{"weightExpirationPeriod", c.WeightExpirationPeriod, lbgo.WithWeightExpirationPeriod},
+		{"weightUpdatePeriod", c.WeightUpdatePeriod, lbgo.WithWeightUpdatePeriod},
 	} {
 		if d.v != nil {
 			v, err := dur(d.field, d.v)
@@ -214,6 +225,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"exponent", c.Exponent, lbgo.WithExponent},
 		{"tolerance", c.Tolerance, lbgo.WithTolerance},
 		{"boundedLoad", c.BoundedLoad, lbgo.WithBoundedLoad},
+		{"errorUtilizationPenalty", c.ErrorUtilizationPenalty, lbgo.WithErrorUtilizationPenalty},
 	} {
 		if f.v != nil {
 			opts = append(opts, option{f.field, *f.v, f.opt(*f.v)})

@@ -288,6 +288,10 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 	k := orDefault(sc.Clients, 1)
 	w.clients = make([]client, k)
 	clock := func() time.Time { return epoch.Add(time.Duration(w.now)) }
+	newPicker := pol.New
+	if pol.fleet != nil {
+		newPicker = pol.fleet(k)
+	}
 	for c := range w.clients {
 		peers := make([]*balancer.Peer, n)
 		index := make(map[*balancer.Peer]int32, n)
@@ -302,7 +306,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 			p = pol.oracle(w, peers, src)
 		} else {
 			var err error
-			if p, err = pol.New(peers, clock, src); err != nil {
+			if p, err = newPicker(peers, clock, src); err != nil {
 				return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
 			}
 		}
