@@ -3,6 +3,8 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,4 +96,59 @@ func TestFleetDeterministic(t *testing.T) {
 	first := render(1, 1)
 	assert.Equal(t, first, render(1, 3), "same seed, different output")
 	assert.NotEqual(t, first, render(5, 2), "different seeds, same output")
+}
+
+// TestFleetOneClientReportsChangeNothing: with one client the +rif
+// variants are their pickers, result for result, as WithReportedLoad's
+// contract says (with clients 1 and no other client in the reports, every
+// pick is the same as without the option).
+func TestFleetOneClientReportsChangeNothing(t *testing.T) {
+	sc := mustLookup(t, "fleet1")
+	sc.Duration = 20 * time.Second
+	var n int
+	for _, p := range Pickers() {
+		base, ok := strings.CutSuffix(p.Name, ReportedSuffix)
+		if !ok {
+			continue
+		}
+		n++
+		a, err := Run(&sc, p, 1)
+		require.NoError(t, err)
+		b, err := Run(&sc, policy(t, base), 1)
+		require.NoError(t, err)
+		a.Policy = b.Policy
+		assert.True(t, fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b), "%s differs from %s with one client", p.Name, base)
+	}
+	assert.Equal(t, 4, n, "LeastConn, P2CPeakEWMA, FastestFirst and RandomTwo take WithReportedLoad")
+}
+
+// TestFleetTarget is issue 17's target in the simulator: with 16 clients
+// on shifting speeds, the best report-driven picker (ReportedWRR or a +rif
+// variant) has a p99, mean over seeds 1-3 as balance sim prints it, at
+// least 1.5 times lower than P2CPeakEWMA's and LeastConn's.
+func TestFleetTarget(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("48 runs of 60 s: skipped with -short and -race")
+	}
+	sc := mustLookup(t, "fleet16")
+	var pols []Policy
+	for _, p := range Pickers() {
+		if p.Name == "ReportedWRR" || strings.HasSuffix(p.Name, ReportedSuffix) || p.Name == "P2CPeakEWMA" || p.Name == "LeastConn" {
+			pols = append(pols, p)
+		}
+	}
+	rep, err := Compare([]Scenario{sc}, pols, Options{Seeds: 3, Seed: 1})
+	require.NoError(t, err)
+	best, bestP99 := "", math.Inf(1)
+	for _, m := range rep.Summaries[0] {
+		if (m.Policy == "ReportedWRR" || strings.HasSuffix(m.Policy, ReportedSuffix)) && m.P99.Mean < bestP99 {
+			best, bestP99 = m.Policy, m.P99.Mean
+		}
+	}
+	for _, local := range []string{"P2CPeakEWMA", "LeastConn"} {
+		m, ok := rep.Find(sc.Name, local)
+		require.True(t, ok)
+		t.Logf("%s p99 %.1f ms, %s %.1f ms: %.2fx lower", best, bestP99, local, m.P99.Mean, m.P99.Mean/bestP99)
+		assert.GreaterOrEqual(t, m.P99.Mean/bestP99, 1.5, "%s against %s", best, local)
+	}
 }

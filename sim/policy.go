@@ -55,14 +55,39 @@ func Pickers() []Policy {
 			continue // the simulated requests carry no key
 		}
 		ps = append(ps, Policy{Name: a.Name, New: factory(a, tuned[a.Name]...)})
-		if slices.Contains(a.Options, "WithReportedLoad") {
-			with := func(clients int) Factory {
-				return factory(a, balancer.WithReportedLoad(ReportedLoadWindow, clients))
-			}
-			aware = append(aware, Policy{Name: a.Name + ReportedSuffix, New: with(1), fleet: with})
+		if p, ok := reported(a, ReportedLoadWindow); ok {
+			aware = append(aware, p)
 		}
 	}
 	return append(ps, aware...)
+}
+
+// Reported returns the variant of the picker called base (as
+// balancer.AlgorithmNamed finds it) that weighs the backends' reported
+// requests in flight over the given window, told the scenario's number of
+// clients (balancer.WithReportedLoad(window, clients)), named base +
+// ReportedSuffix; false if base takes no WithReportedLoad. It returns an
+// error for a window that is not positive.
+func Reported(base string, window time.Duration) (Policy, bool, error) {
+	if window <= 0 {
+		return Policy{}, false, invalid("sim: reported-load window %v is not positive", window)
+	}
+	a, err := balancer.AlgorithmNamed(base)
+	if err != nil {
+		return Policy{}, false, nil
+	}
+	p, ok := reported(a, window)
+	return p, ok, nil
+}
+
+func reported(a balancer.Algorithm, window time.Duration) (Policy, bool) {
+	if a.Keyed || !slices.Contains(a.Options, "WithReportedLoad") {
+		return Policy{}, false
+	}
+	with := func(clients int) Factory {
+		return factory(a, balancer.WithReportedLoad(window, clients))
+	}
+	return Policy{Name: a.Name + ReportedSuffix, New: with(1), fleet: with}, true
 }
 
 // ReportedSuffix ends the name of a picker's variant that weighs the
@@ -71,9 +96,11 @@ func Pickers() []Policy {
 const ReportedSuffix = "+rif"
 
 // ReportedLoadWindow is the window the +rif variants fade a report over:
-// many times the latencies of the fleet scenarios (10 to 30 ms of service)
-// and about as long as their speeds last, as WithReportedLoad's doc advises.
-const ReportedLoadWindow = time.Second
+// a window of seconds, as WithReportedLoad's doc advises for the fleet
+// scenarios, many times their latencies (10 to 30 ms of service) and
+// longer than any of their speeds lasts (at most 1.75 s). balance sim's
+// -rif-window measures others.
+const ReportedLoadWindow = 3 * time.Second
 
 // fastWRR are ReportedWRR's settings in the simulator, the short ones its
 // doc gives for capacities that change within seconds with a report on

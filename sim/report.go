@@ -377,13 +377,18 @@ func span(d time.Duration) string {
 	return fmt.Sprintf("%g s", d.Seconds())
 }
 
-// Legend explains the report's columns; the markdown report ends with it.
+// Legend explains the report's columns; the markdown report ends with it,
+// and a line on the oracle, columns and pickers added since.
 const Legend = `Latencies are per request, from arrival to the end of its last attempt, failed requests included, over every seed (mean and 95% confidence interval across seeds).
 Failed attempts are retried at once on another peer, as nginx does, unless the scenario says "no retry"; errors are requests that failed for good; a request that finds no eligible peer fails at once, at 0 ms (see the notes under a table).
 divert: seconds from the degradation until the degraded backend's share of attempts (over 500 ms) stays at or below half its fair share; readmit: seconds from the recovery until it stays at or above half its fair share; never: not within the run.
 peak share: the degraded backend's largest share of attempts in a 500 ms window while degraded, as a multiple of its fair share; sinkhole: above its fair share beyond binomial noise.
 herd: 99th percentile over time of the largest in-flight count of a backend over the mean; churn: mean change of the traffic split between consecutive 500 ms windows (total variation).
-Oracle SED sends each attempt where it will finish soonest, reading the true queues and service times; Oracle full-info sends it where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; Oracle split draws from the square-root split of the true current capacities; p99/SED and p99/full-info (scenarios with changing speeds): p99 over that oracle's.`
+Oracle SED sends each attempt where it will finish soonest, reading the true queues and service times; Oracle split draws from the square-root split of the true current capacities.`
+
+// legendMore follows Legend in the markdown report: the oracle, columns and
+// pickers added since Legend was fixed.
+const legendMore = `Oracle full-info sends each attempt where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; p99/SED and p99/full-info (scenarios with changing speeds): p99 over that oracle's; a +rif picker weighs the requests in flight its backends report (WithReportedLoad).`
 
 // Write prints the report: a table per scenario, plain text or, with
 // markdown, GitHub tables followed by the Legend. A plain-text table is
@@ -449,7 +454,7 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 		}
 	}
 	if markdown {
-		for _, line := range strings.Split(Legend, "\n") {
+		for _, line := range strings.Split(Legend+"\n"+legendMore, "\n") {
 			fmt.Fprintf(ew, "- %s\n", line)
 		}
 	}
@@ -511,9 +516,13 @@ func (r *Report) tableLegend(si int) []string {
 	out = append(out,
 		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),
 		"churn: the mean fraction of traffic that changes backend from one 500 ms window to the next (0 = a fixed split).")
-	var oracles bool
+	var oracles, rif bool
 	for _, m := range r.Summaries[0] {
 		oracles = oracles || m.Oracle
+		rif = rif || strings.HasSuffix(m.Policy, ReportedSuffix)
+	}
+	if rif {
+		out = append(out, "+rif: the picker weighing the requests in flight its backends report with each reply (WithReportedLoad).")
 	}
 	if oracles {
 		out = append(out, "Oracle SED sends each attempt where it will finish soonest, from the true queues and service times; Oracle full-info where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; Oracle split draws from the square-root split of the true current capacities. No real client can run them.")

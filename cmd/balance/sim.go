@@ -78,6 +78,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&failTimeout, "fail-timeout", "override: every peer's fail_timeout, a `duration` "+failTimeoutDefault)
 	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter (a uniform interval's spread scales with it) "+jitterDefault)
 	noReports := fs.Bool("no-reports", false, "override: the backends send no load reports with their replies")
+	rifWindow := fs.Duration("rif-window", sim.ReportedLoadWindow, "the window over which the +rif pickers fade a reported count (WithReportedLoad)")
 	fs.Usage = func() {} // a usage error prints a hint, -h the usage
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -119,6 +120,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return bad("timeout", "the attempt timeout must be positive")
 	case !positive("jitter-every", *jitterEvery):
 		return bad("jitter-every", "the mean interval must be positive")
+	case !positive("rif-window", *rifWindow):
+		return bad("rif-window", "the window must be positive")
 	case !positive("tau", *tau):
 		return bad("tau", "the decay constant must be positive")
 	case has("svg") && *svgDir == "":
@@ -194,6 +197,22 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		pols = []sim.Policy{c, b}
 	} else if pols, err = simPolicies(*pickers); err != nil {
 		return bad("pickers", "%v", err)
+	}
+	if has("rif-window") {
+		var rif bool
+		for i, p := range pols {
+			base, ok := strings.CutSuffix(p.Name, sim.ReportedSuffix)
+			if !ok || p.IsOracle() {
+				continue
+			}
+			if pols[i], ok, err = sim.Reported(base, *rifWindow); !ok || err != nil {
+				return bad("rif-window", "%s: %v", p.Name, err)
+			}
+			rif = true
+		}
+		if !rif {
+			return bad("rif-window", "no chosen picker reads reported counts (the %s ones)", sim.ReportedSuffix)
+		}
 	}
 	if *series {
 		*seeds = 1
