@@ -59,6 +59,10 @@ package balancer
 type LeastConn struct {
 	peerSet
 	rep reportedLoad // WithReportedLoad; immutable after construction
+	// srv holds, with WithReportedLoad, the reports kept of each primary
+	// and each backup (reported_load.go), in list order, so that the scan
+	// reads them beside the peers. Rebuilt on every change; guarded by mu.
+	srv [2][]*serverCount
 }
 
 // leastConnSpec is LeastConn's declaration (see pickerSpec).
@@ -79,7 +83,11 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	if rep.on() {
 		b.fresh = newReportPeer
 	}
-	if err := b.init(peers, cfg, nil); err != nil {
+	var changed func(*peerList)
+	if rep.on() {
+		changed = b.changedLocked
+	}
+	if err := b.init(peers, cfg, changed); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -91,9 +99,24 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clk := lazyClock{now: b.now}
-	return pickFrame(b.load(), r, func(peers []*Peer, _ bool) int {
-		return scanLeastConn(peers, r, &clk, b.rep)
+	return pickFrame(b.load(), r, func(peers []*Peer, backup bool) int {
+		srv := b.srv[0]
+		if backup {
+			srv = b.srv[1]
+		}
+		return scanLeastConn(peers, r, &clk, b.rep, srv)
 	})
+}
+
+// changedLocked rebuilds srv for l. Requires b.mu.
+func (b *LeastConn) changedLocked(l *peerList) {
+	for k, peers := range [2][]*Peer{l.primary, l.backup} {
+		srv := make([]*serverCount, len(peers))
+		for i, p := range peers {
+			srv[i] = reportOf(p)
+		}
+		b.srv[k] = srv
+	}
 }
 
 // scanLeastConn is nginx's ngx_http_upstream_get_least_conn_peer over one
@@ -105,8 +128,9 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 // per comparison and the tied peers are matched against the winner's count
 // as first read; a count that drops meanwhile can only make a peer look
 // busier than it is for this one pick. With rep on, the loads compared are
-// the reported ones (reported_load.go), read the same way.
-func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad) int {
+// the reported ones (reported_load.go), read the same way, srv[i] holding
+// peer i's reports.
+func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount) int {
 	var least *Peer
 	var at int         // least's position in peers
 	var conns, w int64 // least's in-flight count and weight, as read
@@ -119,7 +143,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad) 
 		pc, pw := p.inFlight(), p.weight.Load()
 		var pl float64
 		if rep.on() {
-			pl = rep.load(reportOf(p), pc, clk)
+			pl = rep.load(srv[i], pc, clk)
 		}
 		if least == nil {
 			least, at, conns, w, load, many = p, i, pc, pw, pl, false
@@ -149,7 +173,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad) 
 				pc := p.inFlight()
 				var pl float64
 				if rep.on() {
-					pl = rep.load(reportOf(p), pc, clk)
+					pl = rep.load(srv[i], pc, clk)
 				}
 				if rep.compare(pc, pl, p.weight.Load(), conns, load, w) != 0 {
 					continue

@@ -51,12 +51,15 @@ import (
 // is n·o alone, until its next reply. A linear fade ends exactly (an
 // exponential one would leave a remainder that still breaks every tie
 // against the peer) and costs a multiplication, not an exponential, on the
-// pick. In the simulator's fleets (ten backends whose speeds are redrawn
-// about every second, 16 or 64 clients) a window of seconds, many times
-// the 10-30 ms latencies and longer than the speeds last, did better than
-// a short one, and a fade better than a cut: a report that lapses makes
-// its peer look empty to every client that avoided it, at about the same
-// time; one that fades lets them return gradually.
+// pick. How long a window: the report of a peer a client avoids ages
+// with no replacement, and what the others do there meanwhile is unknown;
+// cutting the report off at a short age makes the peer look empty to
+// every client that avoided it, at about the same time, and they all
+// return at once. A long window, many times the latency and longer than
+// a server's speed lasts, lets them return gradually: in the simulator's
+// fleets (ten backends whose speeds are redrawn about every second, 10-30
+// ms mean service times, 16 clients) 10 s beats 200 ms by 1.3× or more in
+// p99 (TestReportedLoad_fleets).
 //
 // The last report replaces the previous one rather than entering an
 // average: it is the freshest count of a queue, and the fade already
@@ -213,11 +216,12 @@ const maxReportedClients = 1 << 20
 // own attempt counts as that many. Weights divide the whole load.
 //
 // With clients 1 and no other client in the reports, every pick is the same
-// as without the option, and so for LeastConn and RandomTwo with any
-// clients. window must be positive, clients in [1, 2^20]; in the
-// simulator's fleets a window of seconds, many times the latency, suited,
-// and clients the true number of clients. A count above 2^24−1 is ignored.
-// The other pickers refuse the option.
+// as without the option; so it is for LeastConn and RandomTwo with any
+// clients. window must be positive, clients in [1, 2^20]. In the
+// simulator's fleets of 16 and 64 clients over ten backends of 10-30 ms,
+// window 10 s and clients 16 cut LeastConn's p99 by 1.5× and 1.4×. A count
+// above 2^24−1 is ignored. The option adds no lock and no allocation to
+// Pick or Done. The other pickers refuse it.
 //
 // A program that builds pickers from the registry passes it to those whose
 // Algorithm.Options name "WithReportedLoad": a.New(peers, WithClock(now),
