@@ -263,7 +263,7 @@ func (p *Peer) InFlight() int { return int(p.inFlight()) }
 type PeerState struct {
 	Weight          int
 	EffectiveWeight int
-	DerivedWeight   int // the weight a picker derives, such as FastestFirst's from latency (out of 100); 0 under other pickers
+	DerivedWeight   int // the weight a picker derives: FastestFirst's from latency (out of 100), ReportedWRR's from reports (its smooth step's); 0 under other pickers
 	CurrentWeight   int
 	Fails           int
 	InFlight        int

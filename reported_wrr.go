@@ -28,17 +28,21 @@ import (
 // weight is max(1, round(B × x_i / Σx)). B, the budget, is 100 per candidate
 // (reportScale: a peer at the mean of an all-default list gets 100, so that
 // a share is exact to 0.5/W of the total, W ≈ 100 × candidates), at most
-// 32768 (maxReportedSum), halved until the cycle of the weights can be built
-// (W ≤ MaxCycle and W × d ≤ maxCycleWork, d the distinct weights) or B has
-// come down to the candidates; from about 330 candidates on, a share is
-// exact to 0.5/32768 of the total, a coarse resolution for each peer at
-// 10,000 (3.3 a mean peer). The floor at 1 keeps a peer that reports far
+// 32768 (maxReportedSum), halved until the cycle of the weights fits and is
+// cheap to build (W ≤ MaxCycle and W × d ≤ reportedBuildWork, d the
+// distinct weights) or B has come down to the candidates; from about 330
+// candidates on, a share is exact to 0.5/32768 of the total or coarser, a
+// coarse resolution for each peer at 10,000 (3.3 a mean peer). The floor at 1 keeps a peer that reports far
 // less than the others (or that the division underflows for) in rotation.
 //
 // A recompute that changes the weight of a peer not down restarts the
 // sequence as a list change does: every current weight goes to 0 and the
 // cycle is built anew, so a peer's picks never lag its share by more than
-// the one pick the restart can cost it. The effective weight keeps its
+// the one pick the restart can cost it. The new cycle is entered at the
+// position the old one's counter had reached (modulo its length), not at
+// its start, which is also a state of nginx's scan (the one that many
+// picks from 0 reach): restarts as frequent as picks would otherwise give
+// the first entry, the first heaviest peer, every pick. The effective weight keeps its
 // fraction of the weight across a change (ew' = ew × w'/w, rounded down),
 // so a peer recovering from a failure goes on recovering; it recovers, as
 // in nginx, by one per scan in which it is eligible, which with weights in
@@ -61,6 +65,13 @@ const (
 	maxReportedSum = 1 << 15
 )
 
+// reportedBuildWork bounds the work of building the cycle of derived
+// weights, W·d steps (buildCycle), an eighth of maxCycleWork: a recompute
+// that changes the weights runs it, once per update period at most, in the
+// Done or Pick that found the recompute due. The budget is halved until
+// the weights fit.
+const reportedBuildWork = maxCycleWork / 8
+
 // checkEvery is how many picks pass between two of Pick's looks at the
 // clock for a due recompute: a power of two, since the fast path tests the
 // cycle's counter with a mask. A clock read costs several picks; every
@@ -77,9 +88,10 @@ const checkEvery = 256
 // blackout again); a report with Utilization or RPS 0 is ignored. Peers
 // without a weight get the mean; while fewer than two peers of a list have
 // one, the list runs on the configured weights alone, exactly as SmoothWRR.
-// The configured weight multiplies the reported one (with default weights
-// the shares are A58's; weight=2 doubles a peer's share among peers that
-// report alike; weight=0 is never picked), where A58 ignores it.
+// The configured weight multiplies the reported one, where A58 ignores
+// it: with default weights the shares are A58's, and a weight= set still
+// means what it says (weight=2 doubles a peer's share among peers that
+// report alike; weight=0 gives it none).
 //
 // Weights are recomputed at most once per update period, lazily: by the
 // Done with a report, or else the 256th Pick, that finds the period over;
@@ -95,9 +107,11 @@ const checkEvery = 256
 //
 // Pick costs what SmoothWRR's does (O(1), lock-free from the precomputed
 // cycle while the primaries are healthy); Done with a report is lock-free
-// but for the recompute, O(n + W·d) when the weights change. The zero
-// value is not usable; use [NewReportedWRR]. ReportedWRR is safe for
-// concurrent use.
+// and reads the clock. A recompute is O(n), and when the weights change
+// O(n + W·d) more to build their cycle (W their sum, d the distinct ones,
+// bounded), paid by the Done or Pick that runs it while the other picks go
+// on from the old cycle. The zero value is not usable; use
+// [NewReportedWRR]. ReportedWRR is safe for concurrent use.
 type ReportedWRR struct {
 	smoothRR
 
@@ -108,7 +122,10 @@ type ReportedWRR struct {
 	// caller that moves it on by compare-and-swap recomputes.
 	next atomic.Int64
 
-	slowPicks uint // picks by the scan since the last clock check; guarded by mu
+	building atomic.Bool // a recompute is under way (see reweigh)
+
+	slowPicks uint   // picks by the scan; guarded by mu
+	version   uint64 // weight and list changes; guarded by mu
 
 	// Scratch for weighLocked, reused so that a recompute that changes
 	// nothing allocates nothing; guarded by mu.
@@ -239,18 +256,18 @@ func (s *ReportedWRR) Pick(r *Request) (*Peer, error) {
 	return s.pickSlow(r)
 }
 
-// pickSlow is Pick's exact scan, under the lock, every checkEvery-th of
-// them after a look at the clock.
+// pickSlow is Pick's exact scan, under the lock; every checkEvery-th of
+// them looks at the clock after it.
 func (s *ReportedWRR) pickSlow(r *Request) (*Peer, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.slowPicks++; s.slowPicks%checkEvery == 0 {
-		now := s.now()
-		if next := s.next.Load(); now >= next && s.next.CompareAndSwap(next, addClamped(now, s.period)) {
-			s.reweighLocked(now)
-		}
+	s.slowPicks++
+	look := s.slowPicks%checkEvery == 0
+	p, err := s.pickLocked(r)
+	s.mu.Unlock()
+	if look {
+		s.due(s.now())
 	}
-	return s.pickLocked(r)
+	return p, err
 }
 
 // Done implements Picker.Done. A report in o.Load that gives a usable
@@ -289,15 +306,13 @@ func a58Weight(l *ServerLoad, penalty float64) (float64, bool) {
 }
 
 // due recomputes the weights if one is due at now: the caller whose
-// compare-and-swap moves the deadline on does, under the lock.
+// compare-and-swap moves the deadline on does.
 func (s *ReportedWRR) due(now int64) {
 	next := s.next.Load()
 	if now < next || !s.next.CompareAndSwap(next, addClamped(now, s.period)) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reweighLocked(now)
+	s.reweigh(now)
 }
 
 // addClamped returns t + d, d ≥ 0, saturated at the last representable
@@ -309,43 +324,140 @@ func addClamped(t, d int64) int64 {
 	return t + d
 }
 
-// reweighLocked recomputes every peer's weight from the reports at now and,
-// if one that is not down changed, restarts the sequence over the new
-// weights. Requires s.mu.
-func (s *ReportedWRR) reweighLocked(now int64) {
-	l := s.load()
-	changed := s.weighLocked(l.primary, now)
-	if s.weighLocked(l.backup, now) || changed {
-		// As a list change leaves them (publishLocked), for the cycle.
-		s.closeLocked()
-		for _, peers := range [2][]*Peer{l.primary, l.backup} {
-			for _, p := range peers {
-				p.currentWeight = 0
-			}
-		}
-		s.built = nil // built for the old weights
-		s.smoothRR.changedLocked(l)
+// reweigh recomputes the weights from the reports at now in three steps,
+// so that picks go on from the old cycle while the new one is built: the
+// new weights under the lock; if one changed, their cycle without it (the
+// O(W·d) part); both installed under the lock again, unless the peer list
+// changed in between (its change weighed the list itself). One runs at a
+// time: a due recompute that finds another still building is skipped.
+func (s *ReportedWRR) reweigh(now int64) {
+	if !s.building.CompareAndSwap(false, true) {
+		return
 	}
+	defer s.building.Store(false)
+	s.mu.Lock()
+	l, version := s.load(), s.version
+	changed := s.targetsLocked(l, now)
+	var want []int64
+	if changed {
+		want = slices.Clone(s.want)
+	}
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	c := prebuilt(l, want)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version != version {
+		return
+	}
+	s.version++
+	s.applyLocked(l, want)
+	// As a list change leaves them (publishLocked), for the new cycle.
+	var served uint64
+	if old := s.cycle.Load(); old != nil {
+		served = old.ctr.Load() &^ closedBit
+	}
+	s.closeLocked()
+	for _, peers := range [2][]*Peer{l.primary, l.backup} {
+		for _, p := range peers {
+			p.currentWeight = 0
+		}
+	}
+	s.built = c // nil: built under the lock once it can open, if it can
+	s.smoothRR.changedLocked(l)
+	if c := s.cycle.Load(); c != nil {
+		// Start where the old cycle's count leaves off, not at the first
+		// entry, so that frequent changes do not favour the peers early
+		// in the cycle (the first in order among the heaviest).
+		c.ctr.Add(served % c.w)
+	}
+}
+
+// prebuilt returns the cycle of l's primaries at the smooth-step weights
+// want (primaries first, as targetsLocked lays them out), or nil if it
+// cannot be one. It takes no lock: it reads only the down flags, and a
+// change of one is a list change, after which the cycle is dropped.
+func prebuilt(l *peerList, want []int64) *cycle {
+	if l.single {
+		return nil
+	}
+	weights := make([]int64, len(l.primary))
+	var w int64
+	for i, p := range l.primary {
+		if !p.down.Load() {
+			weights[i] = want[i]
+			w += want[i]
+		}
+	}
+	if w == 0 || w > MaxCycle {
+		return nil
+	}
+	return cycleOf(l, weights, w)
 }
 
 // changedLocked runs after every peer-list change: the weights are
 // recomputed for the new list at once, and the sequence starts over it.
 func (s *ReportedWRR) changedLocked(l *peerList) {
 	now := s.now()
-	s.weighLocked(l.primary, now)
-	s.weighLocked(l.backup, now)
+	s.targetsLocked(l, now)
+	s.version++
+	s.applyLocked(l, s.want)
 	s.next.Store(addClamped(now, s.period))
 	s.smoothRR.changedLocked(l)
 }
 
-// weighLocked sets the smooth-step weight of each of peers, one list, from
-// the reports at now (see ReportedWRR in detail), and reports whether one
-// not down changed. A down peer keeps its weight until it is up, which is
-// a list change. Requires s.mu.
-func (s *ReportedWRR) weighLocked(peers []*Peer, now int64) bool {
+// targetsLocked sets s.want to the smooth-step weight of every peer of l,
+// primaries then backups, from the reports at now, and reports whether
+// that of one not down differs from its current one. Requires s.mu.
+func (s *ReportedWRR) targetsLocked(l *peerList, now int64) bool {
+	n := len(l.primary) + len(l.backup)
+	s.want = slices.Grow(s.want[:0], n)[:n]
+	s.weighLocked(l.primary, now, s.want[:len(l.primary)])
+	s.weighLocked(l.backup, now, s.want[len(l.primary):])
+	for i, p := range l.primary {
+		if !p.down.Load() && s.want[i] != p.smooth {
+			return true
+		}
+	}
+	for i, p := range l.backup {
+		if !p.down.Load() && s.want[len(l.primary)+i] != p.smooth {
+			return true
+		}
+	}
+	return false
+}
+
+// applyLocked gives every peer of l its smooth-step weight from want
+// (primaries then backups). The effective weight keeps its fraction of the
+// weight, so that a failure's cut and its recovery carry over. A down peer
+// keeps its weight until it is up, which is a list change. Requires s.mu.
+func (s *ReportedWRR) applyLocked(l *peerList, want []int64) {
+	for k, peers := range [2][]*Peer{l.primary, l.backup} {
+		off := 0
+		if k == 1 {
+			off = len(l.primary)
+		}
+		for i, p := range peers {
+			if w := want[off+i]; !p.down.Load() && w != p.smooth {
+				ew := w
+				if p.smooth > 0 && p.effectiveWeight < p.smooth {
+					ew = p.effectiveWeight * w / p.smooth // both ≤ 2^30: no overflow
+				}
+				p.smooth = w
+				p.setEffectiveLocked(ew)
+			}
+			rwrrOf(p).derived.Store(p.smooth)
+		}
+	}
+}
+
+// weighLocked sets want[i] to the smooth-step weight of peers[i], one list,
+// from the reports at now (see ReportedWRR in detail). Requires s.mu.
+func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) {
 	n := len(peers)
 	s.share = slices.Grow(s.share[:0], n)[:n]
-	s.want = slices.Grow(s.want[:0], n)[:n]
 	var top float64
 	weighted, candidates := 0, 0
 	for i, p := range peers {
@@ -361,59 +473,41 @@ func (s *ReportedWRR) weighLocked(peers []*Peer, now int64) bool {
 	}
 	if weighted < 2 {
 		for i, p := range peers {
-			s.want[i] = p.weight.Load()
+			want[i] = p.weight.Load()
 		}
-	} else {
-		var sum float64
-		for _, r := range s.share {
-			sum += r / top // 0 for the unweighted
-		}
-		mean := sum / float64(weighted)
-		var total float64
-		for i, p := range peers {
-			x := 0.0
-			if c := p.weight.Load(); c > 0 && !p.down.Load() {
-				x = mean
-				if r := s.share[i]; r > 0 {
-					x = r / top
-				}
-				x *= float64(c)
-			}
-			s.share[i] = x
-			total += x
-		}
-		for budget := min(int64(candidates)*reportScale, maxReportedSum); ; budget /= 2 {
-			if s.scaleLocked(peers, float64(budget)/total) || budget <= int64(candidates) {
-				break
-			}
-		}
+		return
 	}
-	changed := false
+	var sum float64
+	for _, r := range s.share {
+		sum += r / top // 0 for the unweighted
+	}
+	mean := sum / float64(weighted)
+	var total float64
 	for i, p := range peers {
-		w := s.want[i]
-		if p.down.Load() || w == p.smooth {
-			rwrrOf(p).derived.Store(p.smooth)
-			continue
+		x := 0.0
+		if c := p.weight.Load(); c > 0 && !p.down.Load() {
+			x = mean
+			if r := s.share[i]; r > 0 {
+				x = r / top
+			}
+			x *= float64(c)
 		}
-		changed = true
-		// The effective weight keeps its fraction of the weight, so that
-		// a failure's cut and its recovery carry over.
-		ew := w
-		if p.smooth > 0 && p.effectiveWeight < p.smooth {
-			ew = p.effectiveWeight * w / p.smooth // both ≤ 2^30: no overflow
-		}
-		p.smooth = w
-		p.setEffectiveLocked(ew)
-		rwrrOf(p).derived.Store(w)
+		s.share[i] = x
+		total += x
 	}
-	return changed
+	for budget := min(int64(candidates)*reportScale, maxReportedSum); ; budget /= 2 {
+		if s.scaleLocked(peers, float64(budget)/total, want) || budget <= int64(candidates) {
+			break
+		}
+	}
 }
 
-// scaleLocked sets s.want to the smooth-step weights of peers for the
+// scaleLocked sets want to the smooth-step weights of peers for the
 // shares in s.share at k weight units per unit of share (0 for a peer not
 // a candidate, at least 1 for one), and reports whether the precomputed
-// cycle can hold them (see buildCycle). Requires s.mu.
-func (s *ReportedWRR) scaleLocked(peers []*Peer, k float64) bool {
+// cycle can hold them and be built within reportedBuildWork (see
+// buildCycle). Requires s.mu.
+func (s *ReportedWRR) scaleLocked(peers []*Peer, k float64, want []int64) bool {
 	var w, top int64
 	for i, p := range peers {
 		v := int64(0)
@@ -422,7 +516,7 @@ func (s *ReportedWRR) scaleLocked(peers []*Peer, k float64) bool {
 		} else if p.down.Load() {
 			v = p.smooth // kept: see weighLocked
 		}
-		s.want[i] = v
+		want[i] = v
 		if !p.down.Load() {
 			w += v
 			top = max(top, v)
@@ -431,17 +525,17 @@ func (s *ReportedWRR) scaleLocked(peers []*Peer, k float64) bool {
 	if w > MaxCycle {
 		return false
 	}
-	if w*min(top, int64(len(peers))) <= maxCycleWork {
+	if w*min(top, int64(len(peers))) <= reportedBuildWork {
 		return true // no more distinct weights than that
 	}
 	s.sorted = s.sorted[:0]
 	for i, p := range peers {
-		if !p.down.Load() && s.want[i] > 0 {
-			s.sorted = append(s.sorted, s.want[i])
+		if !p.down.Load() && want[i] > 0 {
+			s.sorted = append(s.sorted, want[i])
 		}
 	}
 	slices.Sort(s.sorted)
-	return w*int64(len(slices.Compact(s.sorted))) <= maxCycleWork
+	return w*int64(len(slices.Compact(s.sorted))) <= reportedBuildWork
 }
 
 // reportedLocked returns p's reported weight at now, 0 if it has none that

@@ -1,8 +1,10 @@
 package balancer
 
 import (
+	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 // model runs it twice: with A58's defaults (the registry's), and with the
 // short settings, under which its reports turn into weights at once.
 var (
-	_ = declareTraits("ReportedWRR", fuzzTrait{zeroWeight: zwEligible, sumZero: true, derived: true})
+	_ = declareTraits("ReportedWRR", fuzzTrait{zeroWeight: zwAny, sumZero: true, derived: true})
 	_ = addFuzzCase(pickerCase{"ReportedWRR", func(peers []*Peer, opts ...Option) (Balancer, error) {
 		return NewReportedWRR(peers, append(opts, fastReports...)...)
 	}, reportedWRRSpec.algorithm(as(NewReportedWRR))})
@@ -249,6 +251,40 @@ func TestReportedWRR_updatePeriod(t *testing.T) {
 	clk.add(time.Millisecond)
 	serve(t, s, loads, 1)
 	assert.Equal(t, []int{150, 50}, derivedWeights(peers), "1 s after it")
+}
+
+// TestReportedWRR_restartsDoNotFavourTheFirst: weights that change at
+// almost every pick, a always ahead of b (a reports 110 to 112 rps at
+// utilization 1, b 90 to 92, a new value at each step), each change
+// restarting the sequence. Entered at its first entry, every new cycle
+// would give a the next pick (the heaviest, first in order), and a got 75%
+// of them when this was checked with the cycle entered at its start.
+// Entered where the last left off, a gets about its share, 55%.
+func TestReportedWRR_restartsDoNotFavourTheFirst(t *testing.T) {
+	clk := newFakeClock()
+	peers := weighted(1, 1)
+	s, err := NewReportedWRR(peers, append([]Option{clk.opt()}, fastReports...)...)
+	require.NoError(t, err)
+	step := func(i int) map[string]ServerLoad {
+		return map[string]ServerLoad{"a": load(1, float64(110+i%3), 0), "b": load(1, float64(90+i%3), 0)}
+	}
+	serve(t, s, step(0), 4)
+	counts, last := map[string]int{}, derivedWeights(peers)
+	restarts := 0
+	for i := range 400 {
+		clk.add(100 * time.Millisecond)
+		for k, v := range serve(t, s, step(i), 1) {
+			counts[k] += v
+		}
+		w := derivedWeights(peers)
+		require.Greater(t, w[0], w[1], "a ahead")
+		if w[0] != last[0] {
+			restarts++
+		}
+		last = w
+	}
+	assert.Greater(t, restarts, 200, "the weights change at most steps")
+	assert.InDelta(t, 0.55*400, counts["a"], 0.1*400, "a's picks of 400: %v", counts)
 }
 
 // TestReportedWRR_expiryWithoutReports: with no report arriving, Pick
@@ -520,5 +556,140 @@ func TestReportedWRR_concurrent(t *testing.T) {
 		assert.Zero(t, p.InFlight(), "%s", p)
 		st := p.State()
 		assert.LessOrEqual(t, st.EffectiveWeight, st.DerivedWeight, "%s", p)
+	}
+}
+
+// reportingPeers returns benchPeers(n) and the report each sends: rps
+// 100 to 160 in seven steps at utilization 0.5, 1% errors, so that the
+// derived weights differ.
+func reportingPeers(n int) ([]*Peer, map[string]ServerLoad) {
+	peers := benchPeers(n)
+	loads := make(map[string]ServerLoad, n)
+	for i, p := range peers {
+		q := float64(100 + 10*(i%7))
+		loads[p.Addr()] = load(0.5, q, q/100)
+	}
+	return peers, loads
+}
+
+// weighedReportedWRR returns a ReportedWRR over reportingPeers(n) whose
+// weights come from every peer's report, with A58's update period (1 s)
+// and no blackout, on the real clock moved on by one update period once
+// every peer has reported, so that the first recompute is over.
+func weighedReportedWRR(tb testing.TB, n int) (*ReportedWRR, map[string]ServerLoad) {
+	tb.Helper()
+	peers, loads := reportingPeers(n)
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	s, err := NewReportedWRR(peers, WithClock(clock), WithBlackoutPeriod(0))
+	require.NoError(tb, err)
+	serve(tb, s, loads, 3*n)
+	ahead.Store(int64(time.Second))
+	serve(tb, s, loads, 1)
+	derived := false
+	for _, p := range peers {
+		derived = derived || p.State().DerivedWeight != p.Weight()
+	}
+	require.True(tb, derived, "weights derived from the reports")
+	return s, loads
+}
+
+// BenchmarkReportedWRR_pick times a first attempt's Pick of ReportedWRR,
+// its weights derived from every peer's report, against SmoothWRR over the
+// same peers' configured weights and against SmoothWRR configured with the
+// weights ReportedWRR derived, in the same run: the cycle's fast path for
+// all three, plus ReportedWRR's look at the counter.
+func BenchmarkReportedWRR_pick(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprintf("SmoothWRR/peers=%d", n), func(b *testing.B) {
+			s, err := NewSmoothWRR(benchPeers(n))
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = s.Pick(nil)
+			}
+		})
+		s, _ := weighedReportedWRR(b, n)
+		require.NotNil(b, s.cycle.Load(), "served from the cycle")
+		b.Run(fmt.Sprintf("ReportedWRR/peers=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = s.Pick(nil)
+			}
+		})
+		// SmoothWRR configured with the weights ReportedWRR derived: the
+		// same cycle, so the difference is ReportedWRR's own code.
+		b.Run(fmt.Sprintf("SmoothWRR-derived/peers=%d", n), func(b *testing.B) {
+			d, err := NewSmoothWRR(makePeers(n, ipAddr, weightsOf(derivedWeights(s.Peers()))))
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = d.Pick(nil)
+			}
+		})
+	}
+}
+
+// BenchmarkReportedWRR_done times Pick and Done together, with and without
+// the server's report (each peer its own, steady), on the real clock with
+// the 1 s update period: a recompute, which finds nothing changed, every
+// second. The difference is the cost of taking a report.
+func BenchmarkReportedWRR_done(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		s, loads := weighedReportedWRR(b, n)
+		byIndex := make([]ServerLoad, n)
+		for i, p := range s.Peers() {
+			byIndex[i] = loads[p.Addr()]
+		}
+		b.Run(fmt.Sprintf("peers=%d/withoutLoad", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, _ := s.Pick(nil)
+				_ = s.Done(p, Outcome{})
+			}
+		})
+		b.Run(fmt.Sprintf("peers=%d/withLoad", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, _ := s.Pick(nil)
+				_ = s.Done(p, Outcome{Load: &byIndex[p.index]})
+			}
+		})
+	}
+}
+
+// BenchmarkReportedWRR_recompute times one recompute at 10, 1000 and 10,000
+// peers: one that finds every weight as it was (O(n), what runs once per
+// update period while reports hold steady) and one where every report has
+// moved, which builds the new cycle (O(n + W·d)), outside the lock.
+func BenchmarkReportedWRR_recompute(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		s, loads := weighedReportedWRR(b, n)
+		b.Run(fmt.Sprintf("peers=%d/unchanged", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s.reweigh(s.now())
+			}
+		})
+		b.Run(fmt.Sprintf("peers=%d/changed", n), func(b *testing.B) {
+			peers := s.Peers()
+			st := make([]*rwrrPeer, n)
+			w := make([]float64, n)
+			for i, p := range peers {
+				st[i] = rwrrOf(p)
+				l := loads[p.Addr()]
+				w[i], _ = a58Weight(&l, 1)
+			}
+			b.ReportAllocs()
+			k := 0
+			for b.Loop() {
+				// Rotate the reports by one peer: the weights move.
+				k++
+				for i := range st {
+					st[i].weight.Store(math.Float64bits(w[(i+k)%n]))
+				}
+				s.reweigh(s.now())
+			}
+		})
 	}
 }

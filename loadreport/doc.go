@@ -39,5 +39,6 @@
 // flight from every client. Report.ServerLoad gives those fields as a
 // balancer.ServerLoad, what balancer.Outcome.Load carries; balancerhttp's
 // Transport and Proxy read the header of every response and hand its
-// report to the picker with Done. No picker weighs reports yet.
+// report to the picker with Done; balancer.ReportedWRR weighs peers by
+// them as gRFC A58 does.
 package loadreport

@@ -45,6 +45,7 @@ func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 //	"advance:D"    move the fake clock by D, then answer OK
 //	"cost"         record request_cost.db=2 through grpc/orca, then answer OK
 //
+// With failEvery set, every failEvery-th "ok" answers UNAVAILABLE.
 // A Chat stream takes its command from its first message, answers each
 // message, and acts on the command when the client closes its side.
 type testServer struct {
@@ -58,6 +59,8 @@ type testServer struct {
 	served    atomic.Int64  // RPCs answered OK
 	deadlines atomic.Int64  // "hold" calls that ended by their deadline (not a cancel)
 	oobOpen   atomic.Int64  // ORCA out-of-band streams open
+	failEvery atomic.Int64  // if > 0, every failEvery-th "ok" call answers UNAVAILABLE
+	oks       atomic.Int64  // "ok" calls seen, for failEvery
 }
 
 // startServer starts a server with a Tracker on a fake clock (set to
@@ -126,6 +129,9 @@ func (s *testServer) watchOOB(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return h(srv, ss)
 }
 
+// failMessage is the message of a failEvery failure.
+const failMessage = "every failEvery-th call fails"
+
 const (
 	callMethod = "/lbgo.test.Load/Call"
 	chatMethod = "/lbgo.test.Load/Chat"
@@ -182,6 +188,9 @@ func (s *testServer) act(ctx context.Context, cmd string) (*healthpb.HealthCheck
 	name, arg, _ := strings.Cut(cmd, ":")
 	switch name {
 	case "", "ok":
+		if k := s.failEvery.Load(); k > 0 && s.oks.Add(1)%k == 0 {
+			return nil, status.Error(codes.Unavailable, failMessage)
+		}
 	case "code":
 		n, _ := strconv.Atoi(arg)
 		return nil, status.Error(codes.Code(n), "as asked")

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 )
 
 // capacityServer is a server on the real clock whose application
@@ -26,12 +27,12 @@ import (
 // resource. gRFC A58's weight, rps / (utilization + eps/rps × penalty),
 // is then rps / (rps/capacity) = capacity whatever its share of the
 // traffic, with no errors: the expected shares are capacity / Σ capacity.
-func capacityServer(t *testing.T, capacity float64) *testServer {
+func capacityServer(t *testing.T, capacity float64, trackerOpts ...loadreport.Option) *testServer {
 	t.Helper()
 	var tp atomic.Pointer[loadreport.Tracker]
-	tr, err := loadreport.NewTracker(loadreport.WithUtilization(func() float64 {
+	tr, err := loadreport.NewTracker(append(trackerOpts, loadreport.WithUtilization(func() float64 {
 		return tp.Load().RPS() / capacity
-	}))
+	}))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,8 @@ func dialPolicy(t *testing.T, lb string, servers []*testServer) *grpc.ClientConn
 }
 
 // shares sends n calls from workers goroutines and returns the fraction
-// each server received, by the peer the client saw each call go to.
+// each server received, by the peer the client saw each call go to; a
+// server's failEvery failures count as calls it received.
 func shares(t *testing.T, conn *grpc.ClientConn, servers []*testServer, n, workers int) []float64 {
 	t.Helper()
 	var mu sync.Mutex
@@ -75,7 +77,7 @@ func shares(t *testing.T, conn *grpc.ClientConn, servers []*testServer, n, worke
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				err := conn.Invoke(ctx, callMethod, &healthRequestOK, new(healthResponse), grpc.Peer(&p))
 				cancel()
-				if err != nil {
+				if st, _ := status.FromError(err); err != nil && (st.Message() != failMessage || p.Addr == nil) {
 					t.Error(err)
 					return
 				}
@@ -100,18 +102,34 @@ func shares(t *testing.T, conn *grpc.ClientConn, servers []*testServer, n, worke
 	return out
 }
 
-// warmUp sends calls until every server has served at least 20 and then
-// for 0.4 s more (four of the 0.1 s weight updates), so that the policy's
-// weights come from the servers' reports, bounded to 20 s.
-func warmUp(t *testing.T, conn *grpc.ClientConn, servers []*testServer, ready func() bool) {
+// warmUp sends calls from shareWorkers goroutines, as shares does (so
+// that the servers' rates are those of the measurement when it begins),
+// until every server has served at least 20 and then for 0.4 s more
+// (four of the 0.1 s weight updates), so that the policy's weights come
+// from the servers' reports, and for at least minTotal in all; bounded to
+// 20 s.
+// With several conns, each gets its workers, as when several clients
+// share the servers.
+func warmUp(t *testing.T, conns []*grpc.ClientConn, servers []*testServer, ready func() bool, minTotal time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for range shareWorkers * len(conns) {
+		conn := conns[0]
+		conns = append(conns[1:], conn)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := call(ctx, conn, "ok"); err != nil && status.Convert(err).Message() != failMessage && ctx.Err() == nil {
+					t.Errorf("warm-up: %v", err) // not Fatal: warmUp may run on another goroutine
+					cancel()
+				}
+			}
+		})
+	}
 	var since time.Time
-	for {
-		if _, err := call(ctx, conn, "ok"); err != nil {
-			t.Fatalf("warm-up: %v", err)
-		}
+	for start := time.Now(); ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
 		all := ready == nil || ready()
 		for _, s := range servers {
 			all = all && s.served.Load() >= 20
@@ -121,17 +139,22 @@ func warmUp(t *testing.T, conn *grpc.ClientConn, servers []*testServer, ready fu
 			since = time.Time{}
 		case since.IsZero():
 			since = time.Now()
-		case time.Since(since) > 400*time.Millisecond:
+		case time.Since(since) > 400*time.Millisecond && time.Since(start) > minTotal:
+			cancel()
 			return
 		}
 	}
+	t.Errorf("warm-up: the servers were not ready within 20 s")
 }
 
 // wrrConfig is grpc-go's weighted_round_robin with no blackout and the
 // shortest weight update period it allows, so that it uses reports at
-// once; oob selects the out-of-band stream.
-func wrrConfig(oob bool) string {
-	return fmt.Sprintf(`{"weighted_round_robin":{"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","weightExpirationPeriod":"180s","enableOobLoadReport":%v,"oobReportingPeriod":"1s"}}`, oob)
+// once, and A58's default error penalty, 1; oob selects the out-of-band
+// stream.
+func wrrConfig(oob bool) string { return wrrConfigPenalty(oob, 1) }
+
+func wrrConfigPenalty(oob bool, penalty float64) string {
+	return fmt.Sprintf(`{"weighted_round_robin":{"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","weightExpirationPeriod":"180s","enableOobLoadReport":%v,"oobReportingPeriod":"1s","errorUtilizationPenalty":%v}}`, oob, penalty)
 }
 
 // capacities are the servers' capacities: A58 weights 1, 2, 3 (see
@@ -179,10 +202,10 @@ func checkShares(t *testing.T, got, want []float64, tol float64) {
 	t.Logf("shares:%s", b.String())
 }
 
-func startCapacityServers(t *testing.T) []*testServer {
+func startCapacityServers(t *testing.T, trackerOpts ...loadreport.Option) []*testServer {
 	var servers []*testServer
 	for _, c := range capacities {
-		servers = append(servers, capacityServer(t, c))
+		servers = append(servers, capacityServer(t, c, trackerOpts...))
 	}
 	return servers
 }
@@ -193,7 +216,7 @@ func startCapacityServers(t *testing.T) []*testServer {
 func TestGRPCGoWRRFollowsPerCallReports(t *testing.T) {
 	servers := startCapacityServers(t)
 	conn := dialPolicy(t, wrrConfig(false), servers)
-	warmUp(t, conn, servers, nil)
+	warmUp(t, []*grpc.ClientConn{conn}, servers, nil, 0)
 	checkShares(t, shares(t, conn, servers, shareCalls, shareWorkers), expectedShares(), shareTolerance)
 }
 
@@ -214,18 +237,99 @@ func TestGRPCGoWRRFollowsOOBReports(t *testing.T) {
 		}
 	}
 	conn := dialPolicy(t, wrrConfig(true), servers)
-	warmUp(t, conn, servers, func() bool {
+	warmUp(t, []*grpc.ClientConn{conn}, servers, func() bool {
 		for _, s := range servers {
 			if s.oobOpen.Load() == 0 {
 				return false
 			}
 		}
 		return true
-	})
+	}, 0)
 	checkShares(t, shares(t, conn, servers, shareCalls, shareWorkers), expectedShares(), shareTolerance)
 	for i, s := range servers {
 		if s.oobOpen.Load() == 0 || s.tracker.InFlight() != 0 {
 			t.Errorf("server %d: %d out-of-band streams open, %d in flight; want 1 or more, 0", i, s.oobOpen.Load(), s.tracker.InFlight())
 		}
 	}
+}
+
+// fleetServers are servers on the real clock whose application reports
+// its utilization as its completed requests per second over its part of
+// the fleet's: rps_i / (fraction_i × Σ_j rps_j), fraction_i =
+// capacity_i / Σ capacity, so that a server receiving its capacity's
+// share of the traffic reports 1. The third fails every 4th call
+// (errorEvery: eps/rps = 1/4). With R the fleet's rate and s_i the
+// shares, gRFC A58's weight, rps / (utilization + eps/rps × penalty), is
+//
+//	w_i = s_i R / (s_i/fraction_i + e_i × penalty),  e_i = eps_i/rps_i,
+//
+// which is fraction_i × R for the servers without errors, whatever their
+// share, and for the third (fraction 1/2, e = 1/4), in units of R,
+// w_2 = s_2 / (2 s_2 + penalty/4). A policy following the weights
+// settles where s_2 = w_2 / (1/6 + 2/6 + w_2): s_2/2 = w_2 (1 − s_2), so
+// 2 s_2 + penalty/4 = 2 (1 − s_2), s_2 = 1/2 − penalty/16; the others
+// share the rest 1:2. With penalty 2: 0.2083, 0.4167, 0.375, where the
+// capacities alone give 0.1667, 0.3333, 0.5. The rate R cancels, so the
+// shares do not depend on how fast the machine runs the test; and the
+// fixed point attracts (the map s_2 → w_2/(1/2 + w_2) has slope 1/4
+// there), so a policy's lag behind the reports is damped.
+func fleetServers(t *testing.T) []*testServer {
+	t.Helper()
+	var all atomic.Pointer[[]*loadreport.Tracker]
+	sum := 0.0
+	for _, c := range capacities {
+		sum += c
+	}
+	var servers []*testServer
+	var trackers []*loadreport.Tracker
+	for i, c := range capacities {
+		var tr *loadreport.Tracker
+		tr, err := loadreport.NewTracker(loadreport.WithWindow(time.Second), loadreport.WithUtilization(func() float64 {
+			fleet := 0.0
+			for _, o := range *all.Load() {
+				fleet += o.RPS()
+			}
+			if fleet == 0 {
+				return 0
+			}
+			return (*all.Load())[i].RPS() / (c / sum * fleet)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		trackers = append(trackers, tr)
+		servers = append(servers, startServerWith(t, tr, nil))
+	}
+	all.Store(&trackers)
+	servers[2].failEvery.Store(errorEvery)
+	return servers
+}
+
+const (
+	errorPenalty = 2
+	errorEvery   = 4
+)
+
+// errorShares are the shares derived in fleetServers.
+func errorShares() []float64 {
+	s2 := 0.5 - errorPenalty/16.0
+	return []float64{(1 - s2) / 3, 2 * (1 - s2) / 3, s2}
+}
+
+// errorShareTolerance: the rates behind the weights are over a 1 s
+// window and move with the shares; a policy's weights lag them by an
+// update period (0.1 s) and a report's age; the error rate of a window
+// is 1/4 to within one call in its count. The attracting fixed point
+// damps the lag; 1.5 points.
+const errorShareTolerance = 0.015
+
+// TestGRPCGoWRRPenalizesErrors: grpc-go's weighted_round_robin weighs our
+// reports' eps as A58 says: over fleetServers, with errorUtilizationPenalty
+// 2, its shares are those derived there, not the capacities' (which the
+// failing server's share misses by 12.5 points).
+func TestGRPCGoWRRPenalizesErrors(t *testing.T) {
+	servers := fleetServers(t)
+	conn := dialPolicy(t, wrrConfigPenalty(false, errorPenalty), servers)
+	warmUp(t, []*grpc.ClientConn{conn}, servers, nil, 1500*time.Millisecond)
+	checkShares(t, shares(t, conn, servers, shareCalls, shareWorkers), errorShares(), errorShareTolerance)
 }
