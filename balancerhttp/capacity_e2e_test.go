@@ -583,6 +583,13 @@ var capWRROptions = []balancer.Option{
 	balancer.WithWeightExpirationPeriod(2 * time.Second),
 }
 
+// capReportedLoad makes the load-aware pickers weigh the servers' reported
+// requests in flight (named_metrics.rif, which counts the requests queued
+// for a worker too) as C3 does, for capClients clients, each report
+// fading over a second (the servers answer each client many times a
+// second).
+var capReportedLoad = balancer.WithReportedLoad(time.Second, capClients)
+
 // capAlgorithm returns a constructor for the registry's picker name.
 func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*balancer.Peer) (balancer.Balancer, error) {
 	t.Helper()
@@ -606,7 +613,9 @@ func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*ba
 // it, and no bound both holds on a busy 2-core machine and rejects round
 // robin. The bound is a guard against the report path going wrong, such
 // as weights left on the slowed server, whose queue then grows for the
-// rest of the run. The other pickers' shares are logged. The test takes
+// rest of the run. The other pickers' shares are logged, P2CPeakEWMA's
+// and LeastConn's also with the servers' reported requests in flight
+// (+rif, WithReportedLoad). The test takes
 // about 4 s, with -race too, so -short keeps it.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
@@ -619,6 +628,8 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "ReportedWRR", new: capAlgorithm(t, "ReportedWRR", capWRROptions...), shares: true},
 		{name: "P2CPeakEWMA", new: capAlgorithm(t, "P2CPeakEWMA")},
 		{name: "LeastConn", new: capAlgorithm(t, "LeastConn")},
+		{name: "P2CPeakEWMA+rif", new: capAlgorithm(t, "P2CPeakEWMA", capReportedLoad)},
+		{name: "LeastConn+rif", new: capAlgorithm(t, "LeastConn", capReportedLoad)},
 		{name: "RoundRobin", new: capAlgorithm(t, "RoundRobin"), control: true},
 	}
 	runs := make([]*capRun, len(variants))

@@ -476,6 +476,12 @@ func fmtShares(s []float64) string {
 // 2 s.
 const capWRRSettings = `"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","weightExpirationPeriod":"2s"`
 
+// capReportedLoad makes the load-aware policies weigh the servers'
+// reported requests in flight (rif, the calls queued for a worker
+// included) as C3 does, for capClients clients, each report fading over a
+// second.
+const capReportedLoad = `"reportedLoad":{"window":"1s","clients":4}`
+
 // TestCapacity_endToEnd runs the scenario for every policy at once, each
 // on a fleet of its own, so that their latencies come from the same
 // moments of the machine: lbgo_reportedwrr's shares and grpc-go's own
@@ -485,7 +491,8 @@ const capWRRSettings = `"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","weigh
 // capP99Bound times lbgo_p2cpeakewma's (over 10 runs, 5 under -race, it
 // ran 0.85 to 1.38 times; round robin's 1.22 to 1.78 times; why no tighter
 // bound, as balancerhttp's capacity test says). P2CPeakEWMA's and
-// LeastConn's shares and every p99 are logged. About 4 s, with -race too.
+// LeastConn's shares, also with the servers' reported requests in flight
+// (+rif, reportedLoad), and every p99 are logged. About 4 s, with -race too.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
 		name    string
@@ -497,6 +504,8 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "ReportedWRR", lb: fmt.Sprintf(`{%q:{%s}}`, grpcbalancer.PolicyName("ReportedWRR"), capWRRSettings), shares: true},
 		{name: "P2CPeakEWMA", lb: fmt.Sprintf(`{%q:{}}`, grpcbalancer.PolicyName("P2CPeakEWMA"))},
 		{name: "LeastConn", lb: fmt.Sprintf(`{%q:{}}`, grpcbalancer.PolicyName("LeastConn"))},
+		{name: "P2CPeakEWMA+rif", lb: fmt.Sprintf(`{%q:{%s}}`, grpcbalancer.PolicyName("P2CPeakEWMA"), capReportedLoad)},
+		{name: "LeastConn+rif", lb: fmt.Sprintf(`{%q:{%s}}`, grpcbalancer.PolicyName("LeastConn"), capReportedLoad)},
 		{name: "weighted_round_robin", lb: `{"weighted_round_robin":{` + capWRRSettings + `}}`, shares: true},
 		{name: "RoundRobin", lb: fmt.Sprintf(`{%q:{}}`, grpcbalancer.PolicyName("RoundRobin")), control: true},
 	}
