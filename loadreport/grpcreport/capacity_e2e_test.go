@@ -488,8 +488,8 @@ const capReportedLoad = `"reportedLoad":{"window":"1s","clients":4}`
 // weighted_round_robin's (the same reports, read by the real peer) must
 // follow capacity within capShareTol before and after the change; round
 // robin, the control, must miss. lbgo_reportedwrr's p99 must be at most
-// capP99Bound times lbgo_p2cpeakewma's (over 10 runs, 5 under -race, it
-// ran 0.85 to 1.38 times; round robin's 1.22 to 1.78 times; why no tighter
+// capP99Bound times lbgo_p2cpeakewma's (over 20 runs, 10 under -race, it
+// ran 0.85 to 1.55 times; round robin's 1.22 to 1.97 times; why no tighter
 // bound, as balancerhttp's capacity test says). P2CPeakEWMA's and
 // LeastConn's shares, also with the servers' reported requests in flight
 // (+rif, reportedLoad), and every p99 are logged. About 4 s, with -race too.
