@@ -608,15 +608,14 @@ func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*ba
 // 5th longest) are logged, and one bound is asserted: ReportedWRR's p99
 // is at most capP99Bound times P2CPeakEWMA's. Over 20 runs, 10 under
 // -race, ReportedWRR's ran 0.87 to 1.38 times P2CPeakEWMA's and
-// RoundRobin's 1.28 to 1.91 times (the gRPC test's, 20 runs: 0.85 to
-// 1.55 and 1.22 to 1.97): A58 weighs
-// capacity, not backlog, so a picker that reads its own queues may beat
-// it, and no bound both holds on a busy 2-core machine and rejects round
-// robin. The bound is a guard against the report path going wrong, such
-// as weights left on the slowed server, whose queue then grows for the
-// rest of the run. The other pickers' shares are logged, P2CPeakEWMA's
-// and LeastConn's also with the servers' reported requests in flight
-// (+rif, WithReportedLoad). The test takes
+// RoundRobin's 1.28 to 1.91 times (the gRPC test's, 20 runs: 0.85 to 1.55
+// and 1.22 to 1.97): A58 weighs capacity, not backlog, so a picker that
+// reads its own queues may beat it, and no bound both holds on a busy
+// 2-core machine and rejects round robin. The bound is a guard against
+// the report path going wrong, such as weights left on the slowed server,
+// whose queue then grows for the rest of the run. The other pickers'
+// shares are logged, P2CPeakEWMA's and LeastConn's also with the servers'
+// reported requests in flight (+rif, WithReportedLoad). The test takes
 // about 4 s, with -race too, so -short keeps it.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
