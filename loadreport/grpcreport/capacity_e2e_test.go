@@ -57,8 +57,7 @@ const (
 	capSigma    = 1.0
 	capWindow   = time.Second // the Tracker's window
 	capShareTol = 0.08
-	capP99Bound = 2.0 // see TestCapacity_endToEnd
-	capStrata   = 16  // draws per block, one from each stratum
+	capStrata   = 16 // draws per block, one from each stratum
 )
 
 // capPhases is the run's schedule: warm, measured before the change,
@@ -487,12 +486,13 @@ const capReportedLoad = `"reportedLoad":{"window":"1s","clients":4}`
 // moments of the machine: lbgo_reportedwrr's shares and grpc-go's own
 // weighted_round_robin's (the same reports, read by the real peer) must
 // follow capacity within capShareTol before and after the change; round
-// robin, the control, must miss. lbgo_reportedwrr's p99 must be at most
-// capP99Bound times lbgo_p2cpeakewma's (over 20 runs, 10 under -race, it
-// ran 0.85 to 1.55 times; round robin's 1.22 to 1.97 times; why no tighter
-// bound, as balancerhttp's capacity test says). P2CPeakEWMA's and
-// LeastConn's shares, also with the servers' reported requests in flight
-// (+rif, reportedLoad), and every p99 are logged. About 4 s, with -race too.
+// robin, the control, must miss. The p99s are logged, not asserted: over
+// 20 runs, 10 under -race, lbgo_reportedwrr's ran 0.85 to 1.55 times
+// lbgo_p2cpeakewma's and round robin's 1.22 to 1.97 times, so a bound
+// that holds would pass round robin too (balancerhttp's capacity test
+// says more). P2CPeakEWMA's and LeastConn's shares, also with the
+// servers' reported requests in flight (+rif, reportedLoad), are logged
+// too. About 4 s, with -race too.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
 		name    string
@@ -514,9 +514,6 @@ func TestCapacity_endToEnd(t *testing.T) {
 		runs[i] = newCapRun(t, v.lb)
 	}
 	results := runCapacity(t, runs, capSchedule)
-	if wrr, p2c := results[0].p99, results[1].p99; float64(wrr) > capP99Bound*float64(p2c) {
-		t.Errorf("lbgo_reportedwrr's p99 %v is more than %v times lbgo_p2cpeakewma's %v", wrr, capP99Bound, p2c)
-	}
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]
