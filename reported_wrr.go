@@ -242,7 +242,7 @@ func (s *ReportedWRR) Pick(r *Request) (*Peer, error) {
 				p := c.list.primary[i]
 				p.pick()
 				if v%checkEvery == 0 {
-					s.due(s.now())
+					return s.pickedLooking(c.list, r, int(i), p)
 				}
 				return fastFirst(c.list, r, int(i), p)
 			}
@@ -254,6 +254,14 @@ func (s *ReportedWRR) Pick(r *Request) (*Peer, error) {
 		}
 	}
 	return s.pickSlow(r)
+}
+
+// pickedLooking ends Pick's fast path for primary i of l, p, on the pick
+// that looks at the clock; kept out of Pick so that the call leaves the
+// fast path's registers alone.
+func (s *ReportedWRR) pickedLooking(l *peerList, r *Request, i int, p *Peer) (*Peer, error) {
+	s.due(s.now())
+	return fastFirst(l, r, i, p)
 }
 
 // pickSlow is Pick's exact scan, under the lock; every checkEvery-th of
