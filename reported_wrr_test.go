@@ -5,7 +5,6 @@ import (
 	"math"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -586,18 +585,16 @@ func reportingPeers(n int) ([]*Peer, map[string]ServerLoad) {
 }
 
 // weighedReportedWRR returns a ReportedWRR over reportingPeers(n) whose
-// weights come from every peer's report, with A58's update period (1 s)
-// and no blackout, on the real clock moved on by one update period once
-// every peer has reported, so that the first recompute is over.
+// weights come from every peer's report, with A58's update period (1 s),
+// no blackout and the default clock: once every peer has reported, the
+// deadline is moved to now, so that the next report recomputes.
 func weighedReportedWRR(tb testing.TB, n int) (*ReportedWRR, map[string]ServerLoad) {
 	tb.Helper()
 	peers, loads := reportingPeers(n)
-	var ahead atomic.Int64
-	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	s, err := NewReportedWRR(peers, WithClock(clock), WithBlackoutPeriod(0))
+	s, err := NewReportedWRR(peers, WithBlackoutPeriod(0))
 	require.NoError(tb, err)
 	serve(tb, s, loads, 3*n)
-	ahead.Store(int64(time.Second))
+	s.next.Store(0)
 	serve(tb, s, loads, 1)
 	derived := false
 	for _, p := range peers {
