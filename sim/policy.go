@@ -96,11 +96,10 @@ func reported(a balancer.Algorithm, window time.Duration) (Policy, bool) {
 const ReportedSuffix = "+rif"
 
 // ReportedLoadWindow is the window the +rif variants fade a report over:
-// a window of seconds, as WithReportedLoad's doc advises for the fleet
-// scenarios, many times their latencies (10 to 30 ms of service) and
-// longer than any of their speeds lasts (at most 1.75 s). balance sim's
-// -rif-window measures others.
-const ReportedLoadWindow = 3 * time.Second
+// 10 s, the window WithReportedLoad's doc gives for the fleet scenarios
+// (many times their 10-30 ms latencies, longer than any of their speeds
+// lasts). balance sim's -rif-window measures others.
+const ReportedLoadWindow = 10 * time.Second
 
 // fastWRR are ReportedWRR's settings in the simulator, the short ones its
 // doc gives for capacities that change within seconds with a report on
