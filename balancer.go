@@ -96,8 +96,8 @@ type Outcome struct {
 	Latency time.Duration
 
 	// Load is the load report the server sent with its reply, nil if it
-	// sent none (or one the caller could not trust). No picker of the
-	// package weighs it yet; every one rejects a value that is NaN,
+	// sent none (or one the caller could not trust). ReportedWRR weighs
+	// it, no other picker does; every one rejects a value that is NaN,
 	// infinite or negative with ErrInvalidOutcome, naming it, and
 	// changes nothing. A picker reads *Load during Done only and keeps
 	// no pointer to it, so the caller may reuse it once Done returns.

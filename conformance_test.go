@@ -24,6 +24,12 @@ func TestConformanceSmooth(t *testing.T) {
 	replayNginx(t, "testdata/nginx-1.22.1-smooth.jsonl", balancer.NewSmoothWRR)
 }
 
+// TestConformanceReportedWRR_noReports: with no report ReportedWRR is
+// nginx's smooth round robin, failures and all.
+func TestConformanceReportedWRR_noReports(t *testing.T) {
+	replayNginx(t, "testdata/nginx-1.22.1-smooth.jsonl", balancer.NewReportedWRR)
+}
+
 func TestConformanceClassic(t *testing.T) {
 	replayNginx(t, "testdata/nginx-1.2.0-classic.jsonl", balancer.NewClassicWRR)
 }

@@ -166,15 +166,23 @@ func (c *cycle) baseOf(i int) int64 {
 // maximum is positive) and are left out; down peers are skipped, as the
 // scan skips them.
 func buildCycle(l *peerList, w int64) *cycle {
-	n := len(l.primary)
-	weights := make([]int64, n)
-	var order []int32 // live primaries of positive weight, by weight, then index
+	weights := make([]int64, len(l.primary))
 	for i, p := range l.primary {
 		if !p.down.Load() {
-			weights[i] = p.weight.Load()
-			if weights[i] > 0 {
-				order = append(order, int32(i))
-			}
+			weights[i] = p.smooth
+		}
+	}
+	return cycleOf(l, weights, w)
+}
+
+// cycleOf is buildCycle for the given weights of l's primaries (0 for the
+// down ones), w their sum. It reads nothing of the peers, so it needs no
+// lock.
+func cycleOf(l *peerList, weights []int64, w int64) *cycle {
+	var order []int32 // live primaries of positive weight, by weight, then index
+	for i, x := range weights {
+		if x > 0 {
+			order = append(order, int32(i))
 		}
 	}
 	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(weights[a], weights[b]) })

@@ -178,13 +178,14 @@ func (p *Peer) claimProbe(now int64) bool {
 
 // failLocked applies a failed attempt (RR.c 629-651): fails++, both times set
 // to now, and effective_weight lowered by weight/max_fails in integer
-// division, clamped at 0. Requires the owner's lock.
+// division (weight: the smooth step's, Peer.smooth), clamped at 0.
+// Requires the owner's lock.
 func (p *Peer) failLocked(now int64) {
 	p.fails.Add(1)
 	p.accessed.Store(now)
 	p.checked.Store(now)
 	if p.maxFails.Load() != 0 {
-		p.setEffectiveLocked(max(0, p.effectiveWeight-p.weight.Load()/p.maxFails.Load()))
+		p.setEffectiveLocked(max(0, p.effectiveWeight-p.smooth/p.maxFails.Load()))
 	}
 }
 

@@ -47,13 +47,22 @@ import (
 // and bad reports.
 func FuzzPickers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		for _, pc := range pickerCases {
+		for _, pc := range slices.Concat(pickerCases, fuzzCases) {
 			m := newFuzzMachine(t, pc, prog)
 			if m != nil {
 				m.run()
 			}
 		}
 	})
+}
+
+// fuzzCases are pickers the fuzz model runs besides the registry's: one
+// with other settings, registered from its test file with addFuzzCase.
+var fuzzCases []pickerCase
+
+func addFuzzCase(pc pickerCase) bool {
+	fuzzCases = append(fuzzCases, pc)
+	return true
 }
 
 // fuzzMaxSteps bounds one program, so each input runs in well under a
@@ -89,6 +98,10 @@ type fuzzTrait struct {
 	zeroWeight int
 	sumZero    bool // SmoothWRR: Σ current weights of each list is 0
 	cwInRange  bool // ClassicWRR: 0 <= current weight <= weight
+	// derived: the effective weight is bounded by the weight the picker
+	// derives (PeerState.DerivedWeight), not the configured one
+	// (ReportedWRR).
+	derived bool
 
 	// FastestFirst probes a peer whose weight no reply bears out one
 	// attempt at a time (its doc, law 4): such a peer with an attempt in
@@ -833,8 +846,10 @@ func (m *fuzzMachine) check() {
 			m.failf("%v: down %v, want %v", q.p, st.Down, q.down)
 		case int64(st.Weight) != q.weight:
 			m.failf("%v: weight %d, want %d", q.p, st.Weight, q.weight)
-		case st.EffectiveWeight < 0 || st.EffectiveWeight > st.Weight:
+		case st.EffectiveWeight < 0 || st.EffectiveWeight > st.Weight && !m.tr.derived:
 			m.failf("%v: effective weight %d outside [0, %d]", q.p, st.EffectiveWeight, st.Weight)
+		case m.tr.derived && q.held && !q.down && st.EffectiveWeight > st.DerivedWeight:
+			m.failf("%v: effective weight %d above the derived weight %d", q.p, st.EffectiveWeight, st.DerivedWeight)
 		case m.tr.cwInRange && q.held && (st.CurrentWeight < 0 || st.CurrentWeight > st.Weight):
 			m.failf("%v: current weight %d outside [0, %d]", q.p, st.CurrentWeight, st.Weight)
 		}

@@ -13,7 +13,7 @@ package balancer
 func smoothStep(p *Peer) int64 {
 	ew := p.effectiveWeight
 	p.currentWeight += ew
-	if w := p.weight.Load(); ew < w {
+	if w := p.smooth; ew < w {
 		p.effectiveWeight++
 		if ew+1 == w {
 			p.recovering.Store(false)

@@ -31,6 +31,10 @@ var optionCases = []struct {
 	{"WithFloor", WithFloor(2)},
 	{"WithTolerance", WithTolerance(2)},
 	{"WithBoundedLoad", WithBoundedLoad(1.25)},
+	{"WithBlackoutPeriod", WithBlackoutPeriod(time.Second)},
+	{"WithWeightExpirationPeriod", WithWeightExpirationPeriod(time.Minute)},
+	{"WithWeightUpdatePeriod", WithWeightUpdatePeriod(100 * time.Millisecond)},
+	{"WithErrorUtilizationPenalty", WithErrorUtilizationPenalty(2)},
 	{"WithEvents", WithEvents(func(Event) {})},
 }
 

@@ -88,8 +88,13 @@ type Peer struct {
 
 	// Guarded by owner.mu.
 	effectiveWeight int64
-	currentWeight   int64
-	index           int // position in its list
+	// smooth is the weight nginx's smooth step, failure accounting and the
+	// precomputed cycle aim at (weight in RR.c): the configured weight,
+	// which every weight change sets it to (setWeightLocked), or, under
+	// ReportedWRR, the weight it derives from the servers' reports.
+	smooth        int64
+	currentWeight int64
+	index         int // position in its list
 }
 
 // A PeerOption sets one server parameter in NewPeer. Leaving an option out
@@ -177,7 +182,7 @@ func NewPeer(addr string, opts ...PeerOption) *Peer {
 			o(p)
 		}
 	}
-	p.effectiveWeight = p.weight.Load()
+	p.setWeightLocked(p.weight.Load())
 	return p
 }
 
@@ -193,7 +198,7 @@ func (p *Peer) invalid(err error) {
 func (p *Peer) adopt(q *Peer) {
 	if w := q.weight.Load(); w != p.weight.Load() {
 		p.weight.Store(w)
-		p.setEffectiveLocked(w)
+		p.setWeightLocked(w)
 	}
 	p.maxFails.Store(q.maxFails.Load())
 	p.failTimeout.Store(q.failTimeout.Load())
@@ -203,11 +208,20 @@ func (p *Peer) adopt(q *Peer) {
 	p.value.Store(q.value.Load())
 }
 
-// setEffectiveLocked sets p's effective weight, and recovering with it.
+// setWeightLocked aims the smooth step at w, the configured weight, with
+// the effective weight at w. Requires the owner's lock, or p held by no
+// picker.
+func (p *Peer) setWeightLocked(w int64) {
+	p.smooth = w
+	p.setEffectiveLocked(w)
+}
+
+// setEffectiveLocked sets p's effective weight, and recovering with it
+// (below the smooth step's weight).
 // Requires the owner's lock, or p held by no picker.
 func (p *Peer) setEffectiveLocked(ew int64) {
 	p.effectiveWeight = ew
-	p.recovering.Store(ew < p.weight.Load())
+	p.recovering.Store(ew < p.smooth)
 }
 
 // Addr returns the address the peer was created with.
@@ -249,7 +263,7 @@ func (p *Peer) InFlight() int { return int(p.inFlight()) }
 type PeerState struct {
 	Weight          int
 	EffectiveWeight int
-	DerivedWeight   int // the weight a picker derives, such as FastestFirst's from latency (out of 100); 0 under other pickers
+	DerivedWeight   int // the weight a picker derives: FastestFirst's from latency (out of 100), ReportedWRR's from reports (its smooth step's); 0 under other pickers
 	CurrentWeight   int
 	Fails           int
 	InFlight        int

@@ -151,7 +151,7 @@ func (s *peerSet) Add(peers ...*Peer) error {
 	ownerMu.Unlock()
 	now := s.now()
 	for _, p := range peers {
-		p.setEffectiveLocked(p.weight.Load())
+		p.setWeightLocked(p.weight.Load())
 		s.freshLocked(p, now) // what another picker learned says nothing here
 	}
 	s.publishLocked(all)
@@ -210,7 +210,7 @@ func (s *peerSet) SetWeight(p *Peer, w int) error {
 		return fmt.Errorf("balancer: peer %q: weight %d makes the sum pass %d: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
 	}
 	p.weight.Store(int64(w))
-	p.setEffectiveLocked(int64(w))
+	p.setWeightLocked(int64(w))
 	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
 	return nil
 }
@@ -321,7 +321,7 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 	for i, q := range snapshot {
 		switch k := all[i]; {
 		case added[i]:
-			k.setEffectiveLocked(k.weight.Load())
+			k.setWeightLocked(k.weight.Load())
 			s.freshLocked(k, now)
 		case k != q:
 			k.adopt(q)

@@ -32,6 +32,7 @@ func TestPeer_fieldsSharedOnly(t *testing.T) {
 		"server":          "nginx's server, the configured text (HashKey)",
 		"configErr":       "NewPeer's first bad option, reported by the peer set",
 		"weight":          "weight",
+		"smooth":          "weight as the smooth step and failure accounting read it: the configured one, or one derived in its place (ReportedWRR)",
 		"maxFails":        "max_fails",
 		"failTimeout":     "fail_timeout",
 		"maxConns":        "max_conns",

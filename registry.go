@@ -25,6 +25,7 @@ var algorithms = []Algorithm{
 	ipHashSpec.algorithm(as(NewIPHash)),
 	randomSpec.algorithm(as(NewRandom)),
 	randomTwoSpec.algorithm(as(NewRandomTwo)),
+	reportedWRRSpec.algorithm(as(NewReportedWRR)),
 }
 
 // Algorithms returns every picker of the package, in a fixed order, in a new

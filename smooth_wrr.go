@@ -143,7 +143,7 @@ func (s *SmoothWRR) pickSlow(r *Request) (*Peer, error) {
 	return s.pickLocked(r)
 }
 
-func (s *SmoothWRR) pickLocked(r *Request) (*Peer, error) {
+func (s *smoothRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	fresh := r.fresh()
 	clk := lazyClock{now: s.now}
@@ -218,7 +218,7 @@ func (s *smoothRR) recordLocked(l *peerList, p *Peer) {
 	weights := make([]int64, len(l.primary))
 	for i, q := range l.primary {
 		if !q.down.Load() {
-			weights[i] = q.weight.Load()
+			weights[i] = q.smooth
 		}
 	}
 	c := newCycle(l, slices.Clone(s.rec), weights)
@@ -376,11 +376,11 @@ func (s *smoothRR) maybeOpenLocked(l *peerList) {
 		if p.down.Load() {
 			continue
 		}
-		if p.effectiveWeight != p.weight.Load() || !p.clean() {
+		if p.effectiveWeight != p.smooth || !p.clean() {
 			return
 		}
 		zero = zero && p.currentWeight == 0
-		w += p.weight.Load()
+		w += p.smooth
 	}
 	if w == 0 || w > MaxCycle {
 		return

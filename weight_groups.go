@@ -56,7 +56,7 @@ type weightGroup struct {
 
 // regular reports whether p can be grouped: see weightGroups.
 func regular(p *Peer) bool {
-	return p.clean() && p.effectiveWeight == p.weight.Load()
+	return p.clean() && p.effectiveWeight == p.smooth
 }
 
 // newWeightGroups returns the groups for l's primaries, not yet filled (see
@@ -77,14 +77,14 @@ func newWeightGroups(l *peerList) *weightGroups {
 		outCW:  make([]int64, 0, 64),
 	}
 	for _, p := range l.primary {
-		w := p.weight.Load()
+		w := p.smooth
 		if _, ok := g.byW[w]; !ok {
 			g.byW[w] = int32(len(g.groups))
 			g.groups = append(g.groups, weightGroup{w: w})
 		}
 	}
 	for _, p := range l.primary {
-		gr := &g.groups[g.byW[p.weight.Load()]]
+		gr := &g.groups[g.byW[p.smooth]]
 		gr.heap = append(gr.heap, 0) // capacity for every peer of its weight
 	}
 	return g
@@ -105,7 +105,7 @@ func (g *weightGroups) regroup() bool {
 			g.addOther(i)
 			continue
 		}
-		gi := g.byW[p.weight.Load()]
+		gi := g.byW[p.smooth]
 		g.of[i] = gi
 		g.base[i] = p.currentWeight
 		g.push(gi, int32(i))
@@ -200,7 +200,7 @@ func (g *weightGroups) promote(k int) {
 	g.others[k] = g.others[last]
 	g.others = g.others[:last]
 	g.live--
-	gi := g.byW[p.weight.Load()]
+	gi := g.byW[p.smooth]
 	g.of[i] = gi
 	g.base[i] = p.currentWeight - g.groups[gi].off
 	g.push(gi, i)

@@ -40,6 +40,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	floor                      int
 //	warmup                     duration
 //	boundedLoad                number ≥ 1
+//	blackoutPeriod, weightExpirationPeriod, weightUpdatePeriod
+//	                           duration (ReportedWRR; gRFC A58's names)
+//	errorUtilizationPenalty    number ≥ 0 (ReportedWRR)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -71,6 +74,11 @@ type Config struct {
 	Tolerance      *float64     `json:"tolerance,omitempty"`
 	Floor          *int         `json:"floor,omitempty"`
 	BoundedLoad    *float64     `json:"boundedLoad,omitempty"`
+
+	BlackoutPeriod          *string  `json:"blackoutPeriod,omitempty"`
+	WeightExpirationPeriod  *string  `json:"weightExpirationPeriod,omitempty"`
+	WeightUpdatePeriod      *string  `json:"weightUpdatePeriod,omitempty"`
+	ErrorUtilizationPenalty *float64 `json:"errorUtilizationPenalty,omitempty"`
 }
 
 // lbConfig is a parsed, checked Config.
@@ -186,6 +194,9 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"decay", c.Decay, lbgo.WithDecay},
 		{"failurePenalty", c.FailurePenalty, lbgo.WithFailurePenalty},
 		{"warmup", c.Warmup, lbgo.WithWarmup},
+		{"blackoutPeriod", c.BlackoutPeriod, lbgo.WithBlackoutPeriod},
+		{"weightExpirationPeriod", c.WeightExpirationPeriod, lbgo.WithWeightExpirationPeriod},
+		{"weightUpdatePeriod", c.WeightUpdatePeriod, lbgo.WithWeightUpdatePeriod},
 	} {
 		if d.v != nil {
 			v, err := dur(d.field, d.v)
@@ -204,6 +215,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"exponent", c.Exponent, lbgo.WithExponent},
 		{"tolerance", c.Tolerance, lbgo.WithTolerance},
 		{"boundedLoad", c.BoundedLoad, lbgo.WithBoundedLoad},
+		{"errorUtilizationPenalty", c.ErrorUtilizationPenalty, lbgo.WithErrorUtilizationPenalty},
 	} {
 		if f.v != nil {
 			opts = append(opts, option{f.field, *f.v, f.opt(*f.v)})

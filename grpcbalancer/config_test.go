@@ -29,6 +29,8 @@ func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
 	fields := map[string]string{
 		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`,
 		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
+		"blackoutPeriod": `"0s"`, "weightExpirationPeriod": `"3m"`, "weightUpdatePeriod": `"100ms"`,
+		"errorUtilizationPenalty": `0.5`,
 	}
 	for _, a := range lbgo.Algorithms() {
 		for _, o := range a.Options {
@@ -245,6 +247,8 @@ func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 	values := map[string][2]string{
 		"decay": {`"1s"`, `"2s"`}, "failurePenalty": {`"1s"`, `"2s"`}, "warmup": {`"1s"`, `"2s"`},
 		"band": {`1.5`, `2`}, "exponent": {`1`, `2`}, "tolerance": {`2`, `3`}, "floor": {`2`, `3`}, "boundedLoad": {`1.25`, `1.5`},
+		"blackoutPeriod": {`"0s"`, `"10s"`}, "weightExpirationPeriod": {`"3m"`, `"5s"`},
+		"weightUpdatePeriod": {`"100ms"`, `"1s"`}, "errorUtilizationPenalty": {`0.5`, `1`},
 	}
 	key := func(a lbgo.Algorithm, js string) string {
 		t.Helper()

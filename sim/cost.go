@@ -16,7 +16,7 @@ const (
 	// rate times its duration, 280 times the largest built-in scenario.
 	MaxRequests = 20_000_000
 	// MaxCompareRequests bounds the expected requests of one Compare,
-	// summed over its runs: 40 times every built-in scenario, picker and
+	// summed over its runs: 36 times every built-in scenario, picker and
 	// oracle with 3 seeds.
 	MaxCompareRequests = 500_000_000
 	// MaxBytes bounds the memory one run is expected to use, and the

@@ -1,0 +1,588 @@
+package balancer
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// ReportedWRR in detail. The weights are gRFC A58's, as grpc-go's
+// balancer/weightedroundrobin computes them: a report (Outcome.Load) with
+// utilization u > 0 and rps q > 0 gives the peer the weight
+// q / (u + eps/q × penalty); one with u or q at 0, or whose weight is not
+// a positive finite number, is ignored. A peer's weight counts from the
+// first recompute at which it is fresh (its last report younger than the
+// expiration period) and out of blackout (its current run of reports,
+// begun by its first report or by the first after a gap of the expiration
+// period, older than the blackout period; A58's non_empty_since).
+//
+// Scheduling. Each list (primaries, backups) is weighed on its own over its
+// candidates, the peers not down with a configured weight above 0. With
+// fewer than two candidates weighted, every peer's smooth-step weight is its
+// configured weight, and the list runs exactly as SmoothWRR. Otherwise a
+// candidate weighted r_i gets x_i = c_i × r_i/max r, one without a weight
+// x_i = c_i × mean(r/max r) over the weighted (c_i the configured weight;
+// dividing by max r first keeps every product finite), and its smooth-step
+// weight is max(1, round(B × x_i / Σx)). B, the budget, is 100 per candidate
+// (reportScale: a peer at the mean of an all-default list gets 100, so that
+// a share is exact to 0.5/W of the total, W ≈ 100 × candidates), at most
+// 32768 (maxReportedSum), halved until the cycle of the weights fits and is
+// cheap to build (W ≤ MaxCycle and W × d ≤ reportedBuildWork, d the
+// distinct weights) or B has come down to the candidates; from about 330
+// candidates on, a share is exact to 0.5/32768 of the total or coarser, a
+// coarse resolution for each peer at 10,000 (3.3 a mean peer). The floor at 1 keeps a peer that reports far
+// less than the others (or that the division underflows for) in rotation.
+//
+// A recompute that changes the weight of a peer not down restarts the
+// sequence as a list change does: every current weight goes to 0 and the
+// cycle is built anew, so a peer's picks never lag its share by more than
+// the one pick the restart can cost it. The new cycle is entered at the
+// position the old one's counter had reached (modulo its length), not at
+// its start, which is also a state of nginx's scan (the one that many
+// picks from 0 reach): restarts as frequent as picks would otherwise give
+// the first entry, the first heaviest peer, every pick. The effective weight keeps its
+// fraction of the weight across a change (ew' = ew × w'/w, rounded down),
+// so a peer recovering from a failure goes on recovering; it recovers, as
+// in nginx, by one per scan in which it is eligible, which with weights in
+// the hundreds takes hundreds of picks, about its share of one cycle.
+//
+// When recomputes run. No goroutine, no timer: next holds the unix time at
+// which the next one is due; a Done with a usable report (which reads the
+// clock anyway) and every checkEvery-th Pick (which reads it only then)
+// compare it with the clock, and the caller whose compare-and-swap moves
+// it one update period on recomputes, under the lock. A list change
+// recomputes at once. So a peer that stops reporting loses its weight at
+// the first recompute after its expiration, which the next report of any
+// peer or, with none, at most checkEvery picks bring.
+
+// reportScale is the smooth-step weight of a peer at the mean, per unit of
+// configured weight, on short lists; maxReportedSum bounds the budget of
+// the scaled weights (see ReportedWRR in detail).
+const (
+	reportScale    = 100
+	maxReportedSum = 1 << 15
+)
+
+// reportedBuildWork bounds the work of building the cycle of derived
+// weights, W·d steps (buildCycle), an eighth of maxCycleWork: a recompute
+// that changes the weights runs it, once per update period at most, in the
+// Done or Pick that found the recompute due. The budget is halved until
+// the weights fit.
+const reportedBuildWork = maxCycleWork / 8
+
+// checkEvery is how many picks pass between two of Pick's looks at the
+// clock for a due recompute: a power of two, since the fast path tests the
+// cycle's counter with a mask. A clock read costs several picks; every
+// 256th costs a fraction of a nanosecond a pick.
+const checkEvery = 256
+
+// ReportedWRR is weighted round robin by the servers' own load reports:
+// the weights are gRFC A58's (grpc-go's weighted_round_robin), scheduled by
+// nginx's smooth weighted round robin with nginx's failure model, as
+// [SmoothWRR] runs them. A peer's weight is RPS / (Utilization + EPS/RPS ×
+// penalty) from the Outcome.Load of its last report, counted once it has
+// reported without a break for the blackout period and dropped when its
+// last report is older than the expiration period (it then goes through the
+// blackout again); a report with Utilization or RPS 0 is ignored. Peers
+// without a weight get the mean; while fewer than two peers of a list have
+// one, the list runs on the configured weights alone, exactly as SmoothWRR.
+// The configured weight multiplies the reported one, where A58 ignores
+// it: with default weights the shares are A58's, and a weight= set still
+// means what it says (weight=2 doubles a peer's share among peers that
+// report alike; weight=0 gives it none).
+//
+// Weights are recomputed at most once per update period, lazily: by the
+// Done with a report, or else the 256th Pick, that finds the period over;
+// a server that stops reporting expires at the first recompute after its
+// expiration period. Choose it when the servers know their load better
+// than one client can (many clients, a fleet with different capacities);
+// A58's defaults (blackout 10 s, expiration 3 min, update 1 s, penalty 1)
+// suit slowly changing fleets. For capacities that change within seconds,
+// with a report on every reply: WithBlackoutPeriod(0) (a fresh report is
+// trusted at once), WithWeightUpdatePeriod(100*time.Millisecond) and an
+// expiration of a few seconds, long enough for the least picked peer to
+// reply at least once.
+//
+// Pick costs what SmoothWRR's does (O(1), lock-free from the precomputed
+// cycle while the primaries are healthy); Done with a report is lock-free
+// and reads the clock. A recompute is O(n), and when the weights change
+// O(n + W·d) more to build their cycle (W their sum, d the distinct ones,
+// bounded), paid by the Done or Pick that runs it while the other picks go
+// on from the old cycle. The zero value is not usable; use
+// [NewReportedWRR]. ReportedWRR is safe for concurrent use.
+type ReportedWRR struct {
+	smoothRR
+
+	blackout, expiration, period int64 // nanoseconds
+	penalty                      float64
+
+	// next is the unix time (ns) at which the next recompute is due; the
+	// caller that moves it on by compare-and-swap recomputes.
+	next atomic.Int64
+
+	building atomic.Bool // a recompute is under way (see reweigh)
+
+	slowPicks uint   // picks by the scan; guarded by mu
+	version   uint64 // weight and list changes; guarded by mu
+
+	// Scratch for weighLocked, reused so that a recompute that changes
+	// nothing allocates nothing; guarded by mu.
+	share  []float64
+	want   []int64
+	sorted []int64
+}
+
+// reportedWRRSpec is ReportedWRR's declaration (see pickerSpec).
+var reportedWRRSpec = pickerSpec{
+	name:    "ReportedWRR",
+	options: []string{"WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty"},
+}
+
+// reportedWRRSettings are ReportedWRR's own options, defaults first.
+type reportedWRRSettings struct {
+	blackout, expiration, period time.Duration
+	penalty                      float64
+}
+
+// minWeightUpdatePeriod is the shortest update period WithWeightUpdatePeriod
+// takes. A58 floors it at 100 ms to bound a timer's work; here nothing runs
+// without a report or a pick to drive it, a recompute that changes nothing
+// is O(n) and allocates nothing, and simulations and fast-changing fleets
+// want periods well under A58's, so the floor only keeps the recompute from
+// running on every report.
+const minWeightUpdatePeriod = time.Millisecond
+
+// WithBlackoutPeriod sets how long ReportedWRR waits, after a peer's first
+// report (or its first after an expiration), before its reported weight
+// counts: A58's blackout_period. 0 trusts the first report. Default 10s.
+func WithBlackoutPeriod(d time.Duration) Option {
+	return ownOption("WithBlackoutPeriod", func(s *reportedWRRSettings) { s.blackout = d })
+}
+
+// WithWeightExpirationPeriod sets how old a peer's last report may be
+// before ReportedWRR drops its weight (A58's weight_expiration_period);
+// above 0. Default 3m.
+func WithWeightExpirationPeriod(d time.Duration) Option {
+	return ownOption("WithWeightExpirationPeriod", func(s *reportedWRRSettings) { s.expiration = d })
+}
+
+// WithWeightUpdatePeriod sets how often, at most, ReportedWRR recomputes
+// its weights (A58's weight_update_period); at least 1ms, where A58 takes
+// 100ms. Default 1s.
+func WithWeightUpdatePeriod(d time.Duration) Option {
+	return ownOption("WithWeightUpdatePeriod", func(s *reportedWRRSettings) { s.period = d })
+}
+
+// WithErrorUtilizationPenalty sets the utilization ReportedWRR adds per unit
+// of error rate (EPS/RPS) when it weighs a report (A58's
+// error_utilization_penalty); finite, not negative. Default 1.
+func WithErrorUtilizationPenalty(x float64) Option {
+	return ownOption("WithErrorUtilizationPenalty", func(s *reportedWRRSettings) { s.penalty = x })
+}
+
+// check returns an error naming the first setting out of range.
+func (s reportedWRRSettings) check() error {
+	bad := func(opt string, v any, why string) error {
+		return fmt.Errorf("balancer: ReportedWRR: %s(%v): %s: %w", opt, v, why, ErrInvalidConfig)
+	}
+	switch {
+	case s.blackout < 0:
+		return bad("WithBlackoutPeriod", s.blackout, "negative")
+	case s.expiration <= 0:
+		return bad("WithWeightExpirationPeriod", s.expiration, "not above 0")
+	case s.period < minWeightUpdatePeriod:
+		return bad("WithWeightUpdatePeriod", s.period, "below "+minWeightUpdatePeriod.String())
+	case math.IsNaN(s.penalty) || math.IsInf(s.penalty, 0) || s.penalty < 0:
+		return bad("WithErrorUtilizationPenalty", s.penalty, "not a finite number ≥ 0")
+	}
+	return nil
+}
+
+// NewReportedWRR returns a ReportedWRR over peers. It accepts WithClock,
+// WithBlackoutPeriod, WithWeightExpirationPeriod, WithWeightUpdatePeriod
+// and WithErrorUtilizationPenalty.
+func NewReportedWRR(peers []*Peer, opts ...Option) (*ReportedWRR, error) {
+	cfg, err := newConfig(reportedWRRSpec, opts)
+	if err != nil {
+		return nil, err
+	}
+	set := reportedWRRSettings{blackout: 10 * time.Second, expiration: 3 * time.Minute, period: time.Second, penalty: 1}
+	applyOwn(&cfg, &set)
+	if err := set.check(); err != nil {
+		return nil, err
+	}
+	s := &ReportedWRR{
+		blackout:   int64(set.blackout),
+		expiration: int64(set.expiration),
+		period:     int64(set.period),
+		penalty:    set.penalty,
+	}
+	s.currentWeight = s.impliedLocked
+	s.fresh = newRWRRPeer
+	if err := s.init(peers, cfg, s.changedLocked); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Pick returns the next peer in nginx's smooth order over the weights of
+// the last recompute. It is O(1) and lock-free while those weights and the
+// primaries' health are static and r is fresh, as SmoothWRR's; one pick in
+// 256 also reads the clock, and the one that finds a recompute due runs
+// it.
+func (s *ReportedWRR) Pick(r *Request) (*Peer, error) {
+	// SmoothWRR's fast paths, spelled out for the same reason (cycle.go),
+	// with the look at the clock on the cycle's counter.
+	if r.fresh() {
+		if c := s.cycle.Load(); c != nil {
+			v := c.ctr.Add(1)
+			if i := c.slot(v); i >= 0 {
+				p := c.list.primary[i]
+				p.pick()
+				if v%checkEvery == 0 {
+					s.due(s.now())
+				}
+				return fastFirst(c.list, r, int(i), p)
+			}
+		} else if l := s.load(); l.single {
+			// One server: picked whatever its weight (RR.c 449-460).
+			if p := l.primary[0]; !p.down.Load() && p.acquire() {
+				return fastFirst(l, r, 0, p)
+			}
+		}
+	}
+	return s.pickSlow(r)
+}
+
+// pickSlow is Pick's exact scan, under the lock; every checkEvery-th of
+// them looks at the clock after it.
+func (s *ReportedWRR) pickSlow(r *Request) (*Peer, error) {
+	s.mu.Lock()
+	s.slowPicks++
+	look := s.slowPicks%checkEvery == 0
+	p, err := s.pickLocked(r)
+	s.mu.Unlock()
+	if look {
+		s.due(s.now())
+	}
+	return p, err
+}
+
+// Done implements Picker.Done. A report in o.Load that gives a usable
+// weight is recorded for p, lock-free, and may run a due recompute.
+func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
+	if err := s.report(p, o); err != nil || o.Load == nil {
+		return err
+	}
+	w, ok := a58Weight(o.Load, s.penalty)
+	if !ok {
+		return nil
+	}
+	now := s.now()
+	st := rwrrOf(p)
+	// A58's non_empty_since: a report that starts a run (the first, or
+	// the first after a gap of the expiration period) restarts the
+	// blackout; stored before last, so that no reader pairs the new last
+	// with the old run.
+	if last := st.last.Load(); last == 0 || now-last >= s.expiration {
+		st.since.Store(now)
+	}
+	st.weight.Store(math.Float64bits(w))
+	st.last.Store(now)
+	s.due(now)
+	return nil
+}
+
+// a58Weight returns A58's weight for l, and false for a report A58 ignores
+// (utilization or rps 0) or whose weight is not a positive finite number.
+func a58Weight(l *ServerLoad, penalty float64) (float64, bool) {
+	if l.Utilization == 0 || l.RPS == 0 {
+		return 0, false
+	}
+	w := l.RPS / (l.Utilization + l.EPS/l.RPS*penalty)
+	return w, w > 0 && !math.IsInf(w, 0) // NaN fails w > 0
+}
+
+// due recomputes the weights if one is due at now: the caller whose
+// compare-and-swap moves the deadline on does.
+func (s *ReportedWRR) due(now int64) {
+	next := s.next.Load()
+	if now < next || !s.next.CompareAndSwap(next, addClamped(now, s.period)) {
+		return
+	}
+	s.reweigh(now)
+}
+
+// addClamped returns t + d, d ≥ 0, saturated at the last representable
+// instant.
+func addClamped(t, d int64) int64 {
+	if t > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return t + d
+}
+
+// reweigh recomputes the weights from the reports at now in three steps,
+// so that picks go on from the old cycle while the new one is built: the
+// new weights under the lock; if one changed, their cycle without it (the
+// O(W·d) part); both installed under the lock again, unless the peer list
+// changed in between (its change weighed the list itself). One runs at a
+// time: a due recompute that finds another still building is skipped.
+func (s *ReportedWRR) reweigh(now int64) {
+	if !s.building.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.building.Store(false)
+	s.mu.Lock()
+	l, version := s.load(), s.version
+	changed := s.targetsLocked(l, now)
+	var want []int64
+	if changed {
+		want = slices.Clone(s.want)
+	}
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	c := prebuilt(l, want)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version != version {
+		return
+	}
+	s.version++
+	s.applyLocked(l, want)
+	// As a list change leaves them (publishLocked), for the new cycle.
+	var served uint64
+	if old := s.cycle.Load(); old != nil {
+		served = old.ctr.Load() &^ closedBit
+	}
+	s.closeLocked()
+	for _, peers := range [2][]*Peer{l.primary, l.backup} {
+		for _, p := range peers {
+			p.currentWeight = 0
+		}
+	}
+	s.built = c // nil: built under the lock once it can open, if it can
+	s.smoothRR.changedLocked(l)
+	if c := s.cycle.Load(); c != nil {
+		// Start where the old cycle's count leaves off, not at the first
+		// entry, so that frequent changes do not favour the peers early
+		// in the cycle (the first in order among the heaviest).
+		c.ctr.Add(served % c.w)
+	}
+}
+
+// prebuilt returns the cycle of l's primaries at the smooth-step weights
+// want (primaries first, as targetsLocked lays them out), or nil if it
+// cannot be one. It takes no lock: it reads only the down flags, and a
+// change of one is a list change, after which the cycle is dropped.
+func prebuilt(l *peerList, want []int64) *cycle {
+	if l.single {
+		return nil
+	}
+	weights := make([]int64, len(l.primary))
+	var w int64
+	for i, p := range l.primary {
+		if !p.down.Load() {
+			weights[i] = want[i]
+			w += want[i]
+		}
+	}
+	if w == 0 || w > MaxCycle {
+		return nil
+	}
+	return cycleOf(l, weights, w)
+}
+
+// changedLocked runs after every peer-list change: the weights are
+// recomputed for the new list at once, and the sequence starts over it.
+func (s *ReportedWRR) changedLocked(l *peerList) {
+	now := s.now()
+	s.targetsLocked(l, now)
+	s.version++
+	s.applyLocked(l, s.want)
+	s.next.Store(addClamped(now, s.period))
+	s.smoothRR.changedLocked(l)
+}
+
+// targetsLocked sets s.want to the smooth-step weight of every peer of l,
+// primaries then backups, from the reports at now, and reports whether
+// that of one not down differs from its current one. Requires s.mu.
+func (s *ReportedWRR) targetsLocked(l *peerList, now int64) bool {
+	n := len(l.primary) + len(l.backup)
+	s.want = slices.Grow(s.want[:0], n)[:n]
+	s.weighLocked(l.primary, now, s.want[:len(l.primary)])
+	s.weighLocked(l.backup, now, s.want[len(l.primary):])
+	for i, p := range l.primary {
+		if !p.down.Load() && s.want[i] != p.smooth {
+			return true
+		}
+	}
+	for i, p := range l.backup {
+		if !p.down.Load() && s.want[len(l.primary)+i] != p.smooth {
+			return true
+		}
+	}
+	return false
+}
+
+// applyLocked gives every peer of l its smooth-step weight from want
+// (primaries then backups). The effective weight keeps its fraction of the
+// weight, so that a failure's cut and its recovery carry over. A down peer
+// keeps its weight until it is up, which is a list change. Requires s.mu.
+func (s *ReportedWRR) applyLocked(l *peerList, want []int64) {
+	for k, peers := range [2][]*Peer{l.primary, l.backup} {
+		off := 0
+		if k == 1 {
+			off = len(l.primary)
+		}
+		for i, p := range peers {
+			if w := want[off+i]; !p.down.Load() && w != p.smooth {
+				ew := w
+				if p.smooth > 0 && p.effectiveWeight < p.smooth {
+					ew = p.effectiveWeight * w / p.smooth // both ≤ 2^30: no overflow
+				}
+				p.smooth = w
+				p.setEffectiveLocked(ew)
+			}
+			rwrrOf(p).derived.Store(p.smooth)
+		}
+	}
+}
+
+// weighLocked sets want[i] to the smooth-step weight of peers[i], one list,
+// from the reports at now (see ReportedWRR in detail). Requires s.mu.
+func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) {
+	n := len(peers)
+	s.share = slices.Grow(s.share[:0], n)[:n]
+	var top float64
+	weighted, candidates := 0, 0
+	for i, p := range peers {
+		r := 0.0
+		if !p.down.Load() && p.weight.Load() > 0 {
+			candidates++
+			if r = s.reportedLocked(p, now); r > 0 {
+				weighted++
+				top = max(top, r)
+			}
+		}
+		s.share[i] = r
+	}
+	if weighted < 2 {
+		for i, p := range peers {
+			want[i] = p.weight.Load()
+		}
+		return
+	}
+	var sum float64
+	for _, r := range s.share {
+		sum += r / top // 0 for the unweighted
+	}
+	mean := sum / float64(weighted)
+	var total float64
+	for i, p := range peers {
+		x := 0.0
+		if c := p.weight.Load(); c > 0 && !p.down.Load() {
+			x = mean
+			if r := s.share[i]; r > 0 {
+				x = r / top
+			}
+			x *= float64(c)
+		}
+		s.share[i] = x
+		total += x
+	}
+	for budget := min(int64(candidates)*reportScale, maxReportedSum); ; budget /= 2 {
+		if s.scaleLocked(peers, float64(budget)/total, want) || budget <= int64(candidates) {
+			break
+		}
+	}
+}
+
+// scaleLocked sets want to the smooth-step weights of peers for the
+// shares in s.share at k weight units per unit of share (0 for a peer not
+// a candidate, at least 1 for one), and reports whether the precomputed
+// cycle can hold them and be built within reportedBuildWork (see
+// buildCycle). Requires s.mu.
+func (s *ReportedWRR) scaleLocked(peers []*Peer, k float64, want []int64) bool {
+	var w, top int64
+	for i, p := range peers {
+		v := int64(0)
+		if p.weight.Load() > 0 && !p.down.Load() {
+			v = max(1, int64(math.Round(k*s.share[i])))
+		} else if p.down.Load() {
+			v = p.smooth // kept: see weighLocked
+		}
+		want[i] = v
+		if !p.down.Load() {
+			w += v
+			top = max(top, v)
+		}
+	}
+	if w > MaxCycle {
+		return false
+	}
+	if w*min(top, int64(len(peers))) <= reportedBuildWork {
+		return true // no more distinct weights than that
+	}
+	s.sorted = s.sorted[:0]
+	for i, p := range peers {
+		if !p.down.Load() && want[i] > 0 {
+			s.sorted = append(s.sorted, want[i])
+		}
+	}
+	slices.Sort(s.sorted)
+	return w*int64(len(slices.Compact(s.sorted))) <= reportedBuildWork
+}
+
+// reportedLocked returns p's reported weight at now, 0 if it has none that
+// counts: no report, the last one expired, or still in its blackout.
+func (s *ReportedWRR) reportedLocked(p *Peer, now int64) float64 {
+	st := rwrrOf(p)
+	last := st.last.Load()
+	if last == 0 || now-last >= s.expiration {
+		return 0
+	}
+	if s.blackout > 0 && now-st.since.Load() < s.blackout {
+		return 0
+	}
+	return math.Float64frombits(st.weight.Load())
+}
+
+// rwrrPeer is ReportedWRR's per-peer state (peerstate.go): the last usable
+// report, lock-free, and the weight of the last recompute, for State.
+type rwrrPeer struct {
+	peerState
+	weight  atomic.Uint64 // float64 bits: the last usable report's weight
+	last    atomic.Int64  // unix ns of the last usable report; 0: none
+	since   atomic.Int64  // unix ns at which the current run of reports began
+	derived atomic.Int64  // the smooth-step weight of the last recompute
+}
+
+func newRWRRPeer(int64) *peerState {
+	st := &rwrrPeer{}
+	st.own = st
+	return &st.peerState
+}
+
+// derivedWeight is the smooth-step weight ReportedWRR gives the peer, for
+// PeerState.DerivedWeight.
+func (st *rwrrPeer) derivedWeight() int64 { return st.derived.Load() }
+
+// rwrrNone is the state rwrrOf returns for a peer that holds none of
+// ReportedWRR's: a report that raced the peer's claim by another picker
+// writes here, where nothing reads it.
+var rwrrNone rwrrPeer
+
+// rwrrOf returns ReportedWRR's state of p, or rwrrNone. Lock-free.
+func rwrrOf(p *Peer) *rwrrPeer {
+	if h := p.state.Load(); h != nil {
+		if st, ok := h.own.(*rwrrPeer); ok {
+			return st
+		}
+	}
+	return &rwrrNone
+}
