@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
+	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/loadreport"
 )
 
@@ -86,3 +88,71 @@ type reusedWriter struct{ h http.Header }
 func (w *reusedWriter) Header() http.Header         { return w.h }
 func (w *reusedWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *reusedWriter) WriteHeader(int)             {}
+
+// reportedLoad is the reports the ReportedWRR workloads' servers send:
+// peer i at utilization (i%10+1)/10 and 100 requests a second, so the
+// weights A58 derives span 100 to 1000.
+func reportedLoad(i int) balancer.ServerLoad {
+	return balancer.ServerLoad{Utilization: float64(i%10+1) / 10, RPS: 100}
+}
+
+// oursReported builds a ReportedWRR with the settings its doc gives for
+// fleets whose capacity changes within seconds (no blackout, a 100 ms
+// update period), on the real clock, and feeds every peer's report until
+// the weights derived from them are in place; its runner picks alone or,
+// with feedback, reports each pick's server load with Done.
+func oursReported(feedback bool) func(int) runner {
+	return func(n int) runner {
+		peers := make([]*balancer.Peer, n)
+		for i := range peers {
+			l := reportedLoad(i)
+			peers[i] = balancer.NewPeer(addr(i), balancer.Weight(weight(i)), balancer.Value(&l))
+		}
+		p, err := balancer.NewReportedWRR(peers, balancer.WithBlackoutPeriod(0),
+			balancer.WithWeightUpdatePeriod(100*time.Millisecond))
+		if err != nil {
+			panic(err)
+		}
+		derived := func() bool {
+			for _, q := range peers {
+				if q.State().DerivedWeight != q.Weight() {
+					return true
+				}
+			}
+			return false
+		}
+		for deadline := time.Now().Add(5 * time.Second); !derived(); {
+			if time.Now().After(deadline) {
+				panic("ReportedWRR derived no weight from the reports in 5 s")
+			}
+			for range n {
+				q, _ := p.Pick(nil)
+				_ = p.Done(q, balancer.Outcome{Load: q.Value().(*balancer.ServerLoad)})
+			}
+		}
+		if !feedback {
+			return pickerRunner(p, false)
+		}
+		// Each peer carries its server's report as its value, as an
+		// integration holds the reply's report at hand.
+		done := func(q *balancer.Peer) {
+			_ = p.Done(q, balancer.Outcome{Load: q.Value().(*balancer.ServerLoad)})
+		}
+		return func(b *testing.B, parallel bool) {
+			if !parallel {
+				for b.Loop() {
+					q, _ := p.Pick(nil)
+					done(q)
+				}
+				return
+			}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					q, _ := p.Pick(nil)
+					done(q)
+				}
+			})
+		}
+	}
+}
