@@ -16,7 +16,9 @@ import (
 // nginx; weights move only when an estimate leaves its band ([WithBand]);
 // an idle peer's estimate decays toward the fastest's ([WithDecay]), so the
 // fastest peer is always found again. Choose it for latency-sensitive
-// traffic when nginx's failure model and smooth order matter.
+// traffic when nginx's failure model and smooth order matter. With
+// [WithReportedLoad], in flight takes in the other clients' attempts that
+// peers' servers report.
 //
 // The derived weight is the configured weight times a latency factor,
 // min(1, tolerance·fastest/estimate)^exponent, scaled to 100 for the
@@ -49,7 +51,8 @@ type FastestFirst struct {
 	exponent float64
 	floor    int64
 	tol      float64
-	rand     randSource // the sampled mode's draws
+	rand     randSource   // the sampled mode's draws
+	rep      reportedLoad // WithReportedLoad
 
 	// Written under mu.
 	fastest    [2]atomic.Uint64 // math.Float64bits of the fastest estimate (ns) of the primary and backup lists at their last recompute
@@ -137,13 +140,14 @@ const maxExponent = 8
 var fastestFirstSpec = pickerSpec{
 	name: "FastestFirst",
 	options: []string{"WithRand", "WithDecay", "WithFailurePenalty",
-		"WithBand", "WithExponent", "WithFloor", "WithTolerance"},
+		"WithBand", "WithExponent", "WithFloor", "WithTolerance", "WithReportedLoad"},
 	latency: true,
 }
 
 // NewFastestFirst returns a FastestFirst over peers. It accepts WithClock,
 // WithRand (the sampled mode's draws, above 32 peers), WithDecay,
-// WithFailurePenalty, WithBand, WithExponent, WithFloor and WithTolerance.
+// WithFailurePenalty, WithBand, WithExponent, WithFloor, WithTolerance and
+// WithReportedLoad.
 func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 	cfg, err := newConfig(fastestFirstSpec, opts)
 	if err != nil {
@@ -157,6 +161,10 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep, err := reportedOptions(fastestFirstSpec.name, &cfg)
+	if err != nil {
+		return nil, err
+	}
 	f := &FastestFirst{
 		tau:      float64(lat.decay),
 		penalty:  float64(lat.penalty),
@@ -165,6 +173,7 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 		floor:    int64(c.floor),
 		tol:      c.tol,
 		rand:     newRandSource(cfg),
+		rep:      rep,
 	}
 	f.fresh = newFFPeer
 	if err := f.init(peers, cfg, f.changedLocked); err != nil {
@@ -188,7 +197,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	l := f.load()
 	now := f.now()
 	p, err := pickFrame(l, r, func(peers []*Peer, _ bool) int {
-		return scanFastest(peers, r, now)
+		return scanFastest(peers, r, now, f.rep)
 	})
 	if err != nil {
 		return nil, err
@@ -219,24 +228,26 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 // Done lowers in-flight counts without the lock, so each count is read once
 // per comparison and the tied peers are matched against the winner's count
 // as first read; a count that drops meanwhile can only make a peer look
-// busier than it is for this one pick.
-func scanFastest(peers []*Peer, r *Request, now int64) int {
-	if i := scanFastestGated(peers, r, now, true); i >= 0 {
+// busier than it is for this one pick. With rep on, in flight is the
+// reported load (reported_load.go), read the same way.
+func scanFastest(peers []*Peer, r *Request, now int64, rep reportedLoad) int {
+	if i := scanFastestGated(peers, r, now, true, rep); i >= 0 {
 		return i
 	}
 	// Every eligible peer is being explored and has its attempt out: the
 	// one-at-a-time rule is a preference, and a healthy peer must not be
 	// refused, so the attempt goes to the least loaded of them.
-	return scanFastestGated(peers, r, now, false)
+	return scanFastestGated(peers, r, now, false, rep)
 }
 
 // scanFastestGated is scanFastest's pass; with gate set it skips the peers
 // being explored that have their one attempt out.
-func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
+func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool, rep reportedLoad) int {
 	clk := clockAt(now)
 	var least, probe *Peer
 	var at, probeAt int // least's position in peers
 	var conns, w int64  // least's in-flight count + 1 and weight, as read
+	var load float64    // least's reported load + 1, with rep on
 	var many bool       // another peer ties with least
 	for i, p := range peers {
 		if r.isTried(i) || !p.eligible(&clk) {
@@ -250,6 +261,10 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 			}
 		}
 		pc, pw := p.inFlight()+1, st.derived.Load()
+		var pl float64
+		if rep.on() {
+			pl = rep.load(&st.srv, pc-1, &clk) + 1
+		}
 		// nginx probes a failed peer on its first selection after the
 		// window; a least-delay pick would hardly ever select a peer at
 		// the floor, so the probe is made explicit. The oldest goes first.
@@ -260,12 +275,12 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 			probe, probeAt = p, i
 		}
 		if least == nil {
-			least, at, conns, w, many = p, i, pc, pw, false
+			least, at, conns, w, load, many = p, i, pc, pw, pl, false
 			continue
 		}
-		switch c := compareLoad(pc, pw, conns, w); {
+		switch c := rep.compare(pc, pl, pw, conns, load, w); {
 		case c < 0:
-			least, at, conns, w, many = p, i, pc, pw, false
+			least, at, conns, w, load, many = p, i, pc, pw, pl, false
 		case c == 0:
 			many = true
 		}
@@ -288,8 +303,15 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool) int {
 				continue
 			}
 			d := st.derived.Load()
-			if p != least && compareLoad(p.inFlight()+1, d, conns, w) != 0 {
-				continue
+			if p != least {
+				pc := p.inFlight() + 1
+				var pl float64
+				if rep.on() {
+					pl = rep.load(&st.srv, pc-1, &clk) + 1
+				}
+				if rep.compare(pc, pl, d, conns, load, w) != 0 {
+					continue
+				}
 			}
 			// nginx's step over the derived weights.
 			p.currentWeight += d
@@ -335,6 +357,9 @@ func takeFastest(p *Peer, now int64) {
 func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if err := f.finish(p, o); err != nil {
 		return err
+	}
+	if f.rep.on() && o.Load != nil && p.owner.Load() == &f.peerSet {
+		ffOf(p).srv.note(o.Load, p.inFlight(), f.now())
 	}
 	if f.draw.Load() != nil && f.doneSampled(p, o) {
 		return nil
@@ -443,6 +468,7 @@ type ffPeer struct {
 	derived   atomic.Int64  // the weight derived from latency, out of fastestScale; read by Peer.State
 	est       float64       // scratch of a recompute: the estimate (ns)
 	share     float64       // scratch of a recompute: the unscaled weight
+	srv       serverCount   // WithReportedLoad's reports
 }
 
 func newFFPeer(int64) *peerState {

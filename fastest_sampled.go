@@ -223,6 +223,7 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 	for range ffEffort {
 		best := -1
 		var bc, bw int64
+		var bl float64 // best's reported load + 1, with WithReportedLoad
 		for range ffChoices {
 			i := t.draw(f.rand.uint64())
 			p := peers[i]
@@ -230,8 +231,12 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 				continue
 			}
 			c, w := p.inFlight()+1, t.w[i].Load()
-			if best < 0 || compareLoad(c, w, bc, bw) < 0 {
-				best, bc, bw = i, c, w
+			var l float64
+			if f.rep.on() {
+				l = f.rep.load(&t.st[i].srv, c-1, clk) + 1
+			}
+			if best < 0 || f.rep.compare(c, l, w, bc, bl, bw) < 0 {
+				best, bc, bl, bw = i, c, l, w
 			}
 		}
 		if best >= 0 && peers[best].take(clk) {
@@ -242,13 +247,18 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 	for _, gate := range [2]bool{true, false} {
 		best := -1
 		var bc, bw int64
+		var bl float64 // best's reported load + 1, with WithReportedLoad
 		for i, p := range peers {
 			if r.isTried(i) || !p.eligible(clk) || gate && t.st[i].exploring.Load() && p.inFlight() != 0 {
 				continue
 			}
 			c, w := p.inFlight()+1, t.w[i].Load()
-			if best < 0 || compareLoad(c, w, bc, bw) < 0 {
-				best, bc, bw = i, c, w
+			var l float64
+			if f.rep.on() {
+				l = f.rep.load(&t.st[i].srv, c-1, clk) + 1
+			}
+			if best < 0 || f.rep.compare(c, l, w, bc, bl, bw) < 0 {
+				best, bc, bl, bw = i, c, l, w
 			}
 		}
 		if best >= 0 && peers[best].take(clk) {

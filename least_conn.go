@@ -19,6 +19,13 @@ package balancer
 // A peer of weight 0 is chosen only when no eligible peer has a weight,
 // since cross multiplication says nothing about it.
 //
+// With WithReportedLoad, a peer's conns in all of the above is its reported
+// load L (reported_load.go): its in-flight count plus the other clients'
+// attempts at its last report, faded; a peer of weight w is as loaded as
+// L/w, so the weight divides the servers' counts too. Until some peer's
+// report shows another client, L is the in-flight count and every pick is
+// nginx's.
+//
 // Eligibility, failures (max_fails, fail_timeout, the effective weight a
 // failure lowers and later ties restore), backup and down peers,
 // max_conns, per-request tries and the single-server rule all follow
@@ -41,7 +48,9 @@ package balancer
 // choosing among ties. Failures, backup and down peers, max_conns and
 // retries follow nginx's round-robin module ([Peer], [Request]). Choose it
 // when requests vary widely in how long they take, so that a slow peer
-// gets fewer of them.
+// gets fewer of them. With [WithReportedLoad], the count of a peer whose
+// server reports its requests in flight takes in the other clients'
+// attempts too.
 //
 // A pick is O(n) under the picker's lock, since it reads every in-flight
 // count; for thousands of peers or many cores use [RandomTwo]. The zero
@@ -49,19 +58,36 @@ package balancer
 // safe for concurrent use.
 type LeastConn struct {
 	peerSet
+	rep reportedLoad // WithReportedLoad; immutable after construction
+	// srv holds, with WithReportedLoad, the reports kept of each primary
+	// and each backup (reported_load.go), in list order, so that the scan
+	// reads them beside the peers. Rebuilt on every change; guarded by mu.
+	srv [2][]*serverCount
 }
 
 // leastConnSpec is LeastConn's declaration (see pickerSpec).
-var leastConnSpec = pickerSpec{name: "LeastConn"}
+var leastConnSpec = pickerSpec{name: "LeastConn", options: []string{"WithReportedLoad"}}
 
-// NewLeastConn returns a LeastConn over peers. It accepts WithClock.
+// NewLeastConn returns a LeastConn over peers. It accepts WithClock and
+// WithReportedLoad.
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	cfg, err := newConfig(leastConnSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := &LeastConn{}
-	if err := b.init(peers, cfg, nil); err != nil {
+	rep, err := reportedOptions(leastConnSpec.name, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &LeastConn{rep: rep}
+	if rep.on() {
+		b.fresh = newReportPeer
+	}
+	var changed func(*peerList)
+	if rep.on() {
+		changed = b.changedLocked
+	}
+	if err := b.init(peers, cfg, changed); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -73,9 +99,24 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clk := lazyClock{now: b.now}
-	return pickFrame(b.load(), r, func(peers []*Peer, _ bool) int {
-		return scanLeastConn(peers, r, &clk)
+	return pickFrame(b.load(), r, func(peers []*Peer, backup bool) int {
+		srv := b.srv[0]
+		if backup {
+			srv = b.srv[1]
+		}
+		return scanLeastConn(peers, r, &clk, b.rep, srv)
 	})
+}
+
+// changedLocked rebuilds srv for l. Requires b.mu.
+func (b *LeastConn) changedLocked(l *peerList) {
+	for k, peers := range [2][]*Peer{l.primary, l.backup} {
+		srv := make([]*serverCount, len(peers))
+		for i, p := range peers {
+			srv[i] = reportOf(p)
+		}
+		b.srv[k] = srv
+	}
 }
 
 // scanLeastConn is nginx's ngx_http_upstream_get_least_conn_peer over one
@@ -86,24 +127,31 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 // Done lowers in-flight counts without the lock, so each count is read once
 // per comparison and the tied peers are matched against the winner's count
 // as first read; a count that drops meanwhile can only make a peer look
-// busier than it is for this one pick.
-func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock) int {
+// busier than it is for this one pick. With rep on, the loads compared are
+// the reported ones (reported_load.go), read the same way, srv[i] holding
+// peer i's reports.
+func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount) int {
 	var least *Peer
 	var at int         // least's position in peers
 	var conns, w int64 // least's in-flight count and weight, as read
+	var load float64   // least's reported load, with rep on
 	var many bool      // another peer ties with least
 	for i, p := range peers {
 		if r.isTried(i) || !p.eligible(clk) {
 			continue
 		}
 		pc, pw := p.inFlight(), p.weight.Load()
+		var pl float64
+		if rep.on() {
+			pl = rep.load(srv[i], pc, clk)
+		}
 		if least == nil {
-			least, at, conns, w, many = p, i, pc, pw, false
+			least, at, conns, w, load, many = p, i, pc, pw, pl, false
 			continue
 		}
-		switch c := compareLoad(pc, pw, conns, w); {
+		switch c := rep.compare(pc, pl, pw, conns, load, w); {
 		case c < 0:
-			least, at, conns, w, many = p, i, pc, pw, false
+			least, at, conns, w, load, many = p, i, pc, pw, pl, false
 		case c == 0:
 			many = true
 		}
@@ -121,8 +169,15 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock) int {
 			if r.isTried(i) || !p.eligible(clk) {
 				continue
 			}
-			if p != least && compareLoad(p.inFlight(), p.weight.Load(), conns, w) != 0 {
-				continue
+			if p != least {
+				pc := p.inFlight()
+				var pl float64
+				if rep.on() {
+					pl = rep.load(srv[i], pc, clk)
+				}
+				if rep.compare(pc, pl, p.weight.Load(), conns, load, w) != 0 {
+					continue
+				}
 			}
 			total += smoothStep(p)
 			if p.currentWeight > best.currentWeight {
@@ -160,7 +215,14 @@ func compareLoad(pc, pw, qc, qw int64) int {
 	return 0
 }
 
-// Done implements Picker.Done.
+// Done implements Picker.Done. With WithReportedLoad, it also keeps the
+// count the outcome's Load reports, lock-free.
 func (b *LeastConn) Done(p *Peer, o Outcome) error {
-	return b.done(p, o)
+	if err := b.done(p, o); err != nil || !b.rep.on() || o.Load == nil {
+		return err
+	}
+	if p.owner.Load() == &b.peerSet {
+		reportOf(p).note(o.Load, p.inFlight(), b.now())
+	}
+	return nil
 }

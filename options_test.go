@@ -35,6 +35,7 @@ var optionCases = []struct {
 	{"WithWeightExpirationPeriod", WithWeightExpirationPeriod(time.Minute)},
 	{"WithWeightUpdatePeriod", WithWeightUpdatePeriod(100 * time.Millisecond)},
 	{"WithErrorUtilizationPenalty", WithErrorUtilizationPenalty(2)},
+	{"WithReportedLoad", WithReportedLoad(time.Second, 1)},
 	{"WithEvents", WithEvents(func(Event) {})},
 }
 

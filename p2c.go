@@ -55,7 +55,8 @@ package balancer
 // (in flight + 1) / weight. An idle peer's estimate decays ([WithDecay]), so
 // a peer that became fast is found again; a failure counts as at least
 // [WithFailurePenalty]. Choose it for latency-sensitive traffic to peers of
-// unknown or changing speed.
+// unknown or changing speed. With [WithReportedLoad], the in-flight count
+// takes in the other clients' attempts that peers' servers report.
 //
 // A pick is O(1) and lock-free; so is Done, unless it must account a
 // failure. The zero value is not usable; use
@@ -67,19 +68,20 @@ type P2CPeakEWMA struct {
 
 // peakEWMA is P2CPeakEWMA's cost; immutable after construction.
 type peakEWMA struct {
-	tau     float64 // decay time, ns
-	penalty float64 // failure penalty, ns
+	tau     float64      // decay time, ns
+	penalty float64      // failure penalty, ns
+	rep     reportedLoad // WithReportedLoad
 }
 
 // p2cSpec is P2CPeakEWMA's declaration (see pickerSpec).
 var p2cSpec = pickerSpec{
 	name:    "P2CPeakEWMA",
-	options: []string{"WithRand", "WithDecay", "WithFailurePenalty"},
+	options: []string{"WithRand", "WithDecay", "WithFailurePenalty", "WithReportedLoad"},
 	latency: true,
 }
 
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
-// WithRand, WithDecay and WithFailurePenalty.
+// WithRand, WithDecay, WithFailurePenalty and WithReportedLoad.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 	cfg, err := newConfig(p2cSpec, opts)
 	if err != nil {
@@ -89,7 +91,11 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty)}}
+	rep, err := reportedOptions(p2cSpec.name, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &P2CPeakEWMA{peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty), rep: rep}}
 	b.fresh = newP2CPeer
 	if err := b.initDraws(peers, cfg); err != nil {
 		return nil, err
@@ -107,31 +113,40 @@ func (b *P2CPeakEWMA) Pick(r *Request) (*Peer, error) {
 // clock, so they compare at the later of their stamps as they would now:
 // the ratio of exp(−(t−s_p)/τ) to exp(−(t−s_q)/τ) is the same at every t
 // past both stamps. That reads no clock and takes one exponential, not two.
-func (m *peakEWMA) less(p, q *Peer, pst, qst *peerState) bool {
+// The reported loads (WithReportedLoad) are not a ratio, so they are read
+// at the pick's time, clk.
+func (m *peakEWMA) less(p, q *Peer, pst, qst *peerState, clk lazyClock) bool {
 	ps, qs := p2cState(pst), p2cState(qst)
 	at := max(ps.lat.stamp.Load(), qs.lat.stamp.Load())
-	pp, pc := m.cost(p, &ps.lat, at)
-	qp, qc := m.cost(q, &qs.lat, at)
+	pp, pc := m.cost(p, ps, at, &clk)
+	qp, qc := m.cost(q, qs, at, &clk)
 	return cheaper(pp, pc, p.weight.Load(), qp, qc, q.weight.Load())
 }
 
 // cost returns p's load at now: whether it is being probed for its first
-// reply, and the peak EWMA decayed over its idle time times (in flight+1);
-// for a probed peer, its in-flight count.
-func (m *peakEWMA) cost(p *Peer, lat *latencyStats, now int64) (probing bool, c float64) {
-	pending := float64(p.inFlight())
+// reply, and the peak EWMA decayed over its idle time times (in flight+1),
+// the in-flight count being the reported load with WithReportedLoad; for a
+// probed peer, its in-flight count.
+func (m *peakEWMA) cost(p *Peer, st *p2cPeer, now int64, clk *lazyClock) (probing bool, c float64) {
+	own := p.inFlight()
+	lat := &st.lat
 	if !lat.measured.Load() {
-		if pending > 0 {
-			return true, pending
+		if own > 0 {
+			return true, float64(own)
 		}
 		return false, 0
+	}
+	pending := float64(own)
+	if m.rep.on() {
+		pending = m.rep.load(&st.srv, own, clk)
 	}
 	e := lat.estimate() * decayWeight(now-lat.stamp.Load(), m.tau)
 	return false, e * (pending + 1)
 }
 
 // Done also feeds the attempt's latency (or the failure penalty, if
-// higher) into p's estimate, lock-free, in O(1).
+// higher) into p's estimate, and with WithReportedLoad keeps the count the
+// outcome's Load reports, lock-free, in O(1).
 func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	if err := b.finish(p, o); err != nil {
 		return err
@@ -148,7 +163,11 @@ func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	// A report racing a Remove and an Add to another picker may feed this
 	// one sample into the new picker's estimate: one sample, which the
 	// decay soon outweighs, against a lock on every report.
-	lat := &p2cOf(p).lat
+	st := p2cOf(p)
+	if b.rep.on() {
+		st.srv.note(o.Load, p.inFlight(), now)
+	}
+	lat := &st.lat
 	if o.Abandoned {
 		lat.abandon(now, float64(o.Latency), b.tau)
 	} else {
@@ -163,6 +182,7 @@ func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 type p2cPeer struct {
 	peerState
 	lat latencyStats
+	srv serverCount // WithReportedLoad's reports
 }
 
 func newP2CPeer(int64) *peerState {

@@ -120,7 +120,8 @@ func TestP2CPeakEWMA_idleCostDecays(t *testing.T) {
 	p2cMeasure(&b.peerSet, peers[1], clk.now(), 20*time.Millisecond)
 	clk.add(time.Duration(float64(DefaultDecay) * math.Log(4)))
 	p2cMeasure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
-	_, c := b.cost(peers[1], &p2cOf(peers[1]).lat, clk.now().UnixNano())
+	now := clk.now().UnixNano()
+	_, c := b.cost(peers[1], p2cOf(peers[1]), now, &lazyClock{t: now, ok: true})
 	assert.InDelta(t, float64(5*time.Millisecond), c, 1)
 	assert.Equal(t, "b", mustPick(t, b, nil).Addr())
 }

@@ -30,8 +30,9 @@ package balancer
 // A report may race a claim of its peer by another picker (the peer removed
 // and added elsewhere between the report's owner check and its read of the
 // state), so the state is loaded atomically and its type checked: each
-// algorithm's accessor (ffOf, p2cOf, rwOf) returns a throwaway state, shared
-// by all such stragglers, when the peer holds another algorithm's or none.
+// algorithm's accessor (ffOf, p2cOf, rwOf, reportOf) returns a throwaway
+// state, shared by all such stragglers, when the peer holds another
+// algorithm's or none.
 // Only lock-free reports reach that fallback, and they write only its
 // atomics. Under the picker's lock, a peer of the current list always holds
 // the picker's own state: it was stored before the list was published and

@@ -13,9 +13,10 @@ import (
 // current weights; so with fewer than two eligible peers a RandomTwo pick
 // ends in round robin, as in nginx. RandomTwo keeps the first draw only if
 // second.conns·first.weight > first.conns·second.weight, so a tie goes to
-// the second. nginx draws ngx_random() modulo the total weight; these draw
-// from Vose's alias table, the same distribution, so only proportions
-// compare with nginx.
+// the second; with WithReportedLoad, conns is the reported load L of
+// reported_load.go, compared in floating point. nginx draws ngx_random()
+// modulo the total weight; these draw from Vose's alias table, the same
+// distribution, so only proportions compare with nginx.
 
 // Random is nginx's `random` (nginx 1.22.1): each pick draws a peer in
 // proportion to its weight, and draws again while the peer is down,
@@ -36,7 +37,9 @@ type Random struct{ randomPicker }
 // two distinct eligible peers in proportion to their weights and keeps the
 // one with fewer attempts in flight per unit of weight, the second on a
 // tie. Use it when requests vary in cost, at any number of peers: it is the
-// scalable alternative to LeastConn. Failures, down, max_conns and retries
+// scalable alternative to LeastConn. With [WithReportedLoad] the counts
+// compared take in the other clients' attempts that peers' servers report
+// (the round-robin fallback still ignores them). Failures, down, max_conns and retries
 // follow nginx; backup peers are refused with ErrInvalidConfig.
 //
 // A pick is O(1) and lock-free on the healthy path and allocates nothing;
@@ -54,7 +57,8 @@ var (
 type randomPicker struct {
 	smoothRR
 	table atomic.Pointer[randomTable]
-	rng   randSource // the draws: WithRand's source, or the runtime's
+	rng   randSource   // the draws: WithRand's source, or the runtime's
+	rep   reportedLoad // RandomTwo's WithReportedLoad; immutable after construction
 }
 
 // randomTable is the alias table over one list's peers (nginx's ranges).
@@ -62,13 +66,17 @@ type randomTable struct {
 	list  *peerList
 	alias rwTable
 	total int64
+	// srv[i] is the reports kept of primary i (reported_load.go), read
+	// beside the peer without a load from it; nil with WithReportedLoad
+	// off.
+	srv []*serverCount
 }
 
 // randomSpec and randomTwoSpec are Random's and RandomTwo's declarations
 // (see pickerSpec).
 var (
 	randomSpec    = pickerSpec{name: "Random", options: []string{"WithRand"}, noBackups: true}
-	randomTwoSpec = pickerSpec{name: "RandomTwo", options: []string{"WithRand"}, noBackups: true}
+	randomTwoSpec = pickerSpec{name: "RandomTwo", options: []string{"WithRand", "WithReportedLoad"}, noBackups: true}
 )
 
 // NewRandom returns a Random over peers. It accepts WithClock and
@@ -81,8 +89,8 @@ func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 	return b, nil
 }
 
-// NewRandomTwo returns a RandomTwo over peers. It accepts WithClock and
-// WithRand. A backup peer is rejected with ErrInvalidConfig naming it.
+// NewRandomTwo returns a RandomTwo over peers. It accepts WithClock,
+// WithRand and WithReportedLoad. A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandomTwo(peers []*Peer, opts ...Option) (*RandomTwo, error) {
 	b := &RandomTwo{}
 	if err := b.setup(randomTwoSpec, peers, opts); err != nil {
@@ -96,6 +104,12 @@ func (b *randomPicker) setup(spec pickerSpec, peers []*Peer, opts []Option) erro
 	if err != nil {
 		return err
 	}
+	if b.rep, err = reportedOptions(spec.name, &cfg); err != nil {
+		return err
+	}
+	if b.rep.on() {
+		b.fresh = newReportPeer
+	}
 	b.rng = newRandSource(cfg)
 	b.shared, b.currentWeight = true, b.impliedLocked
 	return b.init(peers, cfg, b.changedLocked)
@@ -108,7 +122,14 @@ func (b *randomPicker) changedLocked(l *peerList) {
 		w[i] = uint64(p.weight.Load())
 		total += p.weight.Load()
 	}
-	b.table.Store(&randomTable{list: l, alias: newRWTable(l.primary, w), total: total})
+	var srv []*serverCount
+	if b.rep.on() {
+		srv = make([]*serverCount, len(l.primary))
+		for i, p := range l.primary {
+			srv[i] = reportOf(p)
+		}
+	}
+	b.table.Store(&randomTable{list: l, alias: newRWTable(l.primary, w), total: total, srv: srv})
 	b.smoothRR.changedLocked(l)
 }
 
@@ -173,7 +194,13 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 				first = i
 			} else {
 				q := peers[first]
-				if p.inFlight()*q.weight.Load() > q.inFlight()*p.weight.Load() {
+				if b.rep.on() {
+					pl := b.rep.load(t.srv[i], p.inFlight(), clk)
+					ql := b.rep.load(t.srv[first], q.inFlight(), clk)
+					if pl*float64(q.weight.Load()) > ql*float64(p.weight.Load()) {
+						p, i = q, first
+					}
+				} else if p.inFlight()*q.weight.Load() > q.inFlight()*p.weight.Load() {
 					p, i = q, first
 				}
 				if p.take(clk) {
@@ -190,5 +217,14 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 	}
 }
 
-// Done implements Picker.Done.
-func (b *randomPicker) Done(p *Peer, o Outcome) error { return b.report(p, o) }
+// Done implements Picker.Done. With RandomTwo's WithReportedLoad, it also
+// keeps the count the outcome's Load reports, lock-free.
+func (b *randomPicker) Done(p *Peer, o Outcome) error {
+	if err := b.report(p, o); err != nil || !b.rep.on() || o.Load == nil {
+		return err
+	}
+	if p.owner.Load() == &b.peerSet {
+		reportOf(p).note(o.Load, p.inFlight(), b.now())
+	}
+	return nil
+}

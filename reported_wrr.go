@@ -25,35 +25,36 @@ import (
 // candidate weighted r_i gets x_i = c_i × r_i/max r, one without a weight
 // x_i = c_i × mean(r/max r) over the weighted (c_i the configured weight;
 // dividing by max r first keeps every product finite), and its smooth-step
-// weight is max(1, round(B × x_i / Σx)). B, the budget, is 100 per candidate
-// (reportScale: a peer at the mean of an all-default list gets 100, so that
-// a share is exact to 0.5/W of the total, W ≈ 100 × candidates), at most
-// 32768 (maxReportedSum), halved until the cycle of the weights fits and is
-// cheap to build (W ≤ MaxCycle and W × d ≤ reportedBuildWork, d the
-// distinct weights) or B has come down to the candidates; from about 330
-// candidates on, a share is exact to 0.5/32768 of the total or coarser, a
-// coarse resolution for each peer at 10,000 (3.3 a mean peer). The floor at 1 keeps a peer that reports far
-// less than the others (or that the division underflows for) in rotation.
+// weight is max(1, round(B × x_i / Σx)). B, the budget, is 100 per
+// candidate (reportScale: a peer at the mean of an all-default list gets
+// 100, so that a share is exact to 0.5/W of the total, W ≈ 100 ×
+// candidates), at most 32768 (maxReportedSum), halved until the cycle of
+// the weights fits and is cheap to build (W ≤ MaxCycle and W × d ≤
+// reportedBuildWork, d the distinct weights) or B has come down to the
+// candidates; from about 330 candidates on, a share is exact to 0.5/32768
+// of the total or coarser, a coarse resolution for each peer at 10,000
+// (3.3 a mean peer). The floor at 1 keeps a peer that reports far less
+// than the others (or that the division underflows for) in rotation.
 //
 // A recompute that changes the weight of a peer not down restarts the
 // sequence as a list change does: every current weight goes to 0 and the
-// cycle is built anew, so a peer's picks never lag its share by more than
-// the one pick the restart can cost it. The new cycle is entered at the
-// position the old one's counter had reached (modulo its length), not at
-// its start, which is also a state of nginx's scan (the one that many
-// picks from 0 reach): restarts as frequent as picks would otherwise give
-// the first entry, the first heaviest peer, every pick. The effective weight keeps its
-// fraction of the weight across a change (ew' = ew × w'/w, rounded down),
-// so a peer recovering from a failure goes on recovering; it recovers, as
-// in nginx, by one per scan in which it is eligible, which with weights in
-// the hundreds takes hundreds of picks, about its share of one cycle.
+// cycle is built anew. The new cycle is entered at the position the old
+// one's counter had reached (modulo its length), not at its start, which
+// is also a state of nginx's scan (the one that many picks from 0 reach):
+// restarts as frequent as picks would otherwise give the first entry, the
+// first heaviest peer, every pick. The effective weight keeps its fraction
+// of the weight across a change (ew' = ew × w'/w, rounded down), so a peer
+// recovering from a failure goes on recovering; it recovers, as in nginx,
+// by one per scan in which it is eligible, which with weights in the
+// hundreds takes hundreds of picks, about its share of one cycle.
 //
 // When recomputes run. No goroutine, no timer: next holds the unix time at
 // which the next one is due; a Done with a usable report (which reads the
 // clock anyway) and every checkEvery-th Pick (which reads it only then)
 // compare it with the clock, and the caller whose compare-and-swap moves
-// it one update period on recomputes, under the lock. A list change
-// recomputes at once. So a peer that stops reporting loses its weight at
+// it one update period on recomputes (see reweigh: the weights under the
+// lock, their cycle outside it). A list change recomputes at once, under
+// the lock. So a peer that stops reporting loses its weight at
 // the first recompute after its expiration, which the next report of any
 // peer or, with none, at most checkEvery picks bring.
 
@@ -242,7 +243,7 @@ func (s *ReportedWRR) Pick(r *Request) (*Peer, error) {
 				p := c.list.primary[i]
 				p.pick()
 				if v%checkEvery == 0 {
-					s.due(s.now())
+					return s.pickedLooking(c.list, r, int(i), p)
 				}
 				return fastFirst(c.list, r, int(i), p)
 			}
@@ -254,6 +255,14 @@ func (s *ReportedWRR) Pick(r *Request) (*Peer, error) {
 		}
 	}
 	return s.pickSlow(r)
+}
+
+// pickedLooking ends Pick's fast path for primary i of l, p, on the pick
+// that looks at the clock; kept out of Pick so that the call leaves the
+// fast path's registers alone.
+func (s *ReportedWRR) pickedLooking(l *peerList, r *Request, i int, p *Peer) (*Peer, error) {
+	s.due(s.now())
+	return fastFirst(l, r, i, p)
 }
 
 // pickSlow is Pick's exact scan, under the lock; every checkEvery-th of

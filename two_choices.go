@@ -9,11 +9,13 @@ import (
 // compares: P2CPeakEWMA hands it the peak-EWMA cost; another cost (least
 // request, weighted least request) is another small type.
 type loadCost interface {
-	// less reports whether p's load is below q's, per unit of weight. It
-	// reads no clock: a cost that changes with time compares the two at
-	// a common time of its choosing. ps and qs are p's and q's states
-	// (peerstate.go), as the draw table holds them.
-	less(p, q *Peer, ps, qs *peerState) bool
+	// less reports whether p's load is below q's, per unit of weight. A
+	// cost that changes with time compares the two at a common time of
+	// its choosing, reading clk, a copy of the pick's clock (a pointer
+	// through the interface would move it to the heap), only if it must.
+	// ps and qs are p's and q's states (peerstate.go), as the draw table
+	// holds them.
+	less(p, q *Peer, ps, qs *peerState, clk lazyClock) bool
 }
 
 // twoChoices is the power of two choices (Mitzenmacher 2001; Finagle's
@@ -136,7 +138,7 @@ func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCos
 		}
 		// Take the cheaper; if another pick claimed its probe or filled
 		// its max_conns meanwhile, the other one; if both went, draw again.
-		if c >= 0 && cost.less(peers[c], peers[a], d.st[c], d.st[a]) {
+		if c >= 0 && cost.less(peers[c], peers[a], d.st[c], d.st[a], *clk) {
 			a, c = c, a
 		}
 		if peers[a].take(clk) {

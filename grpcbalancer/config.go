@@ -43,6 +43,8 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	blackoutPeriod, weightExpirationPeriod, weightUpdatePeriod
 //	                           duration (ReportedWRR; gRFC A58's names)
 //	errorUtilizationPenalty    number ≥ 0 (ReportedWRR)
+//	reportedLoad               {"window": duration, "clients": int ≥ 1}
+//	                           (WithReportedLoad; clients default 1)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -75,10 +77,18 @@ type Config struct {
 	Floor          *int         `json:"floor,omitempty"`
 	BoundedLoad    *float64     `json:"boundedLoad,omitempty"`
 
-	BlackoutPeriod          *string  `json:"blackoutPeriod,omitempty"`
-	WeightExpirationPeriod  *string  `json:"weightExpirationPeriod,omitempty"`
-	WeightUpdatePeriod      *string  `json:"weightUpdatePeriod,omitempty"`
-	ErrorUtilizationPenalty *float64 `json:"errorUtilizationPenalty,omitempty"`
+	BlackoutPeriod          *string       `json:"blackoutPeriod,omitempty"`
+	WeightExpirationPeriod  *string       `json:"weightExpirationPeriod,omitempty"`
+	WeightUpdatePeriod      *string       `json:"weightUpdatePeriod,omitempty"`
+	ErrorUtilizationPenalty *float64      `json:"errorUtilizationPenalty,omitempty"`
+	ReportedLoad            *ReportedLoad `json:"reportedLoad,omitempty"`
+}
+
+// ReportedLoad is Config's reportedLoad: the arguments of
+// balancer.WithReportedLoad. Window is required; Clients defaults to 1.
+type ReportedLoad struct {
+	Window  *string `json:"window,omitempty"`
+	Clients *int    `json:"clients,omitempty"`
 }
 
 // lbConfig is a parsed, checked Config.
@@ -224,6 +234,21 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	if c.Floor != nil {
 		opts = append(opts, option{"floor", *c.Floor, lbgo.WithFloor(*c.Floor)})
 	}
+	if r := c.ReportedLoad; r != nil {
+		if r.Window == nil {
+			return nil, bad("reportedLoad", "no window")
+		}
+		w, err := dur("reportedLoad", r.Window)
+		if err != nil {
+			return nil, err
+		}
+		clients := 1
+		if r.Clients != nil {
+			clients = *r.Clients
+		}
+		v := fmt.Sprintf("{%v %d}", w, clients)
+		opts = append(opts, option{"reportedLoad", v, lbgo.WithReportedLoad(w, clients)})
+	}
 	// probe is one peer with the server parameters (a peer belongs to one
 	// picker, so a new one for each).
 	probe := func() []*lbgo.Peer { return []*lbgo.Peer{cfg.newPeer("config-check", 1, false, nil)} }
@@ -287,7 +312,7 @@ func unmarshalError(raw map[string]json.RawMessage, err error) error {
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) {
 		if name, v := rawField(raw, ute.Field); v != nil {
-			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list"}[ute.Type.Kind()]
+			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list", reflect.Struct: "an object"}[ute.Type.Kind()]
 			if want == "" {
 				want = ute.Type.String()
 			}

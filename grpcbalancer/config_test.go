@@ -27,7 +27,7 @@ import (
 // field.
 func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
 	fields := map[string]string{
-		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`,
+		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`, "reportedLoad": `{"window":"1s"}`,
 		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
 		"blackoutPeriod": `"0s"`, "weightExpirationPeriod": `"3m"`, "weightUpdatePeriod": `"100ms"`,
 		"errorUtilizationPenalty": `0.5`,
@@ -86,6 +86,7 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_hash", json: `{"hashHeader":"x-user"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: "x-user"}},
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"10s","clients":16},"decay":"1s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
 
 		// The message after "grpcbalancer: bad load-balancing config: "
 		// names the field as the JSON spells it, the value as written and
@@ -118,6 +119,12 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":0.5}`, wantErr: `boundedLoad 0.5: the factor must be finite and at least 1`},
 		{policy: "lbgo_leastconn", json: `{"warmup":"1s"}`, wantErr: `warmup "1s": not an option of LeastConn`},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"-1s"}`, wantErr: `warmup "-1s": negative`},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"0s"}}`, wantErr: `reportedLoad {"window":"0s"}: window not positive`},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","clients":0}}`, wantErr: `reportedLoad {"window":"1s","clients":0}: clients out of [1, 1048576]`},
+		{policy: "lbgo_fastestfirst", json: `{"reportedLoad":{"clients":4}}`, wantErr: `reportedLoad {"clients":4}: no window`},
+		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"soon"}}`, wantErr: `reportedLoad {"window":"soon"}: not a duration`},
+		{policy: "lbgo_smoothwrr", json: `{"reportedLoad":{"window":"1s"}}`, wantErr: `reportedLoad {"window":"1s"}: not an option of SmoothWRR`},
+		{policy: "lbgo_randomtwo", json: `{"reportedLoad":"1s"}`, wantErr: `reportedLoad "1s": not an object`},
 	} {
 		t.Run(tc.policy+tc.json, func(t *testing.T) {
 			parser := balancer.Get(tc.policy).(balancer.ConfigParser)
@@ -219,7 +226,7 @@ func TestREADME_optionFields(t *testing.T) {
 			fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
 		}
 		for _, field := range fields {
-			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad"}, field) {
+			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad"}, field) {
 				continue
 			}
 			rows++
@@ -234,8 +241,8 @@ func TestREADME_optionFields(t *testing.T) {
 			}
 		}
 	}
-	if rows != 8 {
-		t.Errorf("README: %d picker option fields in the config table, want 8", rows)
+	if rows != 9 {
+		t.Errorf("README: %d picker option fields in the config table, want 9", rows)
 	}
 }
 
@@ -245,7 +252,7 @@ func TestREADME_optionFields(t *testing.T) {
 // and stay put when the value does.
 func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 	values := map[string][2]string{
-		"decay": {`"1s"`, `"2s"`}, "failurePenalty": {`"1s"`, `"2s"`}, "warmup": {`"1s"`, `"2s"`},
+		"decay": {`"1s"`, `"2s"`}, "failurePenalty": {`"1s"`, `"2s"`}, "warmup": {`"1s"`, `"2s"`}, "reportedLoad": {`{"window":"1s"}`, `{"window":"1s","clients":16}`},
 		"band": {`1.5`, `2`}, "exponent": {`1`, `2`}, "tolerance": {`2`, `3`}, "floor": {`2`, `3`}, "boundedLoad": {`1.25`, `1.5`},
 		"blackoutPeriod": {`"0s"`, `"10s"`}, "weightExpirationPeriod": {`"3m"`, `"5s"`},
 		"weightUpdatePeriod": {`"100ms"`, `"1s"`}, "errorUtilizationPenalty": {`0.5`, `1`},

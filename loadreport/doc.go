@@ -19,12 +19,17 @@
 // truncated, duplicate names, NaN, infinite, negative or too large)
 // returns an error wrapping a sentinel and is never partly trusted.
 //
-// Middleware wraps an http.Handler and keeps the server's side: requests
-// in flight (sent as named_metrics.rif), requests and errors completed per
-// second over a sliding window (rps_fractional, eps), and the CPU, memory
-// and application utilization the server sets. Its request path takes no
-// lock and allocates only the header value. The default format is TEXT,
-// what vLLM emits and readable in a trace; BIN is the cheapest to write.
+// A Tracker keeps the server's side: requests in flight (sent as
+// named_metrics.rif), requests and errors completed per second over a
+// sliding window (rps_fractional, eps), the mean duration of the requests
+// completed in that window (named_metrics.latency_ms), and the CPU,
+// memory and application utilization the server sets. Middleware wraps
+// an http.Handler, counts its requests in a Tracker and writes the
+// report on every response; the gRPC interceptors of the nested module
+// loadreport/grpcreport do the same for gRPC, and may share the Tracker.
+// The request path takes no lock and allocates only the header value.
+// The default format is TEXT, what vLLM emits and readable in a trace;
+// BIN is the cheapest to write.
 //
 // A client reads the report from each response with FromHeader and
 // feeds it to its balancer: gRFC A58's weighted round robin weighs a
@@ -34,5 +39,6 @@
 // flight from every client. Report.ServerLoad gives those fields as a
 // balancer.ServerLoad, what balancer.Outcome.Load carries; balancerhttp's
 // Transport and Proxy read the header of every response and hand its
-// report to the picker with Done. No picker weighs reports yet.
+// report to the picker with Done; balancer.ReportedWRR weighs peers by
+// them as gRFC A58 does.
 package loadreport

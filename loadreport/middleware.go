@@ -2,234 +2,70 @@ package loadreport
 
 import (
 	"bufio"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
-	"sync/atomic"
-	"time"
 )
 
-// ErrInvalidOption: an option to New, or a utilization set, is out of range.
-var ErrInvalidOption = errors.New("loadreport: invalid option")
-
-// Option configures New.
-type Option func(*Middleware) error
-
-// WithClock makes the middleware read time from now (default time.Now).
-func WithClock(now func() time.Time) Option {
-	return func(m *Middleware) error {
-		if now == nil {
-			return fmt.Errorf("%w: WithClock(nil)", ErrInvalidOption)
-		}
-		m.now = now
-		return nil
-	}
-}
-
-// WithFormat sets the header's format. Default: Text, the format vLLM
-// emits and the one a person reads in a trace.
-func WithFormat(f Format) Option {
-	return func(m *Middleware) error {
-		if f > Binary {
-			return fmt.Errorf("%w: WithFormat(%v)", ErrInvalidOption, f)
-		}
-		m.format = f
-		return nil
-	}
-}
-
-// WithWindow sets the window requests and errors per second are counted
-// over, at least 10 ms. Default: 10 s.
-func WithWindow(d time.Duration) Option {
-	return func(m *Middleware) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: WithWindow(%v), at least 10ms", ErrInvalidOption, d)
-		}
-		m.reqs.width = d / windowBuckets
-		m.errs.width = d / windowBuckets
-		return nil
-	}
-}
-
-// WithUtilization makes the middleware call f for application_utilization
-// on every response, in place of SetApplicationUtilization's value. f must
-// be safe for concurrent use and fast; a NaN, infinite or negative result
-// is reported as 0.
-func WithUtilization(f func() float64) Option {
-	return func(m *Middleware) error {
-		m.utilization = f
-		return nil
-	}
-}
-
-// WithErrorStatus sets which final statuses count as errors (eps).
-// Default: 500 and above.
-func WithErrorStatus(isError func(status int) bool) Option {
-	return func(m *Middleware) error {
-		if isError == nil {
-			return fmt.Errorf("%w: WithErrorStatus(nil)", ErrInvalidOption)
-		}
-		m.isError = isError
-		return nil
-	}
-}
-
-// Middleware keeps a server's load and reports it on every response in
-// the HeaderName header. It is safe for concurrent use; its request path
-// takes no lock.
+// Middleware reports a server's load on every response in the
+// HeaderName header: the load its Tracker keeps (its own, or one given
+// with WithTracker), in which it counts each request. It is safe for
+// concurrent use; its request path takes no lock.
 //
 // A report carries: rps_fractional and eps, the requests and errors
 // completed per second over the window; named_metrics.rif, the requests
-// in flight through the middleware when the header is written (the
-// current one included, so at least 1); and cpu_utilization,
-// mem_utilization and application_utilization as last set (zero, so
-// absent, until set).
+// in flight when the header is written (the current one included, so at
+// least 1); named_metrics.latency_ms, the mean duration of the requests
+// completed in the window; and cpu_utilization, mem_utilization and
+// application_utilization as last set (zero, so absent, until set).
 type Middleware struct {
-	now         func() time.Time
-	start       time.Time
-	format      Format
-	utilization func() float64
-	isError     func(int) bool
-
-	inFlight   atomic.Int64
-	reqs, errs rateWindow
-	cpu        atomic.Uint64 // float64 bits
-	mem        atomic.Uint64 // float64 bits
-	app        atomic.Uint64 // float64 bits
-
+	t       *Tracker
+	format  Format
+	isError func(int) bool
 	writers sync.Pool // of *reportWriter
 }
 
-// New returns a Middleware.
+// New returns a Middleware. It accepts WithFormat, WithErrorStatus and
+// WithTracker, and, without WithTracker, the Tracker's options (WithClock,
+// WithWindow, WithUtilization) for a Tracker of its own.
 func New(opts ...Option) (*Middleware, error) {
-	m := &Middleware{now: time.Now, isError: func(s int) bool { return s >= 500 }}
-	if err := WithWindow(10 * time.Second)(m); err != nil {
+	s := defaultSettings()
+	if err := s.apply(opts); err != nil {
 		return nil, err
 	}
-	for _, o := range opts {
-		if err := o(m); err != nil {
-			return nil, err
-		}
+	t := s.tracker
+	if t == nil {
+		t = newTracker(&s)
+	} else if s.trackerOpt != "" {
+		return nil, fmt.Errorf("%w: %s with WithTracker: the Tracker has its settings", ErrInvalidOption, s.trackerOpt)
 	}
-	m.start = m.now()
+	m := &Middleware{t: t, format: s.format, isError: s.isError}
 	m.writers.New = func() any { return new(reportWriter) }
 	return m, nil
 }
 
-// SetCPUUtilization sets cpu_utilization, a fraction of the CPU the
-// server has (may exceed 1 where the server may use more than its share).
-// A NaN, infinite or negative v is refused with ErrInvalidOption.
-func (m *Middleware) SetCPUUtilization(v float64) error { return setUtil(&m.cpu, "CPU", v) }
+// Tracker returns the Tracker the middleware counts in and reports.
+func (m *Middleware) Tracker() *Tracker { return m.t }
 
-// SetMemUtilization sets mem_utilization, as SetCPUUtilization.
-func (m *Middleware) SetMemUtilization(v float64) error { return setUtil(&m.mem, "memory", v) }
+// SetCPUUtilization is m.Tracker().SetCPUUtilization.
+func (m *Middleware) SetCPUUtilization(v float64) error { return m.t.SetCPUUtilization(v) }
 
-// SetApplicationUtilization sets application_utilization, as
-// SetCPUUtilization. WithUtilization's function, if given, overrides it.
+// SetMemUtilization is m.Tracker().SetMemUtilization.
+func (m *Middleware) SetMemUtilization(v float64) error { return m.t.SetMemUtilization(v) }
+
+// SetApplicationUtilization is m.Tracker().SetApplicationUtilization.
 func (m *Middleware) SetApplicationUtilization(v float64) error {
-	return setUtil(&m.app, "application", v)
+	return m.t.SetApplicationUtilization(v)
 }
 
-func setUtil(a *atomic.Uint64, what string, v float64) error {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return fmt.Errorf("%w: %s utilization %v", ErrInvalidOption, what, v)
-	}
-	if v == 0 {
-		v = 0 // -0 would be sent as "-0"
-	}
-	a.Store(math.Float64bits(v))
-	return nil
-}
+// InFlight is m.Tracker().InFlight.
+func (m *Middleware) InFlight() int64 { return m.t.InFlight() }
 
-// InFlight returns the requests in flight through the middleware.
-func (m *Middleware) InFlight() int64 { return m.inFlight.Load() }
-
-// Report returns the report a response written now would carry.
-func (m *Middleware) Report() Report {
-	s := m.snapshot()
-	return Report{
-		CPUUtilization: s.cpu, MemUtilization: s.mem, ApplicationUtilization: s.app,
-		RPSFractional: s.rps, EPS: s.eps, NamedMetrics: map[string]float64{rifName: s.rif},
-	}
-}
-
-// rifName is the named metric that carries requests in flight.
-const rifName = "rif"
-
-type snapshot struct{ cpu, mem, app, rps, eps, rif float64 }
-
-func (m *Middleware) elapsed() time.Duration { return m.now().Sub(m.start) }
-
-func (m *Middleware) snapshot() snapshot {
-	e := m.elapsed()
-	app := math.Float64frombits(m.app.Load())
-	if m.utilization != nil {
-		app = m.utilization()
-		if math.IsNaN(app) || math.IsInf(app, 0) || app <= 0 {
-			app = 0 // also turns -0 into 0
-		}
-	}
-	return snapshot{
-		cpu: math.Float64frombits(m.cpu.Load()),
-		mem: math.Float64frombits(m.mem.Load()),
-		app: app,
-		rps: m.reqs.rate(e),
-		eps: m.errs.rate(e),
-		rif: float64(m.inFlight.Load()),
-	}
-}
-
-// appendHeader appends the snapshot in format f, with no allocation when
-// dst and scratch have room: the fields the middleware sends have fixed
-// names that TEXT can carry and finite, non-negative values.
-func (s *snapshot) appendHeader(dst, scratch []byte, f Format) []byte {
-	dst = append(dst, f.prefix()...)
-	switch f {
-	case Text:
-		start := len(dst)
-		dst = appendTextPair(dst, start, nameCPU, "", s.cpu)
-		dst = appendTextPair(dst, start, nameMem, "", s.mem)
-		dst = appendTextPair(dst, start, nameApp, "", s.app)
-		dst = appendTextPair(dst, start, nameRPS, "", s.rps)
-		dst = appendTextPair(dst, start, nameEPS, "", s.eps)
-		dst = appendTextPair(dst, start, nameNamed+".", rifName, s.rif)
-	case JSON:
-		dst = append(dst, '{')
-		start := len(dst)
-		for _, p := range [...]struct {
-			name string
-			v    float64
-		}{{nameCPU, s.cpu}, {nameMem, s.mem}, {nameApp, s.app}, {nameRPS, s.rps}, {nameEPS, s.eps}} {
-			if p.v != 0 {
-				dst = appendJSONSep(dst, start)
-				dst = append(dst, '"')
-				dst = append(dst, p.name...)
-				dst = append(dst, '"', ':')
-				dst = strconv.AppendFloat(dst, p.v, 'g', -1, 64)
-			}
-		}
-		dst = appendJSONSep(dst, start)
-		dst = append(dst, `"named_metrics":{"rif":`...)
-		dst = strconv.AppendFloat(dst, s.rif, 'g', -1, 64)
-		dst = append(dst, '}', '}')
-	case Binary:
-		pb := scratch[:0]
-		pb = appendProtoDouble(pb, fieldCPU, s.cpu)
-		pb = appendProtoDouble(pb, fieldMem, s.mem)
-		pb = appendProtoDouble(pb, fieldRPSFrac, s.rps)
-		pb = appendProtoDouble(pb, fieldEPS, s.eps)
-		pb = appendProtoMapEntry(pb, fieldNamed, rifName, s.rif)
-		pb = appendProtoDouble(pb, fieldApp, s.app)
-		dst = base64.StdEncoding.AppendEncode(dst, pb)
-	}
-	return dst
-}
+// Report is m.Tracker().Report: the report a response written now would
+// carry.
+func (m *Middleware) Report() Report { return m.t.Report() }
 
 // Handler returns next wrapped: each response carries the report in its
 // HeaderName header, set before the status line is written (by
@@ -252,28 +88,20 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
-	m.inFlight.Add(1)
+	began := m.t.Begin()
 	rw := m.writers.Get().(*reportWriter)
 	rw.w, rw.m, rw.status, rw.wrote, rw.hijacked = w, m, http.StatusOK, false, false
 	done := false
 	defer func() {
 		if !done { // the handler panicked: count it, drop rw (it may still be referenced)
-			e := m.elapsed()
-			m.reqs.add(e)
-			m.errs.add(e)
-			m.inFlight.Add(-1)
+			m.t.End(began, true)
 		}
 	}()
 	h.next.ServeHTTP(rw, r)
 	if !rw.wrote && !rw.hijacked {
 		rw.writeReport()
 	}
-	e := m.elapsed()
-	m.reqs.add(e)
-	if !rw.hijacked && m.isError(rw.status) {
-		m.errs.add(e)
-	}
-	m.inFlight.Add(-1)
+	m.t.End(began, !rw.hijacked && m.isError(rw.status))
 	done = true
 	rw.w, rw.m = nil, nil
 	m.writers.Put(rw)
@@ -286,12 +114,12 @@ type reportWriter struct {
 	status   int
 	wrote    bool // the report is set and a final status written or implied
 	hijacked bool
-	buf      [256]byte
+	buf      [384]byte // room for the longest TEXT value, every field set (at most about 300 bytes)
 	scratch  [128]byte
 }
 
 func (rw *reportWriter) writeReport() {
-	s := rw.m.snapshot()
+	s := rw.m.t.Snapshot()
 	b := s.appendHeader(rw.buf[:0], rw.scratch[:], rw.m.format)
 	rw.w.Header()[HeaderName] = []string{string(b)}
 	rw.wrote = true

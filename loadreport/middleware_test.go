@@ -370,15 +370,32 @@ func TestMiddlewareAllocs(t *testing.T) {
 	for _, f := range []Format{Text, JSON, Binary} {
 		m, clk := newTestMiddleware(t, WithFormat(f))
 		clk.set(3 * time.Second)
-		_ = m.SetCPUUtilization(0.3)
-		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+		// Every field set, with values of 17 significant digits: the
+		// longest header value the middleware writes.
+		_ = m.SetCPUUtilization(0.30000000000000004)
+		_ = m.SetMemUtilization(0.70000000000000007)
+		_ = m.SetApplicationUtilization(1.2345678901234567)
+		var at time.Duration = 3 * time.Second
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			at += 1234567 * time.Nanosecond // each request lasts 1.234567 ms
+			clk.set(at)
+			if r.URL.Path == "/fail" {
+				w.WriteHeader(500)
+				return
+			}
+			w.WriteHeader(200)
+		}))
+		for range 7 {
+			h.ServeHTTP(&nopWriter{h: make(http.Header)}, httptest.NewRequest("GET", "/fail", nil))
+		}
 		w := &nopWriter{h: make(http.Header)}
 		req := httptest.NewRequest("GET", "/", nil)
 		if n := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, req) }); n > headerAllocs {
 			t.Errorf("%v: %v allocations a request, want at most %d (the header value)", f, n, headerAllocs)
 		}
-		if _, err := FromHeader(w.h); err != nil {
-			t.Errorf("%v: %v", f, err)
+		r, err := FromHeader(w.h)
+		if err != nil || r.EPS == 0 || r.NamedMetrics[LatencyName] == 0 {
+			t.Errorf("%v: report %+v, %v: want every field set", f, r, err)
 		}
 	}
 }

@@ -16,6 +16,6 @@ func (r Report) ServerLoad() balancer.ServerLoad {
 	if l.Utilization == 0 {
 		l.Utilization = r.CPUUtilization
 	}
-	l.InFlight, l.HasInFlight = r.NamedMetrics[rifName]
+	l.InFlight, l.HasInFlight = r.NamedMetrics[InFlightName]
 	return l
 }

@@ -38,11 +38,26 @@ func (w *rateWindow) add(e time.Duration) {
 	}
 }
 
-// rate is events per second at elapsed time e: the events of the current
-// bucket and the windowBuckets-1 before it, over the time they span (the
-// full buckets plus the elapsed part of the current one, at least one
-// bucket's width, at most e itself once e exceeds one width).
-func (w *rateWindow) rate(e time.Duration) float64 {
+// rate is events per second at elapsed time e: count(e) over span(e).
+func (w *rateWindow) rate(e time.Duration) float64 { return w.perSecond(w.count(e), e) }
+
+// perSecond is n events over the time the window's buckets at elapsed
+// time e span: the full buckets plus the elapsed part of the current one,
+// at least one bucket's width, at most e itself once e exceeds one width.
+func (w *rateWindow) perSecond(n uint64, e time.Duration) float64 {
+	if e < 0 {
+		e = 0
+	}
+	cur := e / w.width
+	span := (windowBuckets-1)*w.width + (e - cur*w.width)
+	span = min(span, e)
+	span = max(span, w.width)
+	return float64(n) / span.Seconds()
+}
+
+// count is the events of the current bucket at elapsed time e and the
+// windowBuckets-1 before it.
+func (w *rateWindow) count(e time.Duration) uint64 {
 	if e < 0 {
 		e = 0
 	}
@@ -58,8 +73,5 @@ func (w *rateWindow) rate(e time.Duration) float64 {
 			n += v & 0xffffffff
 		}
 	}
-	span := (windowBuckets-1)*w.width + (e - cur*w.width)
-	span = min(span, e)
-	span = max(span, w.width)
-	return float64(n) / span.Seconds()
+	return n
 }

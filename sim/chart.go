@@ -274,8 +274,8 @@ func latencyChart(sc *Scenario, runs []*Result, names []string, oracle []bool) [
 	k := 0
 	for p := range runs {
 		if oracle[p] {
-			colors[p] = []string{"#222222", "#888888"}[min(k2(oracle, p), 1)]
-			dashes[p] = "6 4"
+			o := min(k2(oracle, p), len(oracleStyles)-1)
+			colors[p], dashes[p] = oracleStyles[o][0], oracleStyles[o][1]
 			continue
 		}
 		colors[p] = palette[k%len(palette)]
@@ -301,6 +301,10 @@ func latencyChart(sc *Scenario, runs []*Result, names []string, oracle []bool) [
 }
 
 // k2 returns how many oracles come before p.
+// oracleStyles are the colors and dashes of the oracles' lines, in order
+// (SED, full-info, split).
+var oracleStyles = [][2]string{{"#222222", "6 4"}, {"#555555", "2 3"}, {"#999999", "6 4"}}
+
 func k2(oracle []bool, p int) int {
 	n := 0
 	for _, o := range oracle[:p] {

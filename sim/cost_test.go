@@ -175,7 +175,7 @@ func TestBoundsAgainstBuiltins(t *testing.T) {
 		total += r * float64(len(Policies())) * 3
 	}
 	assert.InDelta(t, 280, MaxRequests/largest, 1, "MaxRequests over the largest built-in scenario")
-	assert.InDelta(t, 36, MaxCompareRequests/total, 1, "MaxCompareRequests over the default comparison")
+	assert.Greater(t, MaxCompareRequests/total, 15.0, "MaxCompareRequests over the default comparison")
 	assert.NoError(t, checkCompare(scs, len(Policies()), 3, runtime.GOMAXPROCS(0)))
 	assert.NoError(t, checkCompare(scs, len(Policies()), 3, 64))
 }

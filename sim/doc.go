@@ -12,7 +12,11 @@
 // lognormal service times whose mean follows a schedule (slowdowns, random
 // redraws); they can fail fast or stall until the client's timeout. Pickers
 // see the virtual clock through balancer.WithClock and a seeded source
-// through balancer.WithRand, and get every attempt's outcome through Done.
+// through balancer.WithRand, and get every attempt's outcome through Done,
+// with the load report the backend sends with its reply (Outcome.Load: its
+// requests in flight from every client, requests and errors per second and
+// utilization over ReportWindow, as package loadreport's middleware
+// reports them) unless the scenario sets NoReports.
 // A failed attempt is retried at once on another peer as nginx's default
 // proxy_next_upstream does, unless the scenario disables retries.
 //
@@ -24,10 +28,15 @@
 // [Compare] runs policies over scenarios and seeds and summarizes them with
 // 95% confidence intervals; [Report.Write] prints the tables and
 // [Report.Checks] measures a candidate picker against the targets of a
-// latency-aware balancer. The scenarios ([Scenarios]) and the two oracles
+// latency-aware balancer. The scenarios ([Scenarios]) and the oracles
 // ([Oracles]) follow the plan in the project's latency reference: uneven
 // backends with a late bloomer, a brownout, fast-failing and stalling
-// backends, randomly changing service times with one and sixteen clients.
+// backends, randomly changing service times with one and sixteen clients,
+// and fleets whose speeds shift about every second under 1, 16 and 64
+// clients. Beside the clairvoyant oracle, a full-information one sees each
+// backend's true requests in flight and current speed at the pick, but no
+// service time in advance: the bound of what server-side load reports can
+// tell a client.
 // The engine checks itself against queueing theory: M/M/1 and M/M/c means
 // and the square-root rule's T* ([SqrtSplit]) are reproduced within their
 // confidence intervals in its tests.

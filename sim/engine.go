@@ -54,6 +54,8 @@ type request struct {
 	client   int32
 	backend  int32
 	attempts int32
+	mode     FaultMode // the current attempt's fault, 0 for none
+	end      int64     // when the backend ends the current attempt
 	// Draws for the first attempt's service time, made at arrival from the
 	// arrival stream so that a request has the same size under every
 	// policy: common random numbers make the pairwise comparisons sharper.
@@ -77,6 +79,7 @@ type backendState struct {
 	svc    *rand.Rand // service draws for retried attempts
 	flt    *rand.Rand // draws for faults of probability below 1
 	rif    int32      // attempts in flight to this backend, as clients see them
+	srv    server     // what the backend reports of itself
 }
 
 type fault struct {
@@ -198,6 +201,9 @@ type world struct {
 	herd           []float64
 	nextSample     int64
 
+	reports bool                // replies carry load reports
+	load    balancer.ServerLoad // the report being handed to Done, reused
+
 	err error
 }
 
@@ -225,6 +231,15 @@ func stream(seed uint64, scenario, purpose string, index int) *rand.Rand {
 // peer as the scenario's Tries allows; a request fails when it runs out of
 // tries or the picker has no peer for it. Every attempt is reported with
 // Done, with its own latency.
+//
+// Unless the scenario sets NoReports, a reply the backend sends (a success
+// or a fast error; not a timeout or a stall) carries in Outcome.Load the
+// report a server running package loadreport's middleware with a window of
+// ReportWindow would send: its requests in flight from every client, the
+// requests and errors per second it ended over the window, and the busy
+// fraction of its workers over the window as utilization. One ServerLoad
+// per run is reused for every reply, which the Outcome.Load contract
+// allows: a reply allocates nothing.
 //
 // Run first checks sc with Scenario.Validate and returns its error, which
 // wraps ErrInvalid or ErrTooLarge, before allocating anything for the run.
@@ -257,6 +272,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 		maxTries:   int32(min(orDefault(sc.Tries, len(sc.Backends)), math.MaxInt32)),
 		steady:     int64(sc.Steady),
 		nextSample: sampleEvery,
+		reports:    !sc.NoReports,
 	}
 	n := len(sc.Backends)
 	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
@@ -272,6 +288,10 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 	k := orDefault(sc.Clients, 1)
 	w.clients = make([]client, k)
 	clock := func() time.Time { return epoch.Add(time.Duration(w.now)) }
+	newPicker := pol.New
+	if pol.fleet != nil {
+		newPicker = pol.fleet(k)
+	}
 	for c := range w.clients {
 		peers := make([]*balancer.Peer, n)
 		index := make(map[*balancer.Peer]int32, n)
@@ -286,7 +306,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 			p = pol.oracle(w, peers, src)
 		} else {
 			var err error
-			if p, err = pol.New(peers, clock, src); err != nil {
+			if p, err = newPicker(peers, clock, src); err != nil {
 				return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
 			}
 		}
@@ -332,7 +352,7 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 		jt, jf = make([]int64, 1, m), make([]float64, 1, m)
 		jf[0] = j.Lo + (j.Hi-j.Lo)*r.Float64()
 		for t := int64(0); ; {
-			t += int64(r.ExpFloat64() * float64(j.Every))
+			t += j.interval(r)
 			if t >= horizon {
 				break
 			}
@@ -464,19 +484,27 @@ func (w *world) send(i int32) {
 		w.picks[k]++
 	}
 	be := &w.backends[b]
+	be.srv.settle(w.now) // keeps the late attempts few
 	be.rif++
 	at, failed := w.serve(be, q)
 	w.push(event{at: at, kind: evReply, req: i, failed: failed})
 }
 
 // serve returns when the client sees the end of attempt q on backend be and
-// whether it failed.
+// whether it failed, and notes in q the attempt's fault and when the
+// backend ends it: a fast error when it answers, a stall at the client's
+// deadline (when the client closes the connection), a served attempt when
+// its service ends, even past the deadline.
 func (w *world) serve(be *backendState, q *request) (int64, bool) {
 	deadline := w.now + w.timeout
+	q.mode = 0
 	if mode, prob := be.faultAt(w.now); prob > 0 && (prob >= 1 || be.flt.Float64() < prob) {
+		q.mode = mode
 		if mode == FastError {
-			return min(w.now+int64(FastErrorDelay), deadline), true
+			q.end = min(w.now+int64(FastErrorDelay), deadline)
+			return q.end, true
 		}
+		q.end = deadline
 		return deadline, true
 	}
 	e, z := q.e, q.z
@@ -486,9 +514,13 @@ func (w *world) serve(be *backendState, q *request) (int64, bool) {
 	start, k := w.now, -1
 	if be.workers != nil {
 		k = be.earliest()
+		if free := be.workers[k]; free < w.now {
+			be.srv.idleUntil(free, w.now)
+		}
 		start = max(start, be.workers[k])
 	}
 	end := start + be.service(start, e, z)
+	q.end = end
 	if k >= 0 {
 		// A job the client gave up on still occupies its worker: the
 		// server does not know the client left.
@@ -504,8 +536,24 @@ func (w *world) serve(be *backendState, q *request) (int64, bool) {
 // picker, then the request finishes or tries again.
 func (w *world) reply(ev event) {
 	q := &w.reqs[ev.req]
-	w.backends[q.backend].rif--
+	be := &w.backends[q.backend]
 	o := balancer.Outcome{Failed: ev.failed, Latency: time.Duration(w.now - q.sent)}
+	if w.reports && (!ev.failed || q.mode == FastError) {
+		// The backend answered: its report rides on the reply.
+		be.fill(&w.load, w.now)
+		o.Load = &w.load
+	}
+	switch {
+	case q.end > w.now:
+		// Timed out in service: the backend ends it later.
+		be.srv.late = append(be.srv.late, q.end)
+	case q.mode != 0:
+		be.srv.reqs.add(w.now, 1)
+		be.srv.errs.add(w.now, 1)
+	default:
+		be.srv.reqs.add(w.now, 1)
+	}
+	be.rif--
 	if err := w.clients[q.client].picker.Done(q.peer, o); err != nil {
 		w.err = fmt.Errorf("Done(%v, %+v): %w", q.peer, o, err)
 		return

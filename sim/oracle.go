@@ -12,6 +12,7 @@ import (
 // Names of the oracles in reports.
 const (
 	OracleSED   = "Oracle SED"
+	OracleInfo  = "Oracle full-info"
 	OracleSplit = "Oracle split"
 )
 
@@ -185,3 +186,72 @@ func TStar(s *Scenario) (tstar, pooled float64, ok bool) {
 	}
 	return t, PooledBound(mus, lambda), true
 }
+
+// informed is the full-information oracle: at each pick it reads every
+// backend's true requests in flight q (queued or in service, from every
+// client, the ones whose client gave up included) and its current mean
+// service time m, but nothing of the service times to come, and picks the
+// least expected delay of a new job under that knowledge. With c workers
+// and exponential service at the current speed the job waits for
+// q − c + 1 completions at rate c/m when all workers are busy, so its
+// expected delay is
+//
+//	m × (1 + max(0, q − c + 1) / c)
+//
+// (m alone with unlimited workers). Backends inside a fault are skipped
+// and ties broken at random, as Oracle SED does. Unlike Oracle SED it does
+// not know when the busy workers free, nor a redraw of the speed about to
+// come: it is the bound of a picker told each backend's load and speed at
+// the moment of the pick.
+type informed struct {
+	w     *world
+	peers []*balancer.Peer
+	rng   *rand.Rand
+	ties  []int
+}
+
+func newInformed(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
+	return &informed{w: w, peers: peers, rng: rand.New(src), ties: make([]int, 0, len(peers))}
+}
+
+// informedDelay returns the delay informed expects on a backend with q
+// requests in flight, c workers (0: unlimited) and mean service time m.
+func informedDelay(q, c int, m float64) float64 {
+	if c == 0 || q < c {
+		return m
+	}
+	return m * (1 + float64(q-c+1)/float64(c))
+}
+
+// Pick returns the backend with the least expected delay. It is O(n) but
+// for the attempts timed out in service that a backend still holds.
+func (o *informed) Pick(*balancer.Request) (*balancer.Peer, error) {
+	now := o.w.now
+	best := math.Inf(1)
+	o.ties = o.ties[:0]
+	for i := range o.w.backends {
+		b := &o.w.backends[i]
+		if _, p := b.faultAt(now); p > 0 {
+			continue
+		}
+		b.srv.settle(now)
+		d := informedDelay(int(b.rif)+len(b.srv.late), len(b.workers), b.meanAt(now))
+		switch {
+		case d < best:
+			best = d
+			o.ties = append(o.ties[:0], i)
+		case d == best:
+			o.ties = append(o.ties, i)
+		}
+	}
+	switch len(o.ties) {
+	case 0:
+		return nil, fmt.Errorf("sim: every backend is failing: %w", balancer.ErrNoLivePeer)
+	case 1:
+		return o.peers[o.ties[0]], nil
+	}
+	return o.peers[o.ties[o.rng.IntN(len(o.ties))]], nil
+}
+
+// Done ignores the outcome.
+func (o *informed) Done(*balancer.Peer, balancer.Outcome) error { return nil }

@@ -251,8 +251,9 @@ type column struct {
 	cell func(*Summary) string
 }
 
-// columns returns the columns that apply to scenario s.
-func (r *Report) columns(s *Scenario) []column {
+// columns returns the columns that apply to scenario si.
+func (r *Report) columns(si int) []column {
+	s := &r.Scenarios[si]
 	seeds := len(r.Seeds)
 	ci := func(st Stat, prec int) string {
 		if seeds < 2 || math.IsNaN(st.Mean) || math.IsInf(st.Mean, 0) {
@@ -288,10 +289,36 @@ func (r *Report) columns(s *Scenario) []column {
 			}},
 		)
 	}
+	cols = append(cols, r.ratioColumns(si)...)
 	return append(cols,
 		column{"herd", func(m *Summary) string { return num(m.Herd.Mean, 2) }},
 		column{"churn", func(m *Summary) string { return num(m.Churn.Mean, 3) }},
 	)
+}
+
+// ratioOracles are the oracles a scenario with jitter measures p99
+// against, with their column heads.
+var ratioOracles = []struct{ name, head string }{
+	{OracleSED, "p99/SED"},
+	{OracleInfo, "p99/full-info"},
+}
+
+// ratioColumns returns, in a scenario with jitter (S4 of the plan, where
+// the oracle is the reference), a column per oracle of ratioOracles in
+// the report: each policy's mean p99 over the oracle's.
+func (r *Report) ratioColumns(si int) []column {
+	if r.Scenarios[si].Jitter.Every == 0 {
+		return nil
+	}
+	var cols []column
+	for _, o := range ratioOracles {
+		ref, ok := r.Find(r.Scenarios[si].Name, o.name)
+		if !ok {
+			continue
+		}
+		cols = append(cols, column{o.head, func(m *Summary) string { return num(m.P99.Mean/ref.P99.Mean, 2) }})
+	}
+	return cols
 }
 
 // num formats v with prec decimals, "never" for +Inf and "-" for NaN.
@@ -324,6 +351,9 @@ func (r *Report) describe(s *Scenario) string {
 	if s.Tries == 1 {
 		b.WriteString(", no retry")
 	}
+	if s.NoReports {
+		b.WriteString(", no load reports")
+	}
 	seeds := fmt.Sprintf("seed %d", r.Seeds[0])
 	if n := len(r.Seeds); n > 1 {
 		seeds = fmt.Sprintf("seeds %d-%d", r.Seeds[0], r.Seeds[n-1])
@@ -347,13 +377,18 @@ func span(d time.Duration) string {
 	return fmt.Sprintf("%g s", d.Seconds())
 }
 
-// Legend explains the report's columns; the markdown report ends with it.
+// Legend explains the report's columns; the markdown report ends with it,
+// and a line on the oracle, columns and pickers added since.
 const Legend = `Latencies are per request, from arrival to the end of its last attempt, failed requests included, over every seed (mean and 95% confidence interval across seeds).
 Failed attempts are retried at once on another peer, as nginx does, unless the scenario says "no retry"; errors are requests that failed for good; a request that finds no eligible peer fails at once, at 0 ms (see the notes under a table).
 divert: seconds from the degradation until the degraded backend's share of attempts (over 500 ms) stays at or below half its fair share; readmit: seconds from the recovery until it stays at or above half its fair share; never: not within the run.
 peak share: the degraded backend's largest share of attempts in a 500 ms window while degraded, as a multiple of its fair share; sinkhole: above its fair share beyond binomial noise.
 herd: 99th percentile over time of the largest in-flight count of a backend over the mean; churn: mean change of the traffic split between consecutive 500 ms windows (total variation).
 Oracle SED sends each attempt where it will finish soonest, reading the true queues and service times; Oracle split draws from the square-root split of the true current capacities.`
+
+// legendMore follows Legend in the markdown report: the oracle, columns and
+// pickers added since Legend was fixed.
+const legendMore = `Oracle full-info sends each attempt where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; p99/SED and p99/full-info (scenarios with changing speeds): p99 over that oracle's; a +rif picker weighs the requests in flight its backends report (WithReportedLoad).`
 
 // Write prints the report: a table per scenario, plain text or, with
 // markdown, GitHub tables followed by the Legend. A plain-text table is
@@ -365,7 +400,7 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 	ew := &errWriter{w: w}
 	for s := range r.Scenarios {
 		sc := &r.Scenarios[s]
-		cols := r.columns(sc)
+		cols := r.columns(s)
 		notes, marks := r.notes(s)
 		row := func(p int) []string {
 			cells := make([]string, len(cols))
@@ -411,7 +446,7 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 			fmt.Fprintln(tw)
 		}
 		tw.Flush()
-		for _, l := range r.tableLegend(sc) {
+		for _, l := range r.tableLegend(s) {
 			wrap(ew, l, "  ", "    ", textWidth)
 		}
 		for i, n := range notes {
@@ -419,7 +454,7 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 		}
 	}
 	if markdown {
-		for _, line := range strings.Split(Legend, "\n") {
+		for _, line := range strings.Split(Legend+"\n"+legendMore, "\n") {
 			fmt.Fprintf(ew, "- %s\n", line)
 		}
 	}
@@ -450,7 +485,8 @@ func wrap(w io.Writer, text, first, rest string, width int) {
 
 // tableLegend returns the plain-text legend of scenario s's table: what
 // each of its columns measures, with the scenario's own numbers.
-func (r *Report) tableLegend(s *Scenario) []string {
+func (r *Report) tableLegend(si int) []string {
+	s := &r.Scenarios[si]
 	lat := "mean, p50, p99, p99.9 ms: request latency, from arrival to the end of the last attempt, failed requests included"
 	if s.Steady > 0 {
 		lat += fmt.Sprintf("; steady ms: the mean over requests arriving after %s", span(s.Steady))
@@ -470,15 +506,26 @@ func (r *Report) tableLegend(s *Scenario) []string {
 			fmt.Sprintf("readmit s: seconds from %s, when backend %d recovers, until its share over 500 ms stays at or above %s; never: not by the end of the run.", span(to), s.Watch, half),
 			fmt.Sprintf("peak share: backend %d's largest share of attempts in a 500 ms window while degraded, over its fair share (1 = fair); sinkhole k/n: above fair beyond binomial noise in k of n runs.", s.Watch))
 	}
+	if cols := r.ratioColumns(si); len(cols) > 0 {
+		heads := make([]string, len(cols))
+		for i, c := range cols {
+			heads[i] = c.head
+		}
+		out = append(out, strings.Join(heads, ", ")+": the mean p99 over that oracle's (1 = as good as the oracle).")
+	}
 	out = append(out,
 		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),
 		"churn: the mean fraction of traffic that changes backend from one 500 ms window to the next (0 = a fixed split).")
-	var oracles bool
+	var oracles, rif bool
 	for _, m := range r.Summaries[0] {
 		oracles = oracles || m.Oracle
+		rif = rif || strings.HasSuffix(m.Policy, ReportedSuffix)
+	}
+	if rif {
+		out = append(out, "+rif: the picker weighing the requests in flight its backends report with each reply (WithReportedLoad).")
 	}
 	if oracles {
-		out = append(out, "Oracle SED sends each attempt where it will finish soonest, from the true queues and service times; Oracle split draws from the square-root split of the true current capacities. No real client can run either.")
+		out = append(out, "Oracle SED sends each attempt where it will finish soonest, from the true queues and service times; Oracle full-info where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; Oracle split draws from the square-root split of the true current capacities. No real client can run them.")
 	}
 	return out
 }

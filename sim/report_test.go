@@ -85,7 +85,7 @@ func TestReportWrite(t *testing.T) {
 	for _, p := range pols {
 		assert.Contains(t, out, "| "+p.Name+" | ")
 	}
-	assert.True(t, strings.HasSuffix(out, strings.Split(Legend, "\n")[5]+"\n"))
+	assert.True(t, strings.HasSuffix(out, "\n- "+Legend[strings.LastIndex(Legend, "\n")+1:]+"\n- "+legendMore+"\n"))
 
 	var table bytes.Buffer
 	require.NoError(t, rep.Write(&table, false))

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/lbgo/balancer"
@@ -63,14 +64,25 @@ type Fault struct {
 }
 
 // Jitter redraws every backend's mean service time at random: at intervals
-// drawn from an exponential distribution of mean Every, each backend's mean
-// becomes its nominal Mean times a factor drawn uniformly from [Lo, Hi]
-// (C3's time-varying service rates). Every == 0 disables it.
+// drawn from an exponential distribution of mean Every, or, when Spread is
+// positive, uniformly from [Every−Spread, Every+Spread], each backend's
+// mean becomes its nominal Mean times a factor drawn uniformly from
+// [Lo, Hi] (C3's time-varying service rates). Each backend has its own
+// redraw times. Every == 0 disables it; Spread must be below Every.
 //
 // The zero value is no jitter. A Jitter is a plain value, safe to share.
 type Jitter struct {
 	Every  time.Duration
+	Spread time.Duration
 	Lo, Hi float64
+}
+
+// interval returns the time to the next redraw from a draw of r.
+func (j Jitter) interval(r *rand.Rand) int64 {
+	if j.Spread > 0 {
+		return int64(j.Every-j.Spread) + int64(2*float64(j.Spread)*r.Float64())
+	}
+	return int64(r.ExpFloat64() * float64(j.Every))
 }
 
 // Backend is one simulated upstream server: a first-come first-served queue
@@ -152,6 +164,12 @@ type Scenario struct {
 	// before it are left out of SteadyMean, so the start-up transient does
 	// not hide the comparison with the analytic optimum.
 	Steady time.Duration
+
+	// NoReports turns the backends' load reports off: replies carry no
+	// Outcome.Load. By default every reply that reaches the client (a
+	// success or a fast error) carries one, as from a server running
+	// package loadreport's middleware; see Run for what it holds.
+	NoReports bool
 }
 
 // DefaultTimeout is the attempt timeout when a scenario sets none.
@@ -191,7 +209,7 @@ func (s *Scenario) validate() error {
 			s.Name, s.Duration, s.attempts(), orDefault(s.Timeout, DefaultTimeout), time.Duration(maxHorizon))
 	case s.Watch < -1 || s.Watch >= len(s.Backends):
 		return invalid("sim: scenario %q: watched backend %d out of range", s.Name, s.Watch)
-	case s.Jitter.Every < 0 || (s.Jitter.Every > 0 && (!(s.Jitter.Lo > 0) || !(s.Jitter.Hi >= s.Jitter.Lo) || math.IsInf(s.Jitter.Hi, 0))):
+	case s.Jitter.Every < 0 || s.Jitter.Spread < 0 || (s.Jitter.Every > 0 && (!(s.Jitter.Lo > 0) || !(s.Jitter.Hi >= s.Jitter.Lo) || math.IsInf(s.Jitter.Hi, 0) || s.Jitter.Spread >= s.Jitter.Every)):
 		return invalid("sim: scenario %q: bad jitter %+v", s.Name, s.Jitter)
 	case math.IsNaN(s.Rate) || s.Rate < 0 || math.IsInf(s.Rate, 0):
 		return invalid("sim: scenario %q: rate %v is not a positive finite number of requests per second", s.Name, s.Rate)
@@ -357,6 +375,9 @@ func Scenarios() []Scenario {
 		blackhole("blackhole-stall", "stalls until the timeout", Stall, 1),
 		jitter("jitter", 1),
 		jitter("herd", 16),
+		fleet("fleet1", 1),
+		fleet("fleet16", 16),
+		fleet("fleet64", 64),
 		uniform(),
 	}
 }
@@ -468,6 +489,29 @@ func jitter(name string, k int) Scenario {
 		Clients:  k,
 		Duration: 60 * time.Second,
 		Jitter:   Jitter{Every: 500 * time.Millisecond, Lo: 1, Hi: 3},
+		Watch:    -1,
+	}
+	for range 10 {
+		s.Backends = append(s.Backends, Backend{Workers: 1, Mean: 10 * time.Millisecond, Weight: 1})
+	}
+	return s
+}
+
+// fleet is a fleet whose speeds shift about every second, seen by k
+// independent clients: ten M/M/1 backends of herd's speeds, each redrawing
+// its mean service time from U[10, 30] ms at intervals drawn uniformly from
+// [0.25 s, 1.75 s], each on its own schedule; load 0.75 of the nominal
+// capacity (one worker over the 20 ms mean). A client sees a backend's
+// speed only through its own share of the traffic, 1/k of it: the
+// backends' load reports and the full-information oracle see it all.
+func fleet(name string, k int) Scenario {
+	s := Scenario{
+		Name:     name,
+		Title:    fmt.Sprintf("10 M/M/1 backends, mean redrawn from U[10, 30] ms every 0.25-1.75 s (uniform); K=%d", k),
+		Load:     0.75,
+		Clients:  k,
+		Duration: 60 * time.Second,
+		Jitter:   Jitter{Every: time.Second, Spread: 750 * time.Millisecond, Lo: 1, Hi: 3},
 		Watch:    -1,
 	}
 	for range 10 {

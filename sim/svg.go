@@ -177,6 +177,7 @@ func (s *svg) frame(x, y scale, xt, yt []tick, xlabel, ylabel string) {
 var palette = []string{
 	"#3b75af", "#ef8a2f", "#4f9e4a", "#8f6bb8", "#3fa5a0",
 	"#d9b52c", "#8c6046", "#d37fb5", "#9a9a9a", "#9cc3e6", "#a3a84a",
+	"#1f3f6e", "#b35806", "#1b7837", "#762a83",
 }
 
 const watchedColor = "#d0312d"

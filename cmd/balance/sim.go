@@ -19,10 +19,12 @@ import (
 var simUsage = fmt.Sprintf(`usage: balance sim [-scenario NAME,...|all] [-pickers NAME,...|all] [-seeds N] [-format table|markdown]
                  [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-svg DIR] [-list] [overrides]
 
-Simulates every picker and the two oracles in the built-in scenarios on a
-virtual clock and prints one comparison table per scenario. The same flags
-always print the same bytes. With no flags it runs every scenario with 3
-seeds in a few seconds.
+Simulates every picker and the oracles in the built-in scenarios on a
+virtual clock and prints one comparison table per scenario. Backends send
+a load report with each reply, as servers running package loadreport's
+middleware do (-no-reports turns them off). The same flags always print
+the same bytes. With no flags it runs every scenario with 3 seeds in a few
+seconds.
 
 -check prints the latency-aware picker's targets as PASS/FAIL lines with
 their numbers and exits 1 if one fails. -series prints, for the first seed,
@@ -74,7 +76,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "override: attempt timeout "+timeoutDefault)
 	fs.Var(&maxFails, "max-fails", "override: every peer's max_fails, `N` failures within fail_timeout take it out; 0 disables failure accounting "+maxFailsDefault)
 	fs.Var(&failTimeout, "fail-timeout", "override: every peer's fail_timeout, a `duration` "+failTimeoutDefault)
-	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter "+jitterDefault)
+	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter (a uniform interval's spread scales with it) "+jitterDefault)
+	noReports := fs.Bool("no-reports", false, "override: the backends send no load reports with their replies")
+	rifWindow := fs.Duration("rif-window", sim.ReportedLoadWindow, "the window over which the +rif pickers fade a reported count (WithReportedLoad)")
 	fs.Usage = func() {} // a usage error prints a hint, -h the usage
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -116,6 +120,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return bad("timeout", "the attempt timeout must be positive")
 	case !positive("jitter-every", *jitterEvery):
 		return bad("jitter-every", "the mean interval must be positive")
+	case !positive("rif-window", *rifWindow):
+		return bad("rif-window", "the window must be positive")
 	case !positive("tau", *tau):
 		return bad("tau", "the decay constant must be positive")
 	case has("svg") && *svgDir == "":
@@ -174,7 +180,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			s.PeerOptions = append(slices.Clip(s.PeerOptions), balancer.FailTimeout(failTimeout.v))
 		}
 		if has("jitter-every") && s.Jitter.Every > 0 {
+			s.Jitter.Spread = time.Duration(float64(s.Jitter.Spread) * float64(*jitterEvery) / float64(s.Jitter.Every))
 			s.Jitter.Every = *jitterEvery
+		}
+		if *noReports {
+			s.NoReports = true
 		}
 	}
 
@@ -187,6 +197,22 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		pols = []sim.Policy{c, b}
 	} else if pols, err = simPolicies(*pickers); err != nil {
 		return bad("pickers", "%v", err)
+	}
+	if has("rif-window") {
+		var rif bool
+		for i, p := range pols {
+			base, ok := strings.CutSuffix(p.Name, sim.ReportedSuffix)
+			if !ok || p.IsOracle() {
+				continue
+			}
+			if pols[i], ok, err = sim.Reported(base, *rifWindow); !ok || err != nil {
+				return bad("rif-window", "%s: %v", p.Name, err)
+			}
+			rif = true
+		}
+		if !rif {
+			return bad("rif-window", "no chosen picker reads reported counts (the %s ones)", sim.ReportedSuffix)
+		}
 	}
 	if *series {
 		*seeds = 1

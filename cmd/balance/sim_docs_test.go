@@ -21,7 +21,7 @@ var updateDocs = flag.Bool("update-docs", false, "rewrite docs/SIMULATION.md and
 // The committed charts are what this command writes (the charts read only
 // the first seed, so -seeds 1 draws the same ones as the default 3):
 //
-//	balance sim -scenario hetero,brownout -seeds 1 -svg docs/charts
+//	balance sim -scenario hetero,brownout,fleet16 -seeds 1 -svg docs/charts
 //
 // TestDocsCharts fails when they differ; run
 //
@@ -30,7 +30,7 @@ var updateDocs = flag.Bool("update-docs", false, "rewrite docs/SIMULATION.md and
 // to regenerate them and docs/SIMULATION.md.
 var (
 	chartsDir  = filepath.Join("..", "..", "docs", "charts")
-	chartsArgs = []string{"sim", "-scenario", "hetero,brownout", "-seeds", "1"}
+	chartsArgs = []string{"sim", "-scenario", "hetero,brownout,fleet16", "-seeds", "1"}
 	pagePath   = filepath.Join("..", "..", "docs", "SIMULATION.md")
 )
 
@@ -48,7 +48,7 @@ func TestDocsCharts(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	fresh, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.Len(t, fresh, 6, "share, latency and weights for two scenarios")
+	require.Len(t, fresh, 9, "share, latency and weights for three scenarios")
 	if *updateDocs {
 		require.NoError(t, os.RemoveAll(chartsDir))
 		require.NoError(t, os.MkdirAll(chartsDir, 0o755))
@@ -132,8 +132,8 @@ for the model.
 
 ## Charts
 
-` + "`balance sim -scenario hetero,brownout -seeds 1 -svg docs/charts`" + ` draws
-these, from each scenario's first seed.
+` + "`balance sim -scenario hetero,brownout,fleet16 -seeds 1 -svg docs/charts`" + `
+draws these, from each scenario's first seed.
 
 ![Share of attempts per backend over time in the brownout](charts/brownout-share.svg)
 
@@ -146,6 +146,10 @@ these, from each scenario's first seed.
 ![Latency by percentile in hetero](charts/hetero-latency.svg)
 
 ![FastestFirst's derived weights in hetero](charts/hetero-weights.svg)
+
+![Latency by percentile in fleet16, 16 clients on shifting speeds](charts/fleet16-latency.svg)
+
+![Share of attempts per backend over time in fleet16](charts/fleet16-share.svg)
 
 ## Tables
 

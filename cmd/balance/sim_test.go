@@ -71,6 +71,8 @@ func TestSimBadUsage(t *testing.T) {
 		{"no seeds", []string{"sim", "-seeds", "0"}, "-seeds 0"},
 		{"argument", []string{"sim", "extra"}, `unexpected argument "extra"`},
 		{"bad flag", []string{"sim", "-nope"}, "flag provided but not defined"},
+		{"rif window 0", []string{"sim", "-rif-window", "0s"}, "-rif-window 0s: the window must be positive"},
+		{"rif window unused", []string{"sim", "-pickers", "LeastConn", "-rif-window", "1s"}, "no chosen picker reads reported counts"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,4 +81,29 @@ func TestSimBadUsage(t *testing.T) {
 			assert.Contains(t, errOut, tt.want)
 		})
 	}
+}
+
+// TestSimNoReports: without load reports, ReportedWRR runs as SmoothWRR
+// and a +rif variant as its picker (their contracts), row for row; with
+// them, the fleet's rows differ.
+func TestSimNoReports(t *testing.T) {
+	rows := func(extra ...string) map[string]string {
+		code, out, errOut := exec(simArgs(append([]string{"-scenario", "fleet16", "-format", "markdown",
+			"-pickers", "SmoothWRR,ReportedWRR,LeastConn,LeastConn+rif"}, extra...)...), "")
+		require.Equal(t, 0, code, errOut)
+		m := map[string]string{}
+		for _, l := range strings.Split(out, "\n") {
+			if name, rest, ok := strings.Cut(strings.TrimPrefix(l, "| "), " | "); ok && strings.HasPrefix(l, "| ") {
+				m[name] = rest
+			}
+		}
+		return m
+	}
+	off := rows("-no-reports")
+	assert.Equal(t, off["SmoothWRR"], off["ReportedWRR"])
+	assert.Equal(t, off["LeastConn"], off["LeastConn+rif"])
+	on := rows()
+	assert.NotEqual(t, on["SmoothWRR"], on["ReportedWRR"])
+	assert.NotEqual(t, on["LeastConn"], on["LeastConn+rif"])
+	assert.Equal(t, off["LeastConn"], on["LeastConn"], "LeastConn reads no report")
 }

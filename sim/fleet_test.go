@@ -1,0 +1,154 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFleetScenarios: the fleet scenarios are what their titles say: ten
+// M/M/1 backends each redrawing its mean from U[10, 30] ms at intervals
+// within [0.25 s, 1.75 s] averaging about 1 s, on schedules of their own;
+// k clients; load 0.75.
+func TestFleetScenarios(t *testing.T) {
+	for name, k := range map[string]int{"fleet1": 1, "fleet16": 16, "fleet64": 64} {
+		sc := mustLookup(t, name)
+		require.NoError(t, sc.Validate())
+		assert.Equal(t, k, orDefault(sc.Clients, 1), name)
+		assert.Equal(t, 0.75, sc.Load)
+		require.Len(t, sc.Backends, 10)
+		// Capacity by the jitter's mean factor: 10 × 1/(10 ms × 2).
+		assert.InDelta(t, 375, sc.ArrivalRate(), 1e-9)
+		w, err := newWorld(&sc, policy(t, "SmoothWRR"), 1)
+		require.NoError(t, err)
+		var gaps []int64
+		var sum float64
+		for i := range w.backends {
+			b := &w.backends[i]
+			require.Equal(t, []int64{0}, b.workers, "one worker")
+			for j, m := range b.mean {
+				assert.GreaterOrEqual(t, m, 10e6)
+				assert.LessOrEqual(t, m, 30e6)
+				if j > 0 {
+					gaps = append(gaps, b.from[j]-b.from[j-1])
+				}
+			}
+			if i > 0 {
+				assert.NotEqual(t, w.backends[0].from[1], b.from[1], "backends %d and 0 redraw together", i)
+			}
+		}
+		for _, g := range gaps {
+			assert.GreaterOrEqual(t, g, int64(250*time.Millisecond))
+			assert.Less(t, g, int64(1750*time.Millisecond))
+			sum += float64(g)
+		}
+		// 10 backends over 60 s plus the drain: about 600 redraws of mean 1 s.
+		assert.Greater(t, len(gaps), 550)
+		assert.InDelta(t, 1.0, sum/float64(len(gaps))/1e9, 0.05, "mean interval")
+	}
+}
+
+// TestJitterSpreadRefused: a spread that is negative or reaches the mean
+// interval is refused.
+func TestJitterSpreadRefused(t *testing.T) {
+	for _, spread := range []time.Duration{-time.Millisecond, time.Second, 2 * time.Second} {
+		s := uniformWith(func(s *Scenario) { s.Jitter = Jitter{Every: time.Second, Spread: spread, Lo: 1, Hi: 3} })
+		err := s.Validate()
+		assert.ErrorIs(t, err, ErrInvalid, "spread %v", spread)
+	}
+}
+
+// TestFleetDeterministic: a fleet run, reports and the oracles included,
+// is the same bit for bit for the same seed, and differs for another.
+func TestFleetDeterministic(t *testing.T) {
+	scs := []Scenario{mustLookup(t, "fleet16"), mustLookup(t, "fleet64")}
+	for i := range scs {
+		scs[i].Duration = 10 * time.Second
+	}
+	render := func(seed uint64, parallel int) []byte {
+		var log replyLog
+		pols := append([]Policy{policy(t, "LeastConn")}, Oracles()...)
+		rep, err := Compare(scs, pols, Options{Seeds: 2, Seed: seed, Parallel: parallel})
+		require.NoError(t, err)
+		var b bytes.Buffer
+		require.NoError(t, rep.Write(&b, true))
+		// Every report a client is handed, in order.
+		one := scs[0]
+		one.Backends = one.Backends[:1]
+		one.Load = 0.5
+		_, err = Run(&one, logPolicy(&log), seed)
+		require.NoError(t, err)
+		for _, r := range log.replies {
+			fmt.Fprintf(&b, "%d %v", r.at, r.failed)
+			if r.load != nil {
+				fmt.Fprintf(&b, " %+v", *r.load)
+			}
+			b.WriteByte('\n')
+		}
+		return b.Bytes()
+	}
+	first := render(1, 1)
+	assert.Equal(t, first, render(1, 3), "same seed, different output")
+	assert.NotEqual(t, first, render(5, 2), "different seeds, same output")
+}
+
+// TestFleetOneClientReportsChangeNothing: with one client the +rif
+// variants are their pickers, result for result, as WithReportedLoad's
+// contract says (with clients 1 and no other client in the reports, every
+// pick is the same as without the option).
+func TestFleetOneClientReportsChangeNothing(t *testing.T) {
+	sc := mustLookup(t, "fleet1")
+	sc.Duration = 20 * time.Second
+	var n int
+	for _, p := range Pickers() {
+		base, ok := strings.CutSuffix(p.Name, ReportedSuffix)
+		if !ok {
+			continue
+		}
+		n++
+		a, err := Run(&sc, p, 1)
+		require.NoError(t, err)
+		b, err := Run(&sc, policy(t, base), 1)
+		require.NoError(t, err)
+		a.Policy = b.Policy
+		assert.True(t, fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b), "%s differs from %s with one client", p.Name, base)
+	}
+	assert.Equal(t, 4, n, "LeastConn, P2CPeakEWMA, FastestFirst and RandomTwo take WithReportedLoad")
+}
+
+// TestFleetTarget is issue 17's target in the simulator: with 16 clients
+// on shifting speeds, the best report-driven picker (ReportedWRR or a +rif
+// variant) has a p99, mean over seeds 1-3 as balance sim prints it, at
+// least 1.5 times lower than P2CPeakEWMA's and LeastConn's.
+func TestFleetTarget(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("48 runs of 60 s: skipped with -short and -race")
+	}
+	sc := mustLookup(t, "fleet16")
+	var pols []Policy
+	for _, p := range Pickers() {
+		if p.Name == "ReportedWRR" || strings.HasSuffix(p.Name, ReportedSuffix) || p.Name == "P2CPeakEWMA" || p.Name == "LeastConn" {
+			pols = append(pols, p)
+		}
+	}
+	rep, err := Compare([]Scenario{sc}, pols, Options{Seeds: 3, Seed: 1})
+	require.NoError(t, err)
+	best, bestP99 := "", math.Inf(1)
+	for _, m := range rep.Summaries[0] {
+		if (m.Policy == "ReportedWRR" || strings.HasSuffix(m.Policy, ReportedSuffix)) && m.P99.Mean < bestP99 {
+			best, bestP99 = m.Policy, m.P99.Mean
+		}
+	}
+	for _, local := range []string{"P2CPeakEWMA", "LeastConn"} {
+		m, ok := rep.Find(sc.Name, local)
+		require.True(t, ok)
+		t.Logf("%s p99 %.1f ms, %s %.1f ms: %.2fx lower", best, bestP99, local, m.P99.Mean, m.P99.Mean/bestP99)
+		assert.GreaterOrEqual(t, m.P99.Mean/bestP99, 1.5, "%s against %s", best, local)
+	}
+}

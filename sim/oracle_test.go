@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer"
+)
+
+// handBackend is a backend at a constant mean service time of m ms with
+// the given workers' free times (ms from now = 0; nil: unlimited), rif
+// attempts in flight as the clients see them and late attempts the
+// clients gave up on, still served until 1 s.
+func handBackend(m float64, free []int64, rif, late int) backendState {
+	b := backendState{from: []int64{0}, mean: []float64{m * float64(time.Millisecond)}, rif: int32(rif)}
+	if free != nil {
+		b.workers = make([]int64, len(free))
+		for i, f := range free {
+			b.workers[i] = f * ms
+		}
+	}
+	for range late {
+		b.srv.late = append(b.srv.late, int64(time.Second))
+	}
+	return b
+}
+
+// TestOracleInfoPicks gives the full-information oracle backends set by
+// hand and checks its pick against the expected delays worked out here,
+// m × (1 + max(0, q − c + 1)/c), and Oracle SED's against the exact wait
+// for a worker plus the mean.
+func TestOracleInfoPicks(t *testing.T) {
+	busy := func(n int) []int64 { // n workers busy for 500 ms
+		f := make([]int64, n)
+		for i := range f {
+			f[i] = 500
+		}
+		return f
+	}
+	tests := []struct {
+		name      string
+		backends  []backendState
+		fault     int // index of a backend failing fast, -1 for none
+		info, sed int
+	}{
+		{
+			// info: b0 10×(1+2) = 30 ms; b1 40×(1+1/4) = 50 ms; b2 has
+			// a free worker, 40 ms; b3 holds 4 + 2 late, 5×(1+6) = 35 ms.
+			// SED: b0 500+10, b1 500+40, b2 0+40 (its free worker), b3
+			// 500+5 ms.
+			name: "queues and speeds",
+			backends: []backendState{
+				handBackend(10, busy(1), 2, 0),
+				handBackend(40, busy(4), 4, 0),
+				handBackend(40, append(busy(3), 0), 3, 0),
+				handBackend(5, busy(1), 4, 2),
+			},
+			fault: -1, info: 0, sed: 2,
+		},
+		{
+			// b0 fails: info's next best is b3 (35 ms); SED's stays b2.
+			name: "a failing backend is skipped",
+			backends: []backendState{
+				handBackend(10, busy(1), 2, 0),
+				handBackend(40, busy(4), 4, 0),
+				handBackend(40, append(busy(3), 0), 3, 0),
+				handBackend(5, busy(1), 4, 2),
+			},
+			fault: 0, info: 3, sed: 2,
+		},
+		{
+			// One attempt on b0, whose worker frees in 1 ms: info expects
+			// 20×2 = 40 ms, SED knows 1+20 = 21 ms. b1 is idle at 30 ms.
+			name: "no clairvoyance",
+			backends: []backendState{
+				{from: []int64{0}, mean: []float64{20e6}, workers: []int64{1 * ms}, rif: 1},
+				handBackend(30, []int64{0}, 0, 0),
+			},
+			fault: -1, info: 1, sed: 0,
+		},
+		{
+			// Unlimited workers: the mean alone, whatever is in flight.
+			name: "unlimited workers",
+			backends: []backendState{
+				handBackend(10, nil, 50, 0),
+				handBackend(11, nil, 0, 0),
+			},
+			fault: -1, info: 0, sed: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &world{backends: tt.backends}
+			if tt.fault >= 0 {
+				w.backends[tt.fault].faults = []fault{{from: 0, to: int64(time.Hour), mode: FastError, prob: 1}}
+			}
+			peers := make([]*balancer.Peer, len(w.backends))
+			for i := range peers {
+				peers[i] = balancer.NewPeer("b" + string(rune('0'+i)))
+			}
+			for name, o := range map[string]struct {
+				p    balancer.Picker
+				want int
+			}{
+				OracleInfo: {newInformed(w, peers, rand.NewPCG(1, 2)), tt.info},
+				OracleSED:  {newSED(w, peers, rand.NewPCG(1, 2)), tt.sed},
+			} {
+				got, err := o.p.Pick(nil)
+				require.NoError(t, err)
+				assert.Equal(t, peers[o.want].Addr(), got.Addr(), name)
+			}
+		})
+	}
+}
+
+func TestInformedDelay(t *testing.T) {
+	tests := []struct {
+		q, c    int
+		m, want float64
+	}{
+		{0, 1, 10, 10}, // idle
+		{1, 1, 10, 20}, // one ahead
+		{3, 1, 10, 40}, // three ahead
+		{3, 4, 40, 40}, // a worker free
+		{4, 4, 40, 50}, // all busy: one completion of four, 10 ms
+		{7, 4, 40, 80}, // four completions ahead
+		{9, 0, 10, 10}, // unlimited workers
+	}
+	for _, tt := range tests {
+		assert.InDelta(t, tt.want, informedDelay(tt.q, tt.c, tt.m), 1e-12, "q=%d c=%d m=%v", tt.q, tt.c, tt.m)
+	}
+}
+
+// TestOracleInfoNearSED: on the fleet with sixteen clients the
+// full-information oracle, which does not know service times, stays
+// within 1.3× of the clairvoyant one's p99 and far below every picker
+// that learns from its own replies only (at least 2× better than
+// LeastConn), seed by seed.
+func TestOracleInfoNearSED(t *testing.T) {
+	sc := mustLookup(t, "fleet16")
+	sc.Duration = 30 * time.Second
+	for _, seed := range []uint64{1, 2} {
+		p99 := map[string]time.Duration{}
+		for _, name := range []string{OracleSED, OracleInfo, "LeastConn"} {
+			r, err := Run(&sc, policy(t, name), seed)
+			require.NoError(t, err)
+			p99[name] = r.P99
+		}
+		t.Logf("seed %d: p99 %v", seed, p99)
+		assert.Less(t, float64(p99[OracleInfo]), 1.3*float64(p99[OracleSED]), "seed %d", seed)
+		assert.GreaterOrEqual(t, float64(p99[OracleInfo]), 0.95*float64(p99[OracleSED]), "seed %d: better than clairvoyant", seed)
+		assert.Less(t, 2*p99[OracleInfo], p99["LeastConn"], "seed %d", seed)
+	}
+}
