@@ -31,12 +31,16 @@ if [ -z "$cpu" ]; then
 fi
 
 if [ "$ONLY" = load ]; then
+	# The gRPC interceptors' benchmarks live in their own module.
+	(cd "$root/loadreport/grpcreport" && go test -c -o "$work/grpcreport.test" .)
 	load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)
 	i=1
 	while [ "$i" -le "$ROUNDS" ]; do
 		echo "round $i of $ROUNDS" >&2
 		"$work/compare.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
 			-test.bench 'ServerLoad|Compare/reported' >"$work/round$i.txt"
+		(cd "$root/loadreport/grpcreport" && "$work/grpcreport.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+			-test.bench '^Benchmark(UnaryInterceptor|Server)$') >>"$work/round$i.txt"
 		i=$((i + 1))
 	done
 	"$work/report" -only load -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=load ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
