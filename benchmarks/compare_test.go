@@ -105,6 +105,18 @@ var families = []struct {
 		{"lbgo.FastestFirst", oursLat(balancer.NewFastestFirst, "bimodal")},
 		{"kratos.p2c", kratos(func() selector.Selector { return p2c.New() })},
 	}},
+	// Weighted round robin by the servers' reports (ReportedWRR, its
+	// weights derived from every peer's report) against SmoothWRR's
+	// static weights, the cycle both run: the pick alone, and the pick
+	// with Done carrying the server's load (none for SmoothWRR).
+	{"reported", []impl{
+		{"lbgo.ReportedWRR", oursReported(false)},
+		{"lbgo.SmoothWRR", ours(balancer.NewSmoothWRR, false)},
+	}},
+	{"reported-report", []impl{
+		{"lbgo.ReportedWRR", oursReported(true)},
+		{"lbgo.SmoothWRR", ours(balancer.NewSmoothWRR, true)},
+	}},
 	// Consistent hashing: each pick hashes one of hashKeys, in turn, and
 	// finds its point on a ring of 160 points per unit of weight.
 	{"consistent", []impl{

@@ -9,7 +9,8 @@
 # built once, so every round times the same code; report/ takes the medians.
 #
 # ONLY=fastest runs only the benchmarks of the section "FastestFirst under
-# real latencies" and rewrites that section alone, saying so in it.
+# real latencies" and rewrites that section alone, saying so in it;
+# ONLY=load likewise for the section "Server-reported load".
 set -eu
 
 ROUNDS=${ROUNDS:-7}
@@ -27,6 +28,27 @@ go build -o "$work/report" ./report
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
 if [ -z "$cpu" ]; then
 	cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)
+fi
+
+if [ "$ONLY" = load ]; then
+	# The gRPC interceptors' benchmarks live in their own module.
+	(cd "$root/loadreport/grpcreport" && go test -c -o "$work/grpcreport.test" .)
+	load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)
+	i=1
+	while [ "$i" -le "$ROUNDS" ]; do
+		echo "round $i of $ROUNDS" >&2
+		"$work/compare.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+			-test.bench 'ServerLoad|Compare/reported' >"$work/round$i.txt"
+		(cd "$root/loadreport/grpcreport" && "$work/grpcreport.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+			-test.bench '^Benchmark(UnaryInterceptor|Server)$') >>"$work/round$i.txt"
+		i=$((i + 1))
+	done
+	"$work/report" -only load -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=load ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
+		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
+		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+		-benchtime "$BENCHTIME" "$work"/round*.txt
+	echo "rewrote the server-reported load section of $root/BENCHMARKS.md" >&2
+	exit 0
 fi
 
 if [ "$ONLY" = fastest ]; then

@@ -585,6 +585,7 @@ func (r *results) write(w io.Writer, m meta) {
 	}
 	r.writeRingBuild(w)
 	r.writeLatency(w, "")
+	r.writeLoad(w, "")
 	r.writeCores(w)
 	fmt.Fprint(w, contention)
 	fmt.Fprint(w, notes)
@@ -669,7 +670,7 @@ func main() {
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
 	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
 	load := flag.String("load", "", "the load average when the rounds started, for -only's note")
-	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies)")
+	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies) or load (server-reported load)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "report: no round files")
@@ -682,19 +683,25 @@ func main() {
 	var b strings.Builder
 	switch *only {
 	case "":
-	case "fastest":
-		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top; its FastestFirst rows are from the code before this section's.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
+	case "fastest", "load":
+		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
 		if *load != "" {
 			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started; other work may share the cores of this machine at any time, so compare the ratios, taken within a round, rather than times across sections.", *load)
 		}
-		r.writeLatency(&b, note)
-		if err := replaceSection(*out, latencySection, "## Cores", b.String()); err != nil {
+		heading := latencySection
+		if *only == "fastest" {
+			r.writeLatency(&b, note)
+		} else {
+			heading = loadSection
+			r.writeLoad(&b, note)
+		}
+		if err := replaceSection(*out, heading, "## Cores", b.String()); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)
 			os.Exit(1)
 		}
 		return
 	default:
-		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest\n", *only)
+		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest or load\n", *only)
 		os.Exit(2)
 	}
 	r.write(&b, m)
