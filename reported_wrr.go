@@ -128,6 +128,14 @@ type ReportedWRR struct {
 	slowPicks uint   // picks by the scan; guarded by mu
 	version   uint64 // weight and list changes; guarded by mu
 
+	// Where a cycle opened from 0 is entered (enterLocked): derived, the
+	// primaries run on weights derived from reports, and wantDerived, the
+	// last targetsLocked's weights are; carry, the count of the cycle a
+	// recompute replaces, during its reopening. Guarded by mu.
+	derived, wantDerived bool
+	carry                uint64
+	rng                  randSource // the entries' draws: WithRand's source, or the runtime's
+
 	// Scratch for weighLocked, reused so that a recompute that changes
 	// nothing allocates nothing; guarded by mu.
 	share  []float64
@@ -138,7 +146,7 @@ type ReportedWRR struct {
 // reportedWRRSpec is ReportedWRR's declaration (see pickerSpec).
 var reportedWRRSpec = pickerSpec{
 	name:    "ReportedWRR",
-	options: []string{"WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty"},
+	options: []string{"WithRand", "WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty"},
 }
 
 // reportedWRRSettings are ReportedWRR's own options, defaults first.
@@ -220,6 +228,8 @@ func NewReportedWRR(peers []*Peer, opts ...Option) (*ReportedWRR, error) {
 		period:     int64(set.period),
 		penalty:    set.penalty,
 	}
+	s.rng = newRandSource(cfg)
+	s.entry = s.enterLocked
 	s.currentWeight = s.impliedLocked
 	s.fresh = newRWRRPeer
 	if err := s.init(peers, cfg, s.changedLocked); err != nil {
@@ -347,6 +357,7 @@ func (s *ReportedWRR) reweigh(now int64) {
 	s.mu.Lock()
 	l, version := s.load(), s.version
 	changed := s.targetsLocked(l, now)
+	derived := s.wantDerived
 	var want []int64
 	if changed {
 		want = slices.Clone(s.want)
@@ -375,13 +386,10 @@ func (s *ReportedWRR) reweigh(now int64) {
 		}
 	}
 	s.built = c // nil: built under the lock once it can open, if it can
+	s.derived = derived
+	s.carry = served
 	s.smoothRR.changedLocked(l)
-	if c := s.cycle.Load(); c != nil {
-		// Start where the old cycle's count leaves off, not at the first
-		// entry, so that frequent changes do not favour the peers early
-		// in the cycle (the first in order among the heaviest).
-		c.ctr.Add(served % c.w)
-	}
+	s.carry = 0
 }
 
 // prebuilt returns the cycle of l's primaries at the smooth-step weights
@@ -406,6 +414,18 @@ func prebuilt(l *peerList, want []int64) *cycle {
 	return cycleOf(l, weights, w)
 }
 
+// enterLocked returns the position at which a cycle of length w, opened
+// from all current weights at 0, is entered: uniformly random over derived
+// weights; over configured weights the count of the cycle a recompute
+// replaces, modulo w (0 after a list change or a failure's recovery, as in
+// nginx). Requires s.mu.
+func (s *ReportedWRR) enterLocked(w uint64) uint64 {
+	if s.derived {
+		return uint64(s.rng.int64N(int64(w)))
+	}
+	return s.carry % w
+}
+
 // changedLocked runs after every peer-list change: the weights are
 // recomputed for the new list at once, and the sequence starts over it.
 func (s *ReportedWRR) changedLocked(l *peerList) {
@@ -413,6 +433,7 @@ func (s *ReportedWRR) changedLocked(l *peerList) {
 	s.targetsLocked(l, now)
 	s.version++
 	s.applyLocked(l, s.want)
+	s.derived = s.wantDerived
 	s.next.Store(addClamped(now, s.period))
 	s.smoothRR.changedLocked(l)
 }
@@ -423,7 +444,7 @@ func (s *ReportedWRR) changedLocked(l *peerList) {
 func (s *ReportedWRR) targetsLocked(l *peerList, now int64) bool {
 	n := len(l.primary) + len(l.backup)
 	s.want = slices.Grow(s.want[:0], n)[:n]
-	s.weighLocked(l.primary, now, s.want[:len(l.primary)])
+	s.wantDerived = s.weighLocked(l.primary, now, s.want[:len(l.primary)])
 	s.weighLocked(l.backup, now, s.want[len(l.primary):])
 	for i, p := range l.primary {
 		if !p.down.Load() && s.want[i] != p.smooth {
@@ -463,8 +484,10 @@ func (s *ReportedWRR) applyLocked(l *peerList, want []int64) {
 }
 
 // weighLocked sets want[i] to the smooth-step weight of peers[i], one list,
-// from the reports at now (see ReportedWRR in detail). Requires s.mu.
-func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) {
+// from the reports at now (see ReportedWRR in detail), and reports whether
+// they are derived from reports (false: the configured weights, with fewer
+// than two weighted). Requires s.mu.
+func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) bool {
 	n := len(peers)
 	s.share = slices.Grow(s.share[:0], n)[:n]
 	var top float64
@@ -484,7 +507,7 @@ func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) {
 		for i, p := range peers {
 			want[i] = p.weight.Load()
 		}
-		return
+		return false
 	}
 	var sum float64
 	for _, r := range s.share {
@@ -506,7 +529,7 @@ func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) {
 	}
 	for budget := min(int64(candidates)*reportScale, maxReportedSum); ; budget /= 2 {
 		if s.scaleLocked(peers, float64(budget)/total, want) || budget <= int64(candidates) {
-			break
+			return true
 		}
 	}
 }
