@@ -59,14 +59,15 @@ import (
 // Poisson stream, and the random entry leaves p99 within the confidence
 // interval (fleet16 567 to 605 ms, fleet64 still one seed in three
 // collapsing, 20% errors). The collapse is not the failure model
-// (max_fails=0 makes it worse: the queues then grow without bound) nor
+// (balance sim -max-fails 0 makes it worse: the queues then grow without
+// bound) nor, in a run with the settings changed (not kept as a test),
 // the expiration (10 s in place of 2 s: the same). It follows the age of
 // the weights: a weight is the report's rps over its utilization, the
 // server's service rate over its 1 s window, which the split follows
 // open-loop (nothing in it sees a queue), at 0.75 load with speeds
 // redrawn about every second; an update period of 1 s in place of
-// 100 ms collapses fleet1 and fleet16 too, and each client hears from a
-// server only on its own replies, about 0.6 per server and second at 64
+// 100 ms (a run as above) collapses fleet1 and fleet16 too, and each
+// client hears from a server only on its own replies, about 0.6 per server and second at 64
 // clients against 37 with one, so its weights lag further the more
 // clients share the fleet. Once a server's queue passes the 1 s timeout,
 // its abandoned attempts still occupy it and their retries load the
