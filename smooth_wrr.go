@@ -90,6 +90,11 @@ type smoothRR struct {
 	// before the picker is in use.
 	shared    bool
 	openedFor *peerList
+
+	// entry, when set, returns the position (below w, the cycle's length)
+	// at which a cycle opened from all current weights at 0 is entered;
+	// nil: at its start. Set before the picker is in use; called under mu.
+	entry func(w uint64) uint64
 }
 
 // smoothWRRSpec is SmoothWRR's declaration (see pickerSpec).
@@ -397,7 +402,11 @@ func (s *smoothRR) maybeOpenLocked(l *peerList) {
 		}
 		s.built = c
 	}
-	s.cycle.Store(c.reopen())
+	c = c.reopen()
+	if s.entry != nil {
+		c.ctr.Store(s.entry(c.w))
+	}
+	s.cycle.Store(c)
 	// The cycle now stands for the current weights; when it closes, it
 	// writes them all back, and the scan groups them afresh.
 	s.groups, s.groupedFor = nil, nil
