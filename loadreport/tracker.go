@@ -143,7 +143,7 @@ func (t *Tracker) Snapshot() Snapshot {
 		ApplicationUtilization: app,
 		RPSFractional:          t.reqs.perSecond(n, e),
 		EPS:                    t.errs.rate(e),
-		InFlight:               float64(t.inFlight.Load()),
+		InFlight:               float64(max(0, t.inFlight.Load())), // below 0 only after an End without its Begin
 		LatencyMs:              meanMs(sum, n),
 	}
 }

@@ -200,3 +200,28 @@ func TestMiddlewareSharesTracker(t *testing.T) {
 		t.Fatalf("report %+v, want %+v; then rps %v, want 2", got, want, b.Report().RPSFractional)
 	}
 }
+
+// TestTrackerUnbalancedEnd: an End without its Begin (a caller's bug)
+// makes the count of requests in flight negative; a report must still be
+// one Parse accepts, in every format, with rif 0 in place of the negative
+// count, or every client would drop the server's reports while it lasts.
+func TestTrackerUnbalancedEnd(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	b := tr.Begin()
+	tr.End(b, false)
+	tr.End(b, false) // the bug: a second End for one Begin
+	if s := tr.Snapshot(); s.InFlight != 0 {
+		t.Fatalf("Snapshot().InFlight = %v, want 0", s.InFlight)
+	}
+	for _, f := range []Format{Text, JSON, Binary} {
+		s := tr.Snapshot()
+		h := string(s.appendHeader(nil, make([]byte, 0, 128), f))
+		r, err := Parse(h)
+		if err != nil {
+			t.Fatalf("format %v: header %q: Parse: %v", f, h, err)
+		}
+		if got := r.NamedMetrics[InFlightName]; got != 0 {
+			t.Errorf("format %v: rif %v, want 0", f, got)
+		}
+	}
+}
