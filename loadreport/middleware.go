@@ -29,7 +29,7 @@ type Middleware struct {
 
 // New returns a Middleware. It accepts WithFormat, WithErrorStatus and
 // WithTracker, and, without WithTracker, the Tracker's options (WithClock,
-// WithWindow, WithUtilization) for a Tracker of its own.
+// WithWindow, WithUtilization, WithConcurrency) for a Tracker of its own.
 func New(opts ...Option) (*Middleware, error) {
 	s := defaultSettings()
 	if err := s.apply(opts); err != nil {

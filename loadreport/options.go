@@ -10,8 +10,8 @@ import (
 // is out of range, or an option was given where it does not apply.
 var ErrInvalidOption = errors.New("loadreport: invalid option")
 
-// Option configures NewTracker or New. WithClock, WithWindow and
-// WithUtilization configure the Tracker; WithFormat, WithErrorStatus and
+// Option configures NewTracker or New. WithClock, WithWindow,
+// WithUtilization and WithConcurrency configure the Tracker; WithFormat, WithErrorStatus and
 // WithTracker the Middleware. New accepts both kinds unless given
 // WithTracker, whose Tracker has its settings already; NewTracker
 // accepts only the Tracker's.
@@ -23,6 +23,7 @@ type settings struct {
 	now         func() time.Time
 	width       time.Duration // of a window's bucket
 	utilization func() float64
+	concurrency int    // WithConcurrency's n; 0: not given
 	trackerOpt  string // the first Tracker option given, for errors
 
 	// The Middleware's.
@@ -45,6 +46,9 @@ func (s *settings) apply(opts []Option) error {
 		if err := o(s); err != nil {
 			return err
 		}
+	}
+	if s.concurrency > 0 && s.utilization != nil {
+		return fmt.Errorf("%w: WithConcurrency(%d) and WithUtilization both set the utilization", ErrInvalidOption, s.concurrency)
 	}
 	return nil
 }

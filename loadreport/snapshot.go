@@ -22,7 +22,7 @@ const (
 type Snapshot struct {
 	CPUUtilization         float64 // cpu_utilization, as last set
 	MemUtilization         float64 // mem_utilization, as last set
-	ApplicationUtilization float64 // application_utilization, as last set or from WithUtilization
+	ApplicationUtilization float64 // application_utilization, as last set or from WithUtilization or WithConcurrency
 	RPSFractional          float64 // rps_fractional: requests completed per second over the window
 	EPS                    float64 // eps: errors completed per second over the window
 	InFlight               float64 // named_metrics.rif: requests begun and not ended

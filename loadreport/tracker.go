@@ -20,6 +20,7 @@ type Tracker struct {
 	now         func() time.Time
 	start       time.Time
 	utilization func() float64 // nil: app's value
+	concurrency int            // WithConcurrency's n; 0: app's value
 
 	inFlight   atomic.Int64
 	reqs, errs rateWindow
@@ -29,8 +30,8 @@ type Tracker struct {
 	app        atomic.Uint64 // float64 bits
 }
 
-// NewTracker returns a Tracker. It accepts WithClock, WithWindow and
-// WithUtilization; any other option fails with ErrInvalidOption.
+// NewTracker returns a Tracker. It accepts WithClock, WithWindow,
+// WithUtilization and WithConcurrency; any other option fails with ErrInvalidOption.
 func NewTracker(opts ...Option) (*Tracker, error) {
 	s := defaultSettings()
 	if err := s.apply(opts); err != nil {
@@ -43,7 +44,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 }
 
 func newTracker(s *settings) *Tracker {
-	t := &Tracker{now: s.now, utilization: s.utilization}
+	t := &Tracker{now: s.now, utilization: s.utilization, concurrency: s.concurrency}
 	t.reqs.width, t.errs.width, t.lat.width = s.width, s.width, s.width
 	t.start = t.now()
 	return t
@@ -82,7 +83,8 @@ func (t *Tracker) SetCPUUtilization(v float64) error { return setUtil(&t.cpu, "C
 func (t *Tracker) SetMemUtilization(v float64) error { return setUtil(&t.mem, "memory", v) }
 
 // SetApplicationUtilization sets application_utilization, as
-// SetCPUUtilization. WithUtilization's function, if given, overrides it.
+// SetCPUUtilization. WithUtilization's function or WithConcurrency, if
+// given, overrides it.
 func (t *Tracker) SetApplicationUtilization(v float64) error {
 	return setUtil(&t.app, "application", v)
 }
@@ -137,14 +139,18 @@ func (t *Tracker) Snapshot() Snapshot {
 	}
 	sum := t.lat.sum(e) // before the count, as latencyMs reads them
 	n := t.reqs.count(e)
+	rps, lat := t.reqs.perSecond(n, e), meanMs(sum, n)
+	if t.concurrency > 0 {
+		app = busy(rps, lat, t.concurrency)
+	}
 	return Snapshot{
 		CPUUtilization:         math.Float64frombits(t.cpu.Load()),
 		MemUtilization:         math.Float64frombits(t.mem.Load()),
 		ApplicationUtilization: app,
-		RPSFractional:          t.reqs.perSecond(n, e),
+		RPSFractional:          rps,
 		EPS:                    t.errs.rate(e),
 		InFlight:               float64(max(0, t.inFlight.Load())), // below 0 only after an End without its Begin
-		LatencyMs:              meanMs(sum, n),
+		LatencyMs:              lat,
 	}
 }
 
