@@ -438,3 +438,79 @@ func TestP2CPeakEWMA_concurrent(t *testing.T) {
 		assert.Zero(t, p.InFlight())
 	}
 }
+
+// maxSource always returns 2^64−1: rand.Rand's Int64N(n) draws it as n−1,
+// so a uniform pair's first draw is the last peer.
+type maxSource struct{}
+
+func (maxSource) Uint64() uint64 { return math.MaxUint64 }
+
+// A peer that goes down, or loses weight, between the exact draw's count of
+// the eligible peers and its pass over them must not make the pick find no
+// live peer while another is eligible throughout. Peers a, b (one failure
+// of max_fails 2: eligible, and the first to read the clock) and c (down);
+// maxSource draws c first every time, so the pick reaches the exact draw,
+// counts a and b, and in b's clock read the change hits a. The count then
+// holds a's old weight and the pass draws the last unit of it, w − 1: past
+// b's range in the pass, since a's weight has shrunk or gone. b stays
+// eligible, so ErrNoLivePeer would break its contract: the answer is b,
+// or a if it is still up (its weight dropped) and wins the pair.
+func TestP2CPeakEWMA_exactDrawRacesAChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		weight int // a's weight before the change
+		change func(b *P2CPeakEWMA, a *Peer) error
+		want   []string // the peers the pick may return
+	}{
+		{"a goes down", 1, func(b *P2CPeakEWMA, a *Peer) error { return b.SetDown(a, true) }, []string{"b"}},
+		{"a's weight drops", 3, func(b *P2CPeakEWMA, a *Peer) error { return b.SetWeight(a, 1) }, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peers := []*Peer{
+				NewPeer("a", Weight(tc.weight)),
+				NewPeer("b", MaxFails(2)),
+				NewPeer("c", Weight(tc.weight)),
+			}
+			var (
+				p     *P2CPeakEWMA
+				armed bool
+				fired int
+			)
+			clock := func() time.Time {
+				if armed {
+					armed = false
+					fired++
+					require.NoError(t, tc.change(p, peers[0]))
+				}
+				return time.Unix(100, 0)
+			}
+			var err error
+			p, err = NewP2CPeakEWMA(peers, WithClock(clock), WithRand(maxSource{}))
+			require.NoError(t, err)
+			require.NoError(t, p.SetDown(peers[2], true))
+			require.NoError(t, p.Done(mustPickPeer(t, p, peers[1]), Outcome{Failed: true, Latency: time.Millisecond}))
+			require.EqualValues(t, 1, peers[1].fails.Load(), "b has one failure, below max_fails")
+
+			armed = true
+			q, err := p.Pick(nil)
+			require.Equal(t, 1, fired, "the change ran inside the pick")
+			require.NoError(t, err, "b was eligible throughout")
+			assert.Contains(t, tc.want, q.Addr())
+		})
+	}
+}
+
+// mustPickPeer picks from p until it returns want, at most 100 times,
+// reporting the other picks as successes.
+func mustPickPeer(t *testing.T, p Picker, want *Peer) *Peer {
+	t.Helper()
+	for range 100 {
+		q := mustPick(t, p, nil)
+		if q == want {
+			return q
+		}
+		require.NoError(t, p.Done(q, Outcome{Latency: time.Millisecond}))
+	}
+	t.Fatalf("no pick of %s in 100", want.Addr())
+	return nil
+}

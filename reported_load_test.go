@@ -521,3 +521,25 @@ func BenchmarkReportedLoad(b *testing.B) {
 		}
 	}
 }
+
+// A pick reads the clock at most once, however many peers with live
+// reports it compares (reportedLoad.load reads the pick's lazyClock): with
+// a and b both holding reports, each comparison ages two of them, on one
+// read shared with everything else the pick reads the time for.
+func TestReportedLoad_pickReadsClockOnce(t *testing.T) {
+	forEachReported(t, func(t *testing.T, rc reportedCase) {
+		for _, reports := range []bool{false, true} {
+			s := newReportedSet(t, rc, 1, 1, 16)
+			if reports {
+				s.report(t, s.a, 3)
+				s.report(t, s.b, 3)
+			}
+			for range 20 {
+				before := s.clk.reads.Load()
+				q := mustPick(t, s.p, nil)
+				assert.LessOrEqual(t, s.clk.reads.Load()-before, int64(1), "reports %v: reads of one pick", reports)
+				require.NoError(t, s.p.Done(q, Outcome{Latency: reportedLatency}))
+			}
+		}
+	})
+}

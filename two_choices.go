@@ -247,9 +247,12 @@ func drawWeight(p *Peer, unit bool) int64 {
 }
 
 // findEligible returns the eligible peer, other than skip, whose range of
-// the eligible peers' cumulative weights holds x, or -1 if an eligible peer
-// went away between the count and this pass.
+// the eligible peers' cumulative weights holds x. If x lies past the last
+// range, because a peer went down or lost weight between the count and
+// this pass, it returns the last eligible peer the pass met: a live peer
+// is never missed for a race with a change. -1 only if the pass met none.
 func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, clk *lazyClock) int {
+	last := -1
 	for i, p := range peers {
 		if i == skip || !eligibleAt(peers, i, r, clk) {
 			continue
@@ -257,8 +260,9 @@ func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, clk *
 		if x -= drawWeight(p, unit); x < 0 {
 			return i
 		}
+		last = i
 	}
-	return -1
+	return last
 }
 
 // cheaper reports whether a peer of cost (probing pp, load pc) and weight
