@@ -23,19 +23,28 @@ const (
 // earliest time a worker frees), so the expected delay is that wait plus the
 // backend's true current mean service time. Backends inside a fault are
 // skipped; ties, as between idle identical backends, are broken at random.
-type sed struct {
+type sed struct{ least }
+
+func newSED(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
+	return &sed{newLeast(w, peers, src)}
+}
+
+// least is what the delay oracles share: the world they read, the peers
+// they hand out and the choice of the least expected delay.
+type least struct {
 	w     *world
 	peers []*balancer.Peer
 	rng   *rand.Rand
 	ties  []int
 }
 
-func newSED(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
-	return &sed{w: w, peers: peers, rng: rand.New(src), ties: make([]int, 0, len(peers))}
+func newLeast(w *world, peers []*balancer.Peer, src rand.Source) least {
+	return least{w: w, peers: peers, rng: rand.New(src), ties: make([]int, 0, len(peers))}
 }
 
-// Pick returns the backend with the least expected delay. It is O(n).
-func (o *sed) Pick(*balancer.Request) (*balancer.Peer, error) {
+// pick returns the peer of the backend with the least delay(b), skipping
+// backends inside a fault and breaking ties at random.
+func (o *least) pick(delay func(b *backendState) float64) (*balancer.Peer, error) {
 	now := o.w.now
 	best := math.Inf(1)
 	o.ties = o.ties[:0]
@@ -44,7 +53,7 @@ func (o *sed) Pick(*balancer.Request) (*balancer.Peer, error) {
 		if _, p := b.faultAt(now); p > 0 {
 			continue
 		}
-		d := b.expectedDelay(now)
+		d := delay(b)
 		switch {
 		case d < best:
 			best = d
@@ -60,6 +69,12 @@ func (o *sed) Pick(*balancer.Request) (*balancer.Peer, error) {
 		return o.peers[o.ties[0]], nil
 	}
 	return o.peers[o.ties[o.rng.IntN(len(o.ties))]], nil
+}
+
+// Pick returns the backend with the least expected delay. It is O(n).
+func (o *sed) Pick(*balancer.Request) (*balancer.Peer, error) {
+	now := o.w.now
+	return o.pick(func(b *backendState) float64 { return b.expectedDelay(now) })
 }
 
 // Done ignores the outcome: the oracle does not need to learn.
@@ -203,15 +218,10 @@ func TStar(s *Scenario) (tstar, pooled float64, ok bool) {
 // not know when the busy workers free, nor a redraw of the speed about to
 // come: it is the bound of a picker told each backend's load and speed at
 // the moment of the pick.
-type informed struct {
-	w     *world
-	peers []*balancer.Peer
-	rng   *rand.Rand
-	ties  []int
-}
+type informed struct{ least }
 
 func newInformed(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
-	return &informed{w: w, peers: peers, rng: rand.New(src), ties: make([]int, 0, len(peers))}
+	return &informed{newLeast(w, peers, src)}
 }
 
 // informedDelay returns the delay informed expects on a backend with q
@@ -227,30 +237,10 @@ func informedDelay(q, c int, m float64) float64 {
 // for the attempts timed out in service that a backend still holds.
 func (o *informed) Pick(*balancer.Request) (*balancer.Peer, error) {
 	now := o.w.now
-	best := math.Inf(1)
-	o.ties = o.ties[:0]
-	for i := range o.w.backends {
-		b := &o.w.backends[i]
-		if _, p := b.faultAt(now); p > 0 {
-			continue
-		}
+	return o.pick(func(b *backendState) float64 {
 		b.srv.settle(now)
-		d := informedDelay(int(b.rif)+len(b.srv.late), len(b.workers), b.meanAt(now))
-		switch {
-		case d < best:
-			best = d
-			o.ties = append(o.ties[:0], i)
-		case d == best:
-			o.ties = append(o.ties, i)
-		}
-	}
-	switch len(o.ties) {
-	case 0:
-		return nil, fmt.Errorf("sim: every backend is failing: %w", balancer.ErrNoLivePeer)
-	case 1:
-		return o.peers[o.ties[0]], nil
-	}
-	return o.peers[o.ties[o.rng.IntN(len(o.ties))]], nil
+		return informedDelay(int(b.rif)+len(b.srv.late), len(b.workers), b.meanAt(now))
+	})
 }
 
 // Done ignores the outcome.
