@@ -1,0 +1,88 @@
+// Package capacity is test support, not part of the library: the harness
+// the capacity end-to-end tests share (balancerhttp's over HTTP,
+// loadreport/grpcreport's over gRPC). It holds what does not depend on the
+// transport: the servers' workers and their bookkeeping (Server), the
+// utilization they report (BusyMeter), the service times (Drawer), the
+// schedule (Phases), the client loops (Fleet, Run) and the share checks.
+// The tests keep their HTTP and gRPC servers and clients.
+//
+// The scenario: three servers of different capacities, Clients clients each
+// with its own picker, and the big server slowing down mid-run. Capacity is
+// workers / mean service time. Before the change:
+//
+//	big:    4 workers × 20 ms → 200 requests/s  (4/7 = 57.1%)
+//	medium: 2 workers × 20 ms → 100 requests/s  (2/7 = 28.6%)
+//	small:  2 workers × 40 ms →  50 requests/s  (1/7 = 14.3%)
+//
+// then big's mean service time becomes 80 ms: 50 requests/s, and the
+// shares 25%, 50%, 25%. The clients keep Clients × Conc requests in
+// flight (closed loop), more than the 8 workers, so requests queue.
+//
+// Standard library only; safe for concurrent use where the docs say so.
+package capacity
+
+import "time"
+
+// The scenario's sizes.
+const (
+	Clients = 4
+	Conc    = 3           // requests in flight per client
+	Sigma   = 1.0         // the service times' lognormal shape
+	Window  = time.Second // the servers' rps window
+	// ShareTol is how far a share may be from capacity (see shareTol).
+	ShareTol = shareTol
+	Strata   = 16 // draws per block, one from each stratum
+)
+
+// shareTol is ShareTol, derived.
+//
+// Why a report-driven weighted round robin must give the capacity shares:
+// gRFC A58 weighs a server by qps / utilization. The server reports as
+// utilization its busy workers over its workers, averaged over the window
+// of its qps (BusyMeter), so the weight is workers / the mean service
+// time of the window's requests: the server's capacity as those requests
+// realized it, whatever the load.
+//
+// The tolerance. Service times are lognormal of shape 1 (coefficient of
+// variation 1.31, p99 6× the mean), drawn in shuffled blocks of 16, one
+// from each sixteenth of the distribution (Drawer), so that the mean
+// of n consecutive draws varies by about 12% at n = 30, 8.5% at 50 and
+// 5.5% at 100, where independent draws vary by 22%, 16% and 12%
+// (TestCapDrawer). The weights come from the last second's requests:
+// before the change big's 170 or so, small's 45; after, big's and small's
+// 40, medium's 80. That noise moves a share by 2 points or less (one
+// standard deviation; after the change big's by 25% × 10% × (1 − 25%) =
+// 1.9, medium's by 50% × 6.5% × 50% = 1.6; before, big's and small's by
+// about 1.1). ShareTol, 8 points, is four of those, which leaves room
+// for a busy machine's late timers (a 1 ms overshoot costs the 20 ms
+// servers 5% of their capacity, medium's share 1 point after the change).
+// It is less than the distance from the equal split RoundRobin gives (24
+// points for big before, 17 for medium after): the control must miss.
+// The servers' seeds are fixed, so every run draws the same sequences and
+// a share's offset from capacity recurs from run to run: with these
+// seeds, small's share after the change ran from 2 points low to 6
+// high over 50 runs, mostly high.
+const shareTol = 0.08
+
+// Phases is a run's schedule: warm, measured before the change, change,
+// settle (the report windows refill), measured after.
+type Phases struct {
+	Warm, Before, Settle, After time.Duration
+}
+
+// Change is when the big server slows down, since the run began.
+func (p Phases) Change() time.Duration { return p.Warm + p.Before }
+
+// AfterFrom is when the window measured after the change begins.
+func (p Phases) AfterFrom() time.Duration { return p.Change() + p.Settle }
+
+// End is when the run ends.
+func (p Phases) End() time.Duration { return p.AfterFrom() + p.After }
+
+// Schedule is the tests' schedule. The settle time is the rps window plus
+// 20%: by then every report counts only requests served after the change
+// (but for the few that began before it and ended after).
+var Schedule = Phases{Warm: 500 * time.Millisecond, Before: time.Second, Settle: 1200 * time.Millisecond, After: time.Second}
+
+// ChangedMean is the big server's mean service time after the change.
+const ChangedMean = 80 * time.Millisecond
