@@ -350,7 +350,7 @@ func TestReportedWRR_ignoredReports(t *testing.T) {
 		require.NoError(t, err)
 		err = s.Done(p, Outcome{Load: &ServerLoad{Utilization: 0.5, RPS: math.NaN()}})
 		assert.ErrorIs(t, err, ErrInvalidOutcome)
-		assert.Equal(t, int64(0), rwrrOf(p).last.Load(), "nothing recorded")
+		assert.Equal(t, int64(noReport), rwrrOf(p).last.Load(), "nothing recorded")
 		assert.Equal(t, 1, p.InFlight(), "the attempt is still in flight")
 	})
 }
@@ -702,4 +702,22 @@ func BenchmarkReportedWRR_recompute(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestReportedWRR_reportAtUnixZero: a report made when the clock reads
+// unix time 0 is a report. Both peers report at 0; at 100 ms the recompute
+// finds one new report (the picked peer's) and the other's from 0, both
+// fresh: weights 133, 67 as in TestReportedWRR_shares ("A58 weights" with
+// two peers), not the configured 1, 1 of "fewer than two".
+func TestReportedWRR_reportAtUnixZero(t *testing.T) {
+	clk := newFakeClock()
+	clk.set(time.Unix(0, 0))
+	peers := weighted(1, 1)
+	s, err := NewReportedWRR(peers, append([]Option{clk.opt()}, fastReports...)...)
+	require.NoError(t, err)
+	loads := map[string]ServerLoad{"a": load(0.5, 100, 0), "b": load(0.5, 50, 0)}
+	serve(t, s, loads, 4)
+	clk.add(100 * time.Millisecond)
+	serve(t, s, loads, 1)
+	assert.Equal(t, []int{133, 67}, derivedWeights(peers))
 }

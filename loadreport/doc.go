@@ -27,7 +27,8 @@
 // an http.Handler, counts its requests in a Tracker and writes the
 // report on every response; the gRPC interceptors of the nested module
 // loadreport/grpcreport do the same for gRPC, and may share the Tracker.
-// The request path takes no lock and allocates only the header value.
+// The request path takes no lock and allocates twice per request: the header
+// value string and its one-element []string (what Header().Set allocates).
 // The default format is TEXT, what vLLM emits and readable in a trace;
 // BIN is the cheapest to write.
 //

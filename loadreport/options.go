@@ -94,9 +94,12 @@ func WithWindow(d time.Duration) Option {
 // on every report, in place of SetApplicationUtilization's value. f must
 // be safe for concurrent use and fast; a NaN, infinite or negative result
 // is reported as 0. It may call the Tracker's RPS, InFlight and
-// LatencyMs (not Snapshot or Report, which call f).
+// LatencyMs (not Snapshot or Report, which call f). A nil f is refused.
 func WithUtilization(f func() float64) Option {
 	return func(s *settings) error {
+		if f == nil {
+			return fmt.Errorf("%w: WithUtilization(nil)", ErrInvalidOption)
+		}
 		s.utilization = f
 		s.trackerOption("WithUtilization")
 		return nil

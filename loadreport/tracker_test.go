@@ -160,6 +160,7 @@ func TestTrackerOptions(t *testing.T) {
 		}, "WithErrorStatus"},
 		{"tracker: WithTracker", func() error { _, err := NewTracker(WithTracker(tr)); return err }, "WithTracker"},
 		{"tracker: WithWindow(0)", func() error { _, err := NewTracker(WithWindow(0)); return err }, "WithWindow(0s)"},
+		{"tracker: WithUtilization(nil)", func() error { _, err := NewTracker(WithUtilization(nil)); return err }, "WithUtilization(nil)"},
 		{"middleware: WithTracker(nil)", func() error { _, err := New(WithTracker(nil)); return err }, "WithTracker(nil)"},
 		{"middleware: WithTracker and WithClock", func() error {
 			_, err := New(WithTracker(tr), WithClock(time.Now))
