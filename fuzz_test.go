@@ -622,7 +622,9 @@ func (m *fuzzMachine) report(k int, failed bool, lat time.Duration) {
 	q := m.out[k]
 	o := Outcome{Failed: failed, Latency: lat}
 	if lat%2 == 1 {
-		// A server's report, which no picker weighs: the model ignores it.
+		// A server's report. The model checks no order that depends on it:
+		// ReportedWRR's derived weights only bound its effective weights
+		// (the derived trait), and no picker here has WithReportedLoad.
 		o.Load = &ServerLoad{Utilization: float64(lat%7) / 4, RPS: float64(lat % 1000), InFlight: float64(lat % 5), HasInFlight: true}
 	}
 	err := m.p.Done(q.p, o)

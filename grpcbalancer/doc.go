@@ -38,7 +38,8 @@
 //     server sends through grpc/orca, which this package imports so that
 //     gRPC decodes it into DoneInfo.ServerLoad) goes with it as
 //     Outcome.Load (see LoadOf); one that cannot be trusted is ignored and
-//     counted (BadLoadReports). No picker weighs reports yet.
+//     counted (BadLoadReports). lbgo_reportedwrr weighs the reports, and
+//     the reportedLoad field makes four other policies weigh their rif.
 //   - The attempts of one RPC, gRPC's retries, share one balancer.Request,
 //     so a retry skips the peers the RPC already tried while another is
 //     eligible (see the package's README for how and its limits).
