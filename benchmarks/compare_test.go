@@ -108,13 +108,19 @@ var families = []struct {
 	// Weighted round robin by the servers' reports (ReportedWRR, its
 	// weights derived from every peer's report) against SmoothWRR's
 	// static weights, the cycle both run: the pick alone, and the pick
-	// with Done carrying the server's load (none for SmoothWRR).
+	// with Done carrying the server's load (none for SmoothWRR), steady.
 	{"reported", []impl{
-		{"lbgo.ReportedWRR", oursReported(false)},
+		{"lbgo.ReportedWRR", oursReported("")},
 		{"lbgo.SmoothWRR", ours(balancer.NewSmoothWRR, false)},
 	}},
 	{"reported-report", []impl{
-		{"lbgo.ReportedWRR", oursReported(true)},
+		{"lbgo.ReportedWRR", oursReported("steady")},
+		{"lbgo.SmoothWRR", ours(balancer.NewSmoothWRR, true)},
+	}},
+	// The same with reports that move (see movingLoads): a recompute
+	// that changes the weights every update period.
+	{"reported-moving", []impl{
+		{"lbgo.ReportedWRR", oursReported("moving")},
 		{"lbgo.SmoothWRR", ours(balancer.NewSmoothWRR, true)},
 	}},
 	// Consistent hashing: each pick hashes one of hashKeys, in turn, and

@@ -2,8 +2,11 @@ package benchmarks
 
 import (
 	"io"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,12 +99,28 @@ func reportedLoad(i int) balancer.ServerLoad {
 	return balancer.ServerLoad{Utilization: float64(i%10+1) / 10, RPS: 100}
 }
 
+// movingLoads are the reports of the moving workload, in turn: 100
+// requests a second at a utilization drawn from a lognormal of median 0.5
+// and σ 0.5 (4096 values from a seeded generator), so that every peer's
+// weight moves between any two recomputes, as a fleet's loads do.
+var movingLoads = func() []balancer.ServerLoad {
+	r := rand.New(rand.NewPCG(2, 0))
+	out := make([]balancer.ServerLoad, 4096)
+	for i := range out {
+		out[i] = balancer.ServerLoad{Utilization: 0.5 * math.Exp(0.5*r.NormFloat64()), RPS: 100}
+	}
+	return out
+}()
+
 // oursReported builds a ReportedWRR with the settings its doc gives for
-// fleets whose capacity changes within seconds (no blackout, a 100 ms
-// update period), on the real clock, and feeds every peer's report until
-// the weights derived from them are in place; its runner picks alone or,
-// with feedback, reports each pick's server load with Done.
-func oursReported(feedback bool) func(int) runner {
+// fleets whose capacity steps (no blackout, a 100 ms update period), on
+// the real clock, and feeds every peer's report until the weights derived
+// from them are in place. Its runner, by report: "" picks alone;
+// "steady" reports each pick's server load, the same for a peer every
+// time, with Done; "moving" reports the next of movingLoads (each parallel
+// goroutine from its own offset), so every recompute, one per 100 ms,
+// finds the weights moved and builds a new cycle.
+func oursReported(report string) func(int) runner {
 	return func(n int) runner {
 		peers := make([]*balancer.Peer, n)
 		for i := range peers {
@@ -130,27 +149,36 @@ func oursReported(feedback bool) func(int) runner {
 				_ = p.Done(q, balancer.Outcome{Load: q.Value().(*balancer.ServerLoad)})
 			}
 		}
-		if !feedback {
+		if report == "" {
 			return pickerRunner(p, false)
 		}
-		// Each peer carries its server's report as its value, as an
+		// Each peer carries its steady report as its value, as an
 		// integration holds the reply's report at hand.
-		done := func(q *balancer.Peer) {
-			_ = p.Done(q, balancer.Outcome{Load: q.Value().(*balancer.ServerLoad)})
+		done := func(q *balancer.Peer, i int) {
+			l := q.Value().(*balancer.ServerLoad)
+			if report == "moving" {
+				l = &movingLoads[i%len(movingLoads)]
+			}
+			_ = p.Done(q, balancer.Outcome{Load: l})
 		}
 		return func(b *testing.B, parallel bool) {
 			if !parallel {
+				i := 0
 				for b.Loop() {
 					q, _ := p.Pick(nil)
-					done(q)
+					done(q, i)
+					i++
 				}
 				return
 			}
+			var seq atomic.Int64
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1)) * 977
 				for pb.Next() {
 					q, _ := p.Pick(nil)
-					done(q)
+					done(q, i)
+					i++
 				}
 			})
 		}

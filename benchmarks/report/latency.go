@@ -94,15 +94,7 @@ func (r *results) writeLatency(w io.Writer, note string) {
 	if note != "" {
 		fmt.Fprintf(w, "\n%s\n", note)
 	}
-	fmt.Fprintf(w, "\n### Targets\n\n| target | result | margin |\n|---|---|---|\n")
-	for _, t := range latencyTargets {
-		ok, msg := t.check(r)
-		res := "**met**"
-		if !ok {
-			res = "**missed**"
-		}
-		fmt.Fprintf(w, "| %s | %s | %s |\n", t.text, res, msg)
-	}
+	r.writeTargets(w, latencyTargets)
 
 	impls := []string{"lbgo.FastestFirst", "lbgo.P2CPeakEWMA", "kratos.p2c"}
 	fmt.Fprintf(w, "\n### Pick plus report by latency distribution\n\nns/op (allocs/op):\n\n| peers | mode |")
