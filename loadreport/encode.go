@@ -97,16 +97,14 @@ func (r Report) AppendHeader(dst []byte, f Format) ([]byte, error) {
 	if f != JSON && r.Equal(Report{}) {
 		return dst, fmt.Errorf("%w: nothing to send in %v", ErrNoReport, f)
 	}
-	scalars := [...]struct {
+	type scalar struct {
 		name  string
 		field int
 		v     float64
-	}{
-		{nameCPU, fieldCPU, r.CPUUtilization},
-		{nameMem, fieldMem, r.MemUtilization},
-		{nameApp, fieldApp, r.ApplicationUtilization},
-		{nameRPS, fieldRPSFrac, r.RPSFractional},
-		{nameEPS, fieldEPS, r.EPS},
+	}
+	var scalars [len(scalarFields)]scalar
+	for i, f := range scalarFields {
+		scalars[i] = scalar{f.name, f.field, *f.of(&r)}
 	}
 	mapsOf := [...]struct {
 		name  string

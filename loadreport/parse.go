@@ -162,27 +162,17 @@ func parseDecimal(name, s string) (float64, error) {
 
 // set stores a TEXT name's value.
 func (r *Report) set(name string, v float64) error {
-	switch name {
-	case nameCPU:
-		r.CPUUtilization = v
-	case nameMem:
-		r.MemUtilization = v
-	case nameApp:
-		r.ApplicationUtilization = v
-	case nameRPS:
-		r.RPSFractional = v
-	case nameEPS:
-		r.EPS = v
-	default:
-		if k, ok := strings.CutPrefix(name, nameNamed+"."); ok {
-			return putMetric(&r.NamedMetrics, r, nameNamed, k, v)
-		}
-		if k, ok := strings.CutPrefix(name, nameUtilization+"."); ok {
-			return putMetric(&r.Utilization, r, nameUtilization, k, v)
-		}
-		return fmt.Errorf("%w: unsupported metric name %q", ErrMalformed, name)
+	if f := scalarNamed(name); f != nil {
+		*f.of(r) = v
+		return nil
 	}
-	return nil
+	if k, ok := strings.CutPrefix(name, nameNamed+"."); ok {
+		return putMetric(&r.NamedMetrics, r, nameNamed, k, v)
+	}
+	if k, ok := strings.CutPrefix(name, nameUtilization+"."); ok {
+		return putMetric(&r.Utilization, r, nameUtilization, k, v)
+	}
+	return fmt.Errorf("%w: unsupported metric name %q", ErrMalformed, name)
 }
 
 // putMetric sets (*m)[k] = v, creating the map, and enforces MaxMetrics
@@ -231,28 +221,18 @@ func decodeProto(b []byte, r *Report) error {
 		if field == 0 || field > math.MaxInt32 {
 			return fmt.Errorf("%w: BIN: field number %d", ErrMalformed, field)
 		}
-		switch field {
-		case fieldCPU, fieldMem, fieldRPSFrac, fieldEPS, fieldApp:
+		if f := scalarNumbered(field); f != nil {
 			if wt != 1 {
 				return fmt.Errorf("%w: BIN: field %d has wire type %d, want 1 (double)", ErrMalformed, field, wt)
 			}
 			if len(b) < 8 {
 				return fmt.Errorf("%w: BIN: field %d truncated", ErrMalformed, field)
 			}
-			v := math.Float64frombits(fixed64(b))
+			*f.of(r) = math.Float64frombits(fixed64(b))
 			b = b[8:]
-			switch field {
-			case fieldCPU:
-				r.CPUUtilization = v
-			case fieldMem:
-				r.MemUtilization = v
-			case fieldRPSFrac:
-				r.RPSFractional = v
-			case fieldEPS:
-				r.EPS = v
-			case fieldApp:
-				r.ApplicationUtilization = v
-			}
+			continue
+		}
+		switch field {
 		case fieldRPS:
 			if wt != 0 {
 				return fmt.Errorf("%w: BIN: field %d has wire type %d, want 0 (uint64)", ErrMalformed, field, wt)

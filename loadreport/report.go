@@ -49,17 +49,8 @@ const MaxMetrics = 64
 // finite and not negative, every metric name non-empty UTF-8, at most
 // MaxMetrics names. The error wraps ErrInvalidValue or ErrTooLarge.
 func (r Report) Validate() error {
-	for _, f := range [...]struct {
-		name string
-		v    float64
-	}{
-		{"cpu_utilization", r.CPUUtilization},
-		{"mem_utilization", r.MemUtilization},
-		{"application_utilization", r.ApplicationUtilization},
-		{"rps_fractional", r.RPSFractional},
-		{"eps", r.EPS},
-	} {
-		if err := checkValue(f.name, "", f.v); err != nil {
+	for _, f := range scalarFields {
+		if err := checkValue(f.name, "", *f.of(&r)); err != nil {
 			return err
 		}
 	}
@@ -138,4 +129,55 @@ func mapsEqual(a, b map[string]float64) bool {
 		}
 	}
 	return true
+}
+
+// scalarField is one of a Report's five scalars: its name in TEXT and
+// JSON and its field number in the protobuf.
+type scalarField struct {
+	name  string
+	field int
+}
+
+// scalarFields are the five scalars in the order the encodings write
+// them.
+var scalarFields = [...]scalarField{
+	{nameCPU, fieldCPU}, {nameMem, fieldMem}, {nameApp, fieldApp},
+	{nameRPS, fieldRPSFrac}, {nameEPS, fieldEPS},
+}
+
+// of returns where f is in r. A method, not a function value in the
+// table, so that r does not escape (Validate allocates nothing).
+func (f *scalarField) of(r *Report) *float64 {
+	switch f.field {
+	case fieldCPU:
+		return &r.CPUUtilization
+	case fieldMem:
+		return &r.MemUtilization
+	case fieldApp:
+		return &r.ApplicationUtilization
+	case fieldRPSFrac:
+		return &r.RPSFractional
+	default: // fieldEPS
+		return &r.EPS
+	}
+}
+
+// scalarNamed returns the scalar called name in TEXT, or nil.
+func scalarNamed(name string) *scalarField {
+	for i := range scalarFields {
+		if scalarFields[i].name == name {
+			return &scalarFields[i]
+		}
+	}
+	return nil
+}
+
+// scalarNumbered returns the scalar of protobuf field number n, or nil.
+func scalarNumbered(n uint64) *scalarField {
+	for i := range scalarFields {
+		if uint64(scalarFields[i].field) == n {
+			return &scalarFields[i]
+		}
+	}
+	return nil
 }
