@@ -25,14 +25,17 @@ import (
 // ctx.Err() without picking.
 //
 // Latency is measured around try on time.Now, or on the clock WithClock
-// gives, the only option Do accepts (another is ErrInvalidConfig). A nil r
+// gives. WithRetryBudget bounds the retries: each call deposits one
+// request, and a retry the budget refuses ends the call with an error
+// matching both ErrRetryBudget and the last attempt's error. Do accepts
+// those two options only (another is ErrInvalidConfig). A nil r
 // is a fresh request; pass a Request to set a key (SetKey) or reuse its
 // storage, Reset between requests. Done's errors are not returned: with
 // the outcomes Do builds, Done can only refuse a peer moved to another
 // picker meanwhile, and then nothing is left to report. Do is safe for
 // concurrent use with distinct Requests.
 func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, opts ...Option) error {
-	cfg, err := applyOptions("Do", func(name string) bool { return name == "WithClock" }, opts)
+	cfg, err := applyOptions("Do", func(name string) bool { return name == "WithClock" || name == "WithRetryBudget" }, opts)
 	if err != nil {
 		return err
 	}
@@ -41,6 +44,9 @@ func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 	}
 	if r == nil {
 		r = new(Request)
+	}
+	if cfg.budget != nil {
+		cfg.budget.Deposit()
 	}
 	var last error // the last failed attempt's error
 	var lastPeer *Peer
@@ -51,7 +57,12 @@ func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 			}
 			return err
 		}
-		peer, err := p.Pick(r)
+		var peer *Peer
+		if last != nil && cfg.budget != nil {
+			peer, err = cfg.budget.PickRetry(p, r)
+		} else {
+			peer, err = p.Pick(r)
+		}
 		if err != nil {
 			if last != nil {
 				return fmt.Errorf("balancer: Do: %w (last attempt on %q: %w)", err, lastPeer.addr, last)

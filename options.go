@@ -23,9 +23,10 @@ type config struct {
 	now    func() time.Time
 	src    rand.Source
 	events func(Event)
-	set    optionSet  // the shared options given
-	spec   pickerSpec // the picker's declaration, for its peer set
-	own    []any      // the algorithm options' setters (func(*T)), in the order given
+	budget *RetryBudget // Do's, WithRetryBudget
+	set    optionSet    // the shared options given
+	spec   pickerSpec   // the picker's declaration, for its peer set
+	own    []any        // the algorithm options' setters (func(*T)), in the order given
 }
 
 // optionSet has one bit per shared option.
@@ -35,6 +36,7 @@ const (
 	optClock optionSet = 1 << iota
 	optRand
 	optEvents
+	optBudget
 )
 
 // option is an Option: its name and what it sets.
@@ -92,6 +94,8 @@ func applyOptions(name string, accepts func(option string) bool, opts []Option) 
 		return c, fmt.Errorf("balancer: %s: WithClock(nil): %w", name, ErrInvalidConfig)
 	case c.set&optEvents != 0 && c.events == nil:
 		return c, fmt.Errorf("balancer: %s: WithEvents(nil): %w", name, ErrInvalidConfig)
+	case c.set&optBudget != 0 && c.budget == nil:
+		return c, fmt.Errorf("balancer: %s: WithRetryBudget(nil): %w", name, ErrInvalidConfig)
 	case c.set&optRand != 0 && c.src == nil:
 		return c, fmt.Errorf("balancer: %s: WithRand(nil): %w", name, ErrInvalidConfig)
 	}

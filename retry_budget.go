@@ -1,0 +1,268 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// ErrRetryBudget is matched (errors.Is) by the error of a request whose
+// retry the RetryBudget refused; the same error matches the last
+// attempt's error too.
+var ErrRetryBudget = errors.New("balancer: retry refused by the retry budget")
+
+// Finagle's RetryBudget defaults, which Linkerd uses too: retries may add
+// 20% to the requests, plus 10 retries a second, counted over 10 s.
+const (
+	DefaultRetryRatio        = 0.2
+	DefaultRetryMinPerSecond = 10
+	DefaultRetryWindow       = 10 * time.Second
+)
+
+// The bounds NewRetryBudget accepts.
+const (
+	MinRetryWindow       = time.Second // Finagle's bounds on its ttl
+	MaxRetryWindow       = time.Minute
+	MaxRetryRatio        = 1000 // Finagle's percentCanRetry bound, as a ratio
+	MaxRetryMinPerSecond = 1e6
+)
+
+// RetryBudget bounds the retries of one client's requests, as Finagle's
+// RetryBudget does: each request deposits one token (Deposit), each retry
+// withdraws one (TryWithdraw), and a retry is allowed while the retries
+// made in the last window, this one included, are at most ratio times the
+// requests begun in it plus minPerSecond × window. A brownout then costs
+// a client at most 1 + ratio attempts a request once it lasts longer than
+// the window, where retrying every failure on the next peer would cost up
+// to one attempt per peer. Entries leave the window in tenths of it: one
+// counts for between 0.9 and 1 window.
+//
+// Give one RetryBudget to every Do, Transport or Proxy of one client
+// (WithRetryBudget, Transport.RetryBudget, Proxy.RetryBudget). gRPC's own
+// retries are throttled by gRPC (see the README); grpcbalancer leaves
+// them to it. A RetryBudget is safe for concurrent use; its methods take
+// no lock and allocate nothing.
+type RetryBudget struct {
+	now   func() time.Time
+	start time.Time
+	width time.Duration // of a bucket: window / budgetBuckets
+
+	// reserve is minPerSecond × window; ratio as given.
+	reserve, ratio float64
+
+	// deposits counts requests per bucket; refunds, the retries given
+	// back by PickRetry, by the bucket they were withdrawn in.
+	deposits, refunds ring
+	// head is the current bucket's retries, packed as deposits' words;
+	// every withdrawal is a compare-and-swap on it, so no two can both
+	// take the last token. A withdrawal in a later bucket first moves
+	// head's count into past (see withdraw).
+	head atomic.Uint64
+	past [budgetBuckets]atomic.Uint64
+
+	// Counters, for Stats.
+	nDeposits, nRetries, nRefused atomic.Uint64
+}
+
+// budgetBuckets is how many buckets a window is cut into.
+const budgetBuckets = 10
+
+// RetryBudgetStats counts what a RetryBudget has done since it was made.
+type RetryBudgetStats struct {
+	Deposits uint64 // requests counted (Deposit)
+	Retries  uint64 // retries allowed and made (TryWithdraw true, PickRetry a peer)
+	Refused  uint64 // retries refused (TryWithdraw false)
+}
+
+// NewRetryBudget returns a budget allowing, over any window, ratio retries
+// per request plus minPerSecond × window; Finagle's defaults are
+// DefaultRetryRatio, DefaultRetryMinPerSecond and DefaultRetryWindow. It
+// accepts WithClock. A ratio outside [0, MaxRetryRatio], a minPerSecond
+// outside [0, MaxRetryMinPerSecond], NaN, or a window outside
+// [MinRetryWindow, MaxRetryWindow] is ErrInvalidConfig, naming the value.
+// Both ratio and minPerSecond 0 give a budget that refuses every retry.
+func NewRetryBudget(ratio, minPerSecond float64, window time.Duration, opts ...Option) (*RetryBudget, error) {
+	cfg, err := applyOptions("NewRetryBudget", func(name string) bool { return name == "WithClock" }, opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !(ratio >= 0 && ratio <= MaxRetryRatio):
+		return nil, fmt.Errorf("balancer: NewRetryBudget: ratio %v out of range [0, %v]: %w", ratio, float64(MaxRetryRatio), ErrInvalidConfig)
+	case !(minPerSecond >= 0 && minPerSecond <= MaxRetryMinPerSecond):
+		return nil, fmt.Errorf("balancer: NewRetryBudget: minPerSecond %v out of range [0, %v]: %w", minPerSecond, float64(MaxRetryMinPerSecond), ErrInvalidConfig)
+	case window < MinRetryWindow || window > MaxRetryWindow:
+		return nil, fmt.Errorf("balancer: NewRetryBudget: window %v out of range [%v, %v]: %w", window, MinRetryWindow, MaxRetryWindow, ErrInvalidConfig)
+	}
+	return &RetryBudget{
+		now:     cfg.now,
+		start:   cfg.now(),
+		width:   window / budgetBuckets,
+		reserve: minPerSecond * window.Seconds(),
+		ratio:   ratio,
+	}, nil
+}
+
+// Deposit counts one request.
+func (b *RetryBudget) Deposit() {
+	b.nDeposits.Add(1)
+	addAt(&b.deposits, b.index())
+}
+
+// TryWithdraw takes one retry from the budget, reporting whether it was
+// allowed. A caller that may then find no peer to retry on uses
+// PickRetry, which gives the retry back.
+func (b *RetryBudget) TryWithdraw() bool {
+	if _, ok := b.withdraw(b.index()); ok {
+		b.nRetries.Add(1)
+		return true
+	}
+	b.nRefused.Add(1)
+	return false
+}
+
+// PickRetry picks the peer of a retry of r from p if the budget allows the
+// retry, and returns ErrRetryBudget if it does not. A retry that finds no
+// peer (Pick's error, returned as is) is given back to the budget.
+func (b *RetryBudget) PickRetry(p Picker, r *Request) (*Peer, error) {
+	idx, ok := b.withdraw(b.index())
+	if !ok {
+		b.nRefused.Add(1)
+		return nil, ErrRetryBudget
+	}
+	peer, err := p.Pick(r)
+	if err != nil {
+		addAt(&b.refunds, idx)
+		return nil, err
+	}
+	b.nRetries.Add(1)
+	return peer, nil
+}
+
+// Stats returns the budget's counters.
+func (b *RetryBudget) Stats() RetryBudgetStats {
+	return RetryBudgetStats{Deposits: b.nDeposits.Load(), Retries: b.nRetries.Load(), Refused: b.nRefused.Load()}
+}
+
+// index is the current bucket's index, counted from the budget's start
+// in bucket widths; a clock before the start is bucket 0.
+func (b *RetryBudget) index() uint64 {
+	e := b.now().Sub(b.start)
+	if e < 0 {
+		return 0
+	}
+	return uint64(uint32(e / b.width))
+}
+
+// withdraw takes one retry in bucket idx if the window allows it, and
+// returns the bucket it was counted in. head holds the newest bucket's
+// retries; a withdrawal in a later bucket first records head's count in
+// past (keeping the larger of two records of one bucket, since a slow
+// writer may record an older count), then moves head to its bucket, so
+// a retry is counted in exactly one place at any time.
+func (b *RetryBudget) withdraw(idx uint64) (uint64, bool) {
+	for {
+		h := b.head.Load()
+		tag, n := h>>32, h&math.MaxUint32
+		if idx > tag && n > 0 {
+			b.record(tag, n)
+		}
+		if idx <= tag { // the same bucket, or a clock that stepped back
+			idx = tag
+		} else {
+			n = 0
+		}
+		if n == math.MaxUint32 {
+			return idx, false
+		}
+		made := b.pastRetries(idx) + n
+		made -= min(made, sumAt(&b.refunds, idx))
+		if float64(made+1) > b.allowed(idx) {
+			return idx, false
+		}
+		if b.head.CompareAndSwap(h, idx<<32|(n+1)) {
+			return idx, true
+		}
+	}
+}
+
+// record keeps n retries as bucket tag's in past.
+func (b *RetryBudget) record(tag, n uint64) {
+	w := &b.past[tag%budgetBuckets]
+	for {
+		old := w.Load()
+		if old>>32 == tag && old&math.MaxUint32 >= n {
+			return
+		}
+		if w.CompareAndSwap(old, tag<<32|n) {
+			return
+		}
+	}
+}
+
+// pastRetries sums the retries of the budgetBuckets-1 buckets before
+// bucket cur.
+func (b *RetryBudget) pastRetries(cur uint64) uint64 {
+	var n uint64
+	for i := uint64(1); i < budgetBuckets && i <= cur; i++ {
+		v := b.past[(cur-i)%budgetBuckets].Load()
+		if v>>32 == cur-i {
+			n += v & math.MaxUint32
+		}
+	}
+	return n
+}
+
+// allowed is how many retries the window ending in bucket cur allows:
+// the reserve plus ratio times its deposits. The small slack keeps a
+// product such as 0.1 × 30 from rounding below the whole number it is.
+func (b *RetryBudget) allowed(cur uint64) float64 {
+	return b.reserve + b.ratio*float64(sumAt(&b.deposits, cur)) + 1e-9
+}
+
+// ring is a window's counts, one word a bucket: the bucket's index (low
+// 32 bits) in the high half, its count in the low, so that a bucket
+// reused for a later index resets and counts in one compare-and-swap and
+// a reader never mixes an old count with a new index.
+type ring = [budgetBuckets]atomic.Uint64
+
+// addAt counts one in bucket idx of r. A word already holding a later
+// bucket (a clock that stepped back) takes the count.
+func addAt(r *ring, idx uint64) {
+	w := &r[idx%budgetBuckets]
+	for {
+		old := w.Load()
+		next := idx<<32 | 1
+		if old>>32 >= idx {
+			if uint32(old) == math.MaxUint32 {
+				return // saturated
+			}
+			next = old + 1
+		}
+		if w.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// sumAt sums the counts of bucket cur and the budgetBuckets-1 before it.
+func sumAt(r *ring, cur uint64) uint64 {
+	var n uint64
+	for i := uint64(0); i < budgetBuckets && i <= cur; i++ {
+		v := r[(cur-i)%budgetBuckets].Load()
+		if v>>32 == cur-i {
+			n += v & math.MaxUint32
+		}
+	}
+	return n
+}
+
+// WithRetryBudget makes Do take each retry from b, which every Do of one
+// client shares: each call deposits one request, and a retry b refuses
+// ends the call with an error matching both ErrRetryBudget and the last
+// attempt's error. Only Do accepts it; WithRetryBudget(nil) is refused.
+func WithRetryBudget(b *RetryBudget) Option {
+	return option{"WithRetryBudget", func(c *config) { c.budget = b; c.set |= optBudget }}
+}

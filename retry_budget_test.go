@@ -1,0 +1,268 @@
+package balancer
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// budgetStep is one step of a budget script: move the clock by advance,
+// deposit deposits requests, then withdraw until refused, expecting
+// exactly want retries to be allowed.
+type budgetStep struct {
+	advance  time.Duration
+	deposits int
+	want     int
+}
+
+// TestRetryBudget_arithmetic runs scripts whose allowed retries follow from
+// the budget's rule, retries made in the window ≤ ratio × deposits in it +
+// minPerSecond × window, where the window is the current tenth of it and
+// the nine before (an entry counts from its tenth's start to the end of
+// the tenth ten later).
+func TestRetryBudget_arithmetic(t *testing.T) {
+	tests := []struct {
+		name             string
+		ratio, minPerSec float64
+		window           time.Duration
+		steps            []budgetStep
+	}{
+		// Finagle's defaults with no traffic: the reserve, 10/s × 10 s.
+		{"reserve alone", 0.2, 10, 10 * time.Second, []budgetStep{{0, 0, 100}}},
+		// 50 requests × 0.2 = 10 retries; 5 more requests, 1 more retry;
+		// 4 more (59 × 0.2 = 11.8), none.
+		{"ratio alone", 0.2, 0, 10 * time.Second, []budgetStep{{0, 50, 10}, {0, 5, 1}, {0, 4, 0}}},
+		// 0.1 × 30 = 3 exactly, not 2.9999.
+		{"ratio of a tenth", 0.1, 0, 10 * time.Second, []budgetStep{{0, 30, 3}}},
+		// Reserve 2 × 5 s = 10 plus 0.5 × 8 = 4.
+		{"both", 0.5, 2, 5 * time.Second, []budgetStep{{0, 8, 14}}},
+		// Reserve 1/s × 10 s = 10 taken at 0; the retries of tenth 0
+		// count until 10 s (tenth 10): at 9.999 s none, at 10 s ten.
+		{"retries leave the window", 0, 1, 10 * time.Second, []budgetStep{
+			{0, 0, 10}, {9999 * time.Millisecond, 0, 0}, {time.Millisecond, 0, 10}}},
+		// Half the reserve at 0, half at 5 s; at 10 s tenth 0's five
+		// leave: five more; at 15 s tenth 5's five leave: five more.
+		{"sliding by tenths", 0, 1, 10 * time.Second, []budgetStep{
+			{0, 0, 10}, {5 * time.Second, 0, 0}, {5 * time.Second, 0, 10}, {5 * time.Second, 0, 0}}},
+		// 10 requests at 0.95 s (tenth 0) allow 5 retries, taken; at
+		// 9.999 s they still count (0 allowed); at 10 s the requests and
+		// the retries both leave: 0 requests, 0 allowed; 4 requests give 2.
+		{"deposits leave the window", 0.5, 0, 10 * time.Second, []budgetStep{
+			{950 * time.Millisecond, 10, 5}, {9049 * time.Millisecond, 0, 0}, {time.Millisecond, 0, 0}, {0, 4, 2}}},
+		// A 1 s window has tenths of 100 ms: reserve 30 × 1 s.
+		{"short window", 0, 30, time.Second, []budgetStep{{0, 0, 30}, {99 * time.Millisecond, 0, 0}, {901 * time.Millisecond, 0, 30}}},
+		// Nothing allowed, ever.
+		{"empty budget", 0, 0, 10 * time.Second, []budgetStep{{0, 1000, 0}}},
+		// A clock that steps back counts in the newest tenth: the 10
+		// retries taken at 5 s stay in until 15 s.
+		{"clock steps back", 0, 1, 10 * time.Second, []budgetStep{
+			{5 * time.Second, 0, 10}, {-3 * time.Second, 0, 0}, {12 * time.Second, 0, 0}, {time.Second, 0, 10}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			b, err := NewRetryBudget(tc.ratio, tc.minPerSec, tc.window, clk.opt())
+			require.NoError(t, err)
+			var deposits, retries, refused uint64
+			for i, s := range tc.steps {
+				clk.add(s.advance)
+				for range s.deposits {
+					b.Deposit()
+				}
+				got := 0
+				for got <= 1e6 && b.TryWithdraw() {
+					got++
+				}
+				require.Equal(t, s.want, got, "step %d", i)
+				deposits += uint64(s.deposits)
+				retries += uint64(got)
+				refused++
+			}
+			assert.Equal(t, RetryBudgetStats{Deposits: deposits, Retries: retries, Refused: refused}, b.Stats())
+		})
+	}
+}
+
+func TestNewRetryBudget_badInput(t *testing.T) {
+	tests := []struct {
+		name             string
+		ratio, minPerSec float64
+		window           time.Duration
+		opts             []Option
+		want             string
+	}{
+		{"negative ratio", -0.1, 10, 10 * time.Second, nil, "ratio -0.1"},
+		{"NaN ratio", math.NaN(), 10, 10 * time.Second, nil, "ratio NaN"},
+		{"huge ratio", 1001, 10, 10 * time.Second, nil, "ratio 1001"},
+		{"negative minimum", 0.2, -1, 10 * time.Second, nil, "minPerSecond -1"},
+		{"infinite minimum", 0.2, math.Inf(1), 10 * time.Second, nil, "minPerSecond +Inf"},
+		{"zero window", 0.2, 10, 0, nil, "window 0s"},
+		{"short window", 0.2, 10, 999 * time.Millisecond, nil, "window 999ms"},
+		{"long window", 0.2, 10, time.Minute + 1, nil, "window 1m0.000000001s"},
+		{"nil clock", 0.2, 10, 10 * time.Second, []Option{WithClock(nil)}, "WithClock(nil)"},
+		{"foreign option", 0.2, 10, 10 * time.Second, []Option{WithEvents(func(Event) {})}, "does not use WithEvents"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := NewRetryBudget(tc.ratio, tc.minPerSec, tc.window, tc.opts...)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Nil(t, b)
+		})
+	}
+	_, err := NewRetryBudget(DefaultRetryRatio, DefaultRetryMinPerSecond, DefaultRetryWindow)
+	require.NoError(t, err)
+	_, err = NewRoundRobin(weighted(1), WithRetryBudget(&RetryBudget{}))
+	require.ErrorIs(t, err, ErrInvalidConfig, "a picker refuses WithRetryBudget")
+	p, err := NewRoundRobin(weighted(1))
+	require.NoError(t, err)
+	err = Do(context.Background(), p, nil, func(context.Context, *Peer) error { return nil }, WithRetryBudget(nil))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "WithRetryBudget(nil)")
+}
+
+// TestRetryBudget_concurrent has many goroutines withdraw at once from a
+// reserve of 1/s × 10 s, with the clock still: exactly 10 succeed, since
+// every withdrawal is one compare-and-swap on the current tenth.
+func TestRetryBudget_concurrent(t *testing.T) {
+	clk := newFakeClock()
+	b, err := NewRetryBudget(0, 1, 10*time.Second, clk.opt())
+	require.NoError(t, err)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 20 {
+				b.Deposit()
+				if b.TryWithdraw() {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, 10, ok.Load())
+	assert.Equal(t, RetryBudgetStats{Deposits: 64 * 20, Retries: 10, Refused: 64*20 - 10}, b.Stats())
+}
+
+// TestRetryBudget_concurrentSliding withdraws from many goroutines while
+// the clock moves a tenth of the window at a time, and from the mover
+// too, 200 times a tenth, so the budget is spent in every tenth it allows
+// any: the reserve of 3/s × 1 s at tenths 0, 10, ..., 90 (each spent
+// reserve returns ten tenths later), 3 × 10 = 30 over the 100 tenths.
+func TestRetryBudget_concurrentSliding(t *testing.T) {
+	clk := newFakeClock()
+	b, err := NewRetryBudget(0, 3, time.Second, clk.opt())
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					b.Deposit() // ratio 0: deposits add nothing
+					b.TryWithdraw()
+				}
+			}
+		})
+	}
+	for k := range 100 {
+		if k > 0 {
+			clk.add(100 * time.Millisecond)
+		}
+		for range 200 {
+			b.TryWithdraw()
+		}
+	}
+	close(stop)
+	wg.Wait()
+	assert.EqualValues(t, 30, b.Stats().Retries)
+}
+
+// TestRetryBudget_pickRetry checks that PickRetry gives back a retry that
+// found no peer: three peers that always fail and a reserve of 100/s ×
+// 10 s. Each of 10 requests makes 3 attempts (2 retries), then PickRetry
+// finds the tries exhausted, so 20 retries are made and 1000 - 20 = 980
+// remain, where spending the refused ones too would leave 970.
+func TestRetryBudget_pickRetry(t *testing.T) {
+	clk := newFakeClock()
+	b, err := NewRetryBudget(0, 100, 10*time.Second, clk.opt())
+	require.NoError(t, err)
+	p, err := NewRoundRobin(makePeers(3, letter, func(int) []PeerOption { return []PeerOption{MaxFails(0)} }), clk.opt())
+	require.NoError(t, err)
+	errDown := errors.New("down")
+	attempts := 0
+	for range 10 {
+		err := Do(context.Background(), p, nil, func(context.Context, *Peer) error { attempts++; return errDown }, WithRetryBudget(b), clk.opt())
+		require.ErrorIs(t, err, ErrTriesExhausted)
+		require.ErrorIs(t, err, errDown)
+		require.NotErrorIs(t, err, ErrRetryBudget)
+	}
+	assert.Equal(t, 30, attempts)
+	assert.Equal(t, RetryBudgetStats{Deposits: 10, Retries: 20}, b.Stats())
+	left := 0
+	for b.TryWithdraw() {
+		left++
+	}
+	assert.Equal(t, 980, left)
+}
+
+// TestDo_retryBudget runs 100 Do calls whose try always fails over 50
+// peers that never go out (max_fails 0), so only the budget ends each
+// call: ratio 0.2, reserve 1/s × 10 s = 10, the clock still. Call k has
+// deposited k requests when it retries, so the retries made by the end of
+// call k are floor(10 + 0.2k): 10 in the first call, then one every fifth
+// call, 30 in all, and 130 attempts. Without the budget each call would
+// try all 50 peers: 5000 attempts.
+func TestDo_retryBudget(t *testing.T) {
+	clk := newFakeClock()
+	b, err := NewRetryBudget(0.2, 1, 10*time.Second, clk.opt())
+	require.NoError(t, err)
+	p, err := NewRoundRobin(makePeers(50, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(0)} }), clk.opt())
+	require.NoError(t, err)
+	errDown := errors.New("503")
+	attempts := 0
+	for k := 1; k <= 100; k++ {
+		err := Do(context.Background(), p, nil, func(context.Context, *Peer) error { attempts++; return errDown }, WithRetryBudget(b), clk.opt())
+		require.ErrorIs(t, err, ErrRetryBudget)
+		require.ErrorIs(t, err, errDown)
+		require.Contains(t, err.Error(), "retry refused by the retry budget (last attempt on")
+		retries := int(math.Floor(10 + 0.2*float64(k) + 1e-9))
+		require.Equal(t, k+retries, attempts, "after call %d", k)
+	}
+	assert.Equal(t, 130, attempts)
+	assert.Equal(t, RetryBudgetStats{Deposits: 100, Retries: 30, Refused: 100}, b.Stats())
+
+	// A call whose first attempt succeeds withdraws nothing.
+	require.NoError(t, Do(context.Background(), p, nil, func(context.Context, *Peer) error { return nil }, WithRetryBudget(b)))
+	assert.Equal(t, RetryBudgetStats{Deposits: 101, Retries: 30, Refused: 100}, b.Stats())
+}
+
+func TestRetryBudget_allocs(t *testing.T) {
+	clk := newFakeClock()
+	b, err := NewRetryBudget(DefaultRetryRatio, DefaultRetryMinPerSecond, DefaultRetryWindow, clk.opt())
+	require.NoError(t, err)
+	p, err := NewRoundRobin(weighted(1, 1))
+	require.NoError(t, err)
+	var r Request
+	allocs := testing.AllocsPerRun(1000, func() {
+		clk.add(time.Millisecond)
+		b.Deposit()
+		b.TryWithdraw()
+		r.Reset()
+		if peer, err := b.PickRetry(p, &r); err == nil {
+			_ = p.Done(peer, Outcome{})
+		}
+	})
+	assert.Zero(t, allocs)
+}
