@@ -122,6 +122,12 @@ type Proxy struct {
 	// the log package's standard logger.
 	ErrorLog *log.Logger
 
+	// RetryBudget, if set, bounds the retries as Transport.RetryBudget
+	// does; a request whose retry it refuses gets the last backend's
+	// response, as when the tries run out, or 502 when there was none.
+	// Default nil: every failure that may be retried is.
+	RetryBudget *balancer.RetryBudget
+
 	once    sync.Once
 	rp      *httputil.ReverseProxy
 	tr      http.RoundTripper
@@ -211,6 +217,9 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	if ap, err := netip.ParseAddrPort(out.RemoteAddr); err == nil {
 		br.SetAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
 	}
+	if p.RetryBudget != nil {
+		p.RetryBudget.Deposit()
+	}
 	var held *http.Response // the last failed response, passed on if the tries run out
 	var errs []error        // each attempt's
 	stop := func(why error) (*http.Response, error) {
@@ -224,13 +233,16 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 			return stop(err)
 		}
 		var peer *balancer.Peer
-		if p.MaxTries > 0 && n >= p.MaxTries {
+		switch {
+		case p.MaxTries > 0 && n >= p.MaxTries:
 			err = fmt.Errorf("MaxTries %d: %w", p.MaxTries, balancer.ErrTriesExhausted)
-		} else {
+		case n > 0 && p.RetryBudget != nil:
+			peer, err = p.RetryBudget.PickRetry(p.Picker, &br)
+		default:
 			peer, err = p.Picker.Pick(&br)
 		}
 		if err != nil {
-			if held != nil && errors.Is(err, balancer.ErrTriesExhausted) {
+			if held != nil && (errors.Is(err, balancer.ErrTriesExhausted) || errors.Is(err, balancer.ErrRetryBudget)) {
 				return held, nil // nginx passes the last response on
 			}
 			closeBody(held)

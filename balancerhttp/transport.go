@@ -116,6 +116,13 @@ type Transport struct {
 	// ConsistentHash): balancer.Request.SetKey. Default: no key.
 	Key func(*http.Request) string
 
+	// RetryBudget, if set, bounds the retries: each request deposits
+	// one, each retry takes one, and a retry it refuses ends the request
+	// with a *RoundTripError whose Err is balancer.ErrRetryBudget. Share
+	// one budget among a client's Transports and Proxies. Default nil:
+	// every failure that may be retried is.
+	RetryBudget *balancer.RetryBudget
+
 	once    sync.Once
 	base    http.RoundTripper
 	badConf error // a negative timeout, returned by every RoundTrip
@@ -136,7 +143,8 @@ type RoundTripError struct {
 	Attempts []error
 	// Err is why no further attempt was made: Pick's error
 	// (balancer.ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers), the
-	// request's context error, a failure of Request.GetBody, or why the
+	// retry budget's refusal (balancer.ErrRetryBudget), the request's
+	// context error, a failure of Request.GetBody, or why the
 	// request may not be retried (ErrNotIdempotent,
 	// ErrBodyNotRewindable).
 	Err error
@@ -230,6 +238,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	stop := func(errs []error, why error) (*http.Response, error) {
 		return nil, &RoundTripError{Method: req.Method, URL: req.URL.String(), Attempts: errs, Err: why}
 	}
+	if t.RetryBudget != nil {
+		t.RetryBudget.Deposit()
+	}
 	var errs []error
 	body := req.Body
 	for n := 0; ; n++ {
@@ -246,9 +257,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var peer *balancer.Peer
 		var err error
-		if t.MaxTries > 0 && n >= t.MaxTries {
+		switch {
+		case t.MaxTries > 0 && n >= t.MaxTries:
 			err = fmt.Errorf("MaxTries %d: %w", t.MaxTries, balancer.ErrTriesExhausted)
-		} else {
+		case n > 0 && t.RetryBudget != nil:
+			peer, err = t.RetryBudget.PickRetry(t.Picker, &br)
+		default:
 			peer, err = t.Picker.Pick(&br)
 		}
 		if err != nil {
