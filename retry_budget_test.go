@@ -266,3 +266,58 @@ func TestRetryBudget_allocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestDo_retryBudgetSteady runs Do at a steady 100 requests a second (100
+// every tenth of the 10 s window) on the virtual clock for 60 s, each try
+// failing, over 200 peers that never go out (more than the reserve, so
+// the budget ends every request). Each tenth ends on a refused retry, so
+// at the end of every tenth the window ending there is spent: its retries
+// are the largest whole number ≤ ratio × its requests + minPerSecond ×
+// window, 0.2 × 1000 + 100 = 300, and the six windows of tenths 0-9, ...,
+// 50-59 hold every retry: 1800 over 6000 requests, 1.3 attempts a
+// request, which is 1 + ratio + minPerSecond × duration / requests. Every
+// window of ten tenths, not only those six, keeps the rule.
+func TestDo_retryBudgetSteady(t *testing.T) {
+	const (
+		ratio, minPerSec = 0.2, 10.0
+		window           = 10 * time.Second
+		perTenth, tenths = 100, 60
+	)
+	clk := newFakeClock()
+	b, err := NewRetryBudget(ratio, minPerSec, window, clk.opt())
+	require.NoError(t, err)
+	p, err := NewRoundRobin(makePeers(200, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(0)} }), clk.opt())
+	require.NoError(t, err)
+	errDown := errors.New("503")
+	retries := make([]int, tenths)
+	for k := range tenths {
+		for range perTenth {
+			attempts := 0
+			err := Do(context.Background(), p, nil, func(context.Context, *Peer) error { attempts++; return errDown }, WithRetryBudget(b), clk.opt())
+			require.ErrorIs(t, err, ErrRetryBudget)
+			retries[k] += attempts - 1
+		}
+		clk.add(window / 10)
+	}
+	reserve := minPerSec * window.Seconds()
+	perWindow := ratio*10*perTenth + reserve // requests in ten tenths: 10 × perTenth
+	for k := 9; k < tenths; k++ {
+		sum := 0
+		for _, r := range retries[k-9 : k+1] {
+			sum += r
+		}
+		require.LessOrEqual(t, float64(sum), perWindow, "tenths %d to %d", k-9, k)
+		if k%10 == 9 {
+			require.Equal(t, int(math.Floor(perWindow)), sum, "window %d is spent", k/10)
+		}
+	}
+	total := 0
+	for _, r := range retries {
+		total += r
+	}
+	requests := perTenth * tenths
+	duration := time.Duration(tenths) * window / 10
+	bound := 1 + ratio + minPerSec*duration.Seconds()/float64(requests)
+	t.Logf("%d attempts for %d requests over %v: %.3f a request (bound %.3f)", requests+total, requests, duration, float64(requests+total)/float64(requests), bound)
+	assert.InDelta(t, bound, float64(requests+total)/float64(requests), 1e-9, "steady traffic spends the budget exactly")
+}

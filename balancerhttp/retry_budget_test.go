@@ -39,65 +39,93 @@ func brownout(t *testing.T, n int) (*atomic.Int64, balancer.Balancer) {
 	return &hits, bal
 }
 
-// TestTransport_retryBudget sends requests from 16 clients at once through
-// one Transport over five backends that all answer 503. Without a budget
-// each request tries every backend: 5 attempts a request. With Finagle's
-// budget (ratio 0.2, 10/s over 10 s, on the real clock), a run that ends
-// within the first 9 s lies in one window (the budget's tenths 0 to 8), so
-// its retries are at most 0.2 × requests + 10 × 10: attempts / requests ≤
-// 1 + 0.2 + 100 / requests = 1.3 for 1000 requests. And since every
-// request ends on a refusal or on the tries running out, the last refusal
-// found the reserve spent: at least 100 retries.
-func TestTransport_retryBudget(t *testing.T) {
+// TestRetryBudget_endToEnd sends requests from 16 clients at once through
+// one Transport, then through one Proxy, over five backends that all
+// answer 503. Without a budget each request tries every backend: 5
+// attempts a request. With Finagle's budget (ratio 0.2, 10/s over 10 s,
+// on the real clock), a run that ends within the first 9 s lies in one
+// window (the budget's tenths 0 to 8), so its retries are at most 0.2 ×
+// requests + 10 × 10: attempts / requests ≤ 1 + 0.2 + 100 / requests =
+// 1.3 for 1000 requests. And since every request ends on a refusal or on
+// the tries running out, the last refusal found the reserve spent: at
+// least 100 retries.
+func TestRetryBudget_endToEnd(t *testing.T) {
 	const requests, clients, peers = 1000, 16, 5
-	run := func(t *testing.T, budget *balancer.RetryBudget) (attempts int64, elapsed time.Duration) {
-		hits, bal := brownout(t, peers)
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: bal, RetryBudget: budget}}
-		start := time.Now()
-		var refused, exhausted atomic.Int64
-		clientLoop(requests, clients, func() error {
-			resp, err := client.Get("http://service/")
-			if err == nil {
-				resp.Body.Close()
-				return errors.New("a response")
+	for _, via := range []string{"Transport", "Proxy"} {
+		t.Run(via, func(t *testing.T) {
+			run := func(t *testing.T, budget *balancer.RetryBudget) (attempts int64, elapsed time.Duration) {
+				hits, bal := brownout(t, peers)
+				var get func() error
+				var refused, exhausted atomic.Int64
+				if via == "Transport" {
+					client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: bal, RetryBudget: budget}}
+					get = func() error {
+						resp, err := client.Get("http://service/")
+						if err == nil {
+							resp.Body.Close()
+							return errors.New("a response")
+						}
+						var se *balancerhttp.StatusError
+						switch {
+						case !errors.As(err, &se) || se.StatusCode != http.StatusServiceUnavailable:
+							t.Errorf("error without the 503: %v", err)
+						case errors.Is(err, balancer.ErrRetryBudget):
+							refused.Add(1)
+						case errors.Is(err, balancer.ErrTriesExhausted):
+							exhausted.Add(1)
+						default:
+							t.Errorf("unexpected error: %v", err)
+						}
+						return err
+					}
+				} else {
+					front := httptest.NewServer(&balancerhttp.Proxy{Picker: bal, RetryBudget: budget})
+					t.Cleanup(front.Close)
+					client := &http.Client{Timeout: 5 * time.Second}
+					get = func() error {
+						resp, err := client.Get(front.URL)
+						if err != nil {
+							t.Errorf("proxy: %v", err)
+							return err
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusServiceUnavailable {
+							t.Errorf("proxy answered %d, not the backends' 503", resp.StatusCode)
+						}
+						return nil
+					}
+				}
+				start := time.Now()
+				clientLoop(requests, clients, get)
+				if via == "Transport" {
+					assert.EqualValues(t, requests, refused.Load()+exhausted.Load())
+					if budget == nil {
+						assert.Zero(t, refused.Load())
+					}
+				}
+				return hits.Load(), time.Since(start)
 			}
-			var se *balancerhttp.StatusError
-			switch {
-			case !errors.As(err, &se) || se.StatusCode != http.StatusServiceUnavailable:
-				t.Errorf("error without the 503: %v", err)
-			case errors.Is(err, balancer.ErrRetryBudget):
-				refused.Add(1)
-			case errors.Is(err, balancer.ErrTriesExhausted):
-				exhausted.Add(1)
-			default:
-				t.Errorf("unexpected error: %v", err)
-			}
-			return err
+
+			without, _ := run(t, nil)
+			assert.EqualValues(t, requests*peers, without, "without a budget every request tries every backend")
+			t.Logf("without a budget: %d attempts for %d requests, %.2f a request", without, requests, float64(without)/requests)
+
+			b, err := balancer.NewRetryBudget(balancer.DefaultRetryRatio, balancer.DefaultRetryMinPerSecond, balancer.DefaultRetryWindow)
+			require.NoError(t, err)
+			with, elapsed := run(t, b)
+			require.Less(t, elapsed, 9*time.Second, "the derivation needs the run inside one window")
+			reserve := balancer.DefaultRetryMinPerSecond * balancer.DefaultRetryWindow.Seconds()
+			bound := 1 + balancer.DefaultRetryRatio + reserve/requests
+			t.Logf("with Finagle's budget: %d attempts for %d requests in %v, %.3f a request (bound %.3f)", with, requests, elapsed.Round(time.Millisecond), float64(with)/requests, bound)
+			assert.LessOrEqual(t, float64(with), requests*(1+balancer.DefaultRetryRatio)+reserve, "attempts: requests × bound")
+			assert.GreaterOrEqual(t, float64(with-requests), reserve, "the reserve is spent")
+			st := b.Stats()
+			assert.EqualValues(t, requests, st.Deposits)
+			assert.EqualValues(t, with-requests, st.Retries, "the budget's retries are the backends' attempts after the first of each request")
+			assert.Positive(t, st.Refused)
 		})
-		assert.EqualValues(t, requests, refused.Load()+exhausted.Load())
-		if budget == nil {
-			assert.Zero(t, refused.Load())
-		}
-		return hits.Load(), time.Since(start)
 	}
-
-	without, _ := run(t, nil)
-	assert.EqualValues(t, requests*peers, without, "without a budget every request tries every backend")
-	t.Logf("without a budget: %d attempts for %d requests, %.2f a request", without, requests, float64(without)/requests)
-
-	b, err := balancer.NewRetryBudget(balancer.DefaultRetryRatio, balancer.DefaultRetryMinPerSecond, balancer.DefaultRetryWindow)
-	require.NoError(t, err)
-	with, elapsed := run(t, b)
-	require.Less(t, elapsed, 9*time.Second, "the derivation needs the run inside one window")
-	reserve := balancer.DefaultRetryMinPerSecond * balancer.DefaultRetryWindow.Seconds()
-	bound := 1 + balancer.DefaultRetryRatio + reserve/requests
-	t.Logf("with Finagle's budget: %d attempts for %d requests in %v, %.3f a request (bound %.3f)", with, requests, elapsed.Round(time.Millisecond), float64(with)/requests, bound)
-	assert.LessOrEqual(t, float64(with), requests*(1+balancer.DefaultRetryRatio)+reserve, "attempts: requests × bound")
-	assert.GreaterOrEqual(t, float64(with-requests), reserve, "the reserve is spent")
-	st := b.Stats()
-	assert.EqualValues(t, requests, st.Deposits)
-	assert.EqualValues(t, with-requests, st.Retries, "the budget's retries are the backends' attempts after the first of each request")
-	assert.Positive(t, st.Refused)
 }
 
 // TestRetryBudget_empty: a budget that allows no retry (ratio 0, minimum
