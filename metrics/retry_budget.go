@@ -1,0 +1,58 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lbgo/balancer"
+)
+
+// The metrics a RetryBudgetCollector exports, each with the constant label
+// budget.
+const (
+	BudgetRequestsName = "balancer_retry_budget_requests_total"
+	BudgetRetriesName  = "balancer_retry_budget_retries_total"
+	BudgetRefusedName  = "balancer_retry_budget_refused_total"
+)
+
+// RetryBudgetCollector is a prometheus.Collector for one
+// balancer.RetryBudget. Each scrape reads its counters (RetryBudget.Stats,
+// atomic loads):
+//
+//   - balancer_retry_budget_requests_total (counter): requests deposited;
+//   - balancer_retry_budget_retries_total (counter): retries allowed and
+//     made;
+//   - balancer_retry_budget_refused_total (counter): retries refused.
+//
+// The retries over the requests is the load the budget let retries add.
+// Create it with NewRetryBudget. Safe for concurrent scrapes.
+type RetryBudgetCollector struct {
+	b                          *balancer.RetryBudget
+	requests, retries, refused *prometheus.Desc
+}
+
+// NewRetryBudget returns a RetryBudgetCollector for b, labelling its series
+// budget=name.
+func NewRetryBudget(name string, b *balancer.RetryBudget) *RetryBudgetCollector {
+	c := prometheus.Labels{"budget": name}
+	return &RetryBudgetCollector{
+		b:        b,
+		requests: prometheus.NewDesc(BudgetRequestsName, "Requests counted by the retry budget.", nil, c),
+		retries:  prometheus.NewDesc(BudgetRetriesName, "Retries the retry budget allowed.", nil, c),
+		refused:  prometheus.NewDesc(BudgetRefusedName, "Retries the retry budget refused.", nil, c),
+	}
+}
+
+// Describe sends the descriptors of the three counters.
+func (c *RetryBudgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.requests
+	ch <- c.retries
+	ch <- c.refused
+}
+
+// Collect reads the budget's counters and sends them.
+func (c *RetryBudgetCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.b.Stats()
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(st.Deposits))
+	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(st.Retries))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused))
+}
