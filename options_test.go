@@ -23,6 +23,7 @@ var optionCases = []struct {
 }{
 	{"WithClock", WithClock(time.Now)},
 	{"WithRand", WithRand(rand.NewPCG(1, 2))},
+	{"WithRetryBudget", WithRetryBudget(&RetryBudget{})}, // Do's alone: every picker refuses it
 	{"WithWarmup", WithWarmup(time.Minute)},
 	{"WithDecay", WithDecay(time.Second)},
 	{"WithFailurePenalty", WithFailurePenalty(time.Second)},

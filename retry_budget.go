@@ -40,9 +40,10 @@ const (
 // counts for between 0.9 and 1 window.
 //
 // Give one RetryBudget to every Do, Transport or Proxy of one client
-// (WithRetryBudget, Transport.RetryBudget, Proxy.RetryBudget). gRPC's own
-// retries are throttled by gRPC (see the README); grpcbalancer leaves
-// them to it. A RetryBudget is safe for concurrent use; its methods take
+// (WithRetryBudget, Transport.RetryBudget, Proxy.RetryBudget). gRPC
+// throttles its own retries, which grpcbalancer leaves to it, with the
+// service config's retryThrottling: a token bucket per channel refilled
+// by successes only, with no window. A RetryBudget is safe for concurrent use; its methods take
 // no lock and allocate nothing.
 type RetryBudget struct {
 	now   func() time.Time

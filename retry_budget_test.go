@@ -321,3 +321,18 @@ func TestDo_retryBudgetSteady(t *testing.T) {
 	t.Logf("%d attempts for %d requests over %v: %.3f a request (bound %.3f)", requests+total, requests, duration, float64(requests+total)/float64(requests), bound)
 	assert.InDelta(t, bound, float64(requests+total)/float64(requests), 1e-9, "steady traffic spends the budget exactly")
 }
+
+// BenchmarkRetryBudget measures a request's deposit and one retry's
+// withdrawal, from every P at once on the real clock, with Finagle's
+// defaults: once the budget is spent, most withdrawals are refusals.
+func BenchmarkRetryBudget(b *testing.B) {
+	bud, err := NewRetryBudget(DefaultRetryRatio, DefaultRetryMinPerSecond, DefaultRetryWindow)
+	require.NoError(b, err)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			bud.Deposit()
+			bud.TryWithdraw()
+		}
+	})
+}
