@@ -44,7 +44,8 @@ const (
 // throttles its own retries, which grpcbalancer leaves to it, with the
 // service config's retryThrottling: a token bucket per channel refilled
 // by successes only, with no window. A RetryBudget is safe for concurrent use; its methods take
-// no lock and allocate nothing.
+// no lock and allocate nothing. The zero value refuses every retry; use
+// NewRetryBudget.
 type RetryBudget struct {
 	now   func() time.Time
 	start time.Time
@@ -109,6 +110,9 @@ func NewRetryBudget(ratio, minPerSecond float64, window time.Duration, opts ...O
 // Deposit counts one request.
 func (b *RetryBudget) Deposit() {
 	b.nDeposits.Add(1)
+	if b.now == nil {
+		return // the zero value
+	}
 	addAt(&b.deposits, b.index())
 }
 
@@ -150,6 +154,9 @@ func (b *RetryBudget) Stats() RetryBudgetStats {
 // index is the current bucket's index, counted from the budget's start
 // in bucket widths; a clock before the start is bucket 0.
 func (b *RetryBudget) index() uint64 {
+	if b.now == nil {
+		return 0 // the zero value
+	}
 	e := b.now().Sub(b.start)
 	if e < 0 {
 		return 0
@@ -164,6 +171,9 @@ func (b *RetryBudget) index() uint64 {
 // writer may record an older count), then moves head to its bucket, so
 // a retry is counted in exactly one place at any time.
 func (b *RetryBudget) withdraw(idx uint64) (uint64, bool) {
+	if b.now == nil {
+		return 0, false // the zero value
+	}
 	for {
 		h := b.head.Load()
 		tag, n := h>>32, h&math.MaxUint32

@@ -119,6 +119,12 @@ func TestNewRetryBudget_badInput(t *testing.T) {
 	}
 	_, err := NewRetryBudget(DefaultRetryRatio, DefaultRetryMinPerSecond, DefaultRetryWindow)
 	require.NoError(t, err)
+	var zero RetryBudget
+	zero.Deposit()
+	assert.False(t, zero.TryWithdraw(), "the zero value refuses every retry")
+	_, err = zero.PickRetry(nil, nil)
+	assert.ErrorIs(t, err, ErrRetryBudget)
+	assert.Equal(t, RetryBudgetStats{Deposits: 1, Refused: 2}, zero.Stats())
 	_, err = NewRoundRobin(weighted(1), WithRetryBudget(&RetryBudget{}))
 	require.ErrorIs(t, err, ErrInvalidConfig, "a picker refuses WithRetryBudget")
 	p, err := NewRoundRobin(weighted(1))

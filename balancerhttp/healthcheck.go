@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lbgo/balancer"
@@ -70,6 +71,21 @@ type HealthChecker struct {
 	cancel  context.CancelFunc
 	checks  sync.WaitGroup // checks in flight
 	close   sync.Once
+
+	nChecks, nFailed atomic.Uint64 // for Stats
+	nDown            atomic.Int64
+}
+
+// HealthStats counts what a HealthChecker has done.
+type HealthStats struct {
+	Checks uint64 // checks whose result counted
+	Failed uint64 // of which failed
+	Down   int    // peers the checker holds down now
+}
+
+// Stats returns the checker's counters.
+func (h *HealthChecker) Stats() HealthStats {
+	return HealthStats{Checks: h.nChecks.Load(), Failed: h.nFailed.Load(), Down: int(h.nDown.Load())}
 }
 
 // healthConfig is what the HealthOptions set.
@@ -321,6 +337,7 @@ func (h *HealthChecker) step(now time.Time) time.Time {
 		if ph.marked && !down {
 			// Brought up by someone else: the checker's again.
 			ph.marked, ph.fails, ph.oks = false, 0, 0
+			h.nDown.Add(-1)
 		}
 		if down && !ph.marked {
 			// Down by someone else: not the checker's to bring up.
@@ -355,6 +372,9 @@ func (h *HealthChecker) sync(now time.Time) {
 	for p, ph := range h.peers {
 		if !seen[p] {
 			ph.gone = true
+			if ph.marked {
+				h.nDown.Add(-1)
+			}
 			if ph.index >= 0 {
 				heap.Remove(&h.queue, ph.index)
 			}
@@ -378,7 +398,9 @@ func (h *HealthChecker) apply(r healthResult) {
 	if ph.gone {
 		return
 	}
+	h.nChecks.Add(1)
 	if r.err != nil {
+		h.nFailed.Add(1)
 		ph.oks, ph.fails = 0, ph.fails+1
 		if !ph.marked && ph.fails >= h.cfg.fall && !ph.p.IsDown() {
 			h.setDown(ph, true)
@@ -397,6 +419,11 @@ func (h *HealthChecker) setDown(ph *peerHealth, down bool) {
 		return // removed meanwhile: the next read drops it
 	}
 	ph.marked = down
+	if down {
+		h.nDown.Add(1)
+	} else {
+		h.nDown.Add(-1)
+	}
 	if h.cfg.onChange != nil {
 		h.cfg.onChange(ph.p, down)
 	}

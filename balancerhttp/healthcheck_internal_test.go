@@ -108,7 +108,9 @@ func TestHealthChecker_riseFall(t *testing.T) {
 				want[i] = time.Duration(i) * time.Second
 			}
 			assert.Equal(t, want, v.checks["a"], "one check a second")
-			assert.Equal(t, len(tc.want)%2 == 1, b.Peers()[0].IsDown())
+			down := len(tc.want) % 2 // the changes alternate, down first
+			assert.Equal(t, down == 1, b.Peers()[0].IsDown())
+			assert.Equal(t, HealthStats{Checks: uint64(len(tc.script)), Failed: uint64(strings.Count(tc.script, "F")), Down: down}, v.Stats())
 			assert.Zero(t, b.Peers()[0].Stats().Attempts, "checks are not traffic")
 		})
 	}
@@ -219,6 +221,7 @@ func TestHealthChecker_othersDown(t *testing.T) {
 	v.result = script("S")
 	v.runUntil(16 * time.Second)
 	assert.Equal(t, []string{"t=14 a up", "t=14 b up"}, sortedAfter(v.log, 3)[3:])
+	assert.Zero(t, v.Stats().Down)
 }
 
 // sortedAfter returns log[from:] sorted within each instant (the peers
@@ -254,6 +257,7 @@ func TestHealthChecker_followsPeers(t *testing.T) {
 	assert.Equal(t, []time.Duration{0, time.Second, 2 * time.Second}, v.checks["b"])
 	assert.Equal(t, []time.Duration{3 * time.Second, 4 * time.Second}, v.checks["c"])
 	assert.Equal(t, []string{"t=0 a down", "t=0 b down", "t=3 c down"}, sortedAfter(v.log, 0))
+	assert.Equal(t, 2, v.Stats().Down, "a and c; b left")
 
 	// A check of c in flight when c leaves: its result is dropped.
 	var inFlight *peerHealth

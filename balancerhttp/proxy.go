@@ -19,8 +19,9 @@
 // could not be opened, so the backend never saw the request; and its body,
 // if any, could be kept for the replay (see Proxy.MaxReplayBody). A failed
 // attempt not retried says why, in the Transport's error and the Proxy's
-// log line: ErrNotIdempotent, ErrBodyNotRewindable or
-// balancer.ErrTriesExhausted. When no peer is left, the client gets what
+// log line: ErrNotIdempotent, ErrBodyNotRewindable,
+// balancer.ErrTriesExhausted, or balancer.ErrRetryBudget when a
+// RetryBudget refused the retry. When no peer is left, the client gets what
 // nginx sends: the last backend's response if there was one and the tries
 // ran out, and 502 Bad Gateway if every attempt failed without a usable
 // response or the Picker has no live peer. An attempt whose client went
