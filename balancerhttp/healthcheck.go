@@ -38,7 +38,9 @@ const (
 // Each peer is checked Interval after its last check ended, times a
 // random factor in [1-Jitter, 1+Jitter), its first check at a random
 // point of the first interval, so that many checkers do not check one
-// peer in step. The checker reads the Balancer's peers once an interval:
+// peer in step. A peer that goes bad is thus down at most T + Fall × (I ×
+// (1+Jitter) + T) later, for interval I and timeout T, and one that
+// recovers is up at most T + Rise × (I × (1+Jitter) + T) later. The checker reads the Balancer's peers once an interval:
 // a peer added is checked from the next read on, one removed is no longer
 // checked. A peer starts up, as traffic finds it. The checker only ever
 // brings up a peer it took down: a peer down otherwise (the Down option,
