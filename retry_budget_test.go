@@ -342,3 +342,31 @@ func BenchmarkRetryBudget(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDo measures one Do whose try succeeds at once, over RoundRobin
+// with 16 peers, with no budget and with Finagle's: the budget adds one
+// deposit to a request that is not retried.
+func BenchmarkDo(b *testing.B) {
+	try := func(context.Context, *Peer) error { return nil }
+	for _, name := range []string{"none", "budget"} {
+		b.Run(name, func(b *testing.B) {
+			p, err := NewRoundRobin(benchPeers(16))
+			require.NoError(b, err)
+			var opts []Option
+			if name == "budget" {
+				bud, err := NewRetryBudget(DefaultRetryRatio, DefaultRetryMinPerSecond, DefaultRetryWindow)
+				require.NoError(b, err)
+				opts = append(opts, WithRetryBudget(bud))
+			}
+			ctx := context.Background()
+			var r Request
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset()
+				if err := Do(ctx, p, &r, try, opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
