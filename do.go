@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Do runs one request through p the way nginx's proxy_next_upstream does,
@@ -35,9 +36,12 @@ import (
 // picker meanwhile, and then nothing is left to report. Do is safe for
 // concurrent use with distinct Requests.
 func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, opts ...Option) error {
-	cfg, err := applyOptions("Do", func(name string) bool { return name == "WithClock" || name == "WithRetryBudget" }, opts)
-	if err != nil {
-		return err
+	cfg := config{now: time.Now}
+	var err error
+	if len(opts) > 0 { // applyOptions's config escapes to the heap
+		if cfg, err = applyOptions("Do", func(name string) bool { return name == "WithClock" || name == "WithRetryBudget" }, opts); err != nil {
+			return err
+		}
 	}
 	if p == nil || try == nil {
 		return fmt.Errorf("balancer: Do: nil picker or try: %w", ErrInvalidConfig)
