@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,4 +315,49 @@ func TestNewHealthChecker_badInput(t *testing.T) {
 			assert.Nil(t, h)
 		})
 	}
+}
+
+// TestHealthChecker_check makes single checks against a loopback server:
+// a 2xx or 3xx passes (a redirect is not followed), any other status
+// fails, and so do an answer slower than the timeout and a refused
+// connection. The check asks for the path set, with GET.
+func TestHealthChecker_check(t *testing.T) {
+	var status atomic.Int32
+	var stall atomic.Bool
+	var seen atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Method + " " + r.URL.RequestURI())
+		if stall.Load() {
+			<-r.Context().Done()
+			return
+		}
+		if s := int(status.Load()); s >= 300 && s < 400 {
+			w.Header().Set("Location", "/elsewhere")
+		}
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer(srv.Listener.Addr().String())})
+	require.NoError(t, err)
+	h, err := newHealthChecker(bal, []HealthOption{HealthPath("/healthz?deep=1"), HealthTimeout(50 * time.Millisecond)})
+	require.NoError(t, err)
+	p := bal.Peers()[0]
+	for _, tc := range []struct {
+		status int
+		stall  bool
+		pass   bool
+	}{{200, false, true}, {204, false, true}, {301, false, true}, {399, false, true}, {404, false, false}, {500, false, false}, {503, false, false}, {200, true, false}} {
+		status.Store(int32(tc.status))
+		stall.Store(tc.stall)
+		err := h.check(p)
+		assert.Equal(t, tc.pass, err == nil, "status %d, stalled %v: %v", tc.status, tc.stall, err)
+		if !tc.pass && !tc.stall {
+			var se *StatusError
+			assert.ErrorAs(t, err, &se)
+		}
+	}
+	assert.Equal(t, "GET /healthz?deep=1", seen.Load())
+	srv.Close()
+	assert.Error(t, h.check(p), "refused")
+	assert.Zero(t, p.Stats().Attempts)
 }
