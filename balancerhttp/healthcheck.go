@@ -38,17 +38,19 @@ const (
 // Each peer is checked Interval after its last check ended, times a
 // random factor in [1-Jitter, 1+Jitter), its first check at a random
 // point of the first interval, so that many checkers do not check one
-// peer in step. A peer that goes bad is thus down at most T + Fall × (I ×
+// peer in step. So a peer that goes bad is down at most T + Fall × (I ×
 // (1+Jitter) + T) later, for interval I and timeout T, and one that
-// recovers is up at most T + Rise × (I × (1+Jitter) + T) later. The checker reads the Balancer's peers once an interval:
-// a peer added is checked from the next read on, one removed is no longer
-// checked. A peer starts up, as traffic finds it. The checker only ever
-// brings up a peer it took down: a peer down otherwise (the Down option,
-// an operator's SetDown) is not checked while it stays down, and a peer
-// it took down that something else brings up (SetDown, an Update whose
-// snapshot peer is up) is its own again and needs Fall failures to go
-// down. An operator's SetDown(p, true) on a peer the checker has itself
-// taken down is not told apart: Remove such a peer instead.
+// recovers up at most T + Rise × (I × (1+Jitter) + T) later.
+//
+// The checker reads the Balancer's peers once an interval: a peer added
+// is checked from the next read on, one removed is checked no more. A
+// peer starts up. The checker brings up only the peers it took down: a
+// peer down otherwise (the Down option, an operator's SetDown) is not
+// checked while it stays down, and a peer it took down that something
+// else brings up (SetDown, an Update whose snapshot peer is up) is its
+// own again, to go down after Fall failures. An operator's SetDown(p,
+// true) on a peer the checker holds down is not told apart: Remove such
+// a peer instead.
 //
 // Close stops the checker and waits for its checks to end. A
 // HealthChecker is safe for concurrent use.
