@@ -2,7 +2,8 @@
 // prometheus.Collector that reads, at each scrape, what the picker already
 // keeps per peer (in-flight attempts, totals of attempts and failures,
 // health, effective weight, latency estimate) and per picker (the picks
-// that found no live peer).
+// that found no live peer); RetryBudgetCollector and HealthCheckCollector
+// export a retry budget's and a health checker's counters.
 //
 // It is a module of its own so that the balancer module itself depends on
 // nothing beyond the standard library. The picker's Pick and Done pay
