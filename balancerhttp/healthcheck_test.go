@@ -96,7 +96,8 @@ type change struct {
 // check starts at most I(1+j) after the one before ended and lasts at most
 // T. So the Fall-th failing check ends at most T + fall × (I(1+j) + T) =
 // 530 ms after the change, and the Rise-th passing one T + rise × (I(1+j)
-// + T) = 370 ms after it, plus the loop's own scheduling, allowed 200 ms.
+// + T) = 370 ms after it, plus the loop's own scheduling, allowed 200 ms;
+// and c answers Fall (Rise) checks in between, one more at most.
 // While c is down, the traffic reaches a and b only; once it is up, c
 // gets its share again. The checks count in no peer's attempts.
 func TestHealthChecker_endToEnd(t *testing.T) {
@@ -162,9 +163,21 @@ func TestHealthChecker_endToEnd(t *testing.T) {
 		{"health stalls", func() { c.stall.Store(true) }, func() { c.stall.Store(false) }},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
-			t0 := time.Now()
+			// The checks c answers between the change and the event:
+			// Fall (Rise) of them, and one more that arrived before the
+			// change took effect, or after the event. A closed listener
+			// answers none.
+			counted := func(n0 int64, want int) {
+				t.Helper()
+				n := c.checks.Load() - n0
+				assert.True(t, n == int64(want) || n == int64(want)+1, "%d checks of c, want %d (or one more)", n, want)
+			}
+			n0, t0 := c.checks.Load(), time.Now()
 			bad.fail()
 			wait(true, t0, downBound)
+			if bad.name != "listener closed" {
+				counted(n0, fall)
+			}
 			before := served()
 			cAttempts := peers[2].Stats().Attempts
 			traffic()
@@ -173,9 +186,10 @@ func TestHealthChecker_endToEnd(t *testing.T) {
 			assert.Equal(t, cAttempts, peers[2].Stats().Attempts, "c is not picked while down")
 			assert.Equal(t, int64(90), after[0]+after[1]-before[0]-before[1])
 
-			t1 := time.Now()
+			n1, t1 := c.checks.Load(), time.Now()
 			bad.cured()
 			wait(false, t1, upBound)
+			counted(n1, rise)
 			before = served()
 			traffic()
 			assert.Equal(t, int64(30), served()[2]-before[2], "c gets its third again")
