@@ -240,7 +240,9 @@ type countingReceiver struct{}
 func (r *countingReceiver) Answer(*balancer.Peer, balancer.ProbeAnswer) error { return nil }
 
 func TestNew_badConfig(t *testing.T) {
-	ok := func(context.Context, *balancer.Peer) (balancer.ProbeAnswer, error) { return balancer.ProbeAnswer{}, nil }
+	ok := func(context.Context, *balancer.Peer) (balancer.ProbeAnswer, error) {
+		return balancer.ProbeAnswer{}, nil
+	}
 	tests := []struct {
 		name string
 		cfg  Config
