@@ -19,15 +19,15 @@ const (
 	// server that has not answered a probe, which does no work, in
 	// 250 ms is stalled or far, and an answer later than that is stale
 	// against Prequal's pool of answers a second old at most.
-	DefaultProbeTimeout = 250 * time.Millisecond
+	DefaultProbeTimeout = probequeue.DefaultTimeout
 	// DefaultProbeWorkers is the number of probes in flight at once: at
 	// a loopback or LAN round trip of 0.2–1 ms, 4 workers send 4,000 to
 	// 20,000 probes a second, more than 3 probes a request needs below
 	// 1,300 requests a second on one client.
-	DefaultProbeWorkers = 4
+	DefaultProbeWorkers = probequeue.DefaultWorkers
 	// DefaultProbeQueue is the number of probes waiting for a worker
 	// beyond those; Probe drops the rest.
-	DefaultProbeQueue = 64
+	DefaultProbeQueue = probequeue.DefaultSize
 )
 
 // Prober is the HTTP balancer.Prober: each probe of a peer is a GET of
@@ -117,13 +117,6 @@ func WithProbeClock(now func() time.Time) ProberOption {
 	return func(s *proberSettings) { s.now, s.nowSet = now, true }
 }
 
-// Bounds of the probers' sizes, so that a typo cannot start a million
-// goroutines or allocate a huge queue.
-const (
-	maxProbeWorkers = 1024
-	maxProbeQueue   = 1 << 16
-)
-
 // NewProber returns a Prober whose workers run until Close. It accepts
 // WithProbePath, WithProbeScheme, WithProbeTransport, WithProbeTimeout,
 // WithProbeWorkers, WithProbeQueue and WithProbeClock; a value out of
@@ -151,10 +144,10 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 		return nil, bad("WithProbeTransport", "nil", "no transport")
 	case s.timeout <= 0 || s.timeout > balancer.MaxProbeLatency:
 		return nil, bad("WithProbeTimeout", s.timeout, fmt.Sprintf("out of (0, %v]", balancer.MaxProbeLatency))
-	case s.workers < 1 || s.workers > maxProbeWorkers:
-		return nil, bad("WithProbeWorkers", s.workers, fmt.Sprintf("out of [1, %d]", maxProbeWorkers))
-	case s.queue < 0 || s.queue > maxProbeQueue:
-		return nil, bad("WithProbeQueue", s.queue, fmt.Sprintf("out of [0, %d]", maxProbeQueue))
+	case s.workers < 1 || s.workers > probequeue.MaxWorkers:
+		return nil, bad("WithProbeWorkers", s.workers, fmt.Sprintf("out of [1, %d]", probequeue.MaxWorkers))
+	case s.queue < 0 || s.queue > probequeue.MaxSize:
+		return nil, bad("WithProbeQueue", s.queue, fmt.Sprintf("out of [0, %d]", probequeue.MaxSize))
 	case s.nowSet && s.now == nil:
 		return nil, bad("WithProbeClock", "nil", "no clock")
 	}

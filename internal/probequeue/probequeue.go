@@ -16,6 +16,18 @@ import (
 	"github.com/lbgo/balancer"
 )
 
+// The probers' defaults and bounds, which balancerhttp's Prober and
+// grpcbalancer's probing policies share (their docs give the reasons).
+const (
+	DefaultTimeout = 250 * time.Millisecond
+	DefaultWorkers = 4
+	DefaultSize    = 64
+	// MaxWorkers and MaxSize bound the settings, so that a typo cannot
+	// start a million goroutines or allocate a huge queue.
+	MaxWorkers = 1024
+	MaxSize    = 1 << 16
+)
+
 // Func sends one probe to p and returns the server's answer (InFlight and
 // Latency; RoundTrip is measured around it), or an error when none came.
 // ctx ends at the probe's timeout or at Close; Func must return soon
@@ -24,9 +36,9 @@ type Func func(ctx context.Context, p *balancer.Peer) (balancer.ProbeAnswer, err
 
 // Config is a Queue's settings; every field is required but Now.
 type Config struct {
-	Workers int           // probes sent at once, ≥ 1
-	Size    int           // probes queued beyond those, ≥ 0
-	Timeout time.Duration // each probe's, > 0
+	Workers int           // probes sent at once, in [1, MaxWorkers]
+	Size    int           // probes queued beyond those, in [0, MaxSize]
+	Timeout time.Duration // each probe's, in (0, balancer.MaxProbeLatency]
 	Now     func() time.Time
 	Probe   Func
 }
@@ -84,12 +96,12 @@ type Queue struct {
 // balancer.ErrInvalidConfig, naming it.
 func New(c Config) (*Queue, error) {
 	switch {
-	case c.Workers < 1:
-		return nil, fmt.Errorf("%w: probe workers %d: want at least 1", balancer.ErrInvalidConfig, c.Workers)
-	case c.Size < 0:
-		return nil, fmt.Errorf("%w: probe queue %d: negative", balancer.ErrInvalidConfig, c.Size)
-	case c.Timeout <= 0:
-		return nil, fmt.Errorf("%w: probe timeout %v: want more than 0", balancer.ErrInvalidConfig, c.Timeout)
+	case c.Workers < 1 || c.Workers > MaxWorkers:
+		return nil, fmt.Errorf("%w: probe workers %d: out of [1, %d]", balancer.ErrInvalidConfig, c.Workers, MaxWorkers)
+	case c.Size < 0 || c.Size > MaxSize:
+		return nil, fmt.Errorf("%w: probe queue %d: out of [0, %d]", balancer.ErrInvalidConfig, c.Size, MaxSize)
+	case c.Timeout <= 0 || c.Timeout > balancer.MaxProbeLatency:
+		return nil, fmt.Errorf("%w: probe timeout %v: out of (0, %v]", balancer.ErrInvalidConfig, c.Timeout, balancer.MaxProbeLatency)
 	case c.Probe == nil:
 		return nil, fmt.Errorf("%w: no probe function", balancer.ErrInvalidConfig)
 	}

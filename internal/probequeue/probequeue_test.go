@@ -248,9 +248,12 @@ func TestNew_badConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"workers", Config{Workers: 0, Size: 1, Timeout: time.Second, Probe: ok}, "workers 0"},
-		{"size", Config{Workers: 1, Size: -1, Timeout: time.Second, Probe: ok}, "queue -1"},
-		{"timeout", Config{Workers: 1, Size: 1, Timeout: 0, Probe: ok}, "timeout 0s"},
+		{"workers", Config{Workers: 0, Size: 1, Timeout: time.Second, Probe: ok}, "workers 0: out of [1, 1024]"},
+		{"many workers", Config{Workers: 1025, Size: 1, Timeout: time.Second, Probe: ok}, "workers 1025: out of [1, 1024]"},
+		{"size", Config{Workers: 1, Size: -1, Timeout: time.Second, Probe: ok}, "queue -1: out of [0, 65536]"},
+		{"large size", Config{Workers: 1, Size: 65537, Timeout: time.Second, Probe: ok}, "queue 65537: out of [0, 65536]"},
+		{"timeout", Config{Workers: 1, Size: 1, Timeout: 0, Probe: ok}, "timeout 0s: out of (0, 1h0m0s]"},
+		{"long timeout", Config{Workers: 1, Size: 1, Timeout: 61 * time.Minute, Probe: ok}, "timeout 1h1m0s: out of (0, 1h0m0s]"},
 		{"probe", Config{Workers: 1, Size: 1, Timeout: time.Second}, "no probe"},
 	}
 	for _, tt := range tests {
