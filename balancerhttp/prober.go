@@ -124,7 +124,7 @@ func WithProbeClock(now func() time.Time) ProberOption {
 // names the option and the value.
 func NewProber(opts ...ProberOption) (*Prober, error) {
 	s := proberSettings{
-		path: defaultProbePath, scheme: "http", timeout: DefaultProbeTimeout,
+		path: loadreport.DefaultProbePath, scheme: "http", timeout: DefaultProbeTimeout,
 		workers: DefaultProbeWorkers, queue: DefaultProbeQueue, now: time.Now,
 	}
 	for _, o := range opts {
@@ -181,9 +181,8 @@ func (p *Prober) Probe(peer *balancer.Peer, to balancer.ProbeReceiver) {
 	p.q.Put(peer, to)
 }
 
-// maxProbeBody bounds the probe answer read: a load report no longer than
-// a header's.
-const maxProbeBody = loadreport.MaxHeaderLen
+// maxProbeBody bounds the probe answer read.
+const maxProbeBody = loadreport.MaxProbeLen
 
 // probe sends one probe to peer and reads its answer.
 func (p *Prober) probe(ctx context.Context, peer *balancer.Peer) (balancer.ProbeAnswer, error) {
@@ -206,12 +205,9 @@ func (p *Prober) probe(ctx context.Context, peer *balancer.Peer) (balancer.Probe
 	if len(body) > maxProbeBody {
 		return balancer.ProbeAnswer{}, fmt.Errorf("probe %s: answer longer than %d bytes", peer.Addr(), maxProbeBody)
 	}
-	rif, latency, err := parseProbe(body)
+	rif, latency, err := loadreport.ParseProbe(body) // within a ProbeAnswer's bounds
 	if err != nil {
 		return balancer.ProbeAnswer{}, err
-	}
-	if rif > balancer.MaxProbeInFlight || latency > balancer.MaxProbeLatency {
-		return balancer.ProbeAnswer{}, fmt.Errorf("probe %s: rif %v, latency %v: beyond a probe answer's bounds", peer.Addr(), rif, latency)
 	}
 	return balancer.ProbeAnswer{InFlight: rif, Latency: latency}, nil
 }

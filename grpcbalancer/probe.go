@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -182,25 +181,14 @@ func (g *grpcProber) probe(ctx context.Context, p *lbgo.Peer) (lbgo.ProbeAnswer,
 	return probeAnswerOf(&lr)
 }
 
-// probeAnswerOf reads a probe's answer from its load report: the named
-// metrics InFlightName (required) and LatencyName (milliseconds; absent
-// is 0), each finite, not negative and within a ProbeAnswer's bounds.
+// probeAnswerOf reads a probe's answer from its load report's named
+// metrics, as loadreport.ProbeFromNamedMetrics reads and bounds them.
 func probeAnswerOf(lr *v3orcapb.OrcaLoadReport) (lbgo.ProbeAnswer, error) {
-	rif, ok := lr.NamedMetrics[loadreport.InFlightName]
-	if !ok {
-		return lbgo.ProbeAnswer{}, fmt.Errorf("%w: probe answer without %s", loadreport.ErrMalformed, loadreport.InFlightName)
+	rif, latency, err := loadreport.ProbeFromNamedMetrics(lr.NamedMetrics)
+	if err != nil {
+		return lbgo.ProbeAnswer{}, err
 	}
-	ms := lr.NamedMetrics[loadreport.LatencyName]
-	const maxMs = float64(lbgo.MaxProbeLatency / time.Millisecond)
-	for _, m := range []struct {
-		name  string
-		v, to float64
-	}{{loadreport.InFlightName, rif, lbgo.MaxProbeInFlight}, {loadreport.LatencyName, ms, maxMs}} {
-		if math.IsNaN(m.v) || m.v < 0 || m.v > m.to {
-			return lbgo.ProbeAnswer{}, fmt.Errorf("%w: probe answer's %s %v: out of [0, %v]", loadreport.ErrInvalidValue, m.name, m.v, m.to)
-		}
-	}
-	return lbgo.ProbeAnswer{InFlight: rif, Latency: time.Duration(ms * float64(time.Millisecond))}, nil
+	return lbgo.ProbeAnswer{InFlight: rif, Latency: latency}, nil
 }
 
 // ProbeStats are the probe counters of a probing policy (lbgo_prequal):

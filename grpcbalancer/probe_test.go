@@ -107,17 +107,18 @@ func TestProbeAnswerOf(t *testing.T) {
 		{"both", map[string]float64{"rif": 4, "latency_ms": 2.5}, lbgo.ProbeAnswer{InFlight: 4, Latency: 2500 * time.Microsecond}, ""},
 		{"no latency", map[string]float64{"rif": 0}, lbgo.ProbeAnswer{}, ""},
 		{"others ignored", map[string]float64{"rif": 1, "latency_ms": 1, "queue": 9}, lbgo.ProbeAnswer{InFlight: 1, Latency: time.Millisecond}, ""},
-		{"no rif", map[string]float64{"latency_ms": 1}, lbgo.ProbeAnswer{}, "without rif"},
-		{"negative rif", map[string]float64{"rif": -1}, lbgo.ProbeAnswer{}, "rif -1: out of"},
-		{"NaN rif", map[string]float64{"rif": math.NaN()}, lbgo.ProbeAnswer{}, "rif NaN: out of"},
-		{"huge rif", map[string]float64{"rif": 1 << 21}, lbgo.ProbeAnswer{}, "rif 2.097152e+06: out of"},
-		{"infinite latency", map[string]float64{"rif": 1, "latency_ms": math.Inf(1)}, lbgo.ProbeAnswer{}, "latency_ms +Inf: out of"},
-		{"latency over an hour", map[string]float64{"rif": 1, "latency_ms": 3600001}, lbgo.ProbeAnswer{}, "latency_ms 3.600001e+06: out of"},
+		{"no rif", map[string]float64{"latency_ms": 1}, lbgo.ProbeAnswer{}, "no named_metrics.rif"},
+		{"negative rif", map[string]float64{"rif": -1}, lbgo.ProbeAnswer{}, "rif=-1, want 0 to 1048576"},
+		{"NaN rif", map[string]float64{"rif": math.NaN()}, lbgo.ProbeAnswer{}, "rif=NaN, want 0 to 1048576"},
+		{"huge rif", map[string]float64{"rif": 1 << 21}, lbgo.ProbeAnswer{}, "rif=2.097152e+06, want 0 to 1048576"},
+		{"infinite latency", map[string]float64{"rif": 1, "latency_ms": math.Inf(1)}, lbgo.ProbeAnswer{}, "latency_ms=+Inf, want 0 to 3.6e+06"},
+		{"latency over an hour", map[string]float64{"rif": 1, "latency_ms": 3600001}, lbgo.ProbeAnswer{}, "latency_ms=3.600001e+06, want 0 to 3.6e+06"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := probeAnswerOf(&v3orcapb.OrcaLoadReport{NamedMetrics: tt.metrics})
 			if tt.err != "" {
+				assert.ErrorIs(t, err, lbgo.ErrInvalidProbe)
 				assert.ErrorContains(t, err, tt.err)
 				return
 			}
