@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/lbgo/balancer v0.0.0
+	github.com/lbgo/balancer/loadreport/grpcreport v0.0.0
 	github.com/stretchr/testify v1.12.1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -20,3 +21,5 @@ require (
 )
 
 replace github.com/lbgo/balancer => ../
+
+replace github.com/lbgo/balancer/loadreport/grpcreport => ../loadreport/grpcreport

@@ -11,9 +11,16 @@ import (
 
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/loadreport"
+	"github.com/lbgo/balancer/loadreport/grpcreport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
@@ -61,6 +68,9 @@ func probeOnly() lbgo.Algorithm {
 	a.Name, a.Options = "Probing", []string{"WithProber"}
 	return a
 }
+
+// TestProbeMethod: the policies call the method grpcreport serves.
+func TestProbeMethod(t *testing.T) { assert.Equal(t, grpcreport.ProbeMethod, ProbeMethod) }
 
 func TestParseConfig_probeFields(t *testing.T) {
 	rr, _ := lbgo.AlgorithmNamed("RoundRobin")
@@ -128,43 +138,68 @@ func TestProbeAnswerOf(t *testing.T) {
 	}
 }
 
-// probeServer is a real gRPC server on loopback; with probes set it serves
-// ProbeMethod answering rif, or holding the call until release closes.
+// probeServer is a real gRPC server on loopback counting its RPCs in a
+// loadreport.Tracker through grpcreport's interceptors, with grpcreport's
+// probe service if probes is set. A health check with the metadata
+// "hold" is held until the test ends; with stall set, so is every probe.
 type probeServer struct {
 	addr    string
 	srv     *grpc.Server
-	rif     float64
-	hold    bool
+	tr      *loadreport.Tracker
 	release chan struct{}
-	calls   chan struct{}
+	held    sync.WaitGroup // the clients' held calls
+	calls   chan struct{}  // one value per probe that reached the server
 }
 
-func startProbeServer(t *testing.T, probes bool, rif float64, hold bool) *probeServer {
+func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	s := &probeServer{addr: lis.Addr().String(), srv: grpc.NewServer(), rif: rif, hold: hold,
-		release: make(chan struct{}), calls: make(chan struct{}, 64)}
+	s := &probeServer{addr: lis.Addr().String(), release: make(chan struct{}), calls: make(chan struct{}, 1024)}
+	s.tr, err = loadreport.NewTracker()
+	require.NoError(t, err)
+	rep, err := grpcreport.New(s.tr)
+	require.NoError(t, err)
+	hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if info.FullMethod == ProbeMethod {
+			s.calls <- struct{}{}
+		}
+		if info.FullMethod == ProbeMethod && stall || len(md.Get("hold")) > 0 {
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		return h(ctx, req)
+	}
+	s.srv = grpc.NewServer(append(rep.ServerOptions(), grpc.ChainUnaryInterceptor(hold))...)
+	healthpb.RegisterHealthServer(s.srv, health.NewServer())
 	if probes {
-		s.srv.RegisterService(&testProbeService, s)
+		require.NoError(t, grpcreport.RegisterProbe(s.srv, s.tr))
 	}
 	go s.srv.Serve(lis)
 	t.Cleanup(func() {
 		close(s.release)
+		s.held.Wait()
 		s.srv.Stop()
 	})
 	return s
 }
 
-func (s *probeServer) probe(ctx context.Context) (*v3orcapb.OrcaLoadReport, error) {
-	s.calls <- struct{}{}
-	if s.hold {
-		select {
-		case <-s.release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// hold starts n health checks through conn that s holds in flight, and
+// returns once s's Tracker counts them.
+func (s *probeServer) hold(t *testing.T, conn *grpc.ClientConn, n int) {
+	want := s.tr.InFlight() + int64(n)
+	client := healthpb.NewHealthClient(conn)
+	for range n {
+		s.held.Go(func() {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "hold", "1")
+			_, _ = client.Check(ctx, &healthpb.HealthCheckRequest{})
+		})
 	}
-	return &v3orcapb.OrcaLoadReport{NamedMetrics: map[string]float64{"rif": s.rif, "latency_ms": 3}}, nil
+	require.True(t, waitFor(5*time.Second, func() bool { return s.tr.InFlight() == want }),
+		"in flight %d, want %d", s.tr.InFlight(), want)
 }
 
 // dialProbing dials the servers with lbgo_roundrobin made to probe, and
@@ -201,11 +236,16 @@ func proberOf(lb *lbBalancer) *grpcProber {
 // own server: the server with the probe service answers its rif, the one
 // without answers UNIMPLEMENTED, which is a Failed answer.
 func TestProber_realServers(t *testing.T) {
-	with := startProbeServer(t, true, 7, false)
-	without := startProbeServer(t, false, 0, false)
+	with := startProbeServer(t, true, false)
+	without := startProbeServer(t, false, false)
 	_, lb := dialProbing(t, `{}`, with, without)
 	pr := proberOf(lb)
 	require.NotNil(t, pr)
+	// Held through a channel of its own, straight to the server.
+	direct, err := grpc.NewClient(with.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer direct.Close()
+	with.hold(t, direct, 7)
 	r := newProbeReceiver()
 	peers := peersOf(lb)
 	for range 3 {
@@ -213,22 +253,27 @@ func TestProber_realServers(t *testing.T) {
 		pr.Probe(peers[without.addr], r)
 	}
 	r.wait(t, 6)
+	// The server's own answer, asked directly; the held calls have not
+	// ended, so it stands still.
+	rif, latency, err := grpcreport.Probe(context.Background(), direct)
+	require.NoError(t, err)
+	assert.Equal(t, 7.0, rif, "the probes are not requests in flight")
 	for _, a := range r.of(with.addr) {
-		assert.Equal(t, 7.0, a.InFlight)
-		assert.Equal(t, 3*time.Millisecond, a.Latency)
+		assert.Equal(t, 7.0, a.InFlight, "7 calls held")
+		assert.Equal(t, latency, a.Latency)
 		assert.Positive(t, a.RoundTrip)
 		assert.False(t, a.Failed)
 	}
 	assert.Len(t, r.of(with.addr), 3)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}, {Failed: true}, {Failed: true}}, r.of(without.addr))
 	assert.Equal(t, ProbeStats{Sent: 6, Answered: 3, Failed: 3}, pr.stats())
-	assert.Len(t, with.calls, 3, "the server saw each probe once")
+	assert.Len(t, with.calls, 4, "the server saw each probe once, and the direct one")
 }
 
 // TestProber_timeout: a server holding the probe RPC past probeTimeout
 // gets a Failed answer.
 func TestProber_timeout(t *testing.T) {
-	held := startProbeServer(t, true, 1, true)
+	held := startProbeServer(t, true, true)
 	_, lb := dialProbing(t, `{"probeTimeout":"50ms"}`, held)
 	pr := proberOf(lb)
 	r := newProbeReceiver()
@@ -242,7 +287,7 @@ func TestProber_timeout(t *testing.T) {
 // TestProber_notReady: once a server is gone, its SubConn is not READY and
 // its probe fails without an RPC.
 func TestProber_notReady(t *testing.T) {
-	a, b := startProbeServer(t, true, 1, false), startProbeServer(t, true, 2, false)
+	a, b := startProbeServer(t, true, false), startProbeServer(t, true, false)
 	_, lb := dialProbing(t, `{}`, a, b)
 	peers := peersOf(lb)
 	b.srv.Stop()
@@ -253,7 +298,7 @@ func TestProber_notReady(t *testing.T) {
 	pr.Probe(peers[a.addr], r)
 	r.wait(t, 2)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}}, r.of(b.addr))
-	assert.Equal(t, 1.0, r.of(a.addr)[0].InFlight)
+	assert.False(t, r.of(a.addr)[0].Failed)
 }
 
 // TestProber_closedWithTheChannel: closing the channel closes the policy's
@@ -261,7 +306,7 @@ func TestProber_notReady(t *testing.T) {
 // a later Probe drops.
 func TestProber_closedWithTheChannel(t *testing.T) {
 	before := runtime.NumGoroutine()
-	held := startProbeServer(t, true, 1, true)
+	held := startProbeServer(t, true, true)
 	conn, lb := dialProbing(t, `{"probeTimeout":"1h"}`, held)
 	pr := proberOf(lb)
 	r := newProbeReceiver()
@@ -283,7 +328,7 @@ func TestProber_closedWithTheChannel(t *testing.T) {
 
 // TestProber_probeAllocatesNothing: the policy's Probe allocates nothing.
 func TestProber_probeAllocatesNothing(t *testing.T) {
-	held := startProbeServer(t, true, 1, true)
+	held := startProbeServer(t, true, true)
 	_, lb := dialProbing(t, `{"probeTimeout":"1h","probeWorkers":1,"probeQueue":2000}`, held)
 	pr := proberOf(lb)
 	r := newProbeReceiver()
