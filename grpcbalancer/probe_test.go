@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,6 +150,7 @@ type probeServer struct {
 	release chan struct{}
 	held    sync.WaitGroup // the clients' held calls
 	calls   chan struct{}  // one value per probe that reached the server
+	served  atomic.Int64   // health checks served, not held
 }
 
 func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
@@ -164,7 +166,11 @@ func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
 		if info.FullMethod == ProbeMethod {
 			s.calls <- struct{}{}
 		}
-		if info.FullMethod == ProbeMethod && stall || len(md.Get("hold")) > 0 {
+		held := len(md.Get("hold")) > 0
+		if info.FullMethod == healthCheck && !held {
+			s.served.Add(1)
+		}
+		if info.FullMethod == ProbeMethod && stall || held {
 			select {
 			case <-s.release:
 			case <-ctx.Done():
@@ -186,6 +192,8 @@ func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
 	})
 	return s
 }
+
+const healthCheck = "/grpc.health.v1.Health/Check"
 
 // hold starts n health checks through conn that s holds in flight, and
 // returns once s's Tracker counts them.
