@@ -25,6 +25,7 @@ type heldServer struct {
 	srv     *httptest.Server
 	m       *loadreport.Middleware
 	ns      atomic.Int64 // the server's clock, from epoch
+	served  atomic.Int64 // /work requests
 	release chan struct{}
 	once    sync.Once      // closes release
 	held    sync.WaitGroup // the client side of the held requests
@@ -42,6 +43,7 @@ func startHeldServer(t *testing.T, opts ...loadreport.Option) *heldServer {
 		var ms int64
 		_, _ = fmt.Sscan(r.URL.Query().Get("ms"), &ms)
 		h.ns.Add(ms * int64(time.Millisecond))
+		h.served.Add(1)
 	})
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -169,4 +171,47 @@ func TestProber_middlewareElsewhere(t *testing.T) {
 		assert.Equal(t, tt.want, a)
 		require.NoError(t, pr.Close())
 	}
+}
+
+// TestProber_prequalTransport: a Transport over Prequal with this Prober
+// and three servers behind the Middleware, one holding 20 requests from
+// other clients. Its probes answer rif 20 against 0 or 1 for the others
+// (this client's one request): two thirds of the recent counts are at most
+// 1, so the hot quantile (0.6) is at most 1 and its answers are hot, losing
+// to any cold answer in the pool. The requests go one after another, each
+// once the previous one's probes are answered, so every pick has the idle
+// servers' fresh answers, but for the first (before any answer, picked by
+// P2CPeakEWMA's rule among all three). A uniform picker would send it 100
+// of 300; allow 10.
+func TestProber_prequalTransport(t *testing.T) {
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t), startHeldServer(t)}
+	servers[0].hold(t, 20)
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	var peers []*balancer.Peer
+	for _, s := range servers {
+		peers = append(peers, balancer.NewPeer(s.addr()))
+	}
+	// 3 probes a pick at up to 2,000 picks a second: above the default
+	// cap of 1,000 probes a second.
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithProbeRate(3, 10000))
+	require.NoError(t, err)
+	defer picker.Close()
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
+	const n = 300
+	for range n {
+		resp, err := client.Get("http://service/work?ms=0")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.True(t, waitUntil(time.Second, func() bool {
+			s := pr.Stats()
+			return s.Answered+s.Failed+s.Dropped == picker.ProbeStats().Sent
+		}), "probes unanswered after 1 s")
+	}
+	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
+	t.Logf("served: busy %d, idle %d and %d; prober %+v; picker %+v", got[0], got[1], got[2], pr.Stats(), picker.ProbeStats())
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.LessOrEqual(t, got[0], int64(n/3/10), "the server holding 20 requests")
+	assert.Zero(t, pr.Stats().Failed)
+	assert.Zero(t, picker.ProbeStats().RateLimited)
 }
