@@ -34,20 +34,22 @@ const (
 // http://<peer address><path> (path loadreport's probe path by default)
 // whose 200 answer carries the server's requests in flight and latency
 // estimate, as loadreport's Middleware writes it. Give it to the
-// probe-driven picker (Prequal) and use that picker in a Transport or a
-// Proxy.
+// probe-driven picker (balancer.WithProber for Prequal, which then owns
+// and closes it) and use that picker in a Transport or a Proxy.
 //
 // Probe never blocks and allocates nothing: it queues the probe (at most
 // WithProbeQueue of them wait) for one of WithProbeWorkers workers, and
 // drops it, counted, when the queue is full or the Prober closed. Each
-// probe is bounded by WithProbeTimeout; its round trip, from sending to
-// the answer read, is measured on WithProbeClock's clock. A non-200
-// status, a body loadreport.ParseProbe refuses, a transport error or a
-// timeout is answered Failed. The probes go through their own
-// http.RoundTripper (WithProbeTransport), by default one kept apart from
-// the requests' so that a probe never waits behind them.
+// probe is bounded by WithProbeTimeout; its round trip, from sending the
+// request (a new connection's dial included) to the body read, is
+// measured on WithProbeClock's clock. A non-200 status, a body
+// loadreport.ParseProbe refuses, a transport error or a timeout is
+// answered Failed. The probes go through their own http.RoundTripper
+// (WithProbeTransport), by default one kept apart from the requests' so
+// that a probe never waits behind them.
 //
-// Close stops it. A Prober is safe for concurrent use.
+// Close stops it. The zero value drops every probe, uncounted; use
+// NewProber. A Prober is safe for concurrent use.
 type Prober struct {
 	q       *probequeue.Queue
 	rt      http.RoundTripper
@@ -175,10 +177,12 @@ func probeTransport() *http.Transport {
 	return t
 }
 
-// Probe queues a probe of p whose answer goes to to (see Prober). It
-// never blocks and allocates nothing.
+// Probe queues a probe of peer whose answer goes to to (see Prober). It
+// never blocks and allocates nothing; a nil peer or to is dropped.
 func (p *Prober) Probe(peer *balancer.Peer, to balancer.ProbeReceiver) {
-	p.q.Put(peer, to)
+	if p.q != nil {
+		p.q.Put(peer, to)
+	}
 }
 
 // maxProbeBody bounds the probe answer read.
@@ -232,6 +236,9 @@ type ProberStats struct {
 
 // Stats returns the Prober's counters.
 func (p *Prober) Stats() ProberStats {
+	if p.q == nil {
+		return ProberStats{}
+	}
 	s := p.q.Stats()
 	return ProberStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused}
 }
@@ -242,6 +249,9 @@ func (p *Prober) Stats() ProberStats {
 // running: no answer comes after it. Probe after Close drops. Close is
 // idempotent and always returns nil.
 func (p *Prober) Close() error {
+	if p.q == nil {
+		return nil
+	}
 	p.q.Close()
 	if p.own {
 		p.rt.(*http.Transport).CloseIdleConnections()

@@ -215,3 +215,46 @@ func TestProber_prequalTransport(t *testing.T) {
 	assert.Zero(t, pr.Stats().Failed)
 	assert.Zero(t, picker.ProbeStats().RateLimited)
 }
+
+// TestProber_prequalFallback: of three servers one runs no Middleware: its
+// handler answers the probe path with its own 200 "ok", which is no probe
+// answer, so its probes fail; Prequal then balances it by P2CPeakEWMA's
+// rule against the pool's best answer, and it keeps traffic: its expected
+// latency (its peak EWMA, this client's measure of an idle server) and a
+// pool answer's (the server's estimate plus the probe's round trip) are
+// both about one loopback round trip. Its peak EWMA decays in 50 ms
+// (WithDecay), so that one slow reply (a pause of the race detector) does
+// not hold it off for the whole run, as the default 10 s would. Require
+// at least a tenth of a uniform share (10 of 300), and every request to
+// succeed.
+func TestProber_prequalFallback(t *testing.T) {
+	var plainServed atomic.Int64
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/work" {
+			plainServed.Add(1)
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer plain.Close()
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t)}
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	peers := []*balancer.Peer{balancer.NewPeer(addrOf(plain)), balancer.NewPeer(servers[0].addr()), balancer.NewPeer(servers[1].addr())}
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithDecay(50*time.Millisecond))
+	require.NoError(t, err)
+	defer picker.Close()
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
+	const n = 300
+	for range n {
+		resp, err := client.Get("http://service/work?ms=0")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+	}
+	got := []int64{plainServed.Load(), servers[0].served.Load(), servers[1].served.Load()}
+	t.Logf("served: without the Middleware %d, with %d and %d; prober %+v", got[0], got[1], got[2], pr.Stats())
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.GreaterOrEqual(t, got[0], int64(n/3/10), "the server without the Middleware")
+	assert.Positive(t, pr.Stats().Failed, "its probes fail")
+	assert.Positive(t, pr.Stats().Answered, "the others' do not")
+}

@@ -331,3 +331,19 @@ func TestNewProber_badOptions(t *testing.T) {
 	}
 	assertNoGoroutinesLeft(t, before)
 }
+
+// TestProber_zeroAndNil: the zero Prober drops every probe, and a Prober
+// drops a nil peer or receiver, counted, without a panic.
+func TestProber_zeroAndNil(t *testing.T) {
+	var zero balancerhttp.Prober
+	zero.Probe(balancer.NewPeer("127.0.0.1:1"), newAnswers())
+	assert.Equal(t, balancerhttp.ProberStats{}, zero.Stats())
+	assert.NoError(t, zero.Close())
+
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	pr.Probe(nil, newAnswers())
+	pr.Probe(balancer.NewPeer("127.0.0.1:1"), nil)
+	require.NoError(t, pr.Close())
+	assert.Equal(t, balancerhttp.ProberStats{Dropped: 2}, pr.Stats())
+}

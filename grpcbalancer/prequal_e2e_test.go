@@ -105,11 +105,14 @@ func TestPrequal_awayFromHeldServer(t *testing.T) {
 // the client's own measure of an idle server's health check) and a pool
 // answer's (the server's estimate plus the round trip the probe
 // measured) are both about one loopback round trip: it gets a share
-// comparable to the others' rather than none. Require at least a tenth of
-// a uniform share (10 of 300), and every check to succeed.
+// comparable to the others' rather than none. Its peak EWMA decays in
+// 50 ms (decay), so that one slow reply (a pause of the race detector)
+// does not hold it off for the whole run, as the default 10 s would.
+// Require at least a tenth of a uniform share (10 of 300), and every check
+// to succeed.
 func TestPrequal_serverWithoutProbes(t *testing.T) {
 	servers := []*probeServer{startProbeServer(t, false, false), startProbeServer(t, true, false), startProbeServer(t, true, false)}
-	conn, lb := dialPrequal(t, `{}`, servers...)
+	conn, lb := dialPrequal(t, `{"decay":"50ms"}`, servers...)
 	const n = 300
 	require.Empty(t, checks(t, conn, lb, n, false))
 	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}

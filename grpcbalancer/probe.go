@@ -22,7 +22,9 @@ import (
 // request is an xds.service.orca.v3.OrcaLoadReportRequest (empty), its
 // answer an xds.data.orca.v3.OrcaLoadReport whose named_metrics hold the
 // server's requests in flight ("rif") and latency estimate in
-// milliseconds ("latency_ms"; absent means 0).
+// milliseconds ("latency_ms"; absent means 0). It is grpcreport.ProbeMethod
+// (a test holds them equal): this package does not import grpcreport,
+// whose own tests import this one.
 const ProbeMethod = "/lbgo.loadreport.v1.LoadProbe/Probe"
 
 // probes reports whether alg's picker balances by probes, so that its
