@@ -53,7 +53,7 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	probeTimeout               duration in (0, 1h]: each probe RPC's bound
 //	                           (a probing policy; default "250ms")
 //	probeWorkers, probeQueue   int in [1, 1024], [0, 65536]: probe RPCs at
-//	                           once, probes waiting (default 4, 64)
+//	                           once, probes waiting (default 16, 128)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the

@@ -66,7 +66,7 @@
 //	  "probeRate": {"perPick": 3, "perSecond": 1000},
 //	  "probePool": {"size": 16, "maxAge": "1s"},
 //	  "hotQuantile": 0.6,
-//	  "probeTimeout": "250ms", "probeWorkers": 4, "probeQueue": 64,
+//	  "probeTimeout": "250ms", "probeWorkers": 16, "probeQueue": 128,
 //	  "decay": "10s", "maxFails": 1, "failTimeout": "10s"}}]}
 //
 // (every field optional; these are the defaults). A change of any of them

@@ -81,7 +81,7 @@ func TestParseConfig_probeFields(t *testing.T) {
 		want probeSettings
 		err  string
 	}{
-		{probeOnly(), `{}`, probeSettings{250 * time.Millisecond, 4, 64}, ""},
+		{probeOnly(), `{}`, probeSettings{250 * time.Millisecond, 16, 128}, ""},
 		{probeOnly(), `{"probeTimeout":"50ms","probeWorkers":2,"probeQueue":0}`, probeSettings{50 * time.Millisecond, 2, 0}, ""},
 		{probeOnly(), `{"probeTimeout":"0s"}`, probeSettings{}, `probeTimeout "0s": out of (0, 1h0m0s]`},
 		{probeOnly(), `{"probeTimeout":"2h"}`, probeSettings{}, `probeTimeout "2h": out of (0, 1h0m0s]`},

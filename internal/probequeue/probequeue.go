@@ -20,8 +20,8 @@ import (
 // grpcbalancer's probing policies share (their docs give the reasons).
 const (
 	DefaultTimeout = 250 * time.Millisecond
-	DefaultWorkers = 4
-	DefaultSize    = 64
+	DefaultWorkers = 16
+	DefaultSize    = 128
 	// MaxWorkers and MaxSize bound the settings, so that a typo cannot
 	// start a million goroutines or allocate a huge queue.
 	MaxWorkers = 1024
