@@ -152,6 +152,7 @@ type probeServer struct {
 	calls   chan struct{}  // a value per probe that reached the server, while there is room
 	probes  atomic.Int64   // probes that reached the server
 	served  atomic.Int64   // health checks served, not held
+	delay   atomic.Int64   // ns each health check not held takes
 }
 
 func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
@@ -173,6 +174,13 @@ func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
 		}
 		held := len(md.Get("hold")) > 0
 		if info.FullMethod == healthCheck && !held {
+			if d := time.Duration(s.delay.Load()); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+			}
 			s.served.Add(1)
 		}
 		if info.FullMethod == ProbeMethod && stall || held {
