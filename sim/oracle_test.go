@@ -24,7 +24,7 @@ func handBackend(m float64, free []int64, rif, late int) backendState {
 		}
 	}
 	for range late {
-		b.srv.late = append(b.srv.late, int64(time.Second))
+		b.srv.late = append(b.srv.late, lateJob{end: int64(time.Second)})
 	}
 	return b
 }

@@ -16,6 +16,12 @@ import (
 // options it would ignore, so the factory knows which).
 type Factory func(peers []*balancer.Peer, now func() time.Time, src rand.Source) (balancer.Picker, error)
 
+// ProbedFactory builds the picker of one simulated client that balances by
+// probes: as a Factory, with the client's prober, whose probes are events
+// on the virtual clock (see Run). The picker may call the prober from its
+// Pick, Done and Answer only: a run is one goroutine.
+type ProbedFactory func(peers []*balancer.Peer, now func() time.Time, src rand.Source, prober balancer.Prober) (balancer.Picker, error)
+
 // Policy is a named way to choose a backend for each attempt: a picker under
 // test, built by New for every client, or an oracle, which reads the
 // simulator's true state and so is not a Picker a real client could run.
@@ -25,6 +31,9 @@ type Factory func(peers []*balancer.Peer, now func() time.Time, src rand.Source)
 type Policy struct {
 	Name string
 	New  Factory
+	// Probed, when set in place of New, builds a picker that balances by
+	// probes, each client's with its own prober.
+	Probed ProbedFactory
 
 	// oracle builds an oracle's picker for one client of a run; nil for
 	// ordinary pickers.

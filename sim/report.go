@@ -86,7 +86,7 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 		}
 	}
 	for _, p := range pols {
-		if p.New == nil && p.oracle == nil {
+		if p.New == nil && p.oracle == nil && p.Probed == nil {
 			return nil, invalid("sim: policy %q has no constructor", p.Name)
 		}
 	}

@@ -107,6 +107,11 @@ type Backend struct {
 	// backend fail.
 	Phases []Phase
 	Faults []Fault
+	// RTT is the network round trip between every client and this
+	// backend, half of it each way: an attempt or a probe reaches the
+	// backend RTT/2 after it is sent, and its answer reaches the client
+	// RTT/2 after the backend sends it. 0, the default, is no network.
+	RTT time.Duration
 }
 
 // Scenario is a complete simulated setup: backends, offered traffic,
@@ -186,6 +191,10 @@ func (s *Scenario) Validate() error {
 	return s.checkCost()
 }
 
+// maxRTT bounds a backend's round trip: longer is no network but a
+// mistake, and it keeps every event time far inside int64.
+const maxRTT = time.Hour
+
 // maxHorizon bounds the virtual time a run may reach, Duration plus every
 // attempt's timeout, far inside int64 nanoseconds (146 years), so that no
 // deadline overflows.
@@ -217,7 +226,7 @@ func (s *Scenario) validate() error {
 		return invalid("sim: scenario %q: load %v is not a positive finite fraction of capacity", s.Name, s.Load)
 	}
 	for i, b := range s.Backends {
-		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) {
+		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) || b.RTT < 0 || b.RTT > maxRTT {
 			return invalid("sim: scenario %q: backend %d: bad parameters %+v", s.Name, i, b)
 		}
 		for _, p := range b.Phases {
