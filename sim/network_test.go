@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -337,4 +338,31 @@ func (p *refusingPicker) Done(peer *balancer.Peer, _ balancer.Outcome) error {
 
 func (p *refusingPicker) Answer(*balancer.Peer, balancer.ProbeAnswer) error {
 	return balancer.ErrUnknownPeer
+}
+
+// TestReportProbeColumns: a table gets the probe columns when one of its
+// policies probed, with that policy's probes per request and the server
+// time they took over the service time; a table without probes has none.
+func TestReportProbeColumns(t *testing.T) {
+	var log probeLog
+	rep := shortReport(t, []string{"uniform"}, []Policy{policy(t, "SmoothWRR"), probingPolicy(&log)}, 1)
+	m, ok := rep.Find("uniform", "probing")
+	require.True(t, ok)
+	r := m.Runs[0]
+	// One probe per Done, one Done per attempt; nothing fails here.
+	assert.Equal(t, r.Attempts, r.Probes)
+	assert.Equal(t, r.Requests, r.Attempts)
+	assert.Equal(t, time.Duration(r.Probes)*ProbeCost, r.ProbeTime)
+	// 10 ms of service a request, 20 µs a probe: 0.2%.
+	assert.InDelta(t, 0.002, r.ProbeLoad(), 0.0002)
+	var b bytes.Buffer
+	require.NoError(t, rep.Write(&b, false))
+	assert.Contains(t, b.String(), "probes/req")
+	assert.Contains(t, b.String(), "probe load %")
+	assert.Regexp(t, `probing +[^\n]* 1\.00 +0\.20[0-9] `, b.String())
+
+	quiet := shortReport(t, []string{"uniform"}, []Policy{policy(t, "SmoothWRR")}, 1)
+	b.Reset()
+	require.NoError(t, quiet.Write(&b, true))
+	assert.NotContains(t, b.String(), "probes/req")
 }

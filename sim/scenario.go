@@ -387,6 +387,8 @@ func Scenarios() []Scenario {
 		fleet("fleet1", 1),
 		fleet("fleet16", 16),
 		fleet("fleet64", 64),
+		zones(),
+		fastFail(),
 		uniform(),
 	}
 }
@@ -526,6 +528,33 @@ func fleet(name string, k int) Scenario {
 	for range 10 {
 		s.Backends = append(s.Backends, Backend{Workers: 1, Mean: 10 * time.Millisecond, Weight: 1})
 	}
+	return s
+}
+
+// zones is fleet16 over two zones: backends 0-4 at a round trip of 1 ms
+// from every client, 5-9 at 20 ms. A picker that ignores the network sends
+// half its traffic 19 ms further than it need go; one that sees only the
+// far zone's queues being short herds onto it.
+func zones() Scenario {
+	s := fleet("zones16", 16)
+	s.Title = "fleet16 in two zones: backends 0-4 at a round trip of 1 ms, 5-9 at 20 ms; K=16"
+	for i := range s.Backends {
+		s.Backends[i].RTT = time.Millisecond
+		if i >= 5 {
+			s.Backends[i].RTT = 20 * time.Millisecond
+		}
+	}
+	return s
+}
+
+// fastFail is fleet16 with backend 4 failing every attempt fast during
+// [15 s, 45 s) (watched): it answers at once, so it holds few requests and
+// its latency is its errors' 1 ms, what a probe reads as the best server.
+func fastFail() Scenario {
+	s := fleet("fastfail16", 16)
+	s.Title = "fleet16 with backend 4 failing fast during [15 s, 45 s); K=16"
+	s.Watch = 4
+	s.Backends[4].Faults = []Fault{{From: 15 * time.Second, To: 45 * time.Second, Mode: FastError, Prob: 1}}
 	return s
 }
 
