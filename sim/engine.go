@@ -61,6 +61,7 @@ type request struct {
 	mode     FaultMode // the current attempt's fault, 0 for none
 	end      int64     // when the backend ends the current attempt
 	gen      uint32    // counts the request's attempts in this slot, ever
+	rif      int64     // the jobs its backend held when the current attempt reached it
 	// The report the backend wrote as it ended the current attempt, on a
 	// backend across the network (see far), when loaded.
 	load   balancer.ServerLoad
@@ -233,6 +234,7 @@ type world struct {
 	nextSample     int64
 
 	reports bool                // replies carry load reports
+	probing bool                // the policy probes
 	load    balancer.ServerLoad // the report being handed to Done, reused
 
 	// The jobs on backends across the network and the probes in flight,
@@ -319,6 +321,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 		steady:     int64(sc.Steady),
 		nextSample: sampleEvery,
 		reports:    !sc.NoReports,
+		probing:    pol.Probed != nil,
 	}
 	n := len(sc.Backends)
 	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
@@ -394,6 +397,9 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 	b.down = int64(spec.RTT) - b.up
 	if b.far() && spec.Workers > 0 {
 		b.seen = make([]int64, spec.Workers)
+	}
+	if w.probing {
+		b.srv.byLevel = new(latencyByLevel)
 	}
 	for _, f := range spec.Faults {
 		b.faults = append(b.faults, fault{int64(f.From), int64(f.To), f.Mode, f.Prob})
@@ -551,6 +557,9 @@ func (w *world) send(i int32) {
 	}
 	be := &w.backends[b]
 	be.srv.settle(w.now) // keeps the late attempts few
+	if !be.far() {
+		q.rif = int64(be.rif) + int64(len(be.srv.late))
+	}
 	be.rif++
 	q.gen++
 	q.loaded = false
@@ -627,17 +636,11 @@ func (w *world) reply(ev event) {
 			be.fill(&w.load, w.now)
 			o.Load = &w.load
 		}
-		switch {
-		case q.end > w.now:
+		if q.end > w.now {
 			// Timed out in service: the backend ends it later.
-			be.srv.late = append(be.srv.late, lateJob{from: q.sent, end: q.end})
-		case q.mode != 0:
-			be.srv.reqs.add(w.now, 1)
-			be.srv.errs.add(w.now, 1)
-			be.srv.lat.add(w.now, w.now-q.sent)
-		default:
-			be.srv.reqs.add(w.now, 1)
-			be.srv.lat.add(w.now, w.now-q.sent)
+			be.srv.late = append(be.srv.late, lateJob{from: q.sent, end: q.end, rif: q.rif})
+		} else {
+			be.srv.ended(q.sent, w.now, q.rif, q.mode != 0)
 		}
 	}
 	be.rif--

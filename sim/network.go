@@ -19,6 +19,7 @@ type job struct {
 	gen     uint32 // the request's attempt: the slot may move on
 	backend int32
 	worker  int32 // the worker serving it; -1 for none (a fault, or unlimited workers)
+	rif     int64 // the jobs the backend held when it arrived
 	arrive  int64 // when it reaches the backend
 	end     int64 // when the backend ends it
 	mode    FaultMode
@@ -81,6 +82,7 @@ func (w *world) serveFar(be *backendState, i int32) (int64, bool) {
 func (w *world) jobArrive(j int32) {
 	jb := &w.jobs[j]
 	be := &w.backends[jb.backend]
+	jb.rif = int64(be.arrived)
 	be.arrived++
 	if k := jb.worker; k >= 0 {
 		// The worker's previous job ended at seen[k] (jobs reach it in
@@ -109,11 +111,7 @@ func (w *world) jobEnd(j int32) {
 		be.fill(&q.load, w.now)
 		q.loaded = true
 	}
-	be.srv.reqs.add(w.now, 1)
-	if jb.mode != 0 {
-		be.srv.errs.add(w.now, 1)
-	}
-	be.srv.lat.add(w.now, w.now-jb.arrive)
+	be.srv.ended(jb.arrive, w.now, jb.rif, jb.mode != 0)
 	be.arrived--
 	be.queued--
 	w.freeJobs = append(w.freeJobs, j)

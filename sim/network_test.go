@@ -164,10 +164,13 @@ func probingPolicy(log *probeLog) Policy {
 // TestProbeDerived: a probe of a backend with a 6 ms round trip is
 // answered 6 ms after it is sent, on the virtual clock, with the state of
 // the server when the probe reached it, 3 ms after sending: its requests
-// in flight (every job that has reached it and not ended) and the mean
-// duration on the server (arrival to end) of the jobs ended in the report
-// window, as loadreport's Tracker reports its latency; the round trip is
-// the 6 ms. Everything is derived here from the attempts' send times, as
+// in flight r (every job that has reached it and not ended) and its
+// latency at r as loadreport's Tracker answers a probe: the mean duration
+// on the server (arrival to end) of the jobs ended in the last second
+// that found as many others in flight as r within a factor of 2 (levels
+// 0, 1, 2-3, 4-7, ...); if none, of the highest lower level that has
+// some, scaled by (r+1)/(their mean count+1); if none, of every job ended
+// in the window. The round trip is the 6 ms. Everything is derived here from the attempts' send times, as
 // in TestNetworkDelayDerived.
 func TestProbeDerived(t *testing.T) {
 	const service, timeout, rtt = 8 * ms, 30 * ms, 6 * ms
@@ -184,14 +187,28 @@ func TestProbeDerived(t *testing.T) {
 	res, err := Run(&sc, both, 1)
 	require.NoError(t, err)
 
-	type job struct{ arrive, end int64 }
+	type job struct{ arrive, end, rif int64 }
 	var jobs []job
 	var free int64
 	for _, s := range sends.sends {
 		arrive := s + rtt/2
 		start := max(arrive, free)
 		free = start + service
-		jobs = append(jobs, job{arrive, free})
+		var rif int64
+		for _, o := range jobs {
+			if o.end > arrive {
+				rif++
+			}
+		}
+		jobs = append(jobs, job{arrive, free, rif})
+	}
+	level := func(r int64) int {
+		k := 0
+		for r > 0 {
+			k++
+			r >>= 1
+		}
+		return k
 	}
 	require.Len(t, log.answers, len(log.sent), "every probe answered once")
 	assert.Equal(t, len(log.sent), res.Probes)
@@ -206,6 +223,7 @@ func TestProbeDerived(t *testing.T) {
 		lo := max(now/reportWidth-9, 0) * reportWidth
 		var inFlight, ended int
 		var sum int64
+		var n, dur, rifs [40]int64 // by level
 		for _, o := range jobs {
 			if o.arrive <= now && o.end > now {
 				inFlight++
@@ -213,12 +231,27 @@ func TestProbeDerived(t *testing.T) {
 			if o.end >= lo && o.end <= now {
 				ended++
 				sum += o.end - o.arrive
+				k := level(o.rif)
+				n[k]++
+				dur[k] += o.end - o.arrive
+				rifs[k] += o.rif
 			}
 		}
 		assert.Equal(t, float64(inFlight), a.a.InFlight, "in flight at %d", now)
 		want := time.Duration(0)
 		if ended > 0 {
 			want = time.Duration(sum / int64(ended))
+		}
+		for k := level(int64(inFlight)); k >= 0; k-- {
+			if n[k] == 0 {
+				continue
+			}
+			mean := float64(dur[k]) / float64(n[k])
+			if k < level(int64(inFlight)) {
+				mean *= float64(inFlight+1) / (float64(rifs[k])/float64(n[k]) + 1)
+			}
+			want = time.Duration(mean)
+			break
 		}
 		assert.InDelta(t, float64(want), float64(a.a.Latency), 1, "latency at %d", now)
 		if inFlight > 1 {

@@ -83,7 +83,7 @@ func (w *world) probeArrive(i int32) {
 	inFlight, _ := be.serverView(w.now)
 	pr.ans = balancer.ProbeAnswer{
 		InFlight:  float64(inFlight),
-		Latency:   be.latency(w.now),
+		Latency:   be.latency(w.now, int64(inFlight)),
 		RoundTrip: time.Duration(be.up + be.down),
 	}
 	at := w.now + be.down

@@ -74,11 +74,28 @@ type server struct {
 	errs window // of which errors
 	idle window // worker-nanoseconds idle, per bucket
 	lat  window // the ended requests' durations on the server, ns, per bucket
+	// byLevel keeps the latencies a probe is answered with; nil unless
+	// the run's policy probes.
+	byLevel *latencyByLevel
 }
 
 // lateJob is an attempt its client gave up on: it reached the server at
-// from and ends there at end.
-type lateJob struct{ from, end int64 }
+// from, finding rif others in flight, and ends there at end.
+type lateJob struct{ from, end, rif int64 }
+
+// ended counts a job that reached the server at from, finding rif others
+// in flight, and ended at end: among the requests (and the errors, if
+// failed) and the latencies of the windows.
+func (s *server) ended(from, end, rif int64, failed bool) {
+	s.reqs.add(end, 1)
+	if failed {
+		s.errs.add(end, 1)
+	}
+	s.lat.add(end, end-from)
+	if s.byLevel != nil {
+		s.byLevel.add(end, rif, end-from)
+	}
+}
 
 // idleUntil records that a worker free since from took a job at now:
 // its idle time [from, now) goes to the buckets it covers, but for the
@@ -96,8 +113,7 @@ func (s *server) idleUntil(from, now int64) {
 func (s *server) settle(now int64) {
 	for i := 0; i < len(s.late); {
 		if j := s.late[i]; j.end <= now {
-			s.reqs.add(j.end, 1)
-			s.lat.add(j.end, j.end-j.from)
+			s.ended(j.from, j.end, j.rif, false)
 			last := len(s.late) - 1
 			s.late[i] = s.late[last]
 			s.late = s.late[:last]
@@ -157,12 +173,25 @@ func (b *backendState) serverView(now int64) (inFlight int, workers []int64) {
 	return int(b.rif) + len(b.srv.late), b.workers
 }
 
-// latency returns the server's latency estimate at now, as package
-// loadreport's Tracker reports it (LatencyMs): the mean duration on the
-// server, from arrival to end, of the requests ended over ReportWindow; 0
-// if none did.
-func (b *backendState) latency(now int64) time.Duration {
+// latency returns the server's latency estimate at now for a job finding
+// rif others in flight, as package loadreport's Tracker answers a probe:
+// by RIF level (latencyByLevel) where a level up to rif's holds jobs of
+// the last second, else the mean duration on the server, from arrival to
+// end, of the requests ended over ReportWindow (the Tracker's
+// LatencyMs); 0 if none did.
+func (b *backendState) latency(now, rif int64) time.Duration {
 	b.serverView(now) // counts the late jobs ended by now
+	if l := b.srv.byLevel; l != nil {
+		if d, ok := l.estimate(now, rif); ok {
+			return d
+		}
+	}
+	return b.latencyWindowMean(now)
+}
+
+// latencyWindowMean returns the mean duration on the server of the
+// requests ended over ReportWindow, 0 if none did.
+func (b *backendState) latencyWindowMean(now int64) time.Duration {
 	n := b.srv.reqs.total(now)
 	if n == 0 {
 		return 0

@@ -40,7 +40,7 @@ func TestServerReportByHand(t *testing.T) {
 	// the window now), one still served until 1.4 s (in flight); an error
 	// at 1.2 s.
 	b.workers = append(b.workers, 1000*ms)
-	b.srv.late = []lateJob{{800 * ms, 1100 * ms}, {900 * ms, 1400 * ms}}
+	b.srv.late = []lateJob{{800 * ms, 1100 * ms, 0}, {900 * ms, 1400 * ms, 0}}
 	b.srv.reqs.add(1200*ms, 1)
 	b.srv.errs.add(1200*ms, 1)
 	b.fill(&l, 1250*ms)
@@ -74,7 +74,7 @@ func TestServerReportAllocs(t *testing.T) {
 		now += 3 * ms
 		b.srv.idleUntil(b.workers[0], now)
 		b.workers[0] = now + ms
-		b.srv.late = append(b.srv.late, lateJob{now, now + 2*ms})
+		b.srv.late = append(b.srv.late, lateJob{now, now + 2*ms, 0})
 		b.srv.reqs.add(now, 1)
 		b.fill(&l, now)
 	})
