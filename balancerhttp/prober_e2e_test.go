@@ -274,3 +274,54 @@ func TestProber_prequalFallback(t *testing.T) {
 	assert.Positive(t, pr.Stats().Failed, "its probes fail")
 	assert.Positive(t, pr.Stats().Answered, "the others' do not")
 }
+
+// TestProber_prequalConcurrent: 8 goroutines send 100 requests each at
+// once through a Transport over Prequal and three Middleware servers, one
+// holding 10 requests: every request succeeds, and once the probes settle
+// every answer the Prober gave reached the picker exactly once (its
+// answered and failed answers are the picker's taken, failed, refused and
+// late ones; its refused ones, the picker's refused).
+func TestProber_prequalConcurrent(t *testing.T) {
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t), startHeldServer(t)}
+	servers[0].hold(t, 10)
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	var peers []*balancer.Peer
+	for _, s := range servers {
+		peers = append(peers, balancer.NewPeer(s.addr()))
+	}
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	require.NoError(t, err)
+	defer picker.Close()
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				resp, err := client.Get("http://service/work?ms=0")
+				if err != nil {
+					bad.Add(1)
+					continue
+				}
+				if resp.StatusCode != http.StatusOK {
+					bad.Add(1)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, bad.Load())
+	var ps balancerhttp.ProberStats
+	var pk balancer.ProbeStats
+	require.True(t, waitUntil(5*time.Second, func() bool {
+		ps, pk = pr.Stats(), picker.ProbeStats()
+		return ps.Answered+ps.Failed+ps.Dropped == pk.Sent
+	}), "probes unanswered: prober %+v, picker %+v", ps, pk)
+	t.Logf("served %d %d %d; prober %+v; picker %+v", servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load(), ps, pk)
+	assert.Equal(t, int64(800), servers[0].served.Load()+servers[1].served.Load()+servers[2].served.Load())
+	assert.Equal(t, ps.Answered+ps.Failed, pk.Answered+pk.Failed+pk.Invalid+pk.Unknown+pk.Late)
+	assert.Equal(t, ps.Refused, pk.Invalid+pk.Unknown)
+	assert.Positive(t, pk.Answered)
+}

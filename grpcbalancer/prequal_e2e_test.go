@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,4 +209,41 @@ func pickerStats(lb *lbBalancer) lbgo.ProbeStats {
 		return p.ProbeStats()
 	}
 	return lbgo.ProbeStats{}
+}
+
+// TestPrequal_concurrent: 8 goroutines send 100 checks each at once over
+// three servers, one holding 10 calls: every check succeeds, and once the
+// probes settle every answer the prober gave reached the picker exactly
+// once (the prober's answered and failed answers are the picker's taken,
+// failed, refused and late ones; its refused ones, the picker's refused).
+func TestPrequal_concurrent(t *testing.T) {
+	servers := []*probeServer{startProbeServer(t, true, false), startProbeServer(t, true, false), startProbeServer(t, true, false)}
+	direct, err := grpc.NewClient(servers[0].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer direct.Close()
+	servers[0].hold(t, direct, 10)
+	conn, lb := dialPrequal(t, `{}`, servers...)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for range 8 {
+		wg.Go(func() {
+			e := checks(t, conn, lb, 100, false)
+			mu.Lock()
+			errs = append(errs, e...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	var pr ProbeStats
+	var pk lbgo.ProbeStats
+	require.True(t, waitFor(5*time.Second, func() bool {
+		pr, pk = proberOf(lb).stats(), pickerStats(lb)
+		return pr.Answered+pr.Failed+pr.Dropped == pk.Sent
+	}), "probes unanswered: prober %+v, picker %+v", pr, pk)
+	t.Logf("served %d %d %d; prober %+v; picker %+v", servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load(), pr, pk)
+	assert.Equal(t, pr.Answered+pr.Failed, pk.Answered+pk.Failed+pk.Invalid+pk.Unknown+pk.Late)
+	assert.Equal(t, pr.Refused, pk.Invalid+pk.Unknown)
+	assert.Positive(t, pk.Answered)
 }
