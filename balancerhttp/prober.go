@@ -53,12 +53,11 @@ const (
 // Close stops it. The zero value drops every probe, uncounted; use
 // NewProber. A Prober is safe for concurrent use.
 type Prober struct {
-	q       *probequeue.Queue
-	rt      http.RoundTripper
-	own     bool   // rt is the default one, whose idle connections Close closes
-	scheme  string // "http" or "https"
-	path    string // starts with "/"
-	timeout time.Duration
+	q      *probequeue.Queue
+	rt     http.RoundTripper
+	own    bool   // rt is the default one, whose idle connections Close closes
+	scheme string // "http" or "https"
+	path   string // starts with "/"
 }
 
 var _ balancer.Prober = (*Prober)(nil)
@@ -155,7 +154,7 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 	case s.nowSet && s.now == nil:
 		return nil, bad("WithProbeClock", "nil", "no clock")
 	}
-	p := &Prober{rt: s.rt, scheme: s.scheme, path: s.path, timeout: s.timeout}
+	p := &Prober{rt: s.rt, scheme: s.scheme, path: s.path}
 	if p.rt == nil {
 		p.rt, p.own = probeTransport(), true
 	}
