@@ -53,6 +53,7 @@ const (
 // Close stops it. The zero value drops every probe, uncounted; use
 // NewProber. A Prober is safe for concurrent use.
 type Prober struct {
+	// Immutable after NewProber; the queue guards its own state.
 	q      *probequeue.Queue
 	rt     http.RoundTripper
 	own    bool   // rt is the default one, whose idle connections Close closes
