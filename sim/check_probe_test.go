@@ -46,11 +46,11 @@ func TestProbeChecks(t *testing.T) {
 		cand: []float64{130, 140, 120}, sed: []float64{90, 90, 90}, base: []float64{130, 141, 121}, ffs: []float64{1, 1, 1},
 		probes: three, candWatched: 10,
 		want: map[string]bool{
-			"fleet16: p99 within 1.5× Oracle SED":                                     true,
-			"fleet16: p99 no worse than P2CPeakEWMA":                                  true,
+			"fleet16: p99 within 1.5× Oracle SED":                                      true,
+			"fleet16: p99 no worse than P2CPeakEWMA":                                   true,
 			"fastfail16: fast-failing backend's share no more than under FastestFirst": true,
-			"fleet16: at most 3 probes per request":                                   true,
-			"fastfail16: at most 3 probes per request":                                true,
+			"fleet16: at most 3 probes per request":                                    true,
+			"fastfail16: at most 3 probes per request":                                 true,
 		},
 	}, {
 		// p99 − 135: 5, 5, 6 ms: not within. 10, 9, 10 ms above the
@@ -60,10 +60,10 @@ func TestProbeChecks(t *testing.T) {
 		cand: []float64{140, 140, 141}, sed: []float64{90, 90, 90}, base: []float64{130, 131, 131}, ffs: []float64{1, 1, 1},
 		probes: []int{3000, 3001, 2000}, candWatched: 20,
 		want: map[string]bool{
-			"fleet16: p99 within 1.5× Oracle SED":                                     false,
-			"fleet16: p99 no worse than P2CPeakEWMA":                                  false,
+			"fleet16: p99 within 1.5× Oracle SED":                                      false,
+			"fleet16: p99 no worse than P2CPeakEWMA":                                   false,
 			"fastfail16: fast-failing backend's share no more than under FastestFirst": false,
-			"fleet16: at most 3 probes per request":                                   false,
+			"fleet16: at most 3 probes per request":                                    false,
 		},
 	}, {
 		// Above the baseline by −20, 30, 5 ms: mean 5, but the interval
