@@ -399,3 +399,30 @@ func TestReportProbeColumns(t *testing.T) {
 	require.NoError(t, quiet.Write(&b, true))
 	assert.NotContains(t, b.String(), "probes/req")
 }
+
+// TestPrequalDeterministic: Prequal's runs, probes and round trips
+// included, print the same bytes for the same seed whatever the
+// parallelism, and others for another seed.
+func TestPrequalDeterministic(t *testing.T) {
+	scs := []Scenario{mustLookup(t, "zones16"), mustLookup(t, "fastfail16")}
+	for i := range scs {
+		scs[i].Duration = 20 * time.Second
+	}
+	pols := []Policy{policy(t, "Prequal"), policy(t, OracleSED)}
+	render := func(seed uint64, parallel int) string {
+		rep, err := Compare(scs, pols, Options{Seeds: 2, Seed: seed, Parallel: parallel})
+		require.NoError(t, err)
+		var b bytes.Buffer
+		require.NoError(t, rep.Write(&b, true))
+		for _, sum := range rep.Summaries {
+			for _, r := range sum[0].Runs {
+				fmt.Fprintf(&b, "%+v\n", *r)
+			}
+		}
+		return b.String()
+	}
+	first := render(1, 1)
+	assert.Contains(t, first, "probes/req")
+	assert.True(t, first == render(1, 3), "same seed, different output")
+	assert.False(t, first == render(4, 2), "different seeds, same output")
+}
