@@ -33,17 +33,17 @@ func TestProbeChecks(t *testing.T) {
 	fleet, ff := mustLookup(t, "fleet16"), mustLookup(t, "fastfail16")
 	three := []int{3000, 2900, 3000}
 	tests := []struct {
-		name                 string
-		cand, sed, base, ffs []float64
-		probes               []int
-		candWatched          int32
-		want                 map[string]bool
+		name            string
+		cand, sed, base []float64
+		probes          []int
+		candWatched     int32
+		want            map[string]bool
 	}{{
 		// p99 − 1.5 × 90: −5, 5, −15 ms, mean −5: within. Against the
 		// baseline 0, −1, −1: no worse. Backend 4 gets 10 of 100 under
 		// both. 3 probes a request at most.
 		name: "every target met",
-		cand: []float64{130, 140, 120}, sed: []float64{90, 90, 90}, base: []float64{130, 141, 121}, ffs: []float64{1, 1, 1},
+		cand: []float64{130, 140, 120}, sed: []float64{90, 90, 90}, base: []float64{130, 141, 121},
 		probes: three, candWatched: 10,
 		want: map[string]bool{
 			"fleet16: p99 within 1.5× Oracle SED":                                      true,
@@ -57,7 +57,7 @@ func TestProbeChecks(t *testing.T) {
 		// baseline, significantly. Backend 4 gets 20 of 110 against 10
 		// of 100. One run sends 3.001 probes a request.
 		name: "every target missed",
-		cand: []float64{140, 140, 141}, sed: []float64{90, 90, 90}, base: []float64{130, 131, 131}, ffs: []float64{1, 1, 1},
+		cand: []float64{140, 140, 141}, sed: []float64{90, 90, 90}, base: []float64{130, 131, 131},
 		probes: []int{3000, 3001, 2000}, candWatched: 20,
 		want: map[string]bool{
 			"fleet16: p99 within 1.5× Oracle SED":                                      false,
@@ -69,7 +69,7 @@ func TestProbeChecks(t *testing.T) {
 		// Above the baseline by −20, 30, 5 ms: mean 5, but the interval
 		// holds 0: not significantly worse.
 		name: "worse within noise",
-		cand: []float64{110, 160, 135}, sed: []float64{100, 100, 100}, base: []float64{130, 130, 130}, ffs: []float64{1, 1, 1},
+		cand: []float64{110, 160, 135}, sed: []float64{100, 100, 100}, base: []float64{130, 130, 130},
 		probes: three, candWatched: 10,
 		want: map[string]bool{
 			"fleet16: p99 within 1.5× Oracle SED":    true,
