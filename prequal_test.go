@@ -187,6 +187,27 @@ func TestPrequal_localCount(t *testing.T) {
 	assert.Equal(t, []string{"a", "b", "a"}, got)
 }
 
+// TestPrequal_localLatency checks that a used answer's latency grows with
+// the local count, as latency × (count + uses + 1)/(count + 1): a 3 in
+// flight at 8 ms, b 1 at 11 ms, and c 100 at 1 s, which keeps the
+// threshold (q 1: the largest, 100) above every count here. Pick 1: a (8
+// against 11); a is then 8 × 5/4 = 10. Pick 2: a (10 < 11); then 8 × 6/4
+// = 12. Pick 3: b (11 < 12). A count that left the latency alone would
+// give a four times (its budget) before b.
+func TestPrequal_localLatency(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(1))
+	answer(t, b, peers[2], 100, time.Second, 0)
+	answer(t, b, peers[0], 3, ms(8), 0)
+	answer(t, b, peers[1], 1, ms(11), 0)
+	var got []string
+	for range 3 {
+		got = append(got, mustPick(t, b, nil).Addr())
+	}
+	assert.Equal(t, []string{"a", "a", "b"}, got)
+}
+
 // TestPrequal_maxAge checks that an answer serves picks until it is
 // maxAge old, counted from when the server answered (the answer's arrival
 // less half its round trip), and not after: then the pick falls back to
@@ -293,11 +314,12 @@ func TestPrequal_removal(t *testing.T) {
 	pl.removeOneLocked(2)
 	assert.Equal(t, map[string]bool{"a": true, "b": true, "c": true}, names(pl))
 
-	// A pick with probes on removes one answer more than it uses up: of
-	// 4 answers (oldest d), a is used (4 uses, the cap), d removed.
+	// A pick of a picker that probes removes one answer besides those it
+	// uses up once three answers came since the last removal: of 4
+	// answers (oldest d), a is used (4 uses, the cap) and d removed.
 	clk := newFakeClock()
 	peers := makePeers(5, func(i int) string { return string(rune('a' + i)) }, nil)
-	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(1, 1000), WithHotQuantile(1))
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(1, 1000), WithProbePool(16, time.Second), WithHotQuantile(1))
 	for _, a := range []struct {
 		i   int
 		lat float64
@@ -308,6 +330,20 @@ func TestPrequal_removal(t *testing.T) {
 	assert.Equal(t, "a", mustPick(t, b, nil).Addr())
 	assert.Equal(t, 3, len(b.pool.e))
 	assert.Equal(t, -1, b.pool.indexLocked(peers[3]), "d, the oldest, removed")
+	// The credit holds one removal at most (the 4th answer found it full),
+	// so the next pick (b, the fastest cold answer: a, used, is at 1 in
+	// flight, above the threshold 0) removes none; after two more answers
+	// still none (c, the fastest cold one left); after a third, one.
+	assert.Equal(t, "b", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 3, len(b.pool.e), "no answer since the last removal: none")
+	answer(t, b, peers[4], 0, ms(50), 0)
+	answer(t, b, peers[3], 0, ms(60), 0)
+	require.Equal(t, 5, len(b.pool.e))
+	assert.Equal(t, "c", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 5, len(b.pool.e), "two answers: none")
+	answer(t, b, peers[2], 0, ms(30), 0)
+	assert.Equal(t, "c", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 4, len(b.pool.e), "three answers: one removal")
 }
 
 // slicesIndex is slices.Index for the removal table.
@@ -322,9 +358,11 @@ func slicesIndex(s []string, x string) int {
 
 // TestPrequal_probeRate checks the probes a pick sends: 3 by default, to
 // distinct peers; a fraction spread evenly (0.5: every other pick); and the
-// per-second cap on the clock: 10 a second with a burst of a tenth of a
-// second's worth (one probe) lets exactly one probe through every 100 ms,
-// so over picks 1 ms apart for 1 s, 10 of the 3000 asked for.
+// per-second cap on the clock: 10 a second with a burst of a hundredth of
+// a second's worth, at least one probe (one), lets exactly one probe
+// through every 100 ms, so over picks 1 ms apart for 1 s, 10 of the 3000
+// asked for; 1000 a second with its burst of 10 lets 10 of a pick's 16
+// through at once (over 20 peers), then one a millisecond.
 func TestPrequal_probeRate(t *testing.T) {
 	peers := makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil)
 	t.Run("default 3 a pick", func(t *testing.T) {
@@ -363,6 +401,18 @@ func TestPrequal_probeRate(t *testing.T) {
 		assert.Equal(t, uint64(10), s.Sent)
 		assert.Equal(t, uint64(3000-10), s.RateLimited)
 		assert.Len(t, q.take(), 10)
+	})
+	t.Run("per second, burst", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, makePeers(20, func(i int) string { return string(rune('a' + i)) }, nil), WithProber(q), WithProbeRate(16, 1000))
+		mustPick(t, b, nil)
+		assert.Len(t, q.take(), 10, "the burst, of the 16 asked for")
+		for range 999 {
+			clk.add(time.Millisecond)
+			mustPick(t, b, nil)
+		}
+		assert.Len(t, q.take(), 999, "then one a millisecond")
 	})
 }
 
