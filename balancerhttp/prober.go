@@ -22,13 +22,14 @@ const (
 	DefaultProbeTimeout = probequeue.DefaultTimeout
 	// DefaultProbeWorkers is the number of probes in flight at once. A
 	// probe holds its worker for its round trip, so 16 workers keep
-	// Prequal's default 1,000 probes a second going at round trips up to
-	// 16 ms (another zone), and 80,000 a second at a loopback round trip
-	// of 0.2 ms.
+	// Prequal's default cap of 10,000 probes a second going at round
+	// trips up to 1.6 ms (a LAN), and 1,000 a second at 16 ms (another
+	// zone).
 	DefaultProbeWorkers = probequeue.DefaultWorkers
 	// DefaultProbeQueue is the number of probes waiting for a worker
 	// beyond those; Probe drops the rest. With the workers it holds
-	// Prequal's default burst, a tenth of a second's probes (100), whole.
+	// Prequal's default burst, a hundredth of a second's probes (100),
+	// whole.
 	DefaultProbeQueue = probequeue.DefaultSize
 )
 

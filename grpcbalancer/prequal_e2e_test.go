@@ -69,24 +69,21 @@ func checks(t *testing.T, conn *grpc.ClientConn, lb *lbBalancer, n int, settle b
 // (grpcreport), one of them holding 20 calls in flight from another
 // client. lbgo_prequal's probes find it at rif 20 and the others at 0 or
 // 1 (this client's one check): with two of every three answers at most 1,
-// the hot quantile (0.6) of the recent counts is at most 1, so its
+// the default hot quantile (0.3) of the recent counts is at most 1, so its
 // answers are hot and lose to any cold one in the pool. The checks go one
 // after another, each once the previous one's probes are answered (a
 // client whose requests are further apart than a probe's round trip), so
 // every pick's pool holds the idle servers' fresh answers: it gets a
 // pick only before the first answers (P2CPeakEWMA's rule then, with no
 // history: any of the three). A uniform picker would give it a third of
-// the 300 checks, 100; allow a tenth of that, 10. probeRate's perSecond
-// 10,000 lets every pick send its 3 probes (the checks come at about
-// 2,000 a second; the default cap, 1,000 probes a second, would leave
-// most picks unprobed).
+// the 300 checks, 100; allow a tenth of that, 10.
 func TestPrequal_awayFromHeldServer(t *testing.T) {
 	servers := []*probeServer{startProbeServer(t, true, false), startProbeServer(t, true, false), startProbeServer(t, true, false)}
 	direct, err := grpc.NewClient(servers[0].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer direct.Close()
 	servers[0].hold(t, direct, 20)
-	conn, lb := dialPrequal(t, `{"probeRate":{"perSecond":10000}}`, servers...)
+	conn, lb := dialPrequal(t, `{}`, servers...)
 	const n = 300
 	require.Empty(t, checks(t, conn, lb, n, true))
 	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
@@ -96,7 +93,6 @@ func TestPrequal_awayFromHeldServer(t *testing.T) {
 	s := proberOf(lb).stats()
 	assert.Positive(t, s.Answered)
 	assert.Zero(t, s.Failed)
-	assert.Zero(t, pickerStats(lb).RateLimited, "probeRate reached the picker")
 }
 
 // TestPrequal_serverWithoutProbes: of three servers, one lacks the probe
@@ -128,9 +124,10 @@ func TestPrequal_serverWithoutProbes(t *testing.T) {
 	assert.Positive(t, s.Answered, "the others' do not")
 }
 
-// TestPrequal_configChangeRebuilds: a new probe setting in a resolver
-// update builds a new picker with a new prober; the old prober is closed
-// (a probe through it drops) and Channel's ProbeStats reads the new one.
+// TestPrequal_configChangeRebuilds: new probe settings in a resolver
+// update build a new picker with a new prober, which have them (the
+// probe timeout, the rate); the old prober is closed (a probe through it
+// drops) and Channel's ProbeStats reads the new one.
 func TestPrequal_configChangeRebuilds(t *testing.T) {
 	s, s2 := startProbeServer(t, true, false), startProbeServer(t, true, false)
 	r := manual.NewBuilderWithScheme("rebuild")
@@ -144,7 +141,7 @@ func TestPrequal_configChangeRebuilds(t *testing.T) {
 	assert.Positive(t, before.Answered)
 	assert.Equal(t, before, Channel("rebuild:///backends").ProbeStats())
 
-	sc := r.CC().ParseServiceConfig(`{"loadBalancingConfig":[{"lbgo_prequal":{"probeTimeout":"100ms"}}]}`)
+	sc := r.CC().ParseServiceConfig(`{"loadBalancingConfig":[{"lbgo_prequal":{"probeTimeout":"100ms","probeRate":{"perSecond":1}}}]}`)
 	require.NoError(t, sc.Err)
 	r.UpdateState(resolver.State{Addresses: addrs, ServiceConfig: sc})
 	require.True(t, waitFor(5*time.Second, func() bool { return proberOf(lb) != old }), "no new prober")
@@ -155,6 +152,9 @@ func TestPrequal_configChangeRebuilds(t *testing.T) {
 	require.Empty(t, checks(t, conn, lb, 20, true))
 	assert.Positive(t, proberOf(lb).stats().Answered)
 	assert.Equal(t, proberOf(lb).stats(), Channel("rebuild:///backends").ProbeStats())
+	// probeRate reached the new picker: at 1 probe a second, most of the
+	// 60 probes 20 picks ask for are refused.
+	assert.Greater(t, pickerStats(lb).RateLimited, uint64(40))
 }
 
 // TestDoc_prequalDefaults: the lbgo_prequal config in the package doc
