@@ -322,3 +322,38 @@ func TestProber_prequalConcurrent(t *testing.T) {
 	assert.Equal(t, ps.Refused, pk.Invalid+pk.Unknown)
 	assert.Positive(t, pk.Answered)
 }
+
+// TestProber_prequalProxy: the Proxy over Prequal and the Prober, in front
+// of the three servers of TestProber_prequalTransport (one holding 20
+// requests): by the same derivation the busy one gets at most 10 of 300.
+func TestProber_prequalProxy(t *testing.T) {
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t), startHeldServer(t)}
+	servers[0].hold(t, 20)
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	var peers []*balancer.Peer
+	for _, s := range servers {
+		peers = append(peers, balancer.NewPeer(s.addr()))
+	}
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	require.NoError(t, err)
+	defer picker.Close()
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: picker})
+	defer front.Close()
+	client := &http.Client{Timeout: 3 * time.Second}
+	const n = 300
+	for range n {
+		resp, err := client.Get(front.URL + "/work?ms=0")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+		require.True(t, waitUntil(time.Second, func() bool {
+			s := pr.Stats()
+			return s.Answered+s.Failed+s.Dropped == picker.ProbeStats().Sent
+		}), "probes unanswered after 1 s")
+	}
+	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
+	t.Logf("served: busy %d, idle %d and %d; prober %+v", got[0], got[1], got[2], pr.Stats())
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.LessOrEqual(t, got[0], int64(n/3/10), "the server holding 20 requests")
+}
