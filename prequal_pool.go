@@ -88,18 +88,22 @@ func (r *rifRing) add(x float64) {
 	r.n++
 }
 
-// find returns the first index of sorted[:n] whose value is ≥ x.
+// find returns the first index of sorted[:n] whose value is ≥ x, by a
+// binary search whose step is a conditional move, not a branch (the
+// comparisons of a ring of counts are unpredictable).
 func (r *rifRing) find(x float64) int {
-	lo, hi := 0, r.n
-	for lo < hi {
-		m := (lo + hi) / 2
-		if r.sorted[m] < x {
-			lo = m + 1
-		} else {
-			hi = m
+	base, n := 0, r.n
+	for n > 1 {
+		half := n / 2
+		if r.sorted[base+half-1] < x {
+			base += half
 		}
+		n -= half
 	}
-	return lo
+	if n == 1 && r.sorted[base] < x {
+		base++
+	}
+	return base
 }
 
 // quantile returns the q-quantile of the values held, by nearest rank (the

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -754,7 +755,8 @@ func TestPrequal_allocs(t *testing.T) {
 	sp := &syncProber{func(p *Peer) ProbeAnswer {
 		return ProbeAnswer{InFlight: float64(p.InFlight()), Latency: time.Millisecond, RoundTrip: 100 * time.Microsecond}
 	}}
-	b, err := NewPrequal(peers, WithProber(sp))
+	// The per-second cap lifted: at the loop's pace every pick probes.
+	b, err := NewPrequal(peers, WithProber(sp), WithProbeRate(3, 1e9))
 	require.NoError(t, err)
 	allocs := testing.AllocsPerRun(1000, func() {
 		p, err := b.Pick(nil)
@@ -763,11 +765,12 @@ func TestPrequal_allocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs, "Pick+Done, answering inside Probe")
-	assert.NotZero(t, b.ProbeStats().Answered)
+	assert.Equal(t, uint64(3*1001), b.ProbeStats().Answered, "every pick probed and was answered")
+	assert.Zero(t, b.ProbeStats().RateLimited)
 
 	q := &asyncProber{}
 	peers = makePeers(100, func(i int) string { return string(rune('a'+i%26)) + string(rune('a'+i/26)) }, nil)
-	b, err = NewPrequal(peers, WithProber(q))
+	b, err = NewPrequal(peers, WithProber(q), WithProbeRate(3, 1e9))
 	require.NoError(t, err)
 	allocs = testing.AllocsPerRun(1000, func() {
 		p, err := b.Pick(nil)
@@ -850,3 +853,27 @@ func TestPrequal_concurrent(t *testing.T) {
 
 // runtime_Gosched yields, for the background loops of the tests.
 func runtime_Gosched() { runtime.Gosched() }
+
+// TestPrequal_rifRing checks the recent counts' quantile against one
+// computed from scratch: the last 64 values (or all, if fewer), sorted,
+// the ⌈q·n⌉-th smallest.
+func TestPrequal_rifRing(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	var ring rifRing
+	var all []float64
+	for i := range 300 {
+		x := float64(r.IntN(12))
+		if i%7 == 0 {
+			x = r.Float64() * 100
+		}
+		ring.add(x)
+		all = append(all, x)
+		last := append([]float64(nil), all[max(0, len(all)-rifRingSize):]...)
+		slices.Sort(last)
+		for _, q := range []float64{0.01, 0.3, 0.5, 0.6, 0.84, 1} {
+			k := int(math.Ceil(q*float64(len(last)))) - 1
+			require.Equal(t, last[max(k, 0)], ring.quantile(q), "after %d values, q %v", i+1, q)
+		}
+	}
+	assert.Equal(t, math.Inf(1), (&rifRing{}).quantile(0.5), "none: nothing hot")
+}
