@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ var testBuilt func(*lbBalancer)
 
 func (bb builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	b := &lbBalancer{cc: cc, alg: bb.alg, name: bb.name, target: opts.Target.String(), ends: map[string]*endpoint{}}
+	b.probing = probes(bb.alg) || testProbeAll
 	remember(b)
 	if testBuilt != nil {
 		testBuilt(b)
@@ -88,12 +90,19 @@ type lbBalancer struct {
 	name   string
 	target string // the channel's target, for Channel
 
+	// probing is set for a picker that balances by probes: conns then
+	// holds each READY SubConn's connection, and prober probes through
+	// them for the picker.
+	probing bool
+	conns   probeConns
+
 	mu      sync.Mutex
 	closed  bool
 	cfg     *lbConfig
 	picker  lbgo.Balancer
 	ends    map[string]*endpoint
-	connErr error // the last connection or resolver error, for a failing picker
+	connErr error       // the last connection or resolver error, for a failing picker
+	prober  *grpcProber // the picker's prober, if probing; one per picker
 
 	// rpcs maps an RPC (the Done channel of its context, the same for all
 	// its attempts) to the Request its retries share; see pick.go.
@@ -171,18 +180,32 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	// The picker's peers: a snapshot that Update reconciles, so kept peers
 	// keep their state; a change of picker options builds a new picker.
 	rebuild := b.picker == nil || b.cfg == nil || cfg.optsKey != b.cfg.optsKey
+	// A probing picker is rebuilt with new probe settings too, and each
+	// one gets a prober of its own, which it closes.
+	if b.probing && b.cfg != nil && cfg.probe != b.cfg.probe {
+		rebuild = true
+	}
 	snapshot := make([]*lbgo.Peer, len(order))
 	for i, e := range order {
 		snapshot[i] = cfg.newPeer(e.key, weights[e.key], !e.up(), e.sc)
 	}
+	var prober *grpcProber
 	var err error
+	if b.probing && rebuild {
+		prober, err = newGRPCProber(&b.conns, cfg.probe) // refuses nothing: parseConfig checked the settings
+	}
 	picker := b.picker
-	if rebuild {
-		picker, err = b.alg.New(snapshot, cfg.opts...)
-	} else {
+	switch {
+	case err != nil:
+	case rebuild:
+		picker, err = b.alg.New(snapshot, pickerOptions(b.alg, cfg, prober)...)
+	default:
 		err = picker.Update(snapshot)
 	}
 	if err != nil {
+		if prober != nil {
+			_ = prober.Close()
+		}
 		for _, e := range created {
 			e.sc.Shutdown()
 			e.sc = nil
@@ -190,10 +213,17 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		logger.Warningf("%s: resolver update refused, keeping the previous peers: %v", b.name, err)
 		return fmt.Errorf("%w: %s: %w", balancer.ErrBadResolverState, b.name, err)
 	}
+	if rebuild && b.picker != nil {
+		b.closePickerLocked() // its probes under way are dropped
+	}
 	b.picker, b.cfg = picker, cfg
+	if prober != nil {
+		b.prober = prober
+	}
 
 	for key, e := range b.ends {
 		if next[key] == nil {
+			b.conns.drop(e.sc)
 			e.sc.Shutdown()
 		}
 	}
@@ -252,6 +282,9 @@ func (b *lbBalancer) UpdateSubConnState(sc balancer.SubConn, st balancer.SubConn
 // listener with one READY). The peer stays down until the listener's
 // first report.
 func (b *lbBalancer) subConnState(e *endpoint, st balancer.SubConnState) {
+	if b.probing && st.ConnectivityState != connectivity.Ready {
+		b.conns.drop(e.sc) // gRPC has closed its producer
+	}
 	b.mu.Lock()
 	if b.closed || b.ends[e.key] != e || st.ConnectivityState == connectivity.Shutdown {
 		b.mu.Unlock()
@@ -276,6 +309,9 @@ func (b *lbBalancer) subConnState(e *endpoint, st balancer.SubConnState) {
 		// registered before a later state change, and calls this one and
 		// the listener from one goroutine, so no update overtakes another.
 		e.sc.RegisterHealthListener(func(st balancer.SubConnState) { b.healthState(e, st) })
+		if b.probing {
+			b.conns.ready(e.sc)
+		}
 	}
 }
 
@@ -326,13 +362,34 @@ func (b *lbBalancer) Close() {
 		}
 	}
 	b.ends = nil
+	if b.picker != nil {
+		b.closePickerLocked()
+	}
 	b.mu.Unlock()
+	b.conns.dropAll()
 	b.wmu.Lock()
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
 	b.wmu.Unlock()
+}
+
+// closePickerLocked closes the picker being replaced or the policy's at
+// its close: its Close, if it has one (Prequal's closes its prober), and
+// the prober, which waits for the probes under way (they end now, and are
+// not answered). gRPC's pickers made over it may still pick from it,
+// which a closed Prequal does as P2CPeakEWMA. Requires b.mu.
+func (b *lbBalancer) closePickerLocked() {
+	if c, ok := b.picker.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			logger.Warningf("%s: closing the picker: %v", b.name, err)
+		}
+	}
+	if b.prober != nil {
+		_ = b.prober.Close()
+		b.prober = nil
+	}
 }
 
 // pushLocked hands gRPC a new picker over the current peers, with the
