@@ -41,8 +41,10 @@ import (
 //     first picks, or every answer aged out or of an ineligible peer), the
 //     pick is P2CPeakEWMA's, draw for draw.
 //
-// Rates. A pick sends ⌊(k+1)·perPick⌋ − ⌊k·perPick⌋ probes, k counting the
-// picks, so a fractional rate is spread evenly and deterministically; a
+// Rates. A request's first pick sends ⌊(k+1)·perPick⌋ − ⌊k·perPick⌋
+// probes, k counting such picks, so a fractional rate is spread evenly and
+// deterministically, and its retries send none (at most 3 probes a
+// request, however many attempts it makes); a
 // token bucket on the injected clock (GCRA: one atomic word, the
 // theoretical arrival time) caps them at perSecond, with a burst of a
 // hundredth of a second's worth (at least one: 100 probes at the default
@@ -152,8 +154,8 @@ var prequalSpec = pickerSpec{
 
 // Defaults of Prequal's options.
 const (
-	// DefaultProbesPerPick is the probes a pick sends: the paper's and
-	// prequal-rs's 3.
+	// DefaultProbesPerPick is the probes a request sends, on its first
+	// pick: the paper's and prequal-rs's 3 a query.
 	DefaultProbesPerPick = 3
 
 	// DefaultProbesPerSecond caps a picker's probes a second: 3 a pick up
@@ -201,9 +203,9 @@ func WithProber(p Prober) Option {
 	return ownOption("WithProber", func(s *prequalSettings) { s.prober, s.proberSet = p, true })
 }
 
-// WithProbeRate sets how many probes Prequal sends a pick, in [0, 16]
-// (a fraction is spread evenly over the picks), and at most how many a
-// second, above 0. Default: 3 a pick, 10,000 a second.
+// WithProbeRate sets how many probes Prequal sends a request, on its first
+// pick, in [0, 16] (a fraction is spread evenly over the requests), and at
+// most how many a second, above 0. Default: 3 a request, 10,000 a second.
 func WithProbeRate(perPick, perSecond float64) Option {
 	return ownOption("WithProbeRate", func(s *prequalSettings) { s.perPick, s.perSecond = perPick, perSecond })
 }
@@ -315,8 +317,8 @@ func (b *Prequal) changedLocked(l *peerList) {
 }
 
 // Pick chooses by the hot-cold rule among the pool's answers for peers r
-// may try, or, without one, as P2CPeakEWMA; then it sends this pick's
-// probes. It never waits for a probe.
+// may try, or, without one, as P2CPeakEWMA; then, on a request's first
+// attempt, it sends the request's probes. It never waits for a probe.
 func (b *Prequal) Pick(r *Request) (*Peer, error) {
 	if b.prober == nil {
 		return b.pick(r, &b.peakEWMA)
@@ -326,7 +328,10 @@ func (b *Prequal) Pick(r *Request) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	clk := lazyClock{now: b.now}
-	k := b.probesThisPick()
+	k := 0
+	if r.fresh() { // a retry sends none: at most perPick probes a request
+		k = b.probesThisPick()
+	}
 	p, err := pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
 		if backup {
 			return b.choose(peers, &t.backup, backup, r, &clk)

@@ -379,6 +379,21 @@ func TestPrequal_probeRate(t *testing.T) {
 		}
 		assert.Equal(t, uint64(150), b.ProbeStats().Sent)
 	})
+	t.Run("none on a retry", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil), WithProber(q))
+		var r Request
+		for attempt := range 4 {
+			p := mustPick(t, b, &r)
+			want := 0
+			if attempt == 0 {
+				want = 3
+			}
+			assert.Len(t, q.take(), want, "attempt %d", attempt)
+			require.NoError(t, b.Done(p, Outcome{Failed: true}))
+		}
+	})
 	t.Run("half a pick", func(t *testing.T) {
 		clk := newFakeClock()
 		q := &queueProber{}
