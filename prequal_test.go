@@ -631,7 +631,10 @@ func (s *syncProber) Probe(p *Peer, to ProbeReceiver) { _ = to.Answer(p, s.answe
 // FastestFirst, which sends exactly that probe per window, reaches; the
 // same loop runs FastestFirst, and Prequal must give x no more than it.
 // With max_fails 0 nginx never takes x out, and only FastestFirst's count
-// (its failure penalty) bounds it.
+// (its failure penalty) bounds it. (Prequal keeps a failed peer's answers
+// out for fail_timeout, so x takes exactly nginx's attempts: 6 and 12
+// here, FastestFirst's; with max_fails 0 one, its answers staying out
+// until a success.)
 func TestPrequal_fastFailingIsNoSink(t *testing.T) {
 	const (
 		T    = 60 * time.Second
@@ -891,4 +894,43 @@ func TestPrequal_rifRing(t *testing.T) {
 		}
 	}
 	assert.Equal(t, math.Inf(1), (&rifRing{}).quantile(0.5), "none: nothing hot")
+}
+
+// TestPrequal_readmitsRecovered runs x failing fast for the first 30 s,
+// then healthy, among three healthy peers, picks 10 ms apart, max_fails 1,
+// fail_timeout 10 s, every peer answering probes with its in-flight count
+// and 10 ms. nginx probes x once its window has passed, so by 30 s + 10 s
+// its next attempt succeeds and readmits it; from 41 s to 60 s it must
+// then take a fair part of the picks: at least half its share of a
+// quarter. (Keeping its answers out until a success would leave it to
+// P2CPeakEWMA's rule, where its failure penalty of 5 s decays for about
+// 55 s before it wins a draw.)
+func TestPrequal_readmitsRecovered(t *testing.T) {
+	const step = 10 * time.Millisecond
+	clk := newFakeClock()
+	start := clk.now()
+	peers := makePeers(4, func(i int) string { return string(rune('a' + i)) }, nil)
+	x := peers[3]
+	b := newTestPrequal(t, clk, peers, WithProber(&syncProber{func(p *Peer) ProbeAnswer {
+		return ProbeAnswer{InFlight: float64(p.InFlight()), Latency: 10 * time.Millisecond, RoundTrip: time.Millisecond}
+	}}))
+	late, all := 0, 0
+	for i := range 6000 {
+		at := time.Duration(i) * step
+		p := mustPick(t, b, nil)
+		o := Outcome{Latency: 10 * time.Millisecond}
+		if p == x && at < 30*time.Second {
+			o = Outcome{Failed: true}
+		}
+		if at >= 41*time.Second {
+			all++
+			if p == x {
+				late++
+			}
+		}
+		require.NoError(t, b.Done(p, o))
+		clk.set(start.Add(at + step))
+	}
+	t.Logf("x: %d of %d picks in [41 s, 60 s)", late, all)
+	assert.GreaterOrEqual(t, late, all/8)
 }
