@@ -28,6 +28,7 @@ import (
 // A sample is one benchmark's result in one round.
 type sample struct {
 	ns, allocs, bytes float64
+	pick              float64 // ns/pick, where the benchmark reports it
 }
 
 // results holds every round: results[key][round].
@@ -105,6 +106,10 @@ func (r *results) writeCores(w io.Writer) {
 
 var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) B/op)?(?:\s+([0-9.]+) allocs/op)?`)
 
+// metricLine finds a line's metrics after ns/op wherever they stand: a
+// benchmark's own metrics (b.ReportMetric) come between ns/op and B/op.
+var metricLine = regexp.MustCompile(`\s([0-9.]+) (B/op|allocs/op|ns/pick)\b`)
+
 func (r *results) parse(round int, in io.Reader) error {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
@@ -116,15 +121,19 @@ func (r *results) parse(round int, in io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("%q: %w", sc.Text(), err)
 		}
-		var allocs, bytes float64
-		if m[5] != "" {
-			if allocs, err = strconv.ParseFloat(m[5], 64); err != nil {
+		var allocs, bytes, pick float64
+		for _, f := range metricLine.FindAllStringSubmatch(sc.Text(), -1) {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
 				return fmt.Errorf("%q: %w", sc.Text(), err)
 			}
-		}
-		if m[4] != "" {
-			if bytes, err = strconv.ParseFloat(m[4], 64); err != nil {
-				return fmt.Errorf("%q: %w", sc.Text(), err)
+			switch f[2] {
+			case "B/op":
+				bytes = v
+			case "allocs/op":
+				allocs = v
+			default:
+				pick = v
 			}
 		}
 		if m[2] != "" {
@@ -133,7 +142,7 @@ func (r *results) parse(round int, in io.Reader) error {
 		if r.data[m[1]] == nil {
 			r.data[m[1]] = map[int]sample{}
 		}
-		r.data[m[1]][round] = sample{ns, allocs, bytes}
+		r.data[m[1]][round] = sample{ns, allocs, bytes, pick}
 	}
 	return sc.Err()
 }

@@ -143,20 +143,92 @@ func (r *results) writeProbe(w io.Writer, note string) {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", row.about, cell(row.key), rs)
 	}
 
-	var prequal []string
+	r.writePrequal(w, cell)
+	fmt.Fprint(w, probeNotes)
+}
+
+// writePrequal writes the root module's Prequal benchmarks, if any:
+// Prequal/<mode>/peers=<n>/<steady|fresh> as a table beside the
+// P2CPeakEWMA mode of the same run, PrequalParallel/<picker>/peers=<n>
+// likewise, and any other Prequal* benchmark as a list.
+func (r *results) writePrequal(w io.Writer, cell func(string) string) {
+	var keys []string
 	for k := range r.data {
 		if strings.HasPrefix(k, "Prequal") {
-			prequal = append(prequal, k)
+			keys = append(keys, k)
 		}
 	}
-	if len(prequal) > 0 {
-		slices.Sort(prequal)
-		fmt.Fprintf(w, "\n### The Prequal picker\n\nThe root module's BenchmarkPrequal benchmarks, as their doc comments describe them. ns/op (allocs/op):\n\n| benchmark | ns/op (allocs/op) |\n|---|---:|\n")
-		for _, k := range prequal {
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	type row struct{ mode, peers string }
+	var serial, parallel []row
+	seen := map[row]bool{}
+	var other []string
+	for _, k := range keys {
+		parts := strings.Split(k, "/")
+		switch {
+		case len(parts) == 4 && parts[0] == "Prequal" && strings.HasPrefix(parts[2], "peers=") && (parts[3] == "steady" || parts[3] == "fresh"):
+			rw := row{parts[1], strings.TrimPrefix(parts[2], "peers=")}
+			if !seen[rw] {
+				seen[rw] = true
+				serial = append(serial, rw)
+			}
+		case len(parts) == 3 && parts[0] == "PrequalParallel" && strings.HasPrefix(parts[2], "peers="):
+			parallel = append(parallel, row{parts[1], strings.TrimPrefix(parts[2], "peers=")})
+		default:
+			other = append(other, k)
+		}
+	}
+	bySize := func(rows []row) {
+		slices.SortStableFunc(rows, func(a, b row) int {
+			if a.mode != b.mode {
+				return strings.Compare(a.mode, b.mode)
+			}
+			var x, y int
+			fmt.Sscan(a.peers, &x)
+			fmt.Sscan(b.peers, &y)
+			return x - y
+		})
+	}
+	bySize(serial)
+	bySize(parallel)
+	fmt.Fprintf(w, "\n### The Prequal picker\n\nThe root module's BenchmarkPrequal and BenchmarkPrequalParallel (their doc comments say what each mode does), run in the same rounds; ratios are to P2CPeakEWMA's Pick+Done at the same size in the same round. steady: ns/op (allocs/op) after a warm-up; fresh: ns a pick over a new picker's first picks, from the benchmark's ns/pick, (allocs/op of the whole run of picks).\n\n| mode | peers | steady | × P2CPeakEWMA | fresh, ns/pick | × P2CPeakEWMA |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, rw := range serial {
+		st := fmt.Sprintf("Prequal/%s/peers=%s/steady", rw.mode, rw.peers)
+		fr := fmt.Sprintf("Prequal/%s/peers=%s/fresh", rw.mode, rw.peers)
+		bs := fmt.Sprintf("Prequal/P2CPeakEWMA/peers=%s/steady", rw.peers)
+		bf := fmt.Sprintf("Prequal/P2CPeakEWMA/peers=%s/fresh", rw.peers)
+		ratio := func(a, b string) string {
+			if rw.mode == "P2CPeakEWMA" {
+				return "–"
+			}
+			return fmtRatio(r.ratio(a, b))
+		}
+		fresh := "–"
+		if _, ok := r.data[fr]; ok {
+			fresh = fmt.Sprintf("%s (%s)", fmtNs(r.median(fr, func(s sample) float64 { return s.pick })), fmtAllocs(r.allocs(fr)))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", rw.mode, rw.peers, cell(st), ratio(st, bs), fresh, ratio(fr, bf))
+	}
+	if len(parallel) > 0 {
+		fmt.Fprintf(w, "\nParallel (b.RunParallel, GOMAXPROCS goroutines), ns/op of wall time (allocs/op):\n\n| picker | peers | ns/op | × P2CPeakEWMA |\n|---|---:|---:|---:|\n")
+		for _, rw := range parallel {
+			k := fmt.Sprintf("PrequalParallel/%s/peers=%s", rw.mode, rw.peers)
+			ratio := "–"
+			if rw.mode != "P2CPeakEWMA" {
+				ratio = fmtRatio(r.ratio(k, fmt.Sprintf("PrequalParallel/P2CPeakEWMA/peers=%s", rw.peers)))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", rw.mode, rw.peers, cell(k), ratio)
+		}
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(w, "\nThe other Prequal benchmarks, ns/op (allocs/op):\n\n| benchmark | ns/op |\n|---|---:|\n")
+		for _, k := range other {
 			fmt.Fprintf(w, "| %s | %s |\n", k, cell(k))
 		}
 	}
-	fmt.Fprint(w, probeNotes)
 }
 
 // probeNotes explains the numbers of the section; it states no
