@@ -1,0 +1,257 @@
+package capacity
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Shifting is the herding scenario, the simulator's fleet16 on real
+// servers: Servers servers of Workers workers each, whose mean service
+// time is redrawn from U[Lo, Hi] at intervals drawn from
+// U[Every−Spread, Every+Spread], each server on its own schedule; Clients
+// independent clients, each with its own picker, sending requests at
+// Poisson times (open loop: a request does not wait for the previous one)
+// at Load times the nominal capacity in all, each giving up after Timeout.
+// A client sees a server's speed only through its own 1/Clients of the
+// traffic, so the pickers that judge by their own replies follow each
+// other onto whichever server looked fast (they herd).
+//
+// The schedule and the arrivals follow from Seed: every fleet of a run,
+// and every run, gets the same ones.
+type Shifting struct {
+	Servers, Workers, Clients int
+	Lo, Hi                    time.Duration // the range of a server's mean service time
+	Every, Spread             time.Duration // the intervals between its redraws
+	Load                      float64       // of the nominal capacity, NominalRate
+	Warm, Measure             time.Duration // the measured requests begin in [Warm, Warm+Measure)
+	Timeout                   time.Duration // the clients give up after it
+	Seed                      uint64
+}
+
+// Fleet16 is the scenario the end-to-end tests run: fleet16's ten
+// servers, sixteen clients, load 0.75 and redraws every 0.25–1.75 s, on
+// one worker per server as there; but service times twice the
+// simulator's (means in [20 ms, 60 ms]) and lognormal of shape Sigma
+// rather than exponential, so that a busy machine's late timers (a
+// millisecond or two) stay small beside them. The nominal capacity is
+// 10 × 1 / 40 ms = 250 requests a second, the arrivals 187.5 a second:
+// in a 12 s window about 2250 requests, so a p99 is about the 22nd
+// longest.
+var Fleet16 = Shifting{
+	Servers: 10, Workers: 1, Clients: 16,
+	Lo: 20 * time.Millisecond, Hi: 60 * time.Millisecond,
+	Every: time.Second, Spread: 750 * time.Millisecond,
+	Load: 0.75,
+	Warm: 2 * time.Second, Measure: 12 * time.Second,
+	Timeout: 3 * time.Second,
+	Seed:    1,
+}
+
+// NominalRate is the servers' capacity in requests a second at the middle
+// of the means' range: Servers × Workers / ((Lo+Hi)/2), as the simulator
+// counts fleet16's. (Averaged over the redraws a server serves
+// Workers × E[1/mean], ln(Hi/Lo)/(Hi−Lo) per worker: 1.10 times more
+// for Hi = 3 Lo, so the load is nearer 0.68 of it.)
+func (sc Shifting) NominalRate() float64 {
+	return float64(sc.Servers*sc.Workers) / ((sc.Lo + sc.Hi) / 2).Seconds()
+}
+
+// Rate is the arrivals a second, all clients together.
+func (sc Shifting) Rate() float64 { return sc.Load * sc.NominalRate() }
+
+// End is when the last arrival may come, since the run began.
+func (sc Shifting) End() time.Duration { return sc.Warm + sc.Measure }
+
+// Change is one redraw: server Server's mean becomes Mean at At.
+type Change struct {
+	At     time.Duration // since the run began
+	Server int
+	Mean   time.Duration
+}
+
+// Specs returns the servers, each with its mean at the start: s0, s1, …
+func (sc Shifting) Specs() []Spec {
+	out := make([]Spec, sc.Servers)
+	for i := range out {
+		rng := sc.serverRand(i)
+		out[i] = Spec{Name: "s" + strconv.Itoa(i), Workers: sc.Workers, Mean: sc.drawMean(rng), Seed: sc.Seed*1000 + uint64(i)}
+	}
+	return out
+}
+
+// Changes returns every server's redraws until End, in time order.
+func (sc Shifting) Changes() []Change {
+	var out []Change
+	for i := range sc.Servers {
+		rng := sc.serverRand(i)
+		sc.drawMean(rng) // the start's, Specs's
+		at := time.Duration(0)
+		for {
+			at += sc.Every - sc.Spread + time.Duration(rng.Int64N(int64(2*sc.Spread)+1))
+			if at >= sc.End() {
+				break
+			}
+			out = append(out, Change{At: at, Server: i, Mean: sc.drawMean(rng)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Change) int { return int(a.At - b.At) })
+	return out
+}
+
+// Arrivals returns client c's request times until End: a Poisson process
+// of rate Rate/Clients, so that all clients' together are one of rate
+// Rate.
+func (sc Shifting) Arrivals(c int) []time.Duration {
+	rng := rand.New(rand.NewPCG(sc.Seed, 2000+uint64(c)))
+	per := sc.Rate() / float64(sc.Clients)
+	var out []time.Duration
+	at := 0.0
+	for {
+		at += rng.ExpFloat64() / per
+		d := time.Duration(at * float64(time.Second))
+		if d >= sc.End() {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func (sc Shifting) serverRand(i int) *rand.Rand {
+	return rand.New(rand.NewPCG(sc.Seed, 1000+uint64(i)))
+}
+
+func (sc Shifting) drawMean(rng *rand.Rand) time.Duration {
+	return sc.Lo + time.Duration(rng.Int64N(int64(sc.Hi-sc.Lo)+1))
+}
+
+// ShiftResult is what one fleet's run of a Shifting scenario measured,
+// over the requests that arrived in [Warm, Warm+Measure).
+type ShiftResult struct {
+	N        int           // requests
+	Timeouts int           // given up after Timeout: counted in the latencies at what they waited
+	Errs     []error       // other failures: counted nowhere else
+	P50, P99 time.Duration // of the requests that did not fail otherwise
+	Mean     time.Duration
+	Shares   []float64 // each server's share of the requests answered
+}
+
+// RunShifting drives every fleet at once on sc's schedule: the same
+// arrivals (each client's request goes to every fleet's client of that
+// number at the same moment) and the same redraws (applied to every
+// fleet's server of that number at once), so that the pickers share the
+// machine's moments. fleets' NewCall(c) is client c's request, called
+// from many goroutines at once; a failure taking at least sc.Timeout
+// counts as the client giving up. RunShifting returns once every request
+// has ended, each within the clients' timeout.
+func RunShifting(ctx context.Context, fleets []*Fleet, sc Shifting) []ShiftResult {
+	start := time.Now()
+	calls := make([][]func() (string, error), len(fleets))
+	for i, f := range fleets {
+		f.samples = make([][]Sample, sc.Clients)
+		for c := range sc.Clients {
+			calls[i] = append(calls[i], f.NewCall(c))
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { applyChanges(ctx, start, fleets, sc.Changes()) })
+	for c := range sc.Clients {
+		arr := sc.Arrivals(c)
+		for _, f := range fleets {
+			f.samples[c] = make([]Sample, len(arr))
+		}
+		wg.Go(func() {
+			var reqs sync.WaitGroup
+			defer reqs.Wait()
+			tm := time.NewTimer(0)
+			defer tm.Stop()
+			for k, at := range arr {
+				tm.Reset(time.Until(start.Add(at)))
+				select {
+				case <-tm.C:
+				case <-ctx.Done():
+					return
+				}
+				for i, f := range fleets {
+					s := &f.samples[c][k]
+					call := calls[i][c]
+					reqs.Go(func() {
+						t0 := time.Now()
+						server, err := call()
+						*s = Sample{Began: at, Lat: time.Since(t0), Server: server, Err: err}
+						if err != nil {
+							s.Server = ""
+						}
+					})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	out := make([]ShiftResult, len(fleets))
+	for i, f := range fleets {
+		out[i] = f.shiftResult(sc)
+	}
+	return out
+}
+
+// applyChanges sets each change's mean on that server of every fleet at
+// its time, until the last or ctx's end.
+func applyChanges(ctx context.Context, start time.Time, fleets []*Fleet, changes []Change) {
+	tm := time.NewTimer(0)
+	defer tm.Stop()
+	for _, ch := range changes {
+		tm.Reset(time.Until(start.Add(ch.At)))
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			return
+		}
+		for _, f := range fleets {
+			f.Servers[ch.Server].SetMean(ch.Mean)
+		}
+	}
+}
+
+// shiftResult counts the requests that arrived in the measured window.
+// A sample never sent (ctx ended first) has Lat 0 and no server or error:
+// it is skipped.
+func (f *Fleet) shiftResult(sc Shifting) ShiftResult {
+	var res ShiftResult
+	per := map[string]int{}
+	var lats []time.Duration
+	var sum time.Duration
+	answered := 0
+	for _, ss := range f.samples {
+		for _, s := range ss {
+			if s.Began < sc.Warm || s.Began >= sc.End() || (s.Lat == 0 && s.Err == nil && s.Server == "") {
+				continue
+			}
+			res.N++
+			switch {
+			case s.Err == nil:
+				per[s.Server]++
+				answered++
+			case s.Lat >= sc.Timeout:
+				res.Timeouts++
+			default:
+				res.Errs = append(res.Errs, s.Err)
+				continue
+			}
+			lats = append(lats, s.Lat)
+			sum += s.Lat
+		}
+	}
+	res.P50, res.P99 = Percentile(lats, 0.5), Percentile(lats, 0.99)
+	if len(lats) > 0 {
+		res.Mean = sum / time.Duration(len(lats))
+	}
+	for _, s := range f.Servers {
+		res.Shares = append(res.Shares, float64(per[s.Name])/math.Max(float64(answered), 1))
+	}
+	return res
+}
