@@ -69,8 +69,12 @@ var shiftReportedLoad = balancer.WithReportedLoad(10*time.Second, capacity.Fleet
 
 // TestShifting_endToEnd runs capacity.Fleet16 for every picker at once,
 // each on servers of its own on the same schedule, and logs each one's
-// latencies and shares.
+// latencies and shares. It takes about 15 s, with -race too: -short
+// skips it.
 func TestShifting_endToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("15 s of real servers: skipped with -short")
+	}
 	sc := capacity.Fleet16
 	type variant struct {
 		name string

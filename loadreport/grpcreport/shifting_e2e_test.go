@@ -63,8 +63,12 @@ var shiftReportedLoad = fmt.Sprintf(`"reportedLoad":{"window":"10s","clients":%d
 
 // TestShifting_endToEnd runs capacity.Fleet16 for every policy at once,
 // each on servers of its own on the same schedule, and logs each one's
-// latencies and shares.
+// latencies and shares. It takes about 15 s, with -race too: -short
+// skips it.
 func TestShifting_endToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("15 s of real servers: skipped with -short")
+	}
 	sc := capacity.Fleet16
 	type variant struct{ name, lb string }
 	variants := []variant{
