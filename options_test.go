@@ -36,6 +36,10 @@ var optionCases = []struct {
 	{"WithWeightUpdatePeriod", WithWeightUpdatePeriod(100 * time.Millisecond)},
 	{"WithErrorUtilizationPenalty", WithErrorUtilizationPenalty(2)},
 	{"WithReportedLoad", WithReportedLoad(time.Second, 1)},
+	{"WithProber", WithProber(proberFunc(func(*Peer, ProbeReceiver) {}))},
+	{"WithProbeRate", WithProbeRate(2, 100)},
+	{"WithProbePool", WithProbePool(8, time.Second)},
+	{"WithHotQuantile", WithHotQuantile(0.8)},
 	{"WithEvents", WithEvents(func(Event) {})},
 }
 

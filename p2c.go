@@ -148,6 +148,12 @@ func (m *peakEWMA) cost(p *Peer, st *p2cPeer, now int64, clk *lazyClock) (probin
 // higher) into p's estimate, and with WithReportedLoad keeps the count the
 // outcome's Load reports, lock-free, in O(1).
 func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
+	return b.donePeak(&b.peakEWMA, p, o)
+}
+
+// donePeak is P2CPeakEWMA's Done over the peak-EWMA cost m, which Prequal
+// shares.
+func (b *twoChoices) donePeak(m *peakEWMA, p *Peer, o Outcome) error {
 	if err := b.finish(p, o); err != nil {
 		return err
 	}
@@ -164,15 +170,15 @@ func (b *P2CPeakEWMA) Done(p *Peer, o Outcome) error {
 	// one sample into the new picker's estimate: one sample, which the
 	// decay soon outweighs, against a lock on every report.
 	st := p2cOf(p)
-	if b.rep.on() {
+	if m.rep.on() {
 		st.srv.note(o.Load, p.inFlight(), now)
 	}
 	lat := &st.lat
 	if o.Abandoned {
-		lat.abandon(now, float64(o.Latency), b.tau)
+		lat.abandon(now, float64(o.Latency), m.tau)
 	} else {
 		lat.answered()
-		lat.observe(now, sampleOf(o, b.penalty), b.tau)
+		lat.observe(now, sampleOf(o, m.penalty), m.tau)
 	}
 	return nil
 }
@@ -201,11 +207,15 @@ var p2cNone p2cPeer
 // p2cOf returns P2CPeakEWMA's state of p. Lock-free.
 func p2cOf(p *Peer) *p2cPeer { return p2cState(p.state.Load()) }
 
-// p2cState returns the P2CPeakEWMA state h heads, or p2cNone.
+// p2cState returns the P2CPeakEWMA state h heads (Prequal's holds one),
+// or p2cNone.
 func p2cState(h *peerState) *p2cPeer {
 	if h != nil {
-		if s, ok := h.own.(*p2cPeer); ok {
+		switch s := h.own.(type) {
+		case *p2cPeer:
 			return s
+		case *prequalPeer:
+			return &s.p2cPeer
 		}
 	}
 	return &p2cNone

@@ -16,6 +16,8 @@ func latOf(p *Peer) *latencyStats {
 		return &s.lat
 	case *p2cPeer:
 		return &s.lat
+	case *prequalPeer:
+		return &s.lat
 	}
 	return new(latencyStats)
 }
@@ -76,6 +78,7 @@ func TestPeerState_ownedByAlgorithm(t *testing.T) {
 	}{
 		{"FastestFirst", func(p []*Peer) (Updater, error) { return NewFastestFirst(p) }, func(s any) bool { _, ok := s.(*ffPeer); return ok }},
 		{"P2CPeakEWMA", func(p []*Peer) (Updater, error) { return NewP2CPeakEWMA(p) }, func(s any) bool { _, ok := s.(*p2cPeer); return ok }},
+		{"Prequal", func(p []*Peer) (Updater, error) { return NewPrequal(p) }, func(s any) bool { _, ok := s.(*prequalPeer); return ok }},
 		{"RandomWeighted", func(p []*Peer) (Updater, error) { return NewRandomWeighted(p) }, func(s any) bool { _, ok := s.(*rwPeer); return ok }},
 		{"RoundRobin", func(p []*Peer) (Updater, error) { return NewRoundRobin(p) }, func(s any) bool { return s == nil }},
 	}

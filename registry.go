@@ -26,6 +26,7 @@ var algorithms = []Algorithm{
 	randomSpec.algorithm(as(NewRandom)),
 	randomTwoSpec.algorithm(as(NewRandomTwo)),
 	reportedWRRSpec.algorithm(as(NewReportedWRR)),
+	prequalSpec.algorithm(as(NewPrequal)),
 }
 
 // Algorithms returns every picker of the package, in a fixed order, in a new

@@ -50,6 +50,7 @@ var testBuilt func(*lbBalancer)
 
 func (bb builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	b := &lbBalancer{cc: cc, alg: bb.alg, name: bb.name, target: opts.Target.String(), ends: map[string]*endpoint{}}
+	b.probing = probes(bb.alg) || testProbeAll
 	remember(b)
 	if testBuilt != nil {
 		testBuilt(b)
@@ -88,12 +89,19 @@ type lbBalancer struct {
 	name   string
 	target string // the channel's target, for Channel
 
+	// probing is set for a picker that balances by probes: conns then
+	// holds each READY SubConn's connection, and prober probes through
+	// them for the picker.
+	probing bool
+	conns   probeConns
+
 	mu      sync.Mutex
 	closed  bool
 	cfg     *lbConfig
 	picker  lbgo.Balancer
 	ends    map[string]*endpoint
-	connErr error // the last connection or resolver error, for a failing picker
+	connErr error       // the last connection or resolver error, for a failing picker
+	prober  *grpcProber // the picker's prober, if probing; replaced with the probe settings
 
 	// rpcs maps an RPC (the Done channel of its context, the same for all
 	// its attempts) to the Request its retries share; see pick.go.
@@ -171,6 +179,16 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	// The picker's peers: a snapshot that Update reconciles, so kept peers
 	// keep their state; a change of picker options builds a new picker.
 	rebuild := b.picker == nil || b.cfg == nil || cfg.optsKey != b.cfg.optsKey
+	// A probing picker gets a new prober with new probe settings, and the
+	// picker is rebuilt around it.
+	prober := b.prober
+	if b.probing && (prober == nil || cfg.probe != b.cfg.probe) {
+		var err error
+		if prober, err = newGRPCProber(&b.conns, cfg.probe); err != nil {
+			return fmt.Errorf("%w: %s: %w", balancer.ErrBadResolverState, b.name, err) // cannot happen: parseConfig checked them
+		}
+		rebuild = true
+	}
 	snapshot := make([]*lbgo.Peer, len(order))
 	for i, e := range order {
 		snapshot[i] = cfg.newPeer(e.key, weights[e.key], !e.up(), e.sc)
@@ -178,11 +196,14 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	var err error
 	picker := b.picker
 	if rebuild {
-		picker, err = b.alg.New(snapshot, cfg.opts...)
+		picker, err = b.alg.New(snapshot, pickerOptions(cfg, prober)...)
 	} else {
 		err = picker.Update(snapshot)
 	}
 	if err != nil {
+		if prober != b.prober {
+			prober.Close()
+		}
 		for _, e := range created {
 			e.sc.Shutdown()
 			e.sc = nil
@@ -191,9 +212,16 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		return fmt.Errorf("%w: %s: %w", balancer.ErrBadResolverState, b.name, err)
 	}
 	b.picker, b.cfg = picker, cfg
+	if prober != b.prober {
+		if b.prober != nil {
+			b.prober.Close() // the old picker's probes are dropped
+		}
+		b.prober = prober
+	}
 
 	for key, e := range b.ends {
 		if next[key] == nil {
+			b.conns.drop(e.sc)
 			e.sc.Shutdown()
 		}
 	}
@@ -252,6 +280,9 @@ func (b *lbBalancer) UpdateSubConnState(sc balancer.SubConn, st balancer.SubConn
 // listener with one READY). The peer stays down until the listener's
 // first report.
 func (b *lbBalancer) subConnState(e *endpoint, st balancer.SubConnState) {
+	if b.probing && st.ConnectivityState != connectivity.Ready {
+		b.conns.drop(e.sc) // gRPC has closed its producer
+	}
 	b.mu.Lock()
 	if b.closed || b.ends[e.key] != e || st.ConnectivityState == connectivity.Shutdown {
 		b.mu.Unlock()
@@ -276,6 +307,9 @@ func (b *lbBalancer) subConnState(e *endpoint, st balancer.SubConnState) {
 		// registered before a later state change, and calls this one and
 		// the listener from one goroutine, so no update overtakes another.
 		e.sc.RegisterHealthListener(func(st balancer.SubConnState) { b.healthState(e, st) })
+		if b.probing {
+			b.conns.ready(e.sc)
+		}
 	}
 }
 
@@ -326,7 +360,13 @@ func (b *lbBalancer) Close() {
 		}
 	}
 	b.ends = nil
+	prober := b.prober
+	b.prober = nil
 	b.mu.Unlock()
+	if prober != nil {
+		prober.Close() // waits for the probes under way, which end now
+	}
+	b.conns.dropAll()
 	b.wmu.Lock()
 	if b.timer != nil {
 		b.timer.Stop()

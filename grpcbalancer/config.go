@@ -82,6 +82,10 @@ type Config struct {
 	WeightUpdatePeriod      *string       `json:"weightUpdatePeriod,omitempty"`
 	ErrorUtilizationPenalty *float64      `json:"errorUtilizationPenalty,omitempty"`
 	ReportedLoad            *ReportedLoad `json:"reportedLoad,omitempty"`
+
+	ProbeTimeout *string `json:"probeTimeout,omitempty"`
+	ProbeWorkers *int    `json:"probeWorkers,omitempty"`
+	ProbeQueue   *int    `json:"probeQueue,omitempty"`
 }
 
 // ReportedLoad is Config's reportedLoad: the arguments of
@@ -100,6 +104,7 @@ type lbConfig struct {
 	maxConns    int
 	failures    codeSet
 	hashHeader  string
+	probe       probeSettings
 	opts        []lbgo.Option
 	optsKey     string // the picker options, canonical: a change rebuilds the picker
 }
@@ -116,6 +121,7 @@ func defaultConfig() *lbConfig {
 		maxFails:    lbgo.DefaultMaxFails,
 		failTimeout: lbgo.DefaultFailTimeout,
 		failures:    defaultFailures,
+		probe:       defaultProbeSettings,
 	}
 }
 
@@ -186,6 +192,10 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			return nil, bad("hashHeader", "the picker "+alg.Name+" does not route by key")
 		}
 		cfg.hashHeader = c.HashHeader
+	}
+
+	if err := parseProbeSettings(alg, &c, &cfg.probe, bad, dur); err != nil {
+		return nil, err
 	}
 
 	// Picker options, each tried alone on the picker, which checks it (and

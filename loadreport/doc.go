@@ -27,6 +27,16 @@
 // an http.Handler, counts its requests in a Tracker and writes the
 // report on every response; the gRPC interceptors of the nested module
 // loadreport/grpcreport do the same for gRPC, and may share the Tracker.
+// A Tracker also answers probes (Prequal's, balancer.Prober): Probe gives
+// its requests in flight and the latency a request beginning now can
+// expect at that load, kept by RIF level. The Middleware answers a GET on
+// DefaultProbePath itself, with the body
+//
+//	TEXT named_metrics.rif=3,named_metrics.latency_ms=1.5
+//
+// (ProbeHandler serves it elsewhere; grpcreport.RegisterProbe over gRPC),
+// and a client reads it with ParseProbe. A probe is not counted as a
+// request, takes no lock, and allocates nothing in this package.
 // The request path takes no lock and allocates twice per request: the header
 // value string and its one-element []string (what Header().Set allocates).
 // The default format is TEXT, what vLLM emits and readable in a trace;

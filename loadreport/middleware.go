@@ -20,16 +20,22 @@ import (
 // least 1); named_metrics.latency_ms, the mean duration of the requests
 // completed in the window; and cpu_utilization, mem_utilization and
 // application_utilization as last set (zero, so absent, until set).
+//
+// It answers probes itself on its probe path (DefaultProbePath, or
+// WithProbePath's): a GET there gets the Tracker's Probe answer, as
+// ProbeHandler writes it, and is neither passed on nor counted.
 type Middleware struct {
-	t       *Tracker
-	format  Format
-	isError func(int) bool
-	writers sync.Pool // of *reportWriter
+	t         *Tracker
+	format    Format
+	isError   func(int) bool
+	probePath string    // "": none
+	writers   sync.Pool // of *reportWriter
 }
 
-// New returns a Middleware. It accepts WithFormat, WithErrorStatus and
-// WithTracker, and, without WithTracker, the Tracker's options (WithClock,
-// WithWindow, WithUtilization, WithConcurrency) for a Tracker of its own.
+// New returns a Middleware. It accepts WithFormat, WithErrorStatus,
+// WithProbePath and WithTracker, and, without WithTracker, the Tracker's
+// options (WithClock, WithWindow, WithProbeWindow, WithUtilization,
+// WithConcurrency) for a Tracker of its own.
 func New(opts ...Option) (*Middleware, error) {
 	s := defaultSettings()
 	if err := s.apply(opts); err != nil {
@@ -41,7 +47,7 @@ func New(opts ...Option) (*Middleware, error) {
 	} else if s.trackerOpt != "" {
 		return nil, fmt.Errorf("%w: %s with WithTracker: the Tracker has its settings", ErrInvalidOption, s.trackerOpt)
 	}
-	m := &Middleware{t: t, format: s.format, isError: s.isError}
+	m := &Middleware{t: t, format: s.format, isError: s.isError, probePath: s.probePath}
 	m.writers.New = func() any { return new(reportWriter) }
 	return m, nil
 }
@@ -88,6 +94,10 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	if m.probePath != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL != nil && r.URL.Path == m.probePath {
+		serveProbe(w, m.t)
+		return
+	}
 	began := m.t.Begin()
 	rw := m.writers.Get().(*reportWriter)
 	rw.w, rw.m, rw.status, rw.wrote, rw.hijacked = w, m, http.StatusOK, false, false

@@ -11,8 +11,9 @@ import (
 var ErrInvalidOption = errors.New("loadreport: invalid option")
 
 // Option configures NewTracker or New. WithClock, WithWindow,
-// WithUtilization and WithConcurrency configure the Tracker; WithFormat, WithErrorStatus and
-// WithTracker the Middleware. New accepts both kinds unless given
+// WithProbeWindow, WithUtilization and WithConcurrency configure the
+// Tracker; WithFormat, WithErrorStatus, WithProbePath and WithTracker the
+// Middleware. New accepts both kinds unless given
 // WithTracker, whose Tracker has its settings already; NewTracker
 // accepts only the Tracker's.
 type Option func(*settings) error
@@ -22,22 +23,26 @@ type settings struct {
 	// The Tracker's.
 	now         func() time.Time
 	width       time.Duration // of a window's bucket
+	probeWidth  time.Duration // of a bucket of the latency by RIF level
 	utilization func() float64
 	concurrency int    // WithConcurrency's n; 0: not given
 	trackerOpt  string // the first Tracker option given, for errors
 
 	// The Middleware's.
-	format  Format
-	isError func(int) bool
-	tracker *Tracker
-	httpOpt string // the first Middleware option given, for errors
+	format    Format
+	isError   func(int) bool
+	probePath string
+	tracker   *Tracker
+	httpOpt   string // the first Middleware option given, for errors
 }
 
 func defaultSettings() settings {
 	return settings{
-		now:     time.Now,
-		width:   10 * time.Second / windowBuckets,
-		isError: func(s int) bool { return s >= 500 },
+		now:        time.Now,
+		width:      10 * time.Second / windowBuckets,
+		probeWidth: time.Second / windowBuckets,
+		isError:    func(s int) bool { return s >= 500 },
+		probePath:  DefaultProbePath,
 	}
 }
 
@@ -86,6 +91,20 @@ func WithWindow(d time.Duration) Option {
 		}
 		s.width = d / windowBuckets
 		s.trackerOption("WithWindow")
+		return nil
+	}
+}
+
+// WithProbeWindow sets the window over which the Tracker keeps the
+// latencies by RIF level that it answers probes with (see
+// Tracker.Probe), at least 10 ms. Default: 1 s.
+func WithProbeWindow(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: WithProbeWindow(%v), at least 10ms", ErrInvalidOption, d)
+		}
+		s.probeWidth = d / windowBuckets
+		s.trackerOption("WithProbeWindow")
 		return nil
 	}
 }

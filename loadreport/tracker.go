@@ -10,7 +10,9 @@ import (
 // Tracker keeps one server's load: its requests in flight, the requests
 // and errors completed per second over a sliding window, the mean
 // duration of the requests completed in that window, and the CPU, memory
-// and application utilization the server sets. The Middleware and the
+// and application utilization the server sets; and, to answer probes
+// (Probe), the recent latencies by the load each request found. The
+// Middleware and the
 // gRPC interceptors (module loadreport/grpcreport) count their requests
 // in a Tracker and report what it holds; several of them may share one.
 //
@@ -25,13 +27,14 @@ type Tracker struct {
 	inFlight   atomic.Int64
 	reqs, errs rateWindow
 	lat        latencyWindow
-	cpu        atomic.Uint64 // float64 bits
-	mem        atomic.Uint64 // float64 bits
-	app        atomic.Uint64 // float64 bits
+	byLevel    latencyByLevel // what a probe is answered with
+	cpu        atomic.Uint64  // float64 bits
+	mem        atomic.Uint64  // float64 bits
+	app        atomic.Uint64  // float64 bits
 }
 
 // NewTracker returns a Tracker. It accepts WithClock, WithWindow,
-// WithUtilization and WithConcurrency; any other option fails with ErrInvalidOption.
+// WithProbeWindow, WithUtilization and WithConcurrency; any other option fails with ErrInvalidOption.
 func NewTracker(opts ...Option) (*Tracker, error) {
 	s := defaultSettings()
 	if err := s.apply(opts); err != nil {
@@ -46,17 +49,22 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 func newTracker(s *settings) *Tracker {
 	t := &Tracker{now: s.now, utilization: s.utilization, concurrency: s.concurrency}
 	t.reqs.width, t.errs.width, t.lat.width = s.width, s.width, s.width
+	t.byLevel.setWidth(s.probeWidth)
 	t.start = t.now()
 	return t
 }
 
-// Began is when a request began, as Begin returns it for End.
-type Began struct{ at time.Duration } // since the Tracker's start
+// Began is when a request began, and at what load, as Begin returns it
+// for End.
+type Began struct {
+	at  time.Duration // since the Tracker's start
+	rif int64         // the requests in flight before it
+}
 
 // Begin counts a request in flight and returns when it began.
 func (t *Tracker) Begin() Began {
-	t.inFlight.Add(1)
-	return Began{t.elapsed()}
+	n := t.inFlight.Add(1)
+	return Began{at: t.elapsed(), rif: n - 1}
 }
 
 // End counts the request b began as completed, an error if failed: it
@@ -69,6 +77,7 @@ func (t *Tracker) End(b Began, failed bool) {
 		t.errs.add(e)
 	}
 	t.lat.add(e, e-b.at)
+	t.byLevel.add(e, b.rif, e-b.at)
 	t.inFlight.Add(-1)
 }
 

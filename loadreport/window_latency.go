@@ -38,6 +38,12 @@ func (w *latencyWindow) add(e, d time.Duration) {
 	if d > 0 {
 		us = uint64((d + time.Microsecond/2) / time.Microsecond)
 	}
+	w.addUnits(e, us)
+}
+
+// addUnits adds us units (microseconds, for durations) at elapsed time e;
+// the latency by RIF level also sums its requests' RIFs in one.
+func (w *latencyWindow) addUnits(e time.Duration, us uint64) {
 	idx := uint64(e/w.width) & latIdxMask
 	b := &w.buckets[uint64(e/w.width)%windowBuckets]
 	for {
@@ -56,6 +62,11 @@ func (w *latencyWindow) add(e, d time.Duration) {
 // sum returns the durations of the current bucket at elapsed time e and
 // the windowBuckets-1 before it, the buckets rateWindow.rate counts.
 func (w *latencyWindow) sum(e time.Duration) time.Duration {
+	return time.Duration(w.units(e)) * time.Microsecond
+}
+
+// units is sum in the units addUnits added.
+func (w *latencyWindow) units(e time.Duration) uint64 {
 	if e < 0 {
 		e = 0
 	}
@@ -71,5 +82,5 @@ func (w *latencyWindow) sum(e time.Duration) time.Duration {
 			us += v & latSumMax
 		}
 	}
-	return time.Duration(us) * time.Microsecond
+	return us
 }

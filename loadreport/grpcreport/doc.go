@@ -20,6 +20,11 @@
 // loadreport.Middleware (loadreport.WithTracker) makes a server's HTTP
 // and gRPC traffic one load.
 //
+// RegisterProbe adds the probe service (ProbeMethod), which answers a
+// probe with the Tracker's requests in flight and latency estimate
+// (loadreport.Tracker.Probe) in an OrcaLoadReport's named_metrics; the
+// interceptors do not count it. Probe is its client.
+//
 // It is a module of its own so that the root module does not depend on
 // gRPC.
 package grpcreport

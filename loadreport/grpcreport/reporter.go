@@ -74,8 +74,10 @@ func (r *Reporter) ServerOptions() []grpc.ServerOption {
 // oobMethod is ORCA's out-of-band stream, never counted.
 const oobMethod = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
 
+// skipped reports whether method is left alone: ORCA's out-of-band
+// stream and the probe are never counted; the others as WithSkip says.
 func (r *Reporter) skipped(method string) bool {
-	return method == oobMethod || r.skip != nil && r.skip(method)
+	return method == oobMethod || method == ProbeMethod || r.skip != nil && r.skip(method)
 }
 
 func (r *Reporter) failed(code codes.Code) bool {

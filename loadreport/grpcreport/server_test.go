@@ -97,6 +97,9 @@ func startServerWith(t *testing.T, tr *loadreport.Tracker, clk *fakeClock, opts 
 	if err := rep.RegisterOOB(srv, 0); err != nil {
 		t.Fatal(err)
 	}
+	if err := RegisterProbe(srv, tr); err != nil {
+		t.Fatal(err)
+	}
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	return s

@@ -1,0 +1,566 @@
+package balancer
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Prequal in detail (Wydrowski et al., "Load is not what you should
+// balance: Introducing Prequal", NSDI 2024). Each pick sends up to perPick
+// probes (WithProbeRate) through the Prober to peers drawn at random among
+// the eligible ones, preferring those without an answer in the pool; the
+// answers (Answer) fill the pool (prequal_pool.go), and the pick chooses
+// from it by the hot-cold rule. What the plain reading of the paper lacks,
+// and this adds:
+//
+//   - The round trip. A probe's latency is the server's estimate, which
+//     says nothing of the network: a far zone would look as good as a
+//     near one. A candidate's latency is the estimate plus this client's
+//     smoothed round trip to the peer (RFC 6298's SRTT, gain 1/8, from
+//     the probes' RoundTrip).
+//   - The failure model. Eligibility is nginx's (down, max_conns, the
+//     fail window, the request's tried set; eligibility.go), and a failed
+//     attempt on a peer drops its answer and keeps its later ones out of
+//     the pool until an attempt on it succeeds: a server that fails fast
+//     answers probes with 0 in flight and would otherwise look best and
+//     become a sink. Meanwhile it competes by P2CPeakEWMA's rule, where
+//     its failure counts as WithFailurePenalty.
+//   - Peers that do not answer. After prequalProbeFails failed probes in a
+//     row a peer is unprobed (a server without the probe handler): it is
+//     probed at most once per maxAge, until an answer comes, and is
+//     balanced by P2CPeakEWMA's rule. In a pool that mixes both, a pick
+//     draws a P2C pair among the unprobed peers and compares the winner's
+//     expected latency, its peak-EWMA cost (latency estimate × (in flight
+//     + 1), ns), with the pool candidate's (estimate + round trip, ns);
+//     the lower takes the attempt.
+//   - The fallback. With no Prober, or no usable answer in the pool (the
+//     first picks, or every answer aged out or of an ineligible peer), the
+//     pick is P2CPeakEWMA's, draw for draw.
+//
+// Rates. A pick sends ⌊(k+1)·perPick⌋ − ⌊k·perPick⌋ probes, k counting the
+// picks, so a fractional rate is spread evenly and deterministically; a
+// token bucket on the injected clock (GCRA: one atomic word, the
+// theoretical arrival time) caps them at perSecond, with a burst of a
+// tenth of a second's worth (at least one); a probe the bucket refuses is
+// counted (ProbeStats.RateLimited), not queued. A pick removes one answer
+// besides those it uses up, the oldest and the worst in turn, on the picks
+// that send a probe.
+
+// Prequal balances by asynchronous probes of the servers' requests in
+// flight and latency (Wydrowski et al., NSDI 2024, in production at
+// YouTube): each pick sends a few probes through a [Prober]
+// ([WithProber]) and chooses among the recent answers, a small pool, by the
+// hot-cold rule: an answer is hot when its in-flight count is above a
+// quantile of the recently answered counts ([WithHotQuantile]); the cold
+// answer of the lowest latency (the server's estimate plus this client's
+// round trip to it) wins, or if all are hot the lowest count. A used
+// answer counts the attempt in its in-flight count and serves a bounded
+// number of picks; answers age out ([WithProbePool]). Probes are bounded
+// per pick and per second ([WithProbeRate]). Choose it for many clients
+// sharing servers that answer probes (loadreport's handler), where every
+// client-side picker herds.
+//
+// Failures follow nginx (max_fails, fail_timeout); a failed attempt drops
+// the peer's answers until it succeeds, so a server that fails fast does
+// not become a sink. Peers that do not answer probes, and every peer
+// without a Prober or before the first answers, are balanced as
+// [P2CPeakEWMA] balances them ([WithDecay], [WithFailurePenalty]).
+//
+// Pick is O(pool size) under one short lock (lock-free without a Prober),
+// allocates nothing and never waits for a probe; Done costs what
+// P2CPeakEWMA's does. Close stops the probing. The zero value is not
+// usable; use [NewPrequal]. It is safe for concurrent use.
+type Prequal struct {
+	twoChoices
+	peakEWMA
+
+	prober   Prober // nil: P2CPeakEWMA's picks
+	perPick  float64
+	maxAge   int64 // ns
+	bucket   probeBucket
+	picks    atomic.Uint64 // picks that sent probes, for the fractional rate
+	unprobed atomic.Int64  // peers of the list balanced by P2CPeakEWMA's rule
+
+	pool probePool
+
+	closed  atomic.Bool
+	sending atomic.Int64 // picks between their look at closed and their last Probe
+
+	stats probeCounters
+}
+
+// prequalSpec is Prequal's declaration (see pickerSpec).
+var prequalSpec = pickerSpec{
+	name:    "Prequal",
+	options: []string{"WithRand", "WithDecay", "WithFailurePenalty", "WithProber", "WithProbeRate", "WithProbePool", "WithHotQuantile"},
+	latency: true,
+}
+
+// Defaults of Prequal's options.
+const (
+	// DefaultProbesPerPick is the probes a pick sends: the paper's and
+	// prequal-rs's 3.
+	DefaultProbesPerPick = 3
+
+	// DefaultProbesPerSecond caps a picker's probes a second: 3 a pick up
+	// to about 333 picks a second, fewer a pick above.
+	DefaultProbesPerSecond = 1000
+
+	// DefaultProbePoolSize and DefaultProbeMaxAge are the pool's: 16
+	// answers, none older than 1 s (the paper's and prequal-rs's).
+	DefaultProbePoolSize = 16
+	DefaultProbeMaxAge   = time.Second
+
+	// DefaultHotQuantile is the quantile of the recent in-flight counts
+	// above which an answer is hot. The paper takes 0.84; prequal-rs
+	// found it herded in simulation and takes 0.6.
+	DefaultHotQuantile = 0.6
+)
+
+// Bounds of Prequal's options.
+const (
+	maxProbesPerPick = 16
+	maxProbePoolSize = 1024
+)
+
+// prequalProbeFails is how many failed probes in a row make a peer
+// unprobed.
+const prequalProbeFails = 3
+
+// prequalSettings are Prequal's own options, defaults first.
+type prequalSettings struct {
+	prober    Prober
+	proberSet bool
+	perPick   float64
+	perSecond float64
+	size      int
+	maxAge    time.Duration
+	q         float64
+}
+
+// WithProber makes Prequal probe through p, which it owns from then on:
+// Close closes it if it is an io.Closer. Not nil. Default: none, and
+// Prequal picks as P2CPeakEWMA.
+func WithProber(p Prober) Option {
+	return ownOption("WithProber", func(s *prequalSettings) { s.prober, s.proberSet = p, true })
+}
+
+// WithProbeRate sets how many probes Prequal sends a pick, in [0, 16]
+// (a fraction is spread evenly over the picks), and at most how many a
+// second, above 0. Default: 3 a pick, 1000 a second.
+func WithProbeRate(perPick, perSecond float64) Option {
+	return ownOption("WithProbeRate", func(s *prequalSettings) { s.perPick, s.perSecond = perPick, perSecond })
+}
+
+// WithProbePool sets Prequal's pool: at most size answers, in [1, 1024],
+// none older than maxAge, above 0 and at most MaxProbeLatency; an answer
+// whose round trip passed maxAge is dropped as late. Default: 16, 1s.
+func WithProbePool(size int, maxAge time.Duration) Option {
+	return ownOption("WithProbePool", func(s *prequalSettings) { s.size, s.maxAge = size, maxAge })
+}
+
+// WithHotQuantile sets the quantile q of the recently answered in-flight
+// counts above which an answer is hot, in (0, 1]. Default:
+// DefaultHotQuantile.
+func WithHotQuantile(q float64) Option {
+	return ownOption("WithHotQuantile", func(s *prequalSettings) { s.q = q })
+}
+
+// check returns an error naming the first setting out of range.
+func (s prequalSettings) check() error {
+	bad := func(opt string, why string, v ...any) error {
+		return fmt.Errorf("balancer: Prequal: %s(%s): %s: %w", opt, fmt.Sprint(v...), why, ErrInvalidConfig)
+	}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	switch {
+	case s.proberSet && s.prober == nil:
+		return bad("WithProber", "nil", "nil")
+	case !finite(s.perPick) || s.perPick < 0 || s.perPick > maxProbesPerPick:
+		return bad("WithProbeRate", fmt.Sprintf("probes a pick %v out of [0, %d]", s.perPick, maxProbesPerPick), s.perPick, ", ", s.perSecond)
+	case !finite(s.perSecond) || s.perSecond <= 0:
+		return bad("WithProbeRate", fmt.Sprintf("probes a second %v not a finite number above 0", s.perSecond), s.perPick, ", ", s.perSecond)
+	case s.size < 1 || s.size > maxProbePoolSize:
+		return bad("WithProbePool", fmt.Sprintf("size %d out of [1, %d]", s.size, maxProbePoolSize), s.size, ", ", s.maxAge)
+	case s.maxAge <= 0 || s.maxAge > MaxProbeLatency:
+		return bad("WithProbePool", fmt.Sprintf("max age %v out of (0, %v]", s.maxAge, MaxProbeLatency), s.size, ", ", s.maxAge)
+	case math.IsNaN(s.q) || s.q <= 0 || s.q > 1:
+		return bad("WithHotQuantile", "out of (0, 1]", s.q)
+	}
+	return nil
+}
+
+// NewPrequal returns a Prequal over peers. It accepts WithClock, WithRand,
+// WithDecay, WithFailurePenalty, WithProber, WithProbeRate, WithProbePool
+// and WithHotQuantile.
+func NewPrequal(peers []*Peer, opts ...Option) (*Prequal, error) {
+	cfg, err := newConfig(prequalSpec, opts)
+	if err != nil {
+		return nil, err
+	}
+	lat, err := latencyOptions(prequalSpec.name, &cfg, DefaultDecay)
+	if err != nil {
+		return nil, err
+	}
+	s := prequalSettings{
+		perPick: DefaultProbesPerPick, perSecond: DefaultProbesPerSecond,
+		size: DefaultProbePoolSize, maxAge: DefaultProbeMaxAge, q: DefaultHotQuantile,
+	}
+	applyOwn(&cfg, &s)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	b := &Prequal{
+		peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty)},
+		prober:   s.prober,
+		perPick:  s.perPick,
+		maxAge:   int64(s.maxAge),
+		bucket:   newProbeBucket(s.perSecond),
+		pool: probePool{
+			e: make([]poolEntry, 0, s.size), size: s.size, maxAge: int64(s.maxAge), q: s.q,
+			removes: s.perPick > 0,
+		},
+	}
+	b.fresh = newPrequalPeer
+	b.rng = newRandSource(cfg)
+	if err := b.init(peers, cfg, b.changedLocked); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// changedLocked rebuilds the draw tables, then, under the pool's lock,
+// drops the answers of peers no longer held, records each peer's place in
+// its list, counts the unprobed peers and sets the reuse budget for the
+// new number of peers. Requires the peer set's lock.
+func (b *Prequal) changedLocked(l *peerList) {
+	b.twoChoices.changedLocked(l)
+	pl := &b.pool
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for j := 0; j < len(pl.e); {
+		if pl.e[j].peer.owner.Load() != &b.peerSet || pl.e[j].peer.state.Load() != &pl.e[j].st.peerState {
+			pl.removeLocked(j)
+			continue
+		}
+		j++
+	}
+	var n int64
+	for _, list := range [2][]*Peer{l.primary, l.backup} {
+		for i, p := range list {
+			st := prequalOf(p)
+			st.pos, st.backup = i, p.backup.Load()
+			if st.unprobed.Load() {
+				n++
+			}
+		}
+	}
+	b.unprobed.Store(n)
+	pl.budget = reuseBudget(pl.size, len(l.primary), b.perPick, min(b.perPick, 1))
+}
+
+// Pick chooses by the hot-cold rule among the pool's answers for peers r
+// may try, or, without one, as P2CPeakEWMA; then it sends this pick's
+// probes. It never waits for a probe.
+func (b *Prequal) Pick(r *Request) (*Peer, error) {
+	if b.prober == nil {
+		return b.pick(r, &b.peakEWMA)
+	}
+	t := b.draw.Load()
+	if t == nil {
+		return nil, ErrNoPeers
+	}
+	clk := lazyClock{now: b.now}
+	k := b.probesThisPick()
+	p, err := pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
+		if backup {
+			return b.choose(peers, &t.backup, backup, r, &clk, k > 0)
+		}
+		return b.choose(peers, &t.primary, backup, r, &clk, k > 0)
+	})
+	if k > 0 && !t.list.single {
+		b.sendProbes(t, k, &clk)
+	}
+	return p, err
+}
+
+// choose returns the index in peers of the peer chosen for r's attempt,
+// taken, or -1: the pool's candidate, unless an unprobed peer's expected
+// latency is lower; without a candidate, P2CPeakEWMA's choice.
+func (b *Prequal) choose(peers []*Peer, d *drawList, backup bool, r *Request, clk *lazyClock, remove bool) int {
+	if b.pool.n.Load() == 0 {
+		return b.twoChoices.choose(peers, d, r, &b.peakEWMA, clk)
+	}
+	u, limit := -1, math.Inf(1)
+	if b.unprobed.Load() > 0 {
+		if u = b.drawUnprobed(peers, d, r, clk); u >= 0 {
+			probing, c := b.cost(peers[u], p2cState(d.st[u]), clk.get(), clk)
+			if !probing {
+				limit = c
+			}
+		}
+	}
+	i, found := b.poolPick(peers, backup, r, clk, limit, remove)
+	switch {
+	case i >= 0:
+		return i
+	case found && u >= 0 && peers[u].take(clk):
+		return u // the unprobed peer's cost was the lower
+	}
+	return b.twoChoices.choose(peers, d, r, &b.peakEWMA, clk)
+}
+
+// poolPick runs the pool's part of a pick under its lock: ages the
+// answers, chooses by the hot-cold rule, and, if the candidate's latency
+// is below limit, takes its attempt and charges its answer (i ≥ 0); found
+// reports a candidate whose latency was not below limit. It then removes
+// one more answer if remove.
+func (b *Prequal) poolPick(peers []*Peer, backup bool, r *Request, clk *lazyClock, limit float64, remove bool) (i int, found bool) {
+	pl := &b.pool
+	now := clk.get()
+	i = -1
+	pl.mu.Lock()
+	pl.ageLocked(now)
+	thr := pl.ring.quantile(pl.q)
+	if j := pl.chooseLocked(peers, backup, r, clk, thr); j >= 0 {
+		e := &pl.e[j]
+		switch {
+		case e.score() >= limit:
+			found = true
+		case e.peer.take(clk):
+			i = e.st.pos
+			pl.useLocked(j)
+		}
+	}
+	if remove {
+		pl.removeOneLocked(thr)
+	}
+	pl.mu.Unlock()
+	return i, found
+}
+
+// drawUnprobed draws, by weight, up to two distinct unprobed peers r may
+// try and returns the one of the lower peak-EWMA cost, or -1. It gives up
+// after a few draws: the unprobed are then too few to matter to this pick.
+func (b *Prequal) drawUnprobed(peers []*Peer, d *drawList, r *Request, clk *lazyClock) int {
+	a, c := -1, -1
+	for range 2 * p2cEffort {
+		i := b.drawOne(d, len(peers))
+		if i == a || !prequalState(d.st[i]).unprobed.Load() || !eligibleAt(peers, i, r, clk) {
+			continue
+		}
+		if a < 0 {
+			a = i
+			continue
+		}
+		c = i
+		break
+	}
+	if c >= 0 && b.less(peers[c], peers[a], d.st[c], d.st[a], *clk) {
+		return c
+	}
+	return a
+}
+
+// drawOne draws one index of a list of n > 0 peers by weight.
+func (b *twoChoices) drawOne(d *drawList, n int) int {
+	if d.uniform {
+		return int(b.rng.int64N(int64(n)))
+	}
+	return d.alias.draw(b.rng.uint64())
+}
+
+// Done also feeds the attempt's latency into the peak EWMA, as
+// P2CPeakEWMA's; a failure drops the peer's answer from the pool and keeps
+// its answers out until an attempt on it succeeds. A success on a peer
+// without a failure on record takes no lock.
+func (b *Prequal) Done(p *Peer, o Outcome) error {
+	if err := b.donePeak(&b.peakEWMA, p, o); err != nil {
+		return err
+	}
+	if o.Abandoned || b.prober == nil || p.owner.Load() != &b.peerSet {
+		return nil
+	}
+	st := prequalOf(p)
+	if !o.Failed && !st.failedLast.Load() {
+		return nil
+	}
+	b.pool.mu.Lock()
+	if p.owner.Load() == &b.peerSet {
+		st.failedLast.Store(o.Failed)
+		if o.Failed {
+			b.pool.dropLocked(p)
+		}
+		b.statusLocked(st)
+	}
+	b.pool.mu.Unlock()
+	return nil
+}
+
+// statusLocked sets whether st's peer is unprobed (failed probes in a row,
+// or a failed last attempt) and keeps the count. Requires the pool's lock
+// and the peer held by b.
+func (b *Prequal) statusLocked(st *prequalPeer) {
+	want := st.probeFails >= prequalProbeFails || st.failedLast.Load()
+	if want == st.unprobed.Load() {
+		return
+	}
+	st.unprobed.Store(want)
+	if want {
+		b.unprobed.Add(1)
+	} else {
+		b.unprobed.Add(-1)
+	}
+}
+
+// Answer records a probe's answer: into the pool (replacing the peer's
+// older one), the recent in-flight counts and the peer's round trip. A
+// failed answer counts against the peer's probing (three in a row and it
+// is unprobed, see Prequal); an answer whose round trip passed the pool's
+// max age, or that comes after Close, is dropped as late. Every outcome is counted (ProbeStats). It
+// returns ErrUnknownPeer for a peer b does not hold and ErrInvalidProbe
+// for an answer out of range, naming the value, and then changes nothing
+// else. O(pool size) under the pool's lock, allocation-free.
+func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
+	if p == nil {
+		b.stats.unknown.Add(1)
+		return fmt.Errorf("balancer: Prequal: Answer(nil): %w", ErrUnknownPeer)
+	}
+	if p.owner.Load() != &b.peerSet {
+		b.stats.unknown.Add(1)
+		return fmt.Errorf("balancer: Prequal: Answer(%q): %w", p.addr, ErrUnknownPeer)
+	}
+	if !a.Failed {
+		if err := checkProbe(p, a); err != nil {
+			b.stats.invalid.Add(1)
+			return err
+		}
+	}
+	h := p.state.Load()
+	st, ok := (*prequalPeer)(nil), false
+	if h != nil {
+		st, ok = h.own.(*prequalPeer)
+	}
+	if !ok {
+		b.stats.unknown.Add(1) // claimed by another picker since the owner check
+		return fmt.Errorf("balancer: Prequal: Answer(%q): %w", p.addr, ErrUnknownPeer)
+	}
+	if b.closed.Load() || !a.Failed && int64(a.RoundTrip) > b.maxAge {
+		b.stats.late.Add(1)
+		return nil
+	}
+	now := b.now()
+	pl := &b.pool
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if p.owner.Load() != &b.peerSet || p.state.Load() != h {
+		b.stats.unknown.Add(1)
+		return fmt.Errorf("balancer: Prequal: Answer(%q): %w", p.addr, ErrUnknownPeer)
+	}
+	if a.Failed {
+		b.stats.failed.Add(1)
+		st.probeFails++
+		if st.probeFails == prequalProbeFails {
+			st.nextProbe.Store(now + b.maxAge)
+		}
+		b.statusLocked(st)
+		return nil
+	}
+	b.stats.answered.Add(1)
+	st.probeFails = 0
+	b.statusLocked(st)
+	rt := float64(a.RoundTrip)
+	if st.rttOK {
+		st.rtt += (rt - st.rtt) / 8
+	} else {
+		st.rtt, st.rttOK = rt, true
+	}
+	if st.failedLast.Load() {
+		return nil // its attempts fail: its answers say nothing of them
+	}
+	pl.ring.add(a.InFlight)
+	pl.putLocked(p, st, a.InFlight, float64(a.Latency), now-int64(a.RoundTrip)/2)
+	return nil
+}
+
+// checkProbe returns an error naming the first field of a out of range.
+func checkProbe(p *Peer, a ProbeAnswer) error {
+	switch x := a.InFlight; {
+	case math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > MaxProbeInFlight:
+		return fmt.Errorf("balancer: Prequal: Answer(%q): InFlight %v out of [0, %d]: %w", p.addr, x, MaxProbeInFlight, ErrInvalidProbe)
+	case a.Latency < 0 || a.Latency > MaxProbeLatency:
+		return fmt.Errorf("balancer: Prequal: Answer(%q): Latency %v out of [0, %v]: %w", p.addr, a.Latency, MaxProbeLatency, ErrInvalidProbe)
+	case a.RoundTrip < 0 || a.RoundTrip > MaxProbeLatency:
+		return fmt.Errorf("balancer: Prequal: Answer(%q): RoundTrip %v out of [0, %v]: %w", p.addr, a.RoundTrip, MaxProbeLatency, ErrInvalidProbe)
+	}
+	return nil
+}
+
+// Close stops the probing: no Probe call starts after it returns, and the
+// pool is emptied, so that Pick goes on as P2CPeakEWMA. It closes the
+// Prober if it is an io.Closer and returns its error; a second Close does
+// nothing.
+func (b *Prequal) Close() error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	for b.sending.Load() != 0 {
+		runtime.Gosched() // a pick is between its look at closed and its last Probe
+	}
+	b.pool.mu.Lock()
+	for len(b.pool.e) > 0 {
+		b.pool.removeLocked(len(b.pool.e) - 1)
+	}
+	b.pool.mu.Unlock()
+	if c, ok := b.prober.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+var _ ProbeReceiver = (*Prequal)(nil)
+
+// prequalPeer is Prequal's per-peer state (peerstate.go): P2CPeakEWMA's,
+// for the fallback, and what the probes taught.
+type prequalPeer struct {
+	p2cPeer
+
+	// Guarded by the pool's lock.
+	pos        int     // index in its list, as the last list change set it
+	backup     bool    // in the backup list
+	rtt        float64 // smoothed round trip, ns
+	rttOK      bool    // rtt holds a sample
+	probeFails int     // failed probes in a row
+
+	// Written under the pool's lock, read lock-free by the picks.
+	inPool     atomic.Bool  // the pool holds an answer of the peer
+	unprobed   atomic.Bool  // balanced by P2CPeakEWMA's rule (statusLocked)
+	failedLast atomic.Bool  // the last attempt reported failed
+	nextProbe  atomic.Int64 // unprobed: the earliest next probe, unix ns
+}
+
+func newPrequalPeer(int64) *peerState {
+	s := &prequalPeer{}
+	s.own = s
+	return &s.peerState
+}
+
+// prequalNone is the state prequalOf returns for a peer that holds none of
+// Prequal's.
+var prequalNone prequalPeer
+
+// prequalOf returns Prequal's state of p, or prequalNone. Lock-free.
+func prequalOf(p *Peer) *prequalPeer { return prequalState(p.state.Load()) }
+
+// prequalState returns the Prequal state h heads, or prequalNone.
+func prequalState(h *peerState) *prequalPeer {
+	if h != nil {
+		if s, ok := h.own.(*prequalPeer); ok {
+			return s
+		}
+	}
+	return &prequalNone
+}

@@ -1,0 +1,548 @@
+package balancer
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Prequal's promises beyond the contract, checked by FuzzPickers: without
+// a prober it is P2CPeakEWMA.
+var _ = declareTraits("Prequal", fuzzTrait{zeroWeight: zwEligible})
+
+// proberFunc is a Prober of one function.
+type proberFunc func(p *Peer, to ProbeReceiver)
+
+func (f proberFunc) Probe(p *Peer, to ProbeReceiver) { f(p, to) }
+
+// queueProber records the probes it is asked for and answers none until
+// told: the asynchronous prober, in a preallocated queue.
+type queueProber struct {
+	mu     sync.Mutex
+	probes []*Peer
+}
+
+func (q *queueProber) Probe(p *Peer, _ ProbeReceiver) {
+	q.mu.Lock()
+	q.probes = append(q.probes, p)
+	q.mu.Unlock()
+}
+
+// take returns the probes asked for since the last take.
+func (q *queueProber) take() []*Peer {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.probes
+	q.probes = nil
+	return out
+}
+
+// newTestPrequal returns a Prequal over peers on clk, seeded, with opts.
+func newTestPrequal(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *Prequal {
+	t.Helper()
+	opts = append([]Option{clk.opt(), WithRand(rand.NewPCG(1, 2))}, opts...)
+	b, err := NewPrequal(peers, opts...)
+	require.NoError(t, err)
+	return b
+}
+
+// ms is a latency in milliseconds.
+func ms(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+
+// answer feeds b one answer, which must be taken.
+func answer(t *testing.T, b *Prequal, p *Peer, rif float64, lat, rtt time.Duration) {
+	t.Helper()
+	require.NoError(t, b.Answer(p, ProbeAnswer{InFlight: rif, Latency: lat, RoundTrip: rtt}))
+}
+
+// TestPrequal_fallbackIsP2CPeakEWMA checks that without a prober, and
+// with a prober closed before the first pick, Prequal picks as
+// NewP2CPeakEWMA does, pick for pick, over the same seed, clock and
+// outcomes: heavy-tailed latencies by peer, a failure now and then,
+// attempts held in flight.
+func TestPrequal_fallbackIsP2CPeakEWMA(t *testing.T) {
+	for _, mode := range []string{"no prober", "closed prober"} {
+		t.Run(mode, func(t *testing.T) {
+			clkA, clkB := newFakeClock(), newFakeClock()
+			pa := makePeers(8, func(i int) string { return string(rune('a' + i)) }, nil)
+			pb := makePeers(8, func(i int) string { return string(rune('a' + i)) }, nil)
+			ref := newTestP2C(t, clkA, pa)
+			var opts []Option
+			if mode == "closed prober" {
+				opts = append(opts, WithProber(&queueProber{}))
+			}
+			b := newTestPrequal(t, clkB, pb, opts...)
+			if mode == "closed prober" {
+				require.NoError(t, b.Close())
+			}
+			out := rand.New(rand.NewPCG(7, 8))
+			var heldA, heldB []*Peer
+			for i := range 2000 {
+				x, errA := ref.Pick(nil)
+				y, errB := b.Pick(nil)
+				require.Equal(t, errA, errB, "pick %d", i)
+				if errA == nil {
+					require.Equal(t, x.Addr(), y.Addr(), "pick %d", i)
+					heldA, heldB = append(heldA, x), append(heldB, y)
+				}
+				if len(heldA) > 3 || len(heldA) > 0 && out.IntN(2) == 0 {
+					k := out.IntN(len(heldA))
+					lat := time.Duration(float64(time.Millisecond) * math.Exp(out.NormFloat64()*1.2) * float64(1+k%3))
+					o := Outcome{Latency: lat, Failed: out.IntN(100) == 0}
+					require.NoError(t, ref.Done(heldA[k], o))
+					require.NoError(t, b.Done(heldB[k], o))
+					heldA = append(heldA[:k], heldA[k+1:]...)
+					heldB = append(heldB[:k], heldB[k+1:]...)
+				}
+				d := time.Duration(out.IntN(3)) * time.Millisecond
+				clkA.add(d)
+				clkB.add(d)
+			}
+		})
+	}
+}
+
+// TestPrequal_hotCold checks the hot-cold rule on hand-built pools (no
+// probes sent, no removal: WithProbeRate(0, 1)). Each case's answers arrive
+// in order (a peer's later answer replaces its earlier one in the pool,
+// but every answer enters the recent counts); the threshold is the
+// nearest-rank q-quantile of those counts, the ⌈q·n⌉-th smallest, worked
+// out in the case's comment, and the expected peer follows: the cold
+// answer (count ≤ threshold) of the lowest latency + round trip, or with
+// all hot the lowest count.
+func TestPrequal_hotCold(t *testing.T) {
+	type ans struct {
+		peer     string
+		rif      float64
+		lat, rtt time.Duration
+	}
+	tests := []struct {
+		name    string
+		q       float64
+		answers []ans
+		want    string
+	}{
+		// counts 1 2 5 9, n 4. q .5: ⌈2⌉ = 2nd, 2: a, b cold, b faster.
+		{"q 0.5", 0.5, []ans{{"a", 1, ms(40), 0}, {"b", 2, ms(10), 0}, {"c", 5, ms(5), 0}, {"d", 9, ms(1), 0}}, "b"},
+		// q .75: ⌈3⌉ = 3rd, 5: a, b, c cold, c fastest.
+		{"q 0.75", 0.75, []ans{{"a", 1, ms(40), 0}, {"b", 2, ms(10), 0}, {"c", 5, ms(5), 0}, {"d", 9, ms(1), 0}}, "c"},
+		// q .25: ⌈1⌉ = 1st, 1: a alone cold.
+		{"q 0.25", 0.25, []ans{{"a", 1, ms(40), 0}, {"b", 2, ms(10), 0}, {"c", 5, ms(5), 0}, {"d", 9, ms(1), 0}}, "a"},
+		// q 1: the largest, 9: all cold, d fastest.
+		{"q 1", 1, []ans{{"a", 1, ms(40), 0}, {"b", 2, ms(10), 0}, {"c", 5, ms(5), 0}, {"d", 9, ms(1), 0}}, "d"},
+		// counts 0 0 0 3 4 (a's three zeros replaced in the pool by its 3),
+		// q .5: ⌈2.5⌉ = 3rd, 0: all hot, the lowest count, a.
+		{"all hot: lowest count", 0.5, []ans{{"a", 0, ms(1), 0}, {"a", 0, ms(1), 0}, {"a", 0, ms(1), 0}, {"a", 3, ms(50), 0}, {"b", 4, ms(1), 0}}, "a"},
+		// all hot with equal counts: the lower latency, b.
+		{"all hot: tie on count", 0.5, []ans{{"c", 0, ms(1), 0}, {"c", 0, ms(1), 0}, {"c", 0, ms(1), 0}, {"a", 3, ms(50), 0}, {"b", 3, ms(20), 0}, {"c", 9, ms(1), 0}}, "b"},
+		// counts 1 1, both cold: a 15+1 ms against b 10+20: a.
+		{"round trip counts", 0.6, []ans{{"a", 1, ms(15), ms(1)}, {"b", 1, ms(10), ms(20)}}, "a"},
+		// the far zone's server is faster, the near one's wins by 14 ms.
+		{"near zone beats far", 1, []ans{{"a", 2, ms(12), ms(30)}, {"b", 2, ms(20), ms(8)}}, "b"},
+		// the round trip is smoothed (gain 1/8): b's first 40, then 0:
+		// 40 + (0 − 40)/8 = 35; b 1 + 35 = 36 > a 30 + 0.
+		{"smoothed round trip", 1, []ans{{"a", 0, ms(30), 0}, {"b", 0, ms(1), ms(40)}, {"b", 0, ms(1), 0}}, "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := makePeers(4, func(i int) string { return string(rune('a' + i)) }, nil)
+			b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(tt.q))
+			byName := map[string]*Peer{}
+			for _, p := range peers {
+				byName[p.Addr()] = p
+			}
+			for _, a := range tt.answers {
+				answer(t, b, byName[a.peer], a.rif, a.lat, a.rtt)
+			}
+			assert.Equal(t, tt.want, mustPick(t, b, nil).Addr())
+		})
+	}
+}
+
+// TestPrequal_localCount checks that a used answer counts the attempt: a
+// 1 (1 ms), b 1 (2 ms), c 3 (0.5 ms); counts 1 1 3, q 2/3: the 2nd, 1.
+// Pick 1: a and b cold, a faster; a's count goes to 2, hot. Pick 2: b
+// alone cold; b to 2. Pick 3: all hot, a and b at 2, a faster. Without the
+// local count it would be a, a, a.
+func TestPrequal_localCount(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(2.0/3))
+	answer(t, b, peers[0], 1, ms(1), 0)
+	answer(t, b, peers[1], 1, ms(2), 0)
+	answer(t, b, peers[2], 3, ms(0.5), 0)
+	var got []string
+	for range 3 {
+		got = append(got, mustPick(t, b, nil).Addr())
+	}
+	assert.Equal(t, []string{"a", "b", "a"}, got)
+}
+
+// TestPrequal_maxAge checks that an answer serves picks until it is
+// maxAge old, counted from when the server answered (the answer's arrival
+// less half its round trip), and not after: then the pick falls back to
+// P2CPeakEWMA's rule, here a draw between b and c (a has an attempt in
+// flight and no reply yet, so loses to neither... both unmeasured idle:
+// a pair without a). The budget (4 uses, the cap: the pool of 16 holds
+// every one of the 3 peers) is not the limit over 2 picks.
+func TestPrequal_maxAge(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithProbePool(16, 100*time.Millisecond))
+	answer(t, b, peers[0], 0, ms(1), ms(20)) // answered at now − 10 ms
+	clk.add(90 * time.Millisecond)           // 100 ms old: still in
+	assert.Equal(t, "a", mustPick(t, b, nil).Addr())
+	clk.add(time.Nanosecond) // past the age
+	assert.Equal(t, 1, len(b.pool.e))
+	p := mustPick(t, b, nil)
+	assert.Equal(t, 0, len(b.pool.e), "aged out at the pick")
+	assert.NotEqual(t, "a", p.Addr(), "the fallback prefers the peers with nothing in flight")
+}
+
+// TestPrequal_reuseBudget checks the budget against the paper's formula
+// worked out by hand, and that an answer serves exactly its budget.
+func TestPrequal_reuseBudget(t *testing.T) {
+	tests := []struct {
+		m, n           int
+		rProbe, rRemov float64
+		want           float64
+	}{
+		{8, 40, 2, 1, 1 + 1/0.6},      // (1 − 0.2)·2 − 1 = 0.6
+		{16, 100, 3, 1, 1 + 1/1.52},   // 0.84·3 − 1 = 1.52
+		{16, 10, 3, 1, maxReuse},      // pool ≥ peers: the cap
+		{10, 10, 3, 1, maxReuse},      // denominator 0
+		{16, 1000, 3, 1, 1 + 1/1.952}, // 0.984·3 − 1
+		{8, 40, 1.2, 1, maxReuse},     // 0.8·1.2 − 1 < 0
+		{4, 400, 1.03, 1, maxReuse},   // 1 + 1/0.0197 > the cap
+		{4, 8, 0, 0, maxReuse},
+		{4, 0, 3, 1, maxReuse},
+	}
+	for _, tt := range tests {
+		assert.InDelta(t, tt.want, reuseBudget(tt.m, tt.n, tt.rProbe, tt.rRemov), 1e-12, "%+v", tt)
+	}
+
+	// 3 peers in a pool of 16: 4 uses. One answer of a, and a kept cold
+	// (q 1): four picks of a from the pool, then none in the pool.
+	clk := newFakeClock()
+	peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(1))
+	answer(t, b, peers[0], 0, ms(1), 0)
+	for i := range maxReuse {
+		require.Equal(t, 1, len(b.pool.e), "use %d", i)
+		assert.Equal(t, "a", mustPick(t, b, nil).Addr(), "use %d", i)
+	}
+	assert.Equal(t, 0, len(b.pool.e), "spent")
+
+	// A fractional budget: the mean is the budget, 2, 3, 3 for 2 2/3.
+	pl := probePool{budget: 1 + 1/0.6}
+	var uses []int32
+	for range 3 {
+		uses = append(uses, pl.newUsesLocked())
+	}
+	assert.Equal(t, []int32{2, 3, 3}, uses)
+}
+
+// TestPrequal_removal checks the pick's one removal, the oldest and the
+// worst in turn, the worst being the hottest answer or, with none hot, the
+// slowest (latency + round trip); then that a pick removes one answer
+// besides the one it uses.
+func TestPrequal_removal(t *testing.T) {
+	type ent struct {
+		name string
+		rif  float64
+		lat  float64 // ms
+		rtt  float64 // ms
+		at   int64
+	}
+	build := func(es []ent) *probePool {
+		pl := &probePool{size: 8}
+		for _, e := range es {
+			st := &prequalPeer{rtt: float64(ms(e.rtt))}
+			pl.e = append(pl.e, poolEntry{peer: NewPeer(e.name), st: st, rif: e.rif, lat: float64(ms(e.lat)), at: e.at})
+		}
+		return pl
+	}
+	names := func(pl *probePool) map[string]bool {
+		m := map[string]bool{}
+		for _, e := range pl.e {
+			m[e.peer.Addr()] = true
+		}
+		return m
+	}
+	// None hot (threshold +Inf): oldest d, slowest c (30 + 5 = 35 against
+	// b's 20 + 10 = 30), oldest a, and b is left.
+	pl := build([]ent{{"a", 0, 10, 0, 2}, {"b", 0, 20, 10, 4}, {"c", 0, 30, 5, 3}, {"d", 0, 40, 0, 1}})
+	for _, gone := range []string{"d", "c", "a", "b"} {
+		pl.removeOneLocked(math.Inf(1))
+		assert.False(t, names(pl)[gone], "%s removed", gone)
+		assert.Equal(t, 4-len(names(pl)), 1+slicesIndex([]string{"d", "c", "a", "b"}, gone))
+	}
+	// Hot above 2: b (3) and d (9) hot; the worst is d, the hottest,
+	// though a is the slowest.
+	pl = build([]ent{{"a", 1, 90, 0, 1}, {"b", 3, 20, 0, 2}, {"c", 2, 30, 0, 3}, {"d", 9, 1, 0, 4}})
+	pl.oldest = true // the next removal takes the worst
+	pl.removeOneLocked(2)
+	assert.Equal(t, map[string]bool{"a": true, "b": true, "c": true}, names(pl))
+
+	// A pick with probes on removes one answer more than it uses up: of
+	// 4 answers (oldest d), a is used (4 uses, the cap), d removed.
+	clk := newFakeClock()
+	peers := makePeers(5, func(i int) string { return string(rune('a' + i)) }, nil)
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(1, 1000), WithHotQuantile(1))
+	for _, a := range []struct {
+		i   int
+		lat float64
+	}{{3, 40}, {0, 10}, {2, 30}, {1, 20}} {
+		answer(t, b, peers[a.i], 0, ms(a.lat), 0)
+		clk.add(time.Millisecond)
+	}
+	assert.Equal(t, "a", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 3, len(b.pool.e))
+	assert.Equal(t, -1, b.pool.indexLocked(peers[3]), "d, the oldest, removed")
+}
+
+// slicesIndex is slices.Index for the removal table.
+func slicesIndex(s []string, x string) int {
+	for i, v := range s {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestPrequal_probeRate checks the probes a pick sends: 3 by default, to
+// distinct peers; a fraction spread evenly (0.5: every other pick); and the
+// per-second cap on the clock: 10 a second with a burst of a tenth of a
+// second's worth (one probe) lets exactly one probe through every 100 ms,
+// so over picks 1 ms apart for 1 s, 10 of the 3000 asked for.
+func TestPrequal_probeRate(t *testing.T) {
+	peers := makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil)
+	t.Run("default 3 a pick", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil), WithProber(q))
+		for range 50 {
+			mustPick(t, b, nil)
+			got := q.take()
+			require.Len(t, got, 3)
+			assert.True(t, got[0] != got[1] && got[1] != got[2] && got[0] != got[2], "distinct peers")
+			clk.add(10 * time.Millisecond)
+		}
+		assert.Equal(t, uint64(150), b.ProbeStats().Sent)
+	})
+	t.Run("half a pick", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, peers, WithProber(q), WithProbeRate(0.5, 1000))
+		var per []int
+		for range 6 {
+			mustPick(t, b, nil)
+			per = append(per, len(q.take()))
+		}
+		assert.Equal(t, []int{0, 1, 0, 1, 0, 1}, per)
+	})
+	t.Run("per second", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil), WithProber(q), WithProbeRate(3, 10))
+		for range 1000 {
+			mustPick(t, b, nil)
+			clk.add(time.Millisecond)
+		}
+		s := b.ProbeStats()
+		assert.Equal(t, uint64(10), s.Sent)
+		assert.Equal(t, uint64(3000-10), s.RateLimited)
+		assert.Len(t, q.take(), 10)
+	})
+}
+
+// TestPrequal_badAnswers checks that every bad answer is refused with its
+// sentinel and a message naming the value, counted, and changes nothing:
+// the pool and the recent counts stay empty.
+func TestPrequal_badAnswers(t *testing.T) {
+	tests := []struct {
+		name    string
+		a       ProbeAnswer
+		unknown bool // for a peer the picker does not hold
+		err     error
+		msg     string
+		count   func(ProbeStats) uint64
+	}{
+		{"NaN in flight", ProbeAnswer{InFlight: math.NaN()}, false, ErrInvalidProbe, "InFlight NaN", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"infinite in flight", ProbeAnswer{InFlight: math.Inf(1)}, false, ErrInvalidProbe, "InFlight +Inf", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"negative in flight", ProbeAnswer{InFlight: -1}, false, ErrInvalidProbe, "InFlight -1", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"huge in flight", ProbeAnswer{InFlight: MaxProbeInFlight + 1}, false, ErrInvalidProbe, "InFlight 1.048577e+06", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"negative latency", ProbeAnswer{Latency: -1}, false, ErrInvalidProbe, "Latency -1ns", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"huge latency", ProbeAnswer{Latency: MaxProbeLatency + 1}, false, ErrInvalidProbe, "Latency 1h0m0.000000001s", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"negative round trip", ProbeAnswer{RoundTrip: -time.Second}, false, ErrInvalidProbe, "RoundTrip -1s", func(s ProbeStats) uint64 { return s.Invalid }},
+		{"unknown peer", ProbeAnswer{InFlight: 1}, true, ErrUnknownPeer, `"stranger"`, func(s ProbeStats) uint64 { return s.Unknown }},
+		{"late", ProbeAnswer{InFlight: 1, RoundTrip: time.Second + 1}, false, nil, "", func(s ProbeStats) uint64 { return s.Late }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+			b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1))
+			p := peers[0]
+			if tt.unknown {
+				p = NewPeer("stranger")
+			}
+			err := b.Answer(p, tt.a)
+			if tt.err != nil {
+				require.ErrorIs(t, err, tt.err)
+				assert.ErrorContains(t, err, tt.msg)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, uint64(1), tt.count(b.ProbeStats()))
+			assert.Equal(t, uint64(0), b.ProbeStats().Answered)
+			assert.Equal(t, 0, len(b.pool.e), "pool unchanged")
+			assert.Equal(t, 0, b.pool.ring.n, "recent counts unchanged")
+		})
+	}
+	t.Run("nil peer", func(t *testing.T) {
+		b := newTestPrequal(t, newFakeClock(), []*Peer{NewPeer("a")}, WithProber(&queueProber{}))
+		assert.ErrorIs(t, b.Answer(nil, ProbeAnswer{}), ErrUnknownPeer)
+		assert.Equal(t, uint64(1), b.ProbeStats().Unknown)
+	})
+}
+
+// TestPrequal_options checks each option's range, errors naming the
+// option and the value.
+func TestPrequal_options(t *testing.T) {
+	pr := &queueProber{}
+	tests := []struct {
+		opt  Option
+		want string // "" valid
+	}{
+		{WithProber(nil), "WithProber(nil)"},
+		{WithProber(pr), ""},
+		{WithProbeRate(0, 1), ""},
+		{WithProbeRate(16, 1e6), ""},
+		{WithProbeRate(-1, 10), "WithProbeRate(-1, 10)"},
+		{WithProbeRate(17, 10), "WithProbeRate(17, 10)"},
+		{WithProbeRate(math.NaN(), 10), "WithProbeRate(NaN, 10)"},
+		{WithProbeRate(3, 0), "WithProbeRate(3, 0)"},
+		{WithProbeRate(3, math.Inf(1)), "WithProbeRate(3, +Inf)"},
+		{WithProbePool(1, time.Millisecond), ""},
+		{WithProbePool(0, time.Second), "WithProbePool(0, 1s)"},
+		{WithProbePool(1025, time.Second), "WithProbePool(1025, 1s)"},
+		{WithProbePool(16, 0), "WithProbePool(16, 0s)"},
+		{WithProbePool(16, 2*time.Hour), "WithProbePool(16, 2h0m0s)"},
+		{WithHotQuantile(1), ""},
+		{WithHotQuantile(0.01), ""},
+		{WithHotQuantile(0), "WithHotQuantile(0)"},
+		{WithHotQuantile(1.5), "WithHotQuantile(1.5)"},
+		{WithHotQuantile(math.NaN()), "WithHotQuantile(NaN)"},
+		{WithDecay(0), "WithDecay(0s)"},
+		{WithFailurePenalty(-1), "WithFailurePenalty(-1ns)"},
+	}
+	for _, tt := range tests {
+		_, err := NewPrequal([]*Peer{NewPeer("a")}, tt.opt)
+		if tt.want == "" {
+			assert.NoError(t, err)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrInvalidConfig, tt.want)
+		assert.ErrorContains(t, err, tt.want)
+	}
+}
+
+// closingProber counts its probes, and fails the test for a probe that
+// starts after Close returned.
+type closingProber struct {
+	t      *testing.T
+	after  atomic.Bool // Close has returned
+	probes atomic.Int64
+	closed atomic.Int64
+}
+
+func (c *closingProber) Probe(p *Peer, to ProbeReceiver) {
+	if c.after.Load() {
+		c.t.Errorf("Probe(%s) after Close returned", p.Addr())
+	}
+	c.probes.Add(1)
+	_ = to.Answer(p, ProbeAnswer{InFlight: float64(p.InFlight()), Latency: time.Millisecond})
+}
+
+func (c *closingProber) Close() error { c.closed.Add(1); return errors.New("closed") }
+
+// TestPrequal_close checks that Close stops the probing, even with picks
+// racing it, closes the prober once and returns its error, and leaves
+// Pick working.
+func TestPrequal_close(t *testing.T) {
+	peers := makePeers(6, func(i int) string { return string(rune('a' + i)) }, nil)
+	pr := &closingProber{t: t}
+	b, err := NewPrequal(peers, WithProber(pr))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := b.Pick(nil)
+				if err == nil {
+					_ = b.Done(p, Outcome{Latency: time.Millisecond})
+				}
+			}
+		})
+	}
+	for pr.probes.Load() < 100 {
+		time.Sleep(time.Millisecond) // wait for the pickers to run (a bounded real event)
+	}
+	assert.EqualError(t, b.Close(), "closed")
+	pr.after.Store(true)
+	close(stop)
+	wg.Wait()
+	assert.NoError(t, b.Close(), "a second Close does nothing")
+	assert.Equal(t, int64(1), pr.closed.Load())
+	for range 10 {
+		p := mustPick(t, b, nil)
+		require.NoError(t, b.Done(p, Outcome{}))
+	}
+	assert.Equal(t, 0, len(b.pool.e), "emptied")
+}
+
+// TestPrequal_removedPeer checks that Remove and Update drop a removed
+// peer's answer, and refuse its later answers.
+func TestPrequal_removedPeer(t *testing.T) {
+	for _, how := range []string{"Remove", "Update"} {
+		t.Run(how, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+			b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1))
+			for _, p := range peers {
+				answer(t, b, p, 0, ms(1), 0)
+			}
+			c := peers[2]
+			if how == "Remove" {
+				require.NoError(t, b.Remove(c))
+			} else {
+				require.NoError(t, b.Update([]*Peer{NewPeer("a"), NewPeer("b")}))
+			}
+			assert.Equal(t, -1, b.pool.indexLocked(c))
+			assert.Equal(t, 2, len(b.pool.e))
+			assert.False(t, prequalOf(c).inPool.Load())
+			assert.ErrorIs(t, b.Answer(c, ProbeAnswer{}), ErrUnknownPeer)
+			for range 20 {
+				p := mustPick(t, b, nil)
+				assert.NotSame(t, c, p)
+				require.NoError(t, b.Done(p, Outcome{}))
+			}
+		})
+	}
+}
