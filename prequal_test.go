@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -546,3 +547,256 @@ func TestPrequal_removedPeer(t *testing.T) {
 		})
 	}
 }
+
+// syncProber answers every probe at once, inside Probe, with what answer
+// says of the peer.
+type syncProber struct {
+	answer func(p *Peer) ProbeAnswer
+}
+
+func (s *syncProber) Probe(p *Peer, to ProbeReceiver) { _ = to.Answer(p, s.answer(p)) }
+
+// TestPrequal_fastFailingIsNoSink runs 60 s of picks 10 ms apart over
+// three healthy peers and x, which fails every attempt at once but answers
+// every probe with 0 in flight and 0 latency: the best answer a pool can
+// hold. nginx's rule bounds x's picks: with max_fails f and fail_timeout w,
+// x takes at most f attempts before it is out for w, then one attempt (the
+// probe after the window) per window, so at most f + T/w over T, the bound
+// FastestFirst, which sends exactly that probe per window, reaches; the
+// same loop runs FastestFirst, and Prequal must give x no more than it.
+// With max_fails 0 nginx never takes x out, and only FastestFirst's count
+// (its failure penalty) bounds it.
+func TestPrequal_fastFailingIsNoSink(t *testing.T) {
+	const (
+		T    = 60 * time.Second
+		step = 10 * time.Millisecond
+	)
+	for _, tt := range []struct {
+		maxFails int
+		window   time.Duration
+	}{{1, 10 * time.Second}, {3, 5 * time.Second}, {0, 10 * time.Second}} {
+		t.Run("", func(t *testing.T) {
+			run := func(newPicker func([]*Peer, *fakeClock) Balancer) int {
+				clk := newFakeClock()
+				peers := makePeers(4, func(i int) string { return string(rune('a' + i)) },
+					func(int) []PeerOption { return []PeerOption{MaxFails(tt.maxFails), FailTimeout(tt.window)} })
+				x := peers[3]
+				b := newPicker(peers, clk)
+				n := 0
+				for range T / step {
+					p := mustPick(t, b, nil)
+					o := Outcome{Latency: 10 * time.Millisecond}
+					if p == x {
+						n++
+						o = Outcome{Failed: true}
+					}
+					require.NoError(t, b.Done(p, o))
+					clk.add(step)
+				}
+				return n
+			}
+			pq := run(func(peers []*Peer, clk *fakeClock) Balancer {
+				x := peers[3]
+				return newTestPrequal(t, clk, peers, WithProber(&syncProber{func(p *Peer) ProbeAnswer {
+					if p == x {
+						return ProbeAnswer{}
+					}
+					return ProbeAnswer{InFlight: float64(p.InFlight()), Latency: 10 * time.Millisecond, RoundTrip: time.Millisecond}
+				}}))
+			})
+			ff := run(func(peers []*Peer, clk *fakeClock) Balancer {
+				b, err := NewFastestFirst(peers, clk.opt(), WithRand(rand.NewPCG(1, 2)))
+				require.NoError(t, err)
+				return b
+			})
+			bound := tt.maxFails + int(T/tt.window)
+			if tt.maxFails == 0 {
+				bound = int(T / step) // nginx never takes x out: only FastestFirst's count bounds it
+			}
+			t.Logf("max_fails %d, fail_timeout %v: x picked %d times by Prequal, %d by FastestFirst, bound %d", tt.maxFails, tt.window, pq, ff, bound)
+			assert.LessOrEqual(t, ff, bound, "FastestFirst within nginx's bound")
+			assert.LessOrEqual(t, pq, bound)
+			assert.LessOrEqual(t, pq, ff)
+		})
+	}
+}
+
+// TestPrequal_mixedPool checks how an unprobed peer (three failed probes in
+// a row: a server without the probe handler) competes with a probed one:
+// the pick compares the pool candidate's expected latency (estimate +
+// round trip) with the unprobed peer's peak-EWMA cost (estimate × (in
+// flight + 1)), both in ns, and the lower takes the attempt.
+func TestPrequal_mixedPool(t *testing.T) {
+	tests := []struct {
+		name     string
+		probed   time.Duration // a's answer: latency (round trip 2 ms)
+		unprobed time.Duration // c's measured latency
+		held     int           // c's attempts in flight
+		want     string
+	}{
+		{"unprobed faster", ms(30), ms(10), 0, "c"},           // 10 < 32
+		{"probed faster", ms(5), ms(10), 0, "a"},              // 7 < 10
+		{"unprobed busy", ms(30), ms(10), 3, "a"},             // 10 × 4 = 40 > 32
+		{"round trip decides", ms(9), ms(10), 0, "c"},         // 9 + 2 = 11 > 10
+		{"a tie goes to the unprobed", ms(8), ms(10), 0, "c"}, // 8 + 2 = 10: the pool is not below
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := makePeers(2, func(i int) string { return string(rune('a' + 2*i)) }, nil) // a, c
+			a, c := peers[0], peers[1]
+			b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(1))
+			for range prequalProbeFails {
+				require.NoError(t, b.Answer(c, ProbeAnswer{Failed: true}))
+			}
+			require.True(t, prequalOf(c).unprobed.Load())
+			require.Equal(t, int64(1), b.unprobed.Load())
+			// c's latency, measured by an attempt, and its attempts held.
+			require.NoError(t, b.SetDown(a, true))
+			require.Same(t, c, mustPick(t, b, nil))
+			require.NoError(t, b.Done(c, Outcome{Latency: tt.unprobed}))
+			for range tt.held {
+				require.Same(t, c, mustPick(t, b, nil))
+			}
+			require.NoError(t, b.SetDown(a, false))
+			answer(t, b, a, 0, tt.probed, ms(2))
+			assert.Equal(t, tt.want, mustPick(t, b, nil).Addr())
+		})
+	}
+}
+
+// asyncProber queues probes in a fixed ring (no allocation once made) and
+// answers them when drained, as a transport would from its own goroutine.
+type asyncProber struct {
+	mu   sync.Mutex
+	ring [256]*Peer
+	n    int
+	to   ProbeReceiver
+}
+
+func (q *asyncProber) Probe(p *Peer, to ProbeReceiver) {
+	q.mu.Lock()
+	if q.n < len(q.ring) {
+		q.ring[q.n] = p
+		q.n++
+		q.to = to
+	}
+	q.mu.Unlock()
+}
+
+// drain answers every queued probe with the peer's own in-flight count.
+func (q *asyncProber) drain(lat time.Duration) {
+	q.mu.Lock()
+	var batch [256]*Peer
+	n := copy(batch[:], q.ring[:q.n])
+	q.n = 0
+	to := q.to
+	q.mu.Unlock()
+	for _, p := range batch[:n] {
+		_ = to.Answer(p, ProbeAnswer{InFlight: float64(p.InFlight()), Latency: lat, RoundTrip: lat / 10})
+	}
+}
+
+// TestPrequal_allocs checks that Pick, Done and Answer allocate nothing,
+// with a prober that answers inside Probe and with one that queues.
+func TestPrequal_allocs(t *testing.T) {
+	peers := makePeers(100, func(i int) string { return string(rune('a'+i%26)) + string(rune('a'+i/26)) }, nil)
+	sp := &syncProber{func(p *Peer) ProbeAnswer {
+		return ProbeAnswer{InFlight: float64(p.InFlight()), Latency: time.Millisecond, RoundTrip: 100 * time.Microsecond}
+	}}
+	b, err := NewPrequal(peers, WithProber(sp))
+	require.NoError(t, err)
+	allocs := testing.AllocsPerRun(1000, func() {
+		p, err := b.Pick(nil)
+		if err == nil {
+			_ = b.Done(p, Outcome{Latency: time.Millisecond})
+		}
+	})
+	assert.Zero(t, allocs, "Pick+Done, answering inside Probe")
+	assert.NotZero(t, b.ProbeStats().Answered)
+
+	q := &asyncProber{}
+	peers = makePeers(100, func(i int) string { return string(rune('a'+i%26)) + string(rune('a'+i/26)) }, nil)
+	b, err = NewPrequal(peers, WithProber(q))
+	require.NoError(t, err)
+	allocs = testing.AllocsPerRun(1000, func() {
+		p, err := b.Pick(nil)
+		if err == nil {
+			_ = b.Done(p, Outcome{Latency: time.Millisecond, Failed: p == peers[7]})
+		}
+		q.drain(time.Millisecond)
+	})
+	assert.Zero(t, allocs, "Pick+Done+Answer, queued")
+	a := ProbeAnswer{InFlight: 2, Latency: time.Millisecond}
+	allocs = testing.AllocsPerRun(1000, func() { _ = b.Answer(peers[3], a) })
+	assert.Zero(t, allocs, "Answer")
+}
+
+// TestPrequal_concurrent runs picks, reports, answers from other
+// goroutines and list changes at once (go test -race), then checks that
+// every attempt was reported and the counters add up.
+func TestPrequal_concurrent(t *testing.T) {
+	fixed := makePeers(6, func(i int) string { return string(rune('a' + i)) }, nil)
+	q := &asyncProber{}
+	b, err := NewPrequal(fixed, WithProber(q), WithProbePool(4, time.Second))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() { // answers
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			q.drain(time.Millisecond)
+			runtime_Gosched()
+		}
+	})
+	wg.Go(func() { // list changes
+		extra := NewPeer("x")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				_ = b.Add(extra)
+			} else {
+				_ = b.Remove(extra)
+			}
+			_ = b.Update(append(append([]*Peer{}, fixed...), NewPeer("y")))
+			_ = b.SetDown(fixed[i%6], i%3 == 0)
+			runtime_Gosched()
+		}
+	})
+	var picks atomic.Int64
+	var pickers sync.WaitGroup
+	for g := range 4 {
+		pickers.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 2000 {
+				p, err := b.Pick(nil)
+				if err != nil {
+					continue
+				}
+				picks.Add(1)
+				_ = b.Done(p, Outcome{Latency: time.Duration(rng.IntN(2000)) * time.Microsecond, Failed: rng.IntN(20) == 0})
+			}
+		})
+	}
+	pickers.Wait()
+	close(stop)
+	wg.Wait()
+	for _, p := range b.Peers() {
+		assert.Zero(t, p.InFlight(), "%s: every attempt reported", p.Addr())
+	}
+	s := b.ProbeStats()
+	assert.LessOrEqual(t, s.Answered+s.Failed+s.Unknown+s.Late, s.Sent, "at most one answer a probe: %+v", s)
+	assert.NotZero(t, s.Answered)
+	require.NoError(t, b.Close())
+}
+
+// runtime_Gosched yields, for the background loops of the tests.
+func runtime_Gosched() { runtime.Gosched() }
