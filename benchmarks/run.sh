@@ -10,7 +10,9 @@
 #
 # ONLY=fastest runs only the benchmarks of the section "FastestFirst under
 # real latencies" and rewrites that section alone, saying so in it;
-# ONLY=load likewise for the section "Server-reported load".
+# ONLY=load likewise for the section "Server-reported load"; ONLY=probe
+# for the section on probes (with the root module's BenchmarkPrequal*,
+# if there are any).
 set -eu
 
 ROUNDS=${ROUNDS:-7}
@@ -48,6 +50,37 @@ if [ "$ONLY" = load ]; then
 		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
 		-benchtime "$BENCHTIME" "$work"/round*.txt
 	echo "rewrote the server-reported load section of $root/BENCHMARKS.md" >&2
+	exit 0
+fi
+
+if [ "$ONLY" = probe ]; then
+	# The gRPC probe's benchmarks live in grpcreport's module, the Prequal
+	# picker's (if any) in the root module.
+	(cd "$root/loadreport/grpcreport" && go test -c -o "$work/grpcreport.test" .)
+	prequal=
+	if grep -qs '^func BenchmarkPrequal' "$root"/*_test.go; then
+		(cd "$root" && go test -c -o "$work/root.test" .)
+		prequal=1
+	fi
+	load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)
+	i=1
+	while [ "$i" -le "$ROUNDS" ]; do
+		echo "round $i of $ROUNDS" >&2
+		"$work/compare.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+			-test.bench '^BenchmarkProbe$' >"$work/round$i.txt"
+		(cd "$root/loadreport/grpcreport" && "$work/grpcreport.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+			-test.bench '^BenchmarkProbeService$') >>"$work/round$i.txt"
+		if [ -n "$prequal" ]; then
+			(cd "$root" && "$work/root.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+				-test.bench '^BenchmarkPrequal') >>"$work/round$i.txt"
+		fi
+		i=$((i + 1))
+	done
+	"$work/report" -only probe -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=probe ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
+		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
+		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+		-benchtime "$BENCHTIME" "$work"/round*.txt
+	echo "rewrote the probes section of $root/BENCHMARKS.md" >&2
 	exit 0
 fi
 

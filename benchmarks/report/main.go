@@ -586,6 +586,7 @@ func (r *results) write(w io.Writer, m meta) {
 	r.writeRingBuild(w)
 	r.writeLatency(w, "")
 	r.writeLoad(w, "")
+	r.writeProbe(w, "")
 	r.writeCores(w)
 	fmt.Fprint(w, contention)
 	fmt.Fprint(w, notes)
@@ -670,7 +671,7 @@ func main() {
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
 	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
 	load := flag.String("load", "", "the load average when the rounds started, for -only's note")
-	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies) or load (server-reported load)")
+	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies), load (server-reported load) or probe (probes)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "report: no round files")
@@ -683,17 +684,21 @@ func main() {
 	var b strings.Builder
 	switch *only {
 	case "":
-	case "fastest", "load":
+	case "fastest", "load", "probe":
 		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
 		if *load != "" {
 			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started; other work may share the cores of this machine at any time, so compare the ratios, taken within a round, rather than times across sections.", *load)
 		}
 		heading := latencySection
-		if *only == "fastest" {
+		switch *only {
+		case "fastest":
 			r.writeLatency(&b, note)
-		} else {
+		case "load":
 			heading = loadSection
 			r.writeLoad(&b, note)
+		default:
+			heading = probeSection
+			r.writeProbe(&b, note)
 		}
 		if err := replaceSection(*out, heading, "## Cores", b.String()); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)
@@ -701,7 +706,7 @@ func main() {
 		}
 		return
 	default:
-		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest or load\n", *only)
+		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest, load or probe\n", *only)
 		os.Exit(2)
 	}
 	r.write(&b, m)
