@@ -65,9 +65,10 @@ func levelOf(rif int64) int {
 // the load climbs faster than requests at the new level complete (they
 // complete late exactly when the server slows down).
 //
-// A reader reads each level's sums before its count, as latencyMs does:
-// a request ending between the reads is at worst counted without its
-// duration and RIF.
+// A reader reads each level's sums before the count it divides them by,
+// as latencyMs does: a request ending between the reads is at worst
+// counted without its duration and RIF. (It reads the count once before
+// as well, to pass over an empty level without reading its sums.)
 type latencyByLevel struct {
 	levels [rifLevels]struct {
 		n   rateWindow    // requests completed
@@ -99,9 +100,12 @@ func (l *latencyByLevel) estimate(e time.Duration, r int64) (d time.Duration, ok
 	top := levelOf(r)
 	for k := top; k >= 0; k-- {
 		lv := &l.levels[k]
+		if lv.n.count(e) == 0 { // an empty level costs its counts alone
+			continue
+		}
 		us, rifs := lv.dur.units(e), lv.rif.units(e) // before the count
 		n := lv.n.count(e)
-		if n == 0 {
+		if n == 0 { // its requests left the window between the reads
 			continue
 		}
 		mean := float64(us) * float64(time.Microsecond) / float64(n)

@@ -22,8 +22,8 @@ import (
 // application_utilization as last set (zero, so absent, until set).
 //
 // It answers probes itself on its probe path (DefaultProbePath, or
-// WithProbePath's): a GET there gets the Tracker's Probe answer, as
-// ProbeHandler writes it, and is neither passed on nor counted.
+// WithProbePath's): a GET or HEAD there gets the Tracker's Probe answer,
+// as ProbeHandler writes it, and is neither passed on nor counted.
 type Middleware struct {
 	t         *Tracker
 	format    Format

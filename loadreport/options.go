@@ -13,9 +13,9 @@ var ErrInvalidOption = errors.New("loadreport: invalid option")
 // Option configures NewTracker or New. WithClock, WithWindow,
 // WithProbeWindow, WithUtilization and WithConcurrency configure the
 // Tracker; WithFormat, WithErrorStatus, WithProbePath and WithTracker the
-// Middleware. New accepts both kinds unless given
-// WithTracker, whose Tracker has its settings already; NewTracker
-// accepts only the Tracker's.
+// Middleware. New accepts both kinds unless given WithTracker, whose
+// Tracker has its settings already; NewTracker accepts only the
+// Tracker's.
 type Option func(*settings) error
 
 // settings collects the options of both constructors.

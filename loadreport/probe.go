@@ -27,13 +27,16 @@ const (
 
 // Probe returns the Tracker's answer to a probe (Prequal's): the
 // requests in flight now, from 0 to balancer.MaxProbeInFlight, and its
-// estimate of how long a request that begins now takes, from the recent
-// requests that began at about that load: their mean duration by RIF
-// level over the probe window (WithProbeWindow, default 1 s), scaled
-// from a lower level when the current one has none, else the window's
-// mean latency, 0 if nothing completed; at most balancer.MaxProbeLatency.
-// The rule is written out in the package's source (latencyByLevel). It
-// takes no lock and allocates nothing.
+// estimate of how long a request that begins now takes, at most
+// balancer.MaxProbeLatency. The estimate comes from the requests that
+// completed within the probe window (WithProbeWindow, default 1 s),
+// grouped by the RIF each began at (the requests already in flight) into
+// levels RIF 0, 1, 2-3, 4-7, ...: the mean duration of the current RIF's
+// level; if it has none, that of the highest lower level that has some,
+// times (RIF+1) / (that level's mean RIF + 1); if none has, LatencyMs's
+// mean over the report window; 0 if nothing completed. It takes no lock
+// and allocates nothing. The reasons for the rule are in the package's
+// source (latencyByLevel).
 func (t *Tracker) Probe() (inFlight int64, latency time.Duration) {
 	e := t.elapsed()
 	n := max(0, min(t.inFlight.Load(), balancer.MaxProbeInFlight))

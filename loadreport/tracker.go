@@ -12,9 +12,9 @@ import (
 // duration of the requests completed in that window, and the CPU, memory
 // and application utilization the server sets; and, to answer probes
 // (Probe), the recent latencies by the load each request found. The
-// Middleware and the
-// gRPC interceptors (module loadreport/grpcreport) count their requests
-// in a Tracker and report what it holds; several of them may share one.
+// Middleware and the gRPC interceptors (module loadreport/grpcreport)
+// count their requests in a Tracker and report what it holds; several of
+// them may share one.
 //
 // Begin and End bracket a request; they take no lock and allocate
 // nothing. A Tracker is safe for concurrent use.
@@ -34,7 +34,8 @@ type Tracker struct {
 }
 
 // NewTracker returns a Tracker. It accepts WithClock, WithWindow,
-// WithProbeWindow, WithUtilization and WithConcurrency; any other option fails with ErrInvalidOption.
+// WithProbeWindow, WithUtilization and WithConcurrency; any other option
+// fails with ErrInvalidOption.
 func NewTracker(opts ...Option) (*Tracker, error) {
 	s := defaultSettings()
 	if err := s.apply(opts); err != nil {

@@ -99,9 +99,18 @@ func (s *Scenario) attempts() int {
 
 // horizon returns, in nanoseconds, when the last request can end: every
 // arrival comes before Duration and each of its attempts ends within the
-// timeout.
+// timeout, and on the server at most a round trip after it.
 func (s *Scenario) horizon() float64 {
-	return float64(s.Duration) + float64(orDefault(s.Timeout, DefaultTimeout))*float64(s.attempts())
+	return float64(s.Duration) + (float64(orDefault(s.Timeout, DefaultTimeout))+float64(s.maxRTT()))*float64(s.attempts())
+}
+
+// maxRTT returns the longest round trip to a backend.
+func (s *Scenario) maxRTT() time.Duration {
+	var m time.Duration
+	for _, b := range s.Backends {
+		m = max(m, b.RTT)
+	}
+	return m
 }
 
 // Cost returns what a run of s is expected to take. It assumes s is valid

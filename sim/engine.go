@@ -30,8 +30,12 @@ const sampleEvery = int64(10 * time.Millisecond)
 type evKind uint8
 
 const (
-	evArrival evKind = iota // a new request arrives
-	evReply                 // the current attempt of a request ends at the client
+	evArrival     evKind = iota // a new request arrives
+	evReply                     // the current attempt of a request ends at the client
+	evJobArrive                 // an attempt reaches a backend across the network (req: its job)
+	evJobEnd                    // such a backend ends a job (req: its job)
+	evProbeArrive               // a probe reaches its backend (req: its probe)
+	evProbeAnswer               // a probe's answer reaches its client (req: its probe)
 )
 
 // event is one entry of the event queue. Events are ordered by time, then by
@@ -56,6 +60,12 @@ type request struct {
 	attempts int32
 	mode     FaultMode // the current attempt's fault, 0 for none
 	end      int64     // when the backend ends the current attempt
+	gen      uint32    // counts the request's attempts in this slot, ever
+	rif      int64     // the jobs its backend held when the current attempt reached it
+	// The report the backend wrote as it ended the current attempt, on a
+	// backend across the network (see far), when loaded.
+	load   balancer.ServerLoad
+	loaded bool
 	// Draws for the first attempt's service time, made at arrival from the
 	// arrival stream so that a request has the same size under every
 	// policy: common random numbers make the pairwise comparisons sharper.
@@ -80,7 +90,21 @@ type backendState struct {
 	flt    *rand.Rand // draws for faults of probability below 1
 	rif    int32      // attempts in flight to this backend, as clients see them
 	srv    server     // what the backend reports of itself
+
+	// The network: an attempt or probe reaches the backend up after it is
+	// sent, and its answer the client down after the backend sends it
+	// (RTT/2 and the rest). With a round trip (far) the server sees jobs
+	// as they reach it and end, each an event; without, an attempt
+	// reaches it as it is sent, and the server's count is rif plus late.
+	up, down int64
+	arrived  int32   // far: jobs that reached the server and have not ended
+	queued   int32   // far: jobs sent and not ended, the ones on the way included
+	seen     []int64 // far: each worker's free time as the server knows it
 }
+
+// far reports whether the backend is across a network: a round trip
+// above 0.
+func (b *backendState) far() bool { return b.up+b.down > 0 }
 
 type fault struct {
 	from, to int64
@@ -149,27 +173,35 @@ func (b *backendState) earliest() int {
 	return k
 }
 
-// expectedDelay returns, in nanoseconds, how long a job arriving now would
-// take on average: the exact wait for a worker plus the mean service time
-// at its start.
+// expectedDelay returns, in nanoseconds, how long a job sent now would
+// take on average: the network both ways, the exact wait for a worker from
+// when it reaches the backend (the jobs on the way there are ahead of it)
+// plus the mean service time at its start.
 func (b *backendState) expectedDelay(now int64) float64 {
-	start := now
+	arrive := now + b.up
+	start := arrive
 	if b.workers != nil {
-		start = max(now, b.workers[b.earliest()])
+		start = max(arrive, b.workers[b.earliest()])
 	}
-	return float64(start-now) + b.meanAt(start)
+	d := float64(start-now) + b.meanAt(start)
+	if b.down > 0 {
+		d += float64(b.down)
+	}
+	return d
 }
 
 type client struct {
 	picker balancer.Picker
 	peers  []*balancer.Peer
 	index  map[*balancer.Peer]int32
+	prober *prober // nil unless the policy probes
 }
 
 // world is one run: the event queue, the backends and clients, and the
 // metrics being collected. Everything happens on one goroutine.
 type world struct {
 	sc      *Scenario
+	seed    uint64
 	now     int64 // ns since the start of the run
 	seq     uint64
 	q       []event // binary heap of replies
@@ -202,7 +234,22 @@ type world struct {
 	nextSample     int64
 
 	reports bool                // replies carry load reports
+	probing bool                // the policy probes
 	load    balancer.ServerLoad // the report being handed to Done, reused
+
+	// The jobs on backends across the network and the probes in flight,
+	// each a slot reused once free.
+	jobs      []job
+	freeJobs  []int32
+	probes    []probe
+	freeProbe []int32
+	pflt      *rand.Rand // draws for probes reaching a backend stalling with probability below 1
+
+	serviceTime   int64 // worker time spent on requests, ns
+	probesSent    int
+	probesServed  int // probes the backends answered
+	probesFailed  int // probes answered with Failed
+	probesRefused int // answers the receiver refused
 
 	err error
 }
@@ -247,7 +294,7 @@ func Run(sc *Scenario, pol Policy, seed uint64) (*Result, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
-	if pol.New == nil && pol.oracle == nil {
+	if pol.New == nil && pol.oracle == nil && pol.Probed == nil {
 		return nil, invalid("sim: policy %q has no constructor", pol.Name)
 	}
 	w, err := newWorld(sc, pol, seed)
@@ -265,6 +312,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 	rate, _ := sc.rate()
 	w := &world{
 		sc:         sc,
+		seed:       seed,
 		arr:        stream(seed, sc.Name, "arrivals", 0),
 		gap:        float64(time.Second) / rate,
 		dur:        int64(sc.Duration),
@@ -273,6 +321,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 		steady:     int64(sc.Steady),
 		nextSample: sampleEvery,
 		reports:    !sc.NoReports,
+		probing:    pol.Probed != nil,
 	}
 	n := len(sc.Backends)
 	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
@@ -301,16 +350,22 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 			index[peers[i]] = int32(i)
 		}
 		src := rand.NewPCG(seed, stream(seed, sc.Name, "balancer", c).Uint64())
+		w.clients[c] = client{peers: peers, index: index}
 		var p balancer.Picker
-		if pol.oracle != nil {
+		var err error
+		switch {
+		case pol.oracle != nil:
 			p = pol.oracle(w, peers, src)
-		} else {
-			var err error
-			if p, err = newPicker(peers, clock, src); err != nil {
-				return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
-			}
+		case pol.Probed != nil:
+			w.clients[c].prober = &prober{w: w, c: int32(c)}
+			p, err = pol.Probed(peers, clock, src, w.clients[c].prober)
+		default:
+			p, err = newPicker(peers, clock, src)
 		}
-		w.clients[c] = client{picker: p, peers: peers, index: index}
+		if err != nil {
+			return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
+		}
+		w.clients[c].picker = p
 	}
 	return w, nil
 }
@@ -337,6 +392,14 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 	}
 	if spec.Workers > 0 {
 		b.workers = make([]int64, spec.Workers)
+	}
+	b.up = int64(spec.RTT / 2)
+	b.down = int64(spec.RTT) - b.up
+	if b.far() && spec.Workers > 0 {
+		b.seen = make([]int64, spec.Workers)
+	}
+	if w.probing {
+		b.srv.byLevel = new(latencyByLevel)
 	}
 	for _, f := range spec.Faults {
 		b.faults = append(b.faults, fault{int64(f.From), int64(f.To), f.Mode, f.Prob})
@@ -409,10 +472,19 @@ func (w *world) loop() {
 		}
 		w.weigh(ev.at)
 		w.now = ev.at
-		if ev.kind == evArrival {
+		switch ev.kind {
+		case evArrival:
 			w.arrive()
-		} else {
+		case evReply:
 			w.reply(ev)
+		case evJobArrive:
+			w.jobArrive(ev.req)
+		case evJobEnd:
+			w.jobEnd(ev.req)
+		case evProbeArrive:
+			w.probeArrive(ev.req)
+		case evProbeAnswer:
+			w.probeAnswer(ev.req)
 		}
 	}
 	w.weigh(math.MaxInt64)
@@ -485,8 +557,19 @@ func (w *world) send(i int32) {
 	}
 	be := &w.backends[b]
 	be.srv.settle(w.now) // keeps the late attempts few
+	if !be.far() {
+		q.rif = int64(be.rif) + int64(len(be.srv.late))
+	}
 	be.rif++
-	at, failed := w.serve(be, q)
+	q.gen++
+	q.loaded = false
+	var at int64
+	var failed bool
+	if be.far() {
+		at, failed = w.serveFar(be, i)
+	} else {
+		at, failed = w.serve(be, q)
+	}
 	w.push(event{at: at, kind: evReply, req: i, failed: failed})
 }
 
@@ -521,6 +604,7 @@ func (w *world) serve(be *backendState, q *request) (int64, bool) {
 	}
 	end := start + be.service(start, e, z)
 	q.end = end
+	w.serviceTime += end - start
 	if k >= 0 {
 		// A job the client gave up on still occupies its worker: the
 		// server does not know the client left.
@@ -538,20 +622,26 @@ func (w *world) reply(ev event) {
 	q := &w.reqs[ev.req]
 	be := &w.backends[q.backend]
 	o := balancer.Outcome{Failed: ev.failed, Latency: time.Duration(w.now - q.sent)}
-	if w.reports && (!ev.failed || q.mode == FastError) {
-		// The backend answered: its report rides on the reply.
-		be.fill(&w.load, w.now)
-		o.Load = &w.load
-	}
 	switch {
-	case q.end > w.now:
-		// Timed out in service: the backend ends it later.
-		be.srv.late = append(be.srv.late, q.end)
-	case q.mode != 0:
-		be.srv.reqs.add(w.now, 1)
-		be.srv.errs.add(w.now, 1)
+	case be.far():
+		// The backend wrote its report, if any, as it ended the job
+		// (jobEnd), and counted the job then.
+		if w.reports && q.loaded {
+			w.load = q.load
+			o.Load = &w.load
+		}
 	default:
-		be.srv.reqs.add(w.now, 1)
+		if w.reports && (!ev.failed || q.mode == FastError) {
+			// The backend answered: its report rides on the reply.
+			be.fill(&w.load, w.now)
+			o.Load = &w.load
+		}
+		if q.end > w.now {
+			// Timed out in service: the backend ends it later.
+			be.srv.late = append(be.srv.late, lateJob{from: q.sent, end: q.end, rif: q.rif})
+		} else {
+			be.srv.ended(q.sent, w.now, q.rif, q.mode != 0)
+		}
 	}
 	be.rif--
 	if err := w.clients[q.client].picker.Done(q.peer, o); err != nil {

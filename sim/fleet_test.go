@@ -152,3 +152,38 @@ func TestFleetTarget(t *testing.T) {
 		assert.GreaterOrEqual(t, m.P99.Mean/bestP99, 1.5, "%s against %s", best, local)
 	}
 }
+
+// TestZonesAndFastFail: the two fleet16 variants are fleet16 (its
+// backends, speed redraws, clients and load; their own draws, as streams
+// are named by the scenario) but for the round trips of zones16 (1 ms to backends 0-4, 20 ms to 5-9) and
+// backend 4's fast errors over [15 s, 45 s) in fastfail16.
+func TestZonesAndFastFail(t *testing.T) {
+	base := mustLookup(t, "fleet16")
+	zones, ff := mustLookup(t, "zones16"), mustLookup(t, "fastfail16")
+	for _, sc := range []Scenario{zones, ff} {
+		require.NoError(t, sc.Validate())
+		assert.Equal(t, 16, sc.Clients)
+		assert.Equal(t, base.Load, sc.Load)
+		assert.Equal(t, base.Jitter, sc.Jitter)
+		require.Len(t, sc.Backends, 10)
+	}
+	for i, b := range zones.Backends {
+		want := time.Millisecond
+		if i >= 5 {
+			want = 20 * time.Millisecond
+		}
+		assert.Equal(t, want, b.RTT, "backend %d", i)
+		b.RTT = 0
+		assert.Equal(t, base.Backends[i], b)
+	}
+	assert.Equal(t, 4, ff.Watch)
+	assert.True(t, ff.HasFastError())
+	from, to, ok := ff.Degraded()
+	assert.True(t, ok)
+	assert.Equal(t, [2]time.Duration{15 * time.Second, 45 * time.Second}, [2]time.Duration{from, to})
+	// Half the round trip each way.
+	w, err := newWorld(&zones, policy(t, "SmoothWRR"), 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(500*time.Microsecond), w.backends[0].up)
+	assert.Equal(t, int64(10*time.Millisecond), w.backends[9].down)
+}

@@ -238,6 +238,11 @@ func informedDelay(q, c int, m float64) float64 {
 func (o *informed) Pick(*balancer.Request) (*balancer.Peer, error) {
 	now := o.w.now
 	return o.pick(func(b *backendState) float64 {
+		if b.far() {
+			// Every job sent to it and not ended is ahead of this one;
+			// the network both ways comes on top.
+			return informedDelay(int(b.queued), len(b.workers), b.meanAt(now)) + float64(b.up+b.down)
+		}
 		b.srv.settle(now)
 		return informedDelay(int(b.rif)+len(b.srv.late), len(b.workers), b.meanAt(now))
 	})

@@ -24,8 +24,16 @@ func handBackend(m float64, free []int64, rif, late int) backendState {
 		}
 	}
 	for range late {
-		b.srv.late = append(b.srv.late, int64(time.Second))
+		b.srv.late = append(b.srv.late, lateJob{end: int64(time.Second)})
 	}
+	return b
+}
+
+// farBackend puts b across a network of round trip rtt ms, holding queued
+// jobs sent and not ended.
+func farBackend(b backendState, rtt int64, queued int) backendState {
+	b.up, b.down = rtt*ms/2, rtt*ms-rtt*ms/2
+	b.queued = int32(queued)
 	return b
 }
 
@@ -79,6 +87,38 @@ func TestOracleInfoPicks(t *testing.T) {
 			backends: []backendState{
 				{from: []int64{0}, mean: []float64{20e6}, workers: []int64{1 * ms}, rif: 1},
 				handBackend(30, []int64{0}, 0, 0),
+			},
+			fault: -1, info: 1, sed: 0,
+		},
+		{
+			// Two idle backends of 10 ms, round trips 2 and 40 ms: both
+			// oracles expect 12 against 50 ms.
+			name: "network distance",
+			backends: []backendState{
+				farBackend(handBackend(10, []int64{0}, 0, 0), 40, 0),
+				farBackend(handBackend(10, []int64{0}, 0, 0), 2, 0),
+			},
+			fault: -1, info: 1, sed: 1,
+		},
+		{
+			// The near one (2 ms) holds 3 jobs, one on its way: info
+			// expects 10×(1+3)+2 = 42 ms, against 10+20 = 30 ms far;
+			// SED knows the near worker frees in 25 ms (26+10+1 = 37
+			// against 30 far). The far one is slower, 10 ms, and idle.
+			name: "a queue outweighs distance",
+			backends: []backendState{
+				farBackend(handBackend(10, []int64{25}, 0, 0), 2, 3),
+				farBackend(handBackend(10, []int64{0}, 0, 0), 20, 0),
+			},
+			fault: -1, info: 1, sed: 1,
+		},
+		{
+			// The same with the near worker freeing in 15 ms: SED 16+10+1
+			// = 27 ms near, against 30 far; info still 42 against 30.
+			name: "clairvoyance across the network",
+			backends: []backendState{
+				farBackend(handBackend(10, []int64{15}, 0, 0), 2, 3),
+				farBackend(handBackend(10, []int64{0}, 0, 0), 20, 0),
 			},
 			fault: -1, info: 1, sed: 0,
 		},

@@ -16,6 +16,12 @@ import (
 // options it would ignore, so the factory knows which).
 type Factory func(peers []*balancer.Peer, now func() time.Time, src rand.Source) (balancer.Picker, error)
 
+// ProbedFactory builds the picker of one simulated client that balances by
+// probes: as a Factory, with the client's prober, whose probes are events
+// on the virtual clock (see Run). The picker may call the prober from its
+// Pick, Done and Answer only: a run is one goroutine.
+type ProbedFactory func(peers []*balancer.Peer, now func() time.Time, src rand.Source, prober balancer.Prober) (balancer.Picker, error)
+
 // Policy is a named way to choose a backend for each attempt: a picker under
 // test, built by New for every client, or an oracle, which reads the
 // simulator's true state and so is not a Picker a real client could run.
@@ -25,6 +31,9 @@ type Factory func(peers []*balancer.Peer, now func() time.Time, src rand.Source)
 type Policy struct {
 	Name string
 	New  Factory
+	// Probed, when set in place of New, builds a picker that balances by
+	// probes, each client's with its own prober.
+	Probed ProbedFactory
 
 	// oracle builds an oracle's picker for one client of a run; nil for
 	// ordinary pickers.
@@ -44,6 +53,8 @@ func (p Policy) IsOracle() bool { return p.oracle != nil }
 // nginx's failure defaults, and the picker's own defaults otherwise, but
 // for ReportedWRR, which gets the short settings of fastWRR. Each gets the
 // simulation's clock, and its random source if it draws random numbers.
+// A picker that balances by probes (it accepts balancer.WithProber, as
+// Prequal) probes through each client's prober (see Probed).
 // Then, for every picker that accepts balancer.WithReportedLoad, a variant
 // named with ReportedSuffix that weighs the backends' reported requests in
 // flight, with a window of ReportedLoadWindow and the scenario's true
@@ -53,6 +64,10 @@ func Pickers() []Policy {
 	for _, a := range balancer.Algorithms() {
 		if a.Keyed {
 			continue // the simulated requests carry no key
+		}
+		if slices.Contains(a.Options, "WithProber") {
+			ps = append(ps, Probed(a, tuned[a.Name]...))
+			continue
 		}
 		ps = append(ps, Policy{Name: a.Name, New: factory(a, tuned[a.Name]...)})
 		if p, ok := reported(a, ReportedLoadWindow); ok {
@@ -146,6 +161,20 @@ func PolicyByName(name string) (Policy, bool) {
 		}
 	}
 	return Policy{}, false
+}
+
+// Probed returns the policy of algorithm a, one that balances by probes:
+// each client's picker gets the simulation's clock, its random source if
+// it draws random numbers, the client's prober (balancer.WithProber),
+// whose probes are events on the virtual clock (see Run), and then extra.
+func Probed(a balancer.Algorithm, extra ...balancer.Option) Policy {
+	return Policy{Name: a.Name, Probed: func(peers []*balancer.Peer, now func() time.Time, src rand.Source, pr balancer.Prober) (balancer.Picker, error) {
+		opts := []balancer.Option{balancer.WithClock(now), balancer.WithProber(pr)}
+		if a.Random {
+			opts = append(opts, balancer.WithRand(src))
+		}
+		return a.New(peers, append(opts, extra...)...)
+	}}
 }
 
 // factory adapts an algorithm's constructor to a Factory, with extra

@@ -56,6 +56,9 @@ type Summary struct {
 	Divert, Readmit                   Stat // seconds
 	PeakShare, ProbeRate, Herd, Churn Stat
 	Sinkholes                         int // runs where the watched backend was a sinkhole
+	// ProbesPerRequest and ProbeLoad are Result's, over the seeds: 0 for
+	// a policy that does not probe.
+	ProbesPerRequest, ProbeLoad Stat
 }
 
 // Report is the outcome of Compare: a Summary for every scenario and
@@ -86,7 +89,7 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 		}
 	}
 	for _, p := range pols {
-		if p.New == nil && p.oracle == nil {
+		if p.New == nil && p.oracle == nil && p.Probed == nil {
 			return nil, invalid("sim: policy %q has no constructor", p.Name)
 		}
 	}
@@ -187,6 +190,8 @@ func summarize(p Policy, runs []*Result) Summary {
 	sum.ProbeRate = over(func(r *Result) float64 { return r.ProbeRate })
 	sum.Herd = over(func(r *Result) float64 { return r.Herd })
 	sum.Churn = over(func(r *Result) float64 { return r.Churn })
+	sum.ProbesPerRequest = over((*Result).ProbesPerRequest)
+	sum.ProbeLoad = over((*Result).ProbeLoad)
 	for _, r := range runs {
 		if r.Sinkhole {
 			sum.Sinkholes++
@@ -290,11 +295,30 @@ func (r *Report) columns(si int) []column {
 		)
 	}
 	cols = append(cols, r.ratioColumns(si)...)
+	if r.probes(si) {
+		cols = append(cols,
+			column{"probes/req", func(m *Summary) string { return num(m.ProbesPerRequest.Mean, 2) }},
+			column{"probe load %", func(m *Summary) string { return num(100*m.ProbeLoad.Mean, 3) }},
+		)
+	}
 	return append(cols,
 		column{"herd", func(m *Summary) string { return num(m.Herd.Mean, 2) }},
 		column{"churn", func(m *Summary) string { return num(m.Churn.Mean, 3) }},
 	)
 }
+
+// probes reports whether a policy of scenario si sent probes.
+func (r *Report) probes(si int) bool {
+	for _, m := range r.Summaries[si] {
+		if m.ProbesPerRequest.Mean > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// probeLegend explains the probe columns.
+var probeLegend = fmt.Sprintf("probes/req: probes sent per request; probe load %%: the servers' time answering them (%v each, no worker occupied) over their workers' time serving requests.", ProbeCost)
 
 // ratioOracles are the oracles a scenario with jitter measures p99
 // against, with their column heads.
@@ -454,7 +478,14 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 		}
 	}
 	if markdown {
-		for _, line := range strings.Split(Legend+"\n"+legendMore, "\n") {
+		legend := Legend + "\n" + legendMore
+		for s := range r.Scenarios {
+			if r.probes(s) {
+				legend += "\n" + probeLegend
+				break
+			}
+		}
+		for _, line := range strings.Split(legend, "\n") {
 			fmt.Fprintf(ew, "- %s\n", line)
 		}
 	}
@@ -512,6 +543,9 @@ func (r *Report) tableLegend(si int) []string {
 			heads[i] = c.head
 		}
 		out = append(out, strings.Join(heads, ", ")+": the mean p99 over that oracle's (1 = as good as the oracle).")
+	}
+	if r.probes(si) {
+		out = append(out, probeLegend)
 	}
 	out = append(out,
 		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),

@@ -41,6 +41,15 @@ type Result struct {
 	Attempts       int
 	FailedAttempts int
 
+	// Probes counts the probes the pickers sent (0 for a policy that does
+	// not probe); ProbesFailed those answered Failed (a stalled backend,
+	// a round trip past ProbeTimeout); ProbesRefused the answers the
+	// picker refused (Answer returned an error). ProbeTime is the server
+	// time spent answering probes, ProbeCost each; ServiceTime the worker
+	// time spent serving requests, which probes do not occupy.
+	Probes, ProbesFailed, ProbesRefused int
+	ProbeTime, ServiceTime              time.Duration
+
 	Mean, P50, P99, P999 time.Duration
 	// Tail holds the latency at each level of TailLevels, by nearest rank
 	// as the percentiles above.
@@ -94,6 +103,18 @@ func TailLevels() []float64 {
 		out[i] = 1 - math.Pow(10, -4*float64(i)/steps)
 	}
 	return out
+}
+
+// ProbesPerRequest returns the probes sent per request.
+func (r *Result) ProbesPerRequest() float64 { return ratio(r.Probes, r.Requests) }
+
+// ProbeLoad returns the server time spent on probes over the worker time
+// spent on requests: what probing adds to the servers' work.
+func (r *Result) ProbeLoad() float64 {
+	if r.ServiceTime == 0 {
+		return 0
+	}
+	return float64(r.ProbeTime) / float64(r.ServiceTime)
 }
 
 // ErrorRate returns the fraction of requests that failed.
@@ -218,6 +239,11 @@ func (w *world) result(policy string, seed uint64) *Result {
 		Refused:        w.refused,
 		Attempts:       w.attempts,
 		FailedAttempts: w.failedAttempts,
+		Probes:         w.probesSent,
+		ProbesFailed:   w.probesFailed,
+		ProbesRefused:  w.probesRefused,
+		ProbeTime:      time.Duration(w.probesServed) * ProbeCost,
+		ServiceTime:    time.Duration(w.serviceTime),
 		Picks:          w.picks,
 		Backends:       len(w.backends),
 		Weights:        w.weights,

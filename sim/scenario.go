@@ -107,6 +107,11 @@ type Backend struct {
 	// backend fail.
 	Phases []Phase
 	Faults []Fault
+	// RTT is the network round trip between every client and this
+	// backend, half of it each way: an attempt or a probe reaches the
+	// backend RTT/2 after it is sent, and its answer reaches the client
+	// RTT/2 after the backend sends it. 0, the default, is no network.
+	RTT time.Duration
 }
 
 // Scenario is a complete simulated setup: backends, offered traffic,
@@ -186,6 +191,10 @@ func (s *Scenario) Validate() error {
 	return s.checkCost()
 }
 
+// maxRTT bounds a backend's round trip: longer is no network but a
+// mistake, and it keeps every event time far inside int64.
+const maxRTT = time.Hour
+
 // maxHorizon bounds the virtual time a run may reach, Duration plus every
 // attempt's timeout, far inside int64 nanoseconds (146 years), so that no
 // deadline overflows.
@@ -217,7 +226,7 @@ func (s *Scenario) validate() error {
 		return invalid("sim: scenario %q: load %v is not a positive finite fraction of capacity", s.Name, s.Load)
 	}
 	for i, b := range s.Backends {
-		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) {
+		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) || b.RTT < 0 || b.RTT > maxRTT {
 			return invalid("sim: scenario %q: backend %d: bad parameters %+v", s.Name, i, b)
 		}
 		for _, p := range b.Phases {
@@ -378,6 +387,8 @@ func Scenarios() []Scenario {
 		fleet("fleet1", 1),
 		fleet("fleet16", 16),
 		fleet("fleet64", 64),
+		zones(),
+		fastFail(),
 		uniform(),
 	}
 }
@@ -517,6 +528,33 @@ func fleet(name string, k int) Scenario {
 	for range 10 {
 		s.Backends = append(s.Backends, Backend{Workers: 1, Mean: 10 * time.Millisecond, Weight: 1})
 	}
+	return s
+}
+
+// zones is fleet16 over two zones: backends 0-4 at a round trip of 1 ms
+// from every client, 5-9 at 20 ms. A picker that ignores the network sends
+// half its traffic 19 ms further than it need go; one that sees only the
+// far zone's queues being short herds onto it.
+func zones() Scenario {
+	s := fleet("zones16", 16)
+	s.Title = "fleet16 in two zones: backends 0-4 at a round trip of 1 ms, 5-9 at 20 ms; K=16"
+	for i := range s.Backends {
+		s.Backends[i].RTT = time.Millisecond
+		if i >= 5 {
+			s.Backends[i].RTT = 20 * time.Millisecond
+		}
+	}
+	return s
+}
+
+// fastFail is fleet16 with backend 4 failing every attempt fast during
+// [15 s, 45 s) (watched): it answers at once, so it holds few requests and
+// its latency is its errors' 1 ms, what a probe reads as the best server.
+func fastFail() Scenario {
+	s := fleet("fastfail16", 16)
+	s.Title = "fleet16 with backend 4 failing fast during [15 s, 45 s); K=16"
+	s.Watch = 4
+	s.Backends[4].Faults = []Fault{{From: 15 * time.Second, To: 45 * time.Second, Mode: FastError, Prob: 1}}
 	return s
 }
 

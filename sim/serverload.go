@@ -66,13 +66,35 @@ func reportSpan(now int64) int64 {
 
 // server is what a backend running the middleware knows of itself.
 type server struct {
-	// late holds when the attempts the clients gave up on (timed out)
-	// end: the server does not know the client left, so they stay in
-	// flight and count as requests when they end.
-	late []int64
+	// late holds the attempts the clients gave up on (timed out): the
+	// server does not know the client left, so they stay in flight and
+	// count as requests when they end.
+	late []lateJob
 	reqs window // requests ended, per bucket
 	errs window // of which errors
 	idle window // worker-nanoseconds idle, per bucket
+	lat  window // the ended requests' durations on the server, ns, per bucket
+	// byLevel keeps the latencies a probe is answered with; nil unless
+	// the run's policy probes.
+	byLevel *latencyByLevel
+}
+
+// lateJob is an attempt its client gave up on: it reached the server at
+// from, finding rif others in flight, and ends there at end.
+type lateJob struct{ from, end, rif int64 }
+
+// ended counts a job that reached the server at from, finding rif others
+// in flight, and ended at end: among the requests (and the errors, if
+// failed) and the latencies of the windows.
+func (s *server) ended(from, end, rif int64, failed bool) {
+	s.reqs.add(end, 1)
+	if failed {
+		s.errs.add(end, 1)
+	}
+	s.lat.add(end, end-from)
+	if s.byLevel != nil {
+		s.byLevel.add(end, rif, end-from)
+	}
 }
 
 // idleUntil records that a worker free since from took a job at now:
@@ -90,8 +112,8 @@ func (s *server) idleUntil(from, now int64) {
 // settle counts the late attempts that have ended by now.
 func (s *server) settle(now int64) {
 	for i := 0; i < len(s.late); {
-		if end := s.late[i]; end <= now {
-			s.reqs.add(end, 1)
+		if j := s.late[i]; j.end <= now {
+			s.ended(j.from, j.end, j.rif, false)
 			last := len(s.late) - 1
 			s.late[i] = s.late[last]
 			s.late = s.late[:last]
@@ -116,20 +138,20 @@ func (s *server) settle(now int64) {
 //     now up to now; 0 (absent) for a backend with unlimited workers.
 func (b *backendState) fill(l *balancer.ServerLoad, now int64) {
 	s := &b.srv
-	s.settle(now)
+	inFlight, workers := b.serverView(now)
 	sp := reportSpan(now)
 	*l = balancer.ServerLoad{
 		RPS:         float64(s.reqs.total(now)) * float64(time.Second) / float64(sp),
 		EPS:         float64(s.errs.total(now)) * float64(time.Second) / float64(sp),
-		InFlight:    float64(int(b.rif) + len(s.late)),
+		InFlight:    float64(inFlight),
 		HasInFlight: true,
 	}
-	if c := len(b.workers); c > 0 && now > 0 {
+	if c := len(workers); c > 0 && now > 0 {
 		// The span, but for the time before the run (in the first
 		// bucket): the busy fraction of the time there was.
 		covered := min(sp, now)
 		idle := s.idle.total(now)
-		for _, free := range b.workers {
+		for _, free := range workers {
 			if free < now {
 				idle += now - max(free, now-covered)
 			}
@@ -137,4 +159,42 @@ func (b *backendState) fill(l *balancer.ServerLoad, now int64) {
 		u := 1 - float64(idle)/(float64(c)*float64(covered))
 		l.Utilization = min(max(u, 0), 1)
 	}
+}
+
+// serverView returns what the server knows of itself at now: the jobs it
+// holds (queued or in service, the ones whose client gave up included)
+// and when each of its workers frees. Across the network (far) the jobs
+// still on their way to it are not yet its own.
+func (b *backendState) serverView(now int64) (inFlight int, workers []int64) {
+	if b.far() {
+		return int(b.arrived), b.seen
+	}
+	b.srv.settle(now)
+	return int(b.rif) + len(b.srv.late), b.workers
+}
+
+// latency returns the server's latency estimate at now for a job finding
+// rif others in flight, as package loadreport's Tracker answers a probe:
+// by RIF level (latencyByLevel) where a level up to rif's holds jobs of
+// the last second, else the mean duration on the server, from arrival to
+// end, of the requests ended over ReportWindow (the Tracker's
+// LatencyMs); 0 if none did.
+func (b *backendState) latency(now, rif int64) time.Duration {
+	b.serverView(now) // counts the late jobs ended by now
+	if l := b.srv.byLevel; l != nil {
+		if d, ok := l.estimate(now, rif); ok {
+			return d
+		}
+	}
+	return b.latencyWindowMean(now)
+}
+
+// latencyWindowMean returns the mean duration on the server of the
+// requests ended over ReportWindow, 0 if none did.
+func (b *backendState) latencyWindowMean(now int64) time.Duration {
+	n := b.srv.reqs.total(now)
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(b.srv.lat.total(now) / n)
 }

@@ -40,11 +40,11 @@ func TestServerReportByHand(t *testing.T) {
 	// the window now), one still served until 1.4 s (in flight); an error
 	// at 1.2 s.
 	b.workers = append(b.workers, 1000*ms)
-	b.srv.late = []int64{1100 * ms, 1400 * ms}
+	b.srv.late = []lateJob{{800 * ms, 1100 * ms, 0}, {900 * ms, 1400 * ms, 0}}
 	b.srv.reqs.add(1200*ms, 1)
 	b.srv.errs.add(1200*ms, 1)
 	b.fill(&l, 1250*ms)
-	assert.Equal(t, 1400*ms, b.srv.late[0])
+	assert.Equal(t, 1400*ms, b.srv.late[0].end)
 	assert.Len(t, b.srv.late, 1)
 	assert.Equal(t, 2.0, l.InFlight)
 	assert.InDelta(t, 3/0.95, l.RPS, 1e-12)
@@ -67,14 +67,14 @@ func TestServerReportByHand(t *testing.T) {
 // TestServerReportAllocs: a report allocates nothing.
 func TestServerReportAllocs(t *testing.T) {
 	b := backendState{workers: []int64{0, 5 * ms}, rif: 2}
-	b.srv.late = make([]int64, 0, 4)
+	b.srv.late = make([]lateJob, 0, 4)
 	var l balancer.ServerLoad
 	now := int64(0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += 3 * ms
 		b.srv.idleUntil(b.workers[0], now)
 		b.workers[0] = now + ms
-		b.srv.late = append(b.srv.late, now+2*ms)
+		b.srv.late = append(b.srv.late, lateJob{now, now + 2*ms, 0})
 		b.srv.reqs.add(now, 1)
 		b.fill(&l, now)
 	})
