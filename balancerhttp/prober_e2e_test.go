@@ -25,6 +25,7 @@ type heldServer struct {
 	srv     *httptest.Server
 	m       *loadreport.Middleware
 	ns      atomic.Int64 // the server's clock, from epoch
+	served  atomic.Int64 // /work requests
 	release chan struct{}
 	once    sync.Once      // closes release
 	held    sync.WaitGroup // the client side of the held requests
@@ -42,6 +43,7 @@ func startHeldServer(t *testing.T, opts ...loadreport.Option) *heldServer {
 		var ms int64
 		_, _ = fmt.Sscan(r.URL.Query().Get("ms"), &ms)
 		h.ns.Add(ms * int64(time.Millisecond))
+		h.served.Add(1)
 	})
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -169,4 +171,90 @@ func TestProber_middlewareElsewhere(t *testing.T) {
 		assert.Equal(t, tt.want, a)
 		require.NoError(t, pr.Close())
 	}
+}
+
+// TestProber_prequalTransport: a Transport over Prequal with this Prober
+// and three servers behind the Middleware, one holding 20 requests from
+// other clients. Its probes answer rif 20 against 0 or 1 for the others
+// (this client's one request): two thirds of the recent counts are at most
+// 1, so the hot quantile (0.6) is at most 1 and its answers are hot, losing
+// to any cold answer in the pool. The requests go one after another, each
+// once the previous one's probes are answered, so every pick has the idle
+// servers' fresh answers, but for the first (before any answer, picked by
+// P2CPeakEWMA's rule among all three). A uniform picker would send it 100
+// of 300; allow 10.
+func TestProber_prequalTransport(t *testing.T) {
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t), startHeldServer(t)}
+	servers[0].hold(t, 20)
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	var peers []*balancer.Peer
+	for _, s := range servers {
+		peers = append(peers, balancer.NewPeer(s.addr()))
+	}
+	// 3 probes a pick at up to 2,000 picks a second: above the default
+	// cap of 1,000 probes a second.
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithProbeRate(3, 10000))
+	require.NoError(t, err)
+	defer picker.Close()
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
+	const n = 300
+	for range n {
+		resp, err := client.Get("http://service/work?ms=0")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.True(t, waitUntil(time.Second, func() bool {
+			s := pr.Stats()
+			return s.Answered+s.Failed+s.Dropped == picker.ProbeStats().Sent
+		}), "probes unanswered after 1 s")
+	}
+	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
+	t.Logf("served: busy %d, idle %d and %d; prober %+v; picker %+v", got[0], got[1], got[2], pr.Stats(), picker.ProbeStats())
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.LessOrEqual(t, got[0], int64(n/3/10), "the server holding 20 requests")
+	assert.Zero(t, pr.Stats().Failed)
+	assert.Zero(t, picker.ProbeStats().RateLimited)
+}
+
+// TestProber_prequalFallback: of three servers one runs no Middleware: its
+// handler answers the probe path with its own 200 "ok", which is no probe
+// answer, so its probes fail; Prequal then balances it by P2CPeakEWMA's
+// rule against the pool's best answer, and it keeps traffic: its expected
+// latency (its peak EWMA, this client's measure of an idle server) and a
+// pool answer's (the server's estimate plus the probe's round trip) are
+// both about one loopback round trip. Its peak EWMA decays in 50 ms
+// (WithDecay), so that one slow reply (a pause of the race detector) does
+// not hold it off for the whole run, as the default 10 s would. Require
+// at least a tenth of a uniform share (10 of 300), and every request to
+// succeed.
+func TestProber_prequalFallback(t *testing.T) {
+	var plainServed atomic.Int64
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/work" {
+			plainServed.Add(1)
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer plain.Close()
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t)}
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	peers := []*balancer.Peer{balancer.NewPeer(addrOf(plain)), balancer.NewPeer(servers[0].addr()), balancer.NewPeer(servers[1].addr())}
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithDecay(50*time.Millisecond))
+	require.NoError(t, err)
+	defer picker.Close()
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
+	const n = 300
+	for range n {
+		resp, err := client.Get("http://service/work?ms=0")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+	}
+	got := []int64{plainServed.Load(), servers[0].served.Load(), servers[1].served.Load()}
+	t.Logf("served: without the Middleware %d, with %d and %d; prober %+v", got[0], got[1], got[2], pr.Stats())
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.GreaterOrEqual(t, got[0], int64(n/3/10), "the server without the Middleware")
+	assert.Positive(t, pr.Stats().Failed, "its probes fail")
+	assert.Positive(t, pr.Stats().Answered, "the others' do not")
 }

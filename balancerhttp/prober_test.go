@@ -331,3 +331,60 @@ func TestNewProber_badOptions(t *testing.T) {
 	}
 	assertNoGoroutinesLeft(t, before)
 }
+
+// TestProber_zeroAndNil: the zero Prober drops every probe, and a Prober
+// drops a nil peer or receiver, counted, without a panic.
+func TestProber_zeroAndNil(t *testing.T) {
+	var zero balancerhttp.Prober
+	zero.Probe(balancer.NewPeer("127.0.0.1:1"), newAnswers())
+	assert.Equal(t, balancerhttp.ProberStats{}, zero.Stats())
+	assert.NoError(t, zero.Close())
+
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	pr.Probe(nil, newAnswers())
+	pr.Probe(balancer.NewPeer("127.0.0.1:1"), nil)
+	require.NoError(t, pr.Close())
+	assert.Equal(t, balancerhttp.ProberStats{Dropped: 2}, pr.Stats())
+}
+
+// TestProber_defaultsTakePrequalBurst: the default Prober takes Prequal's
+// default burst whole, and keeps its default rate at a 16 ms round trip
+// (two zones apart): Prequal's bucket lets a tenth of a second's probes go
+// at once (DefaultProbesPerSecond / 10 = 100), which the default workers
+// and queue must hold with every worker waiting on a stalled server, and
+// DefaultProbesPerSecond probes of 16 ms each keep 16 in flight, one per
+// worker. The server sees exactly DefaultProbeWorkers probes at once.
+func TestProber_defaultsTakePrequalBurst(t *testing.T) {
+	srv, _ := stalled(t)
+	arrived := make(chan struct{}, 1024)
+	h := srv.Config.Handler
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		h.ServeHTTP(w, r)
+	})
+	const rtt = 16 * time.Millisecond
+	assert.GreaterOrEqual(t, balancerhttp.DefaultProbeWorkers, int(balancer.DefaultProbesPerSecond*rtt/time.Second))
+	pr, err := balancerhttp.NewProber(balancerhttp.WithProbeTimeout(time.Hour))
+	require.NoError(t, err)
+	defer pr.Close()
+	burst := int(balancer.DefaultProbesPerSecond / 10)
+	peer := balancer.NewPeer(addrOf(srv))
+	r := newAnswers()
+	for range burst {
+		pr.Probe(peer, r)
+	}
+	assert.Zero(t, pr.Stats().Dropped, "of a burst of %d", burst)
+	for range balancerhttp.DefaultProbeWorkers {
+		select {
+		case <-arrived:
+		case <-time.After(5 * time.Second):
+			t.Fatal("fewer probes than workers reached the server")
+		}
+	}
+	select {
+	case <-arrived:
+		t.Fatal("more probes in flight than workers")
+	case <-time.After(20 * time.Millisecond):
+	}
+}

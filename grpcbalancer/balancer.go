@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,7 +102,7 @@ type lbBalancer struct {
 	picker  lbgo.Balancer
 	ends    map[string]*endpoint
 	connErr error       // the last connection or resolver error, for a failing picker
-	prober  *grpcProber // the picker's prober, if probing; replaced with the probe settings
+	prober  *grpcProber // the picker's prober, if probing; one per picker
 
 	// rpcs maps an RPC (the Done channel of its context, the same for all
 	// its attempts) to the Request its retries share; see pick.go.
@@ -179,30 +180,31 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	// The picker's peers: a snapshot that Update reconciles, so kept peers
 	// keep their state; a change of picker options builds a new picker.
 	rebuild := b.picker == nil || b.cfg == nil || cfg.optsKey != b.cfg.optsKey
-	// A probing picker gets a new prober with new probe settings, and the
-	// picker is rebuilt around it.
-	prober := b.prober
-	if b.probing && (prober == nil || cfg.probe != b.cfg.probe) {
-		var err error
-		if prober, err = newGRPCProber(&b.conns, cfg.probe); err != nil {
-			return fmt.Errorf("%w: %s: %w", balancer.ErrBadResolverState, b.name, err) // cannot happen: parseConfig checked them
-		}
+	// A probing picker is rebuilt with new probe settings too, and each
+	// one gets a prober of its own, which it closes.
+	if b.probing && b.cfg != nil && cfg.probe != b.cfg.probe {
 		rebuild = true
 	}
 	snapshot := make([]*lbgo.Peer, len(order))
 	for i, e := range order {
 		snapshot[i] = cfg.newPeer(e.key, weights[e.key], !e.up(), e.sc)
 	}
+	var prober *grpcProber
 	var err error
+	if b.probing && rebuild {
+		prober, err = newGRPCProber(&b.conns, cfg.probe) // refuses nothing: parseConfig checked the settings
+	}
 	picker := b.picker
-	if rebuild {
-		picker, err = b.alg.New(snapshot, pickerOptions(cfg, prober)...)
-	} else {
+	switch {
+	case err != nil:
+	case rebuild:
+		picker, err = b.alg.New(snapshot, pickerOptions(b.alg, cfg, prober)...)
+	default:
 		err = picker.Update(snapshot)
 	}
 	if err != nil {
-		if prober != b.prober {
-			prober.Close()
+		if prober != nil {
+			_ = prober.Close()
 		}
 		for _, e := range created {
 			e.sc.Shutdown()
@@ -211,11 +213,11 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		logger.Warningf("%s: resolver update refused, keeping the previous peers: %v", b.name, err)
 		return fmt.Errorf("%w: %s: %w", balancer.ErrBadResolverState, b.name, err)
 	}
+	if rebuild && b.picker != nil {
+		b.closePickerLocked() // its probes under way are dropped
+	}
 	b.picker, b.cfg = picker, cfg
-	if prober != b.prober {
-		if b.prober != nil {
-			b.prober.Close() // the old picker's probes are dropped
-		}
+	if prober != nil {
 		b.prober = prober
 	}
 
@@ -360,12 +362,10 @@ func (b *lbBalancer) Close() {
 		}
 	}
 	b.ends = nil
-	prober := b.prober
-	b.prober = nil
-	b.mu.Unlock()
-	if prober != nil {
-		prober.Close() // waits for the probes under way, which end now
+	if b.picker != nil {
+		b.closePickerLocked()
 	}
+	b.mu.Unlock()
 	b.conns.dropAll()
 	b.wmu.Lock()
 	if b.timer != nil {
@@ -373,6 +373,23 @@ func (b *lbBalancer) Close() {
 		b.timer = nil
 	}
 	b.wmu.Unlock()
+}
+
+// closePickerLocked closes the picker being replaced or the policy's at
+// its close: its Close, if it has one (Prequal's closes its prober), and
+// the prober, which waits for the probes under way (they end now, and are
+// not answered). gRPC's pickers made over it may still pick from it,
+// which a closed Prequal does as P2CPeakEWMA. Requires b.mu.
+func (b *lbBalancer) closePickerLocked() {
+	if c, ok := b.picker.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			logger.Warningf("%s: closing the picker: %v", b.name, err)
+		}
+	}
+	if b.prober != nil {
+		_ = b.prober.Close()
+		b.prober = nil
+	}
 }
 
 // pushLocked hands gRPC a new picker over the current peers, with the

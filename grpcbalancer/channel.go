@@ -46,9 +46,25 @@ func (c Channel) NoLivePeerCount() uint64 {
 	return 0
 }
 
-// picker returns the current picker of the policy built last for c, or
-// nil.
-func (c Channel) picker() lbgo.Balancer {
+// ProbeStats returns the probe counters of the channel's prober, for a
+// probing policy (lbgo_prequal); zero for another policy or none. A new
+// picker (a change of the policy's fields) has a new prober, whose counts
+// start from 0.
+func (c Channel) ProbeStats() ProbeStats {
+	b := c.policy()
+	if b == nil {
+		return ProbeStats{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.prober == nil {
+		return ProbeStats{}
+	}
+	return b.prober.stats()
+}
+
+// policy returns the open policy built last for c, or nil.
+func (c Channel) policy() *lbBalancer {
 	open.mu.Lock()
 	var b *lbBalancer
 	for i := len(open.all) - 1; i >= 0; i-- {
@@ -58,6 +74,13 @@ func (c Channel) picker() lbgo.Balancer {
 		}
 	}
 	open.mu.Unlock()
+	return b
+}
+
+// picker returns the current picker of the policy built last for c, or
+// nil.
+func (c Channel) picker() lbgo.Balancer {
+	b := c.policy()
 	if b == nil {
 		return nil
 	}

@@ -45,11 +45,22 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	errorUtilizationPenalty    number ≥ 0 (ReportedWRR)
 //	reportedLoad               {"window": duration, "clients": int ≥ 1}
 //	                           (WithReportedLoad; clients default 1)
+//	probeRate                  {"perPick": number, "perSecond": number}
+//	                           (Prequal's WithProbeRate; each defaults)
+//	probePool                  {"size": int, "maxAge": duration}
+//	                           (Prequal's WithProbePool; each defaults)
+//	hotQuantile                number in (0, 1] (Prequal)
+//	probeTimeout               duration in (0, 1h]: each probe RPC's bound
+//	                           (a probing policy; default "250ms")
+//	probeWorkers, probeQueue   int in [1, 1024], [0, 65536]: probe RPCs at
+//	                           once, probes waiting (default 16, 128)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
 // options its picker accepts (balancer.Algorithm.Options) and refuses the
-// others.
+// others. The policy gives WithRand and WithProber itself; the probe
+// fields (probeTimeout, probeWorkers, probeQueue) configure the prober it
+// gives, and only a probing policy (lbgo_prequal) takes them.
 // A duration is a string time.ParseDuration reads ("0.5s", "250ms"); a code
 // is its name ("UNAVAILABLE") or number. A picker option the picker does not
 // take, a value out of range or of the wrong type is rejected with
@@ -83,9 +94,12 @@ type Config struct {
 	ErrorUtilizationPenalty *float64      `json:"errorUtilizationPenalty,omitempty"`
 	ReportedLoad            *ReportedLoad `json:"reportedLoad,omitempty"`
 
-	ProbeTimeout *string `json:"probeTimeout,omitempty"`
-	ProbeWorkers *int    `json:"probeWorkers,omitempty"`
-	ProbeQueue   *int    `json:"probeQueue,omitempty"`
+	ProbeRate    *ProbeRate `json:"probeRate,omitempty"`
+	ProbePool    *ProbePool `json:"probePool,omitempty"`
+	HotQuantile  *float64   `json:"hotQuantile,omitempty"`
+	ProbeTimeout *string    `json:"probeTimeout,omitempty"`
+	ProbeWorkers *int       `json:"probeWorkers,omitempty"`
+	ProbeQueue   *int       `json:"probeQueue,omitempty"`
 }
 
 // ReportedLoad is Config's reportedLoad: the arguments of
@@ -93,6 +107,22 @@ type Config struct {
 type ReportedLoad struct {
 	Window  *string `json:"window,omitempty"`
 	Clients *int    `json:"clients,omitempty"`
+}
+
+// ProbeRate is Config's probeRate: the arguments of
+// balancer.WithProbeRate. A missing one keeps its default
+// (balancer.DefaultProbesPerPick, balancer.DefaultProbesPerSecond).
+type ProbeRate struct {
+	PerPick   *float64 `json:"perPick,omitempty"`
+	PerSecond *float64 `json:"perSecond,omitempty"`
+}
+
+// ProbePool is Config's probePool: the arguments of
+// balancer.WithProbePool. A missing one keeps its default
+// (balancer.DefaultProbePoolSize, balancer.DefaultProbeMaxAge).
+type ProbePool struct {
+	Size   *int    `json:"size,omitempty"`
+	MaxAge *string `json:"maxAge,omitempty"`
 }
 
 // lbConfig is a parsed, checked Config.
@@ -236,6 +266,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		{"tolerance", c.Tolerance, lbgo.WithTolerance},
 		{"boundedLoad", c.BoundedLoad, lbgo.WithBoundedLoad},
 		{"errorUtilizationPenalty", c.ErrorUtilizationPenalty, lbgo.WithErrorUtilizationPenalty},
+		{"hotQuantile", c.HotQuantile, lbgo.WithHotQuantile},
 	} {
 		if f.v != nil {
 			opts = append(opts, option{f.field, *f.v, f.opt(*f.v)})
@@ -258,6 +289,30 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		}
 		v := fmt.Sprintf("{%v %d}", w, clients)
 		opts = append(opts, option{"reportedLoad", v, lbgo.WithReportedLoad(w, clients)})
+	}
+	if r := c.ProbeRate; r != nil {
+		perPick, perSecond := float64(lbgo.DefaultProbesPerPick), float64(lbgo.DefaultProbesPerSecond)
+		if r.PerPick != nil {
+			perPick = *r.PerPick
+		}
+		if r.PerSecond != nil {
+			perSecond = *r.PerSecond
+		}
+		opts = append(opts, option{"probeRate", fmt.Sprintf("{%v %v}", perPick, perSecond), lbgo.WithProbeRate(perPick, perSecond)})
+	}
+	if p := c.ProbePool; p != nil {
+		size, maxAge := lbgo.DefaultProbePoolSize, lbgo.DefaultProbeMaxAge
+		if p.Size != nil {
+			size = *p.Size
+		}
+		if p.MaxAge != nil {
+			d, err := dur("probePool", p.MaxAge)
+			if err != nil {
+				return nil, err
+			}
+			maxAge = d
+		}
+		opts = append(opts, option{"probePool", fmt.Sprintf("{%d %v}", size, maxAge), lbgo.WithProbePool(size, maxAge)})
 	}
 	// probe is one peer with the server parameters (a peer belongs to one
 	// picker, so a new one for each).

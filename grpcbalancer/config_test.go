@@ -31,11 +31,13 @@ func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
 		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
 		"blackoutPeriod": `"0s"`, "weightExpirationPeriod": `"3m"`, "weightUpdatePeriod": `"100ms"`,
 		"errorUtilizationPenalty": `0.5`,
+		"probeRate":               `{"perPick":1,"perSecond":100}`, "probePool": `{"size":8,"maxAge":"500ms"}`, "hotQuantile": `0.84`,
 	}
 	for _, a := range lbgo.Algorithms() {
 		for _, o := range a.Options {
 			field := strings.ToLower(o[4:5]) + o[5:]
-			if _, ok := fields[field]; !ok && o != "WithRand" {
+			// The policy gives its own WithRand and WithProber.
+			if _, ok := fields[field]; !ok && o != "WithRand" && o != "WithProber" {
 				t.Errorf("%s declares %s, which no config field sets", a.Name, o)
 			}
 		}
@@ -226,7 +228,7 @@ func TestREADME_optionFields(t *testing.T) {
 			fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
 		}
 		for _, field := range fields {
-			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad"}, field) {
+			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad", "probeRate", "probePool", "hotQuantile"}, field) {
 				continue
 			}
 			rows++
@@ -241,8 +243,8 @@ func TestREADME_optionFields(t *testing.T) {
 			}
 		}
 	}
-	if rows != 9 {
-		t.Errorf("README: %d picker option fields in the config table, want 9", rows)
+	if rows != 12 {
+		t.Errorf("README: %d picker option fields in the config table, want 12", rows)
 	}
 }
 
@@ -256,6 +258,8 @@ func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 		"band": {`1.5`, `2`}, "exponent": {`1`, `2`}, "tolerance": {`2`, `3`}, "floor": {`2`, `3`}, "boundedLoad": {`1.25`, `1.5`},
 		"blackoutPeriod": {`"0s"`, `"10s"`}, "weightExpirationPeriod": {`"3m"`, `"5s"`},
 		"weightUpdatePeriod": {`"100ms"`, `"1s"`}, "errorUtilizationPenalty": {`0.5`, `1`},
+		"probeRate": {`{"perPick":1}`, `{"perPick":1,"perSecond":10}`}, "probePool": {`{"size":8}`, `{"size":8,"maxAge":"2s"}`},
+		"hotQuantile": {`0.6`, `0.84`},
 	}
 	key := func(a lbgo.Algorithm, js string) string {
 		t.Helper()

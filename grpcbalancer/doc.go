@@ -48,5 +48,31 @@
 //     new picker, so a waiting RPC proceeds as soon as a peer's fail_timeout
 //     ends.
 //
+// # Probing: lbgo_prequal
+//
+// lbgo_prequal balances by probes of the servers' load (balancer.Prequal):
+// the policy gives its picker a prober that calls ProbeMethod, which
+// grpcreport.RegisterProbe serves, on the connection of the probed peer's
+// SubConn. For each READY SubConn it takes that connection from a producer
+// of its own (SubConn.GetOrBuildProducer, as grpc/orca does for its
+// out-of-band stream), and drops it at the SubConn's next state change. A
+// probe is queued and never blocks a pick; probeWorkers workers send them,
+// each bounded by probeTimeout; when probeQueue probes already wait, more
+// are dropped and counted. A server without the probe service answers
+// UNIMPLEMENTED, a Failed answer: after a few, Prequal balances that peer by
+// P2CPeakEWMA's rule, so it keeps its traffic. The picker's own fields:
+//
+//	{"loadBalancingConfig": [{"lbgo_prequal": {
+//	  "probeRate": {"perPick": 3, "perSecond": 1000},
+//	  "probePool": {"size": 16, "maxAge": "1s"},
+//	  "hotQuantile": 0.6,
+//	  "probeTimeout": "250ms", "probeWorkers": 16, "probeQueue": 128,
+//	  "decay": "10s", "maxFails": 1, "failTimeout": "10s"}}]}
+//
+// (every field optional; these are the defaults). A change of any of them
+// builds a new picker with a new prober; closing the channel closes both,
+// cutting the probes under way short. Channel(target).ProbeStats counts
+// the probes.
+//
 // The policies are safe for concurrent use, as gRPC requires.
 package grpcbalancer

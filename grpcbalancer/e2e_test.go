@@ -119,7 +119,7 @@ func serviceConfig(policy, lbConfig string, maxAttempts int) string {
 
 // dial returns a client over the manual resolver r and the policy instance
 // it built.
-func dial(t *testing.T, r *manual.Resolver, sc string) (*grpc.ClientConn, *lbBalancer) {
+func dial(t testing.TB, r *manual.Resolver, sc string) (*grpc.ClientConn, *lbBalancer) {
 	built := make(chan *lbBalancer, 1)
 	testBuilt = func(b *lbBalancer) { built <- b }
 	t.Cleanup(func() { testBuilt = nil })

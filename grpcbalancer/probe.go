@@ -22,7 +22,9 @@ import (
 // request is an xds.service.orca.v3.OrcaLoadReportRequest (empty), its
 // answer an xds.data.orca.v3.OrcaLoadReport whose named_metrics hold the
 // server's requests in flight ("rif") and latency estimate in
-// milliseconds ("latency_ms"; absent means 0).
+// milliseconds ("latency_ms"; absent means 0). It is grpcreport.ProbeMethod
+// (a test holds them equal): this package does not import grpcreport,
+// whose own tests import this one.
 const ProbeMethod = "/lbgo.loadreport.v1.LoadProbe/Probe"
 
 // probes reports whether alg's picker balances by probes, so that its
@@ -133,11 +135,11 @@ func (c *probeConns) dropAll() {
 
 // pickerOptions returns the options a picker is built with: the config's,
 // and the prober for a probing one.
-func pickerOptions(cfg *lbConfig, prober *grpcProber) []lbgo.Option {
-	if prober == nil {
+func pickerOptions(alg lbgo.Algorithm, cfg *lbConfig, prober *grpcProber) []lbgo.Option {
+	if prober == nil || !probes(alg) {
 		return cfg.opts
 	}
-	return cfg.opts // TODO: WithProber(prober), once the picker takes it
+	return append(slices.Clip(cfg.opts), lbgo.WithProber(prober))
 }
 
 // errNotReady is a probe's failure when its peer's SubConn is not READY.
@@ -165,8 +167,12 @@ func newGRPCProber(conns *probeConns, s probeSettings) (*grpcProber, error) {
 // prober closed; it never blocks and allocates nothing.
 func (g *grpcProber) Probe(p *lbgo.Peer, to lbgo.ProbeReceiver) { g.q.Put(p, to) }
 
-// Close stops the workers and waits for them.
-func (g *grpcProber) Close() { g.q.Close() }
+// Close stops the workers and waits for them; the probes under way end
+// unanswered. It is idempotent and returns nil.
+func (g *grpcProber) Close() error {
+	g.q.Close()
+	return nil
+}
 
 func (g *grpcProber) probe(ctx context.Context, p *lbgo.Peer) (lbgo.ProbeAnswer, error) {
 	sc, _ := p.Value().(balancer.SubConn)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func TestParseConfig_probeFields(t *testing.T) {
 		want probeSettings
 		err  string
 	}{
-		{probeOnly(), `{}`, probeSettings{250 * time.Millisecond, 4, 64}, ""},
+		{probeOnly(), `{}`, probeSettings{250 * time.Millisecond, 16, 128}, ""},
 		{probeOnly(), `{"probeTimeout":"50ms","probeWorkers":2,"probeQueue":0}`, probeSettings{50 * time.Millisecond, 2, 0}, ""},
 		{probeOnly(), `{"probeTimeout":"0s"}`, probeSettings{}, `probeTimeout "0s": out of (0, 1h0m0s]`},
 		{probeOnly(), `{"probeTimeout":"2h"}`, probeSettings{}, `probeTimeout "2h": out of (0, 1h0m0s]`},
@@ -148,10 +149,12 @@ type probeServer struct {
 	tr      *loadreport.Tracker
 	release chan struct{}
 	held    sync.WaitGroup // the clients' held calls
-	calls   chan struct{}  // one value per probe that reached the server
+	calls   chan struct{}  // a value per probe that reached the server, while there is room
+	probes  atomic.Int64   // probes that reached the server
+	served  atomic.Int64   // health checks served, not held
 }
 
-func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
+func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	s := &probeServer{addr: lis.Addr().String(), release: make(chan struct{}), calls: make(chan struct{}, 1024)}
@@ -162,9 +165,17 @@ func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
 	hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if info.FullMethod == ProbeMethod {
-			s.calls <- struct{}{}
+			s.probes.Add(1)
+			select {
+			case s.calls <- struct{}{}:
+			default: // nobody waits for this many
+			}
 		}
-		if info.FullMethod == ProbeMethod && stall || len(md.Get("hold")) > 0 {
+		held := len(md.Get("hold")) > 0
+		if info.FullMethod == healthCheck && !held {
+			s.served.Add(1)
+		}
+		if info.FullMethod == ProbeMethod && stall || held {
 			select {
 			case <-s.release:
 			case <-ctx.Done():
@@ -187,6 +198,8 @@ func startProbeServer(t *testing.T, probes, stall bool) *probeServer {
 	return s
 }
 
+const healthCheck = "/grpc.health.v1.Health/Check"
+
 // hold starts n health checks through conn that s holds in flight, and
 // returns once s's Tracker counts them.
 func (s *probeServer) hold(t *testing.T, conn *grpc.ClientConn, n int) {
@@ -204,7 +217,7 @@ func (s *probeServer) hold(t *testing.T, conn *grpc.ClientConn, n int) {
 
 // dialProbing dials the servers with lbgo_roundrobin made to probe, and
 // returns the policy once every peer is up.
-func dialProbing(t *testing.T, config string, servers ...*probeServer) (*grpc.ClientConn, *lbBalancer) {
+func dialProbing(t testing.TB, config string, servers ...*probeServer) (*grpc.ClientConn, *lbBalancer) {
 	testProbeAll = true
 	t.Cleanup(func() { testProbeAll = false })
 	r := manual.NewBuilderWithScheme("probe")
@@ -267,7 +280,7 @@ func TestProber_realServers(t *testing.T) {
 	assert.Len(t, r.of(with.addr), 3)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}, {Failed: true}, {Failed: true}}, r.of(without.addr))
 	assert.Equal(t, ProbeStats{Sent: 6, Answered: 3, Failed: 3}, pr.stats())
-	assert.Len(t, with.calls, 4, "the server saw each probe once, and the direct one")
+	assert.Equal(t, int64(4), with.probes.Load(), "the server saw each probe once, and the direct one")
 }
 
 // TestProber_timeout: a server holding the probe RPC past probeTimeout

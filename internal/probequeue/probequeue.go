@@ -20,8 +20,8 @@ import (
 // grpcbalancer's probing policies share (their docs give the reasons).
 const (
 	DefaultTimeout = 250 * time.Millisecond
-	DefaultWorkers = 4
-	DefaultSize    = 64
+	DefaultWorkers = 16
+	DefaultSize    = 128
 	// MaxWorkers and MaxSize bound the settings, so that a typo cannot
 	// start a million goroutines or allocate a huge queue.
 	MaxWorkers = 1024
@@ -117,10 +117,14 @@ func New(c Config) (*Queue, error) {
 }
 
 // Put queues a probe of p whose answer goes to to, and reports whether it
-// did: false, counted as dropped, when the queue is full or closed. It
-// never blocks and allocates nothing.
+// did: false, counted as dropped, when the queue is full or closed, or p
+// or to is nil. It never blocks and allocates nothing.
 func (q *Queue) Put(p *balancer.Peer, to balancer.ProbeReceiver) bool {
 	queued := false
+	if p == nil || to == nil {
+		q.dropped.Add(1)
+		return false
+	}
 	if q.state.Add(1)&closing == 0 {
 		select {
 		case q.jobs <- job{p, to}:

@@ -265,3 +265,17 @@ func TestNew_badConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestQueue_nil: a nil peer or receiver is dropped, never handed to a
+// worker that would call a nil receiver.
+func TestQueue_nil(t *testing.T) {
+	q, err := New(Config{Workers: 1, Size: 4, Timeout: time.Second,
+		Probe: func(context.Context, *balancer.Peer) (balancer.ProbeAnswer, error) {
+			return balancer.ProbeAnswer{}, nil
+		}})
+	require.NoError(t, err)
+	assert.False(t, q.Put(nil, newReceiver()))
+	assert.False(t, q.Put(balancer.NewPeer("a:1"), nil))
+	q.Close()
+	assert.Equal(t, Stats{Dropped: 2}, q.Stats())
+}

@@ -29,5 +29,6 @@ require (
 replace (
 	github.com/lbgo/balancer => ../../../
 	github.com/lbgo/balancer/grpcbalancer => ../../
+	github.com/lbgo/balancer/loadreport/grpcreport => ../../../loadreport/grpcreport
 	github.com/lbgo/balancer/metrics => ../../../metrics
 )

@@ -1,0 +1,208 @@
+package grpcbalancer
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	lbgo "github.com/lbgo/balancer"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+)
+
+// dialPrequal dials the servers with lbgo_prequal and config, and returns
+// the client and the policy once every peer is up.
+func dialPrequal(t *testing.T, config string, servers ...*probeServer) (*grpc.ClientConn, *lbBalancer) {
+	r := manual.NewBuilderWithScheme("prequal")
+	var as []resolver.Address
+	for _, s := range servers {
+		as = append(as, resolver.Address{Addr: s.addr})
+	}
+	r.InitialState(resolver.State{Addresses: as})
+	conn, lb := dial(t, r, `{"loadBalancingConfig":[{"lbgo_prequal":`+config+`}]}`)
+	require.True(t, waitFor(5*time.Second, func() bool {
+		ps := peersOf(lb)
+		for _, p := range ps {
+			if p.State().Down {
+				return false
+			}
+		}
+		return len(ps) == len(servers)
+	}), "the peers did not come up")
+	return conn, lb
+}
+
+// checks sends n health checks one after another through conn, each with
+// a 3 s deadline, and returns the errors. With settle set, after each
+// check it waits (up to 1 s) until every probe the picker has sent is
+// answered or dropped, so that each pick sees its predecessors' answers.
+func checks(t *testing.T, conn *grpc.ClientConn, lb *lbBalancer, n int, settle bool) []error {
+	client := healthpb.NewHealthClient(conn)
+	var errs []error
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+		if settle {
+			require.True(t, waitFor(time.Second, func() bool {
+				s := proberOf(lb).stats()
+				return s.Answered+s.Failed+s.Dropped == pickerStats(lb).Sent
+			}), "probes unanswered after 1 s")
+		}
+	}
+	return errs
+}
+
+// TestPrequal_awayFromHeldServer: three real servers answering probes
+// (grpcreport), one of them holding 20 calls in flight from another
+// client. lbgo_prequal's probes find it at rif 20 and the others at 0 or
+// 1 (this client's one check): with two of every three answers at most 1,
+// the hot quantile (0.6) of the recent counts is at most 1, so its
+// answers are hot and lose to any cold one in the pool. The checks go one
+// after another, each once the previous one's probes are answered (a
+// client whose requests are further apart than a probe's round trip), so
+// every pick's pool holds the idle servers' fresh answers: it gets a
+// pick only before the first answers (P2CPeakEWMA's rule then, with no
+// history: any of the three). A uniform picker would give it a third of
+// the 300 checks, 100; allow a tenth of that, 10. probeRate's perSecond
+// 10,000 lets every pick send its 3 probes (the checks come at about
+// 2,000 a second; the default cap, 1,000 probes a second, would leave
+// most picks unprobed).
+func TestPrequal_awayFromHeldServer(t *testing.T) {
+	servers := []*probeServer{startProbeServer(t, true, false), startProbeServer(t, true, false), startProbeServer(t, true, false)}
+	direct, err := grpc.NewClient(servers[0].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer direct.Close()
+	servers[0].hold(t, direct, 20)
+	conn, lb := dialPrequal(t, `{"probeRate":{"perSecond":10000}}`, servers...)
+	const n = 300
+	require.Empty(t, checks(t, conn, lb, n, true))
+	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
+	t.Logf("served: held %d, others %d and %d; probes %+v; picker %+v", got[0], got[1], got[2], proberOf(lb).stats(), pickerStats(lb))
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.LessOrEqual(t, got[0], int64(n/3/10), "the server holding 20 calls")
+	s := proberOf(lb).stats()
+	assert.Positive(t, s.Answered)
+	assert.Zero(t, s.Failed)
+	assert.Zero(t, pickerStats(lb).RateLimited, "probeRate reached the picker")
+}
+
+// TestPrequal_serverWithoutProbes: of three equal servers, one lacks the
+// probe service and answers every probe UNIMPLEMENTED, a Failed answer;
+// Prequal then balances it by P2CPeakEWMA's rule against the pool's best
+// answer, so it still gets traffic. Its expected latency (its peak EWMA,
+// the client's own measure of an idle server's health check) and a pool
+// answer's (the server's estimate plus the round trip the probe
+// measured) are both about one loopback round trip: it gets a share
+// comparable to the others' rather than none. Its peak EWMA decays in
+// 50 ms (decay), so that one slow reply (a pause of the race detector)
+// does not hold it off for the whole run, as the default 10 s would.
+// Require at least a tenth of a uniform share (10 of 300), and every check
+// to succeed.
+func TestPrequal_serverWithoutProbes(t *testing.T) {
+	servers := []*probeServer{startProbeServer(t, false, false), startProbeServer(t, true, false), startProbeServer(t, true, false)}
+	conn, lb := dialPrequal(t, `{"decay":"50ms"}`, servers...)
+	const n = 300
+	require.Empty(t, checks(t, conn, lb, n, false))
+	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
+	s := proberOf(lb).stats()
+	t.Logf("served: without probes %d, others %d and %d; probes %+v", got[0], got[1], got[2], s)
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.GreaterOrEqual(t, got[0], int64(n/3/10), "the server without the probe service")
+	assert.Positive(t, s.Failed, "its probes fail")
+	assert.Positive(t, s.Answered, "the others' do not")
+}
+
+// pickerStats returns the policy's Prequal's probe counters.
+func pickerStats(lb *lbBalancer) lbgo.ProbeStats {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	if p, ok := lb.picker.(*lbgo.Prequal); ok {
+		return p.ProbeStats()
+	}
+	return lbgo.ProbeStats{}
+}
+
+// TestPrequal_configChangeRebuilds: a new probe setting in a resolver
+// update builds a new picker with a new prober; the old prober is closed
+// (a probe through it drops) and Channel's ProbeStats reads the new one.
+func TestPrequal_configChangeRebuilds(t *testing.T) {
+	s, s2 := startProbeServer(t, true, false), startProbeServer(t, true, false)
+	r := manual.NewBuilderWithScheme("rebuild")
+	addrs := []resolver.Address{{Addr: s.addr}, {Addr: s2.addr}}
+	r.InitialState(resolver.State{Addresses: addrs})
+	conn, lb := dial(t, r, `{"loadBalancingConfig":[{"lbgo_prequal":{}}]}`)
+	require.True(t, waitFor(5*time.Second, func() bool { return conn.GetState() == connectivity.Ready }))
+	require.Empty(t, checks(t, conn, lb, 20, true))
+	old := proberOf(lb)
+	before := old.stats()
+	assert.Positive(t, before.Answered)
+	assert.Equal(t, before, Channel("rebuild:///backends").ProbeStats())
+
+	sc := r.CC().ParseServiceConfig(`{"loadBalancingConfig":[{"lbgo_prequal":{"probeTimeout":"100ms"}}]}`)
+	require.NoError(t, sc.Err)
+	r.UpdateState(resolver.State{Addresses: addrs, ServiceConfig: sc})
+	require.True(t, waitFor(5*time.Second, func() bool { return proberOf(lb) != old }), "no new prober")
+	assert.Equal(t, 100*time.Millisecond, func() time.Duration { lb.mu.Lock(); defer lb.mu.Unlock(); return lb.cfg.probe.timeout }())
+	old.Probe(peersOf(lb)[s.addr], newProbeReceiver())
+	assert.Equal(t, before.Dropped+1, old.stats().Dropped, "the old prober is closed")
+
+	require.Empty(t, checks(t, conn, lb, 20, true))
+	assert.Positive(t, proberOf(lb).stats().Answered)
+	assert.Equal(t, proberOf(lb).stats(), Channel("rebuild:///backends").ProbeStats())
+}
+
+// TestDoc_prequalDefaults: the lbgo_prequal config in the package doc
+// spells the defaults: each value is the constant its option documents,
+// and the policy parses it to the settings of an empty config.
+func TestDoc_prequalDefaults(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	var js strings.Builder
+	in := false
+	for _, line := range strings.Split(string(src), "\n") {
+		line = strings.TrimPrefix(strings.TrimPrefix(line, "//"), "\t")
+		if strings.HasPrefix(line, `{"loadBalancingConfig": [{"lbgo_prequal"`) {
+			in = true
+		}
+		if in {
+			js.WriteString(line)
+			if strings.HasSuffix(line, "}}]}") {
+				break
+			}
+		}
+	}
+	var sc struct {
+		LB []map[string]json.RawMessage `json:"loadBalancingConfig"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js.String()), &sc), js.String())
+	raw := sc.LB[0]["lbgo_prequal"]
+	var c Config
+	require.NoError(t, json.Unmarshal(raw, &c))
+	assert.Equal(t, float64(lbgo.DefaultProbesPerPick), *c.ProbeRate.PerPick)
+	assert.Equal(t, float64(lbgo.DefaultProbesPerSecond), *c.ProbeRate.PerSecond)
+	assert.Equal(t, lbgo.DefaultProbePoolSize, *c.ProbePool.Size)
+	assert.Equal(t, lbgo.DefaultProbeMaxAge.String(), *c.ProbePool.MaxAge)
+	assert.Equal(t, lbgo.DefaultHotQuantile, *c.HotQuantile)
+	assert.Equal(t, "250ms", *c.ProbeTimeout)
+	assert.Equal(t, defaultProbeSettings, probeSettings{250 * time.Millisecond, *c.ProbeWorkers, *c.ProbeQueue})
+	assert.Equal(t, lbgo.DefaultDecay.String(), *c.Decay)
+	assert.Equal(t, lbgo.DefaultMaxFails, *c.MaxFails)
+	assert.Equal(t, lbgo.DefaultFailTimeout.String(), *c.FailTimeout)
+	alg, err := lbgo.AlgorithmNamed("Prequal")
+	require.NoError(t, err)
+	cfg, err := parseConfig(alg, raw)
+	require.NoError(t, err)
+	assert.Equal(t, defaultProbeSettings, cfg.probe)
+}
