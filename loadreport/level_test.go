@@ -184,3 +184,39 @@ func TestTrackerProbeConcurrent(t *testing.T) {
 		t.Fatalf("after: Probe() = %d, %v; want 0, 3ms", rif, lat)
 	}
 }
+
+// TestTrackerProbeQueue: a server that serves one request at a time,
+// S = 10 ms each, gets 8 requests at once at 1 s: the one that finds j
+// ahead of it (RIF j) ends at 1 s + (j+1)·S. Its levels then hold: level
+// 0 RIF 0, S; level 1 RIF 1, 2S; level 2 RIF 2-3, mean 3.5S at mean RIF
+// 2.5; level 3 RIF 4-7, mean 6.5S at mean RIF 5.5. On such a server a
+// request at RIF r takes (r+1)·S, so the estimate is exact where a level
+// is scaled (mean duration = (mean RIF + 1)·S) and off by the level's
+// spread where it is read as it is: at RIF 5 it says 6.5S for 6S.
+func TestTrackerProbeQueue(t *testing.T) {
+	const S = 10 * time.Millisecond
+	for _, tt := range []struct {
+		rif  int64
+		want time.Duration
+	}{
+		{0, S}, {1, 2 * S}, {2, 35 * S / 10}, {3, 35 * S / 10},
+		{5, 65 * S / 10}, {7, 65 * S / 10},
+		{9, 10 * S},    // level 4 empty: level 3 scaled, 6.5S × 10/6.5
+		{100, 101 * S}, // levels 4-7 empty: the same
+	} {
+		tr, clk := newTestTracker(t)
+		clk.set(time.Second)
+		var bs []Began
+		for range 8 {
+			bs = append(bs, tr.Begin())
+		}
+		for j, b := range bs {
+			clk.set(time.Second + time.Duration(j+1)*S)
+			tr.End(b, false)
+		}
+		tr.inFlight.Store(tt.rif)
+		if rif, lat := tr.Probe(); rif != tt.rif || lat != tt.want {
+			t.Errorf("RIF %d: Probe() = %d, %v; want %v", tt.rif, rif, lat, tt.want)
+		}
+	}
+}
