@@ -79,7 +79,9 @@ func TestShifting_endToEnd(t *testing.T) {
 	for i, v := range variants {
 		fleets[i] = newShiftFleet(t, sc, v.lb)
 	}
-	results := capacity.RunShifting(t.Context(), fleets, sc)
+	run := capacity.RunShifting(t.Context(), fleets, sc)
+	results := run.Fleets
+	t.Logf("arrivals late behind their times: median %v, p99 %v, max %v", run.LateP50, run.LateP99, run.LateMax)
 	for i, v := range variants {
 		r := results[i]
 		t.Logf("%s: %d calls, %d gave up after %v; p50 %v, p99 %v, mean %v; shares %s%%",
