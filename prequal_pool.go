@@ -22,6 +22,12 @@ import (
 // few the pool holds after its removals.
 const rifRingSize = 64
 
+// answersPerRemoval is how many answers pay for one removal: the paper's
+// and prequal-rs's 3 probes and 1 removal a query. Tied to the answers
+// rather than to the picks, a pick whose probes the per-second cap
+// refused removes less, and the pool does not drain to the last answer.
+const answersPerRemoval = 3
+
 // maxReuse caps a probe's reuse budget: the paper's formula gives no bound
 // when the pool holds as many answers as there are peers (its denominator
 // is then 0 or less).
@@ -32,6 +38,7 @@ type poolEntry struct {
 	peer *Peer
 	st   *prequalPeer
 	rif  float64 // the server's in-flight count, plus this client's uses
+	rif0 float64 // the server's in-flight count as answered
 	lat  float64 // the server's latency estimate at that count, ns
 	at   int64   // when the server answered, unix ns
 	uses int32   // what is left of the reuse budget
@@ -51,7 +58,8 @@ type probePool struct {
 	budget  float64 // the reuse budget of a new answer (reuseBudget)
 	credit  float64 // the budget's fractional part, carried from answer to answer
 	oldest  bool    // the next per-pick removal takes the oldest (else the worst)
-	removes bool    // a pick removes an answer besides the one it uses up
+	answers int     // answers since the last removal, up to answersPerRemoval
+	removes bool    // the picker probes (perPick > 0), so its picks remove
 }
 
 // rifRing holds the last rifRingSize answered in-flight counts, in arrival
@@ -157,7 +165,7 @@ func (pl *probePool) putLocked(p *Peer, st *prequalPeer, rif, lat float64, at in
 		}
 		pl.e[j].st.inPool.Store(false)
 	}
-	pl.e[j] = poolEntry{peer: p, st: st, rif: rif, lat: lat, at: at, uses: pl.newUsesLocked()}
+	pl.e[j] = poolEntry{peer: p, st: st, rif: rif, rif0: rif, lat: lat, at: at, uses: pl.newUsesLocked()}
 	st.inPool.Store(true)
 }
 
@@ -201,7 +209,7 @@ func (pl *probePool) ageLocked(now int64) {
 
 // score is an answer's expected latency for this client, ns: the server's
 // estimate plus the client's smoothed round trip to the peer.
-func (e *poolEntry) score() float64 { return e.lat + e.st.rtt }
+func (e *poolEntry) score() float64 { return e.lat*(e.rif+1)/(e.rif0+1) + e.st.rtt }
 
 // chooseLocked applies the hot-cold rule to the answers of the peers of
 // peers (the primaries, or the backups if backup) that r may try now: an

@@ -187,6 +187,27 @@ func TestPrequal_localCount(t *testing.T) {
 	assert.Equal(t, []string{"a", "b", "a"}, got)
 }
 
+// TestPrequal_localLatency checks that a used answer's latency grows with
+// the local count, as latency × (count + uses + 1)/(count + 1): a 3 in
+// flight at 8 ms, b 1 at 11 ms, and c 100 at 1 s, which keeps the
+// threshold (q 1: the largest, 100) above every count here. Pick 1: a (8
+// against 11); a is then 8 × 5/4 = 10. Pick 2: a (10 < 11); then 8 × 6/4
+// = 12. Pick 3: b (11 < 12). A count that left the latency alone would
+// give a four times (its budget) before b.
+func TestPrequal_localLatency(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(1))
+	answer(t, b, peers[2], 100, time.Second, 0)
+	answer(t, b, peers[0], 3, ms(8), 0)
+	answer(t, b, peers[1], 1, ms(11), 0)
+	var got []string
+	for range 3 {
+		got = append(got, mustPick(t, b, nil).Addr())
+	}
+	assert.Equal(t, []string{"a", "a", "b"}, got)
+}
+
 // TestPrequal_maxAge checks that an answer serves picks until it is
 // maxAge old, counted from when the server answered (the answer's arrival
 // less half its round trip), and not after: then the pick falls back to
@@ -293,11 +314,12 @@ func TestPrequal_removal(t *testing.T) {
 	pl.removeOneLocked(2)
 	assert.Equal(t, map[string]bool{"a": true, "b": true, "c": true}, names(pl))
 
-	// A pick with probes on removes one answer more than it uses up: of
-	// 4 answers (oldest d), a is used (4 uses, the cap), d removed.
+	// A pick of a picker that probes removes one answer besides those it
+	// uses up once three answers came since the last removal: of 4
+	// answers (oldest d), a is used (4 uses, the cap) and d removed.
 	clk := newFakeClock()
 	peers := makePeers(5, func(i int) string { return string(rune('a' + i)) }, nil)
-	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(1, 1000), WithHotQuantile(1))
+	b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(1, 1000), WithProbePool(16, time.Second), WithHotQuantile(1))
 	for _, a := range []struct {
 		i   int
 		lat float64
@@ -308,6 +330,20 @@ func TestPrequal_removal(t *testing.T) {
 	assert.Equal(t, "a", mustPick(t, b, nil).Addr())
 	assert.Equal(t, 3, len(b.pool.e))
 	assert.Equal(t, -1, b.pool.indexLocked(peers[3]), "d, the oldest, removed")
+	// The credit holds one removal at most (the 4th answer found it full),
+	// so the next pick (b, the fastest cold answer: a, used, is at 1 in
+	// flight, above the threshold 0) removes none; after two more answers
+	// still none (c, the fastest cold one left); after a third, one.
+	assert.Equal(t, "b", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 3, len(b.pool.e), "no answer since the last removal: none")
+	answer(t, b, peers[4], 0, ms(50), 0)
+	answer(t, b, peers[3], 0, ms(60), 0)
+	require.Equal(t, 5, len(b.pool.e))
+	assert.Equal(t, "c", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 5, len(b.pool.e), "two answers: none")
+	answer(t, b, peers[2], 0, ms(30), 0)
+	assert.Equal(t, "c", mustPick(t, b, nil).Addr())
+	assert.Equal(t, 4, len(b.pool.e), "three answers: one removal")
 }
 
 // slicesIndex is slices.Index for the removal table.
