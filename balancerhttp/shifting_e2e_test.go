@@ -17,9 +17,9 @@ import (
 
 // The herding end-to-end test: capacity.Fleet16 (ten loopback servers of
 // one worker behind loadreport's Middleware, which answers probes too,
-// their speeds redrawn about every second; sixteen clients, each with its
+// their speeds redrawn every 0.5-3.5 s; sixteen clients, each with its
 // own Transport, picker and, for Prequal, Prober, sending Poisson arrivals
-// at 0.75 of capacity and giving up after 3 s).
+// at 0.75 of capacity and giving up after 6 s).
 
 // newShiftFleet is one picker's fleet of sc: servers of its own and
 // sc.Clients clients, each with its own Transport and a picker of its own
@@ -98,11 +98,11 @@ var shiftReportedLoad = balancer.WithReportedLoad(10*time.Second, capacity.Fleet
 // ratio, not asserted: it was missed (see shiftTarget). No request may
 // fail otherwise than by its timeout. A run whose arrivals went out
 // late (the machine busy elsewhere, capacity.MaxLate) is run again, up to
-// capacity.Tries times, then skipped. About 15 s a run, with -race too:
+// capacity.Tries times, then skipped. About 25 s a run, with -race too:
 // -short skips it.
 func TestShifting_endToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("15 s of real servers: skipped with -short")
+		t.Skip("25 s of real servers: skipped with -short")
 	}
 	sc := capacity.Fleet16
 	var prequals []*balancer.Prequal // the last run's

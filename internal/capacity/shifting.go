@@ -35,22 +35,25 @@ type Shifting struct {
 	Seed                      uint64
 }
 
-// Fleet16 is the scenario the end-to-end tests run: fleet16's ten
-// servers, sixteen clients, load 0.75 and redraws every 0.25–1.75 s, on
-// one worker per server as there; but service times twice the
-// simulator's (means in [20 ms, 60 ms]) and lognormal of shape Sigma
-// rather than exponential, so that a busy machine's late timers (a
-// millisecond or two) stay small beside them. The nominal capacity is
-// 10 × 1 / 40 ms = 250 requests a second, the arrivals 187.5 a second:
-// in a 12 s window about 2250 requests, so a p99 is about the 22nd
-// longest.
+// Fleet16 is the scenario the end-to-end tests run: the simulator's
+// fleet16 (ten servers of one worker, sixteen clients, load 0.75, means
+// redrawn from [Lo, 3 Lo] at gaps of 0.25–1.75 × Every) on a time scale
+// four times its own: means in [40 ms, 120 ms], redraws every 0.5–3.5 s;
+// and lognormal service times of shape Sigma rather than exponential. On
+// that scale a busy machine's late timers (3–5 ms at the p99 when it is
+// quiet, tens of milliseconds when the other programs take both cores)
+// stay small beside the services, and the process's own load (requests
+// and probes over loopback) stays low. The nominal capacity is
+// 10 × 1 / 80 ms = 125 requests a second, the arrivals 93.75 a second,
+// 5.9 a client: in the 20 s measured about 1875 requests, so a p99 is
+// about the 19th longest.
 var Fleet16 = Shifting{
 	Servers: 10, Workers: 1, Clients: 16,
-	Lo: 20 * time.Millisecond, Hi: 60 * time.Millisecond,
-	Every: time.Second, Spread: 750 * time.Millisecond,
+	Lo: 40 * time.Millisecond, Hi: 120 * time.Millisecond,
+	Every: 2 * time.Second, Spread: 1500 * time.Millisecond,
 	Load: 0.75,
-	Warm: 2 * time.Second, Measure: 12 * time.Second,
-	Timeout: 3 * time.Second,
+	Warm: 3 * time.Second, Measure: 20 * time.Second,
+	Timeout: 6 * time.Second,
 	Seed:    1,
 }
 
@@ -275,12 +278,13 @@ func (f *Fleet) shiftResult(sc Shifting) ShiftResult {
 }
 
 // MaxLate is the arrivals' p99 lateness above which a run is too noisy to
-// compare pickers by: 30 ms, three quarters of the mean service time. On
-// a quiet machine the p99 is 3–5 ms; when other programs take both cores
-// for a while it reaches 150 ms to 750 ms, every fleet's requests pile up
-// behind the stalled timers (open loop: the late arrivals then go out at
-// once) and every picker's p99 becomes the machine's.
-const MaxLate = 30 * time.Millisecond
+// compare pickers by: 60 ms, three quarters of Fleet16's mean service
+// time. On a quiet machine the p99 is 3–5 ms; when other programs take
+// both cores for a while it reaches 150 ms to 750 ms, every fleet's
+// requests pile up behind the stalled timers (open loop: the late
+// arrivals then go out at once) and every picker's p99 becomes the
+// machine's.
+const MaxLate = 60 * time.Millisecond
 
 // Tries is how many runs RunQuiet makes at most.
 const Tries = 3

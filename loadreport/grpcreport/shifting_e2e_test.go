@@ -20,10 +20,10 @@ import (
 
 // The herding end-to-end test over gRPC: capacity.Fleet16 (ten grpc-go
 // servers of one worker on loopback running the Reporter and the probe
-// service, their speeds redrawn about every second; sixteen ClientConns,
+// service, their speeds redrawn every 0.5-3.5 s; sixteen ClientConns,
 // each with its own policy instance and so its own picker and, for
 // lbgo_prequal, its own prober, sending Poisson arrivals at 0.75 of
-// capacity, each call given up after 3 s).
+// capacity, each call given up after 6 s).
 
 // newShiftFleet is one policy's fleet of sc: servers of its own and
 // sc.Clients ClientConns, each with its own policy instance. Its calls
@@ -130,10 +130,10 @@ var shiftReportedLoad = fmt.Sprintf(`"reportedLoad":{"window":"10s","clients":%d
 // oracle's. The issue's target (lbgo_prequal's p99 at least 2× lower
 // than lbgo_p2cpeakewma's) is logged with the measured ratio: it was
 // missed, as over HTTP. Noisy runs are run again (capacity.RunQuiet).
-// About 15 s a run, with -race too: -short skips it.
+// About 25 s a run, with -race too: -short skips it.
 func TestShifting_endToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("15 s of real servers: skipped with -short")
+		t.Skip("25 s of real servers: skipped with -short")
 	}
 	sc := capacity.Fleet16
 	type variant struct {
