@@ -90,14 +90,20 @@ var shiftReportedLoad = balancer.WithReportedLoad(10*time.Second, capacity.Fleet
 // probes. Prequal runs with its defaults, each client with its own
 // balancerhttp.Prober of the servers' Middleware.
 //
-// Asserted: the scenario herds and leaves room: P2CPeakEWMA's p99 is at
-// least twice the full-information oracle's (capacity.Oracle, which no
-// client-side picker can match), else halving it would be out of reach
-// and the comparison would tell nothing. The target, Prequal's
-// p99 at least 2× lower than P2CPeakEWMA's, is logged with the measured
-// ratio, not asserted: it was missed (see shiftTarget). No request may
-// fail otherwise than by its timeout. A run whose arrivals went out
-// late (the machine busy elsewhere, capacity.MaxLate) is run again, up to
+// Asserted (shiftTarget): the scenario herds and leaves room, P2CPeakEWMA's
+// p99 at least twice the full-information oracle's (capacity.Oracle,
+// which no client-side picker can match; else halving it would be out of
+// reach and the comparison would tell nothing); Prequal's p99 below
+// P2CPeakEWMA's; at most 3 probes a request. The target,
+// Prequal's p99 at least 2× lower than P2CPeakEWMA's, is logged with the
+// measured ratio, not asserted: in the first quiet runs it was 1.32× to
+// 1.72× (the oracle's 2.55× to 3.13×, LeastConn+rif's 1.19× to 1.47×).
+// What limits it:
+// a client picks 5.9 times a second, so the answers it picks by are at
+// least one gap between its picks old, 170 ms on average, two mean
+// service times, and sixteen clients act on them. No request may fail
+// otherwise than by its timeout. A run whose arrivals went out late (the
+// machine busy elsewhere, capacity.MaxLate) is run again, up to
 // capacity.Tries times, then skipped. About 25 s a run, with -race too:
 // -short skips it.
 func TestShifting_endToEnd(t *testing.T) {
@@ -163,11 +169,14 @@ func TestShifting_endToEnd(t *testing.T) {
 	}
 	t.Logf("Prequal's probes, all clients: %d sent (%.2f a request), %d answered, %d failed, %d late, %d over the rate",
 		ps.Sent, float64(ps.Sent)/float64(sent), ps.Answered, ps.Failed, ps.Late, ps.RateLimited)
+	assert.LessOrEqual(t, ps.Sent, uint64(3*sent), "at most 3 probes a request by default")
 	shiftTarget(t, p99)
 }
 
-// shiftTarget logs each picker's p99 against P2CPeakEWMA's and checks the
-// control: P2CPeakEWMA's p99 at least twice the oracle's.
+// shiftTarget logs each picker's p99 against P2CPeakEWMA's and the
+// issue's target, and checks what held in every quiet run: the control,
+// P2CPeakEWMA's p99 at least twice the oracle's, and Prequal's below
+// P2CPeakEWMA's.
 func shiftTarget(t *testing.T, p99 map[string]time.Duration) {
 	t.Helper()
 	base := p99["P2CPeakEWMA"]
@@ -177,4 +186,5 @@ func shiftTarget(t *testing.T, p99 map[string]time.Duration) {
 	t.Logf("the issue's target, Prequal's p99 at least 2x lower than P2CPeakEWMA's: %.2fx, %s",
 		float64(base)/float64(max(p99["Prequal"], 1)), map[bool]string{true: "met", false: "missed"}[2*p99["Prequal"] <= base])
 	assert.GreaterOrEqual(t, base, 2*p99["Oracle"], "the control: P2CPeakEWMA's p99 at least twice the full-information oracle's")
+	assert.Less(t, p99["Prequal"], base, "Prequal's p99 below P2CPeakEWMA's")
 }

@@ -37,9 +37,11 @@ type Shifting struct {
 
 // Fleet16 is the scenario the end-to-end tests run: the simulator's
 // fleet16 (ten servers of one worker, sixteen clients, load 0.75, means
-// redrawn from [Lo, 3 Lo] at gaps of 0.25–1.75 × Every) on a time scale
-// four times its own: means in [40 ms, 120 ms], redraws every 0.5–3.5 s;
-// and lognormal service times of shape Sigma rather than exponential. On
+// redrawn from [Lo, 3 Lo] at gaps within Every ± 75%) with service
+// times four times its own, means in [40 ms, 120 ms], and redraws twice
+// as far apart, every 0.5–3.5 s (so the speeds shift after 25 mean
+// services rather than 50: a run of 23 s sees 11 redraws a server), and
+// lognormal service times of shape Sigma rather than exponential. On
 // that scale a busy machine's late timers (3–5 ms at the p99 when it is
 // quiet, tens of milliseconds when the other programs take both cores)
 // stay small beside the services, and the process's own load (requests

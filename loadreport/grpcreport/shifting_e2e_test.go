@@ -126,11 +126,13 @@ var shiftReportedLoad = fmt.Sprintf(`"reportedLoad":{"window":"10s","clients":%d
 // its defaults (each ClientConn probing through grpcreport's probe
 // service), lbgo_p2cpeakewma, lbgo_leastconn with reportedLoad, and the
 // full-information oracle. Asserted: no call fails otherwise than by its
-// deadline, and the control, lbgo_p2cpeakewma's p99 at least twice the
-// oracle's. The issue's target (lbgo_prequal's p99 at least 2× lower
-// than lbgo_p2cpeakewma's) is logged with the measured ratio: it was
-// missed, as over HTTP. Noisy runs are run again (capacity.RunQuiet).
-// About 25 s a run, with -race too: -short skips it.
+// deadline; the control, lbgo_p2cpeakewma's p99 at least twice the
+// oracle's; lbgo_prequal's p99 below lbgo_p2cpeakewma's. The issue's
+// target (lbgo_prequal's p99 at least 2× lower than lbgo_p2cpeakewma's)
+// is logged with the measured ratio, not asserted: it was missed, as
+// over HTTP (balancerhttp's test says by how much and why). Noisy runs
+// are run again (capacity.RunQuiet). About 25 s a run, with -race too:
+// -short skips it.
 func TestShifting_endToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("25 s of real servers: skipped with -short")
@@ -174,5 +176,8 @@ func TestShifting_endToEnd(t *testing.T) {
 		float64(base)/float64(max(p99["Prequal"], 1)), map[bool]string{true: "met", false: "missed"}[2*p99["Prequal"] <= base])
 	if base < 2*p99["Oracle"] {
 		t.Errorf("the control: P2CPeakEWMA's p99 %v is less than twice the full-information oracle's %v", base, p99["Oracle"])
+	}
+	if p99["Prequal"] >= base {
+		t.Errorf("Prequal's p99 %v is not below P2CPeakEWMA's %v", p99["Prequal"], base)
 	}
 }
