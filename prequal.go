@@ -45,7 +45,9 @@ import (
 // picks, so a fractional rate is spread evenly and deterministically; a
 // token bucket on the injected clock (GCRA: one atomic word, the
 // theoretical arrival time) caps them at perSecond, with a burst of a
-// tenth of a second's worth (at least one); a probe the bucket refuses is
+// hundredth of a second's worth (at least one: 100 probes at the default
+// 10,000 a second, the burst of 1,000 a second with a tenth); a probe the
+// bucket refuses is
 // counted (ProbeStats.RateLimited), not queued. A pick removes one answer
 // besides those it uses up, the oldest and the worst in turn, once per
 // three answers taken since the last removal (the paper's 3 probes and 1

@@ -42,12 +42,12 @@ func (b *Prequal) ProbeStats() ProbeStats {
 type probeBucket struct {
 	tat      atomic.Int64
 	interval int64 // ns a probe
-	burst    int64 // ns of credit: a tenth of a second's probes, at least one
+	burst    int64 // ns of credit: a hundredth of a second's probes, at least one
 }
 
 func newProbeBucket(perSecond float64) probeBucket {
 	interval := int64(math.Max(1, 1e9/perSecond))
-	return probeBucket{interval: interval, burst: max(interval, int64(1e8))}
+	return probeBucket{interval: interval, burst: max(interval, int64(1e7))}
 }
 
 // take reports whether a probe may go at now, and if so counts it.

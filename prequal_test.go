@@ -358,9 +358,11 @@ func slicesIndex(s []string, x string) int {
 
 // TestPrequal_probeRate checks the probes a pick sends: 3 by default, to
 // distinct peers; a fraction spread evenly (0.5: every other pick); and the
-// per-second cap on the clock: 10 a second with a burst of a tenth of a
-// second's worth (one probe) lets exactly one probe through every 100 ms,
-// so over picks 1 ms apart for 1 s, 10 of the 3000 asked for.
+// per-second cap on the clock: 10 a second with a burst of a hundredth of
+// a second's worth, at least one probe (one), lets exactly one probe
+// through every 100 ms, so over picks 1 ms apart for 1 s, 10 of the 3000
+// asked for; 1000 a second with its burst of 10 lets 10 of a pick's 16
+// through at once (over 20 peers), then one a millisecond.
 func TestPrequal_probeRate(t *testing.T) {
 	peers := makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil)
 	t.Run("default 3 a pick", func(t *testing.T) {
@@ -399,6 +401,18 @@ func TestPrequal_probeRate(t *testing.T) {
 		assert.Equal(t, uint64(10), s.Sent)
 		assert.Equal(t, uint64(3000-10), s.RateLimited)
 		assert.Len(t, q.take(), 10)
+	})
+	t.Run("per second, burst", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, makePeers(20, func(i int) string { return string(rune('a' + i)) }, nil), WithProber(q), WithProbeRate(16, 1000))
+		mustPick(t, b, nil)
+		assert.Len(t, q.take(), 10, "the burst, of the 16 asked for")
+		for range 999 {
+			clk.add(time.Millisecond)
+			mustPick(t, b, nil)
+		}
+		assert.Len(t, q.take(), 999, "then one a millisecond")
 	})
 }
 

@@ -20,6 +20,20 @@
 // A failed attempt is retried at once on another peer as nginx's default
 // proxy_next_upstream does, unless the scenario disables retries.
 //
+// A backend may be across a network (Backend.RTT): an attempt reaches it
+// half the round trip after it is sent and the reply the client half a
+// round trip after the backend ends it; the backend's report and count are
+// its own view, of the jobs that have reached it. A picker that balances
+// by probes ([Policy].Probed, Prequal) gets each client a
+// balancer.Prober whose probes are events on the virtual clock: half a
+// round trip after Probe the backend reads its requests in flight and its
+// latency estimate at that count, as package loadreport's Tracker answers
+// a probe, and half a round trip later the answer reaches the picker's
+// Answer, on the run's goroutine; a stalled backend does not answer (the
+// probe fails after [ProbeTimeout]), one failing fast does, with few
+// requests and a short latency. Probes are counted per request and in
+// server time ([ProbeCost] each, occupying no worker).
+//
 // Every random draw comes from its own PCG stream, seeded from the run's
 // seed, the scenario and the draw's purpose, so a run is reproducible bit
 // for bit, and every policy faces the same arrivals and request sizes: the
@@ -32,8 +46,9 @@
 // ([Oracles]) follow the plan in the project's latency reference: uneven
 // backends with a late bloomer, a brownout, fast-failing and stalling
 // backends, randomly changing service times with one and sixteen clients,
-// and fleets whose speeds shift about every second under 1, 16 and 64
-// clients. Beside the clairvoyant oracle, a full-information one sees each
+// fleets whose speeds shift about every second under 1, 16 and 64
+// clients, the 16-client fleet over two zones of 1 and 20 ms round trip,
+// and with a backend failing fast for half the run. Beside the clairvoyant oracle, a full-information one sees each
 // backend's true requests in flight and current speed at the pick, but no
 // service time in advance: the bound of what server-side load reports can
 // tell a client.

@@ -277,6 +277,14 @@ func TestPickersBuild(t *testing.T) {
 			require.NoError(t, err)
 			assert.NotNil(t, pk)
 			assert.False(t, p.IsOracle())
+			if p.Probed != nil {
+				w := &world{clients: []client{{}}}
+				fresh := []*balancer.Peer{balancer.NewPeer("a"), balancer.NewPeer("b")}
+				pk, err := p.Probed(fresh, time.Now, rand.NewPCG(1, 2), &prober{w: w})
+				require.NoError(t, err)
+				_, ok := pk.(balancer.ProbeReceiver)
+				assert.True(t, ok, "a probing picker takes probe answers")
+			}
 		})
 	}
 	for _, p := range Oracles() {

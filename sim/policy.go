@@ -31,8 +31,9 @@ type ProbedFactory func(peers []*balancer.Peer, now func() time.Time, src rand.S
 type Policy struct {
 	Name string
 	New  Factory
-	// Probed, when set in place of New, builds a picker that balances by
-	// probes, each client's with its own prober.
+	// Probed, when set, builds a picker that balances by probes, each
+	// client's with its own prober; Run and Compare use it in place of
+	// New, which then builds the same picker without a prober.
 	Probed ProbedFactory
 
 	// oracle builds an oracle's picker for one client of a run; nil for
@@ -167,8 +168,9 @@ func PolicyByName(name string) (Policy, bool) {
 // each client's picker gets the simulation's clock, its random source if
 // it draws random numbers, the client's prober (balancer.WithProber),
 // whose probes are events on the virtual clock (see Run), and then extra.
+// Its New builds the picker without a prober.
 func Probed(a balancer.Algorithm, extra ...balancer.Option) Policy {
-	return Policy{Name: a.Name, Probed: func(peers []*balancer.Peer, now func() time.Time, src rand.Source, pr balancer.Prober) (balancer.Picker, error) {
+	return Policy{Name: a.Name, New: factory(a, extra...), Probed: func(peers []*balancer.Peer, now func() time.Time, src rand.Source, pr balancer.Prober) (balancer.Picker, error) {
 		opts := []balancer.Option{balancer.WithClock(now), balancer.WithProber(pr)}
 		if a.Random {
 			opts = append(opts, balancer.WithRand(src))

@@ -12,14 +12,15 @@ import (
 // answered Failed this long after it was sent.
 const ProbeTimeout = 100 * time.Millisecond
 
-// ProbeCost is the server time one probe answer is counted as: about the
-// server's half of one small HTTP request over loopback (34.5 µs client
-// and server together, BENCHMARKS.md). A probe is answered by the
-// middleware, which does not enter the application, so it occupies no
-// worker and delays no request: it is counted (Result.ProbeTime), not
-// queued. At a few probes a request against service times of
-// milliseconds it is well under 1% of the server's time.
-const ProbeCost = 20 * time.Microsecond
+// ProbeCost is the server time one probe answer is counted as: 50 µs, a
+// whole probe over loopback answered by loadreport's Middleware with a raw
+// TCP client that does little of its own (52.4 µs, BENCHMARKS.md, probes
+// section), so a bound above the server's part. The Middleware answers a
+// probe without entering the application, so a probe occupies no worker
+// and delays no request: it is counted (Result.ProbeTime), not queued. At
+// 3 probes a request against service times of 10 to 30 ms it is under 1%
+// of the servers' time.
+const ProbeCost = 50 * time.Microsecond
 
 // probe is one probe in flight.
 type probe struct {

@@ -27,7 +27,11 @@ the same bytes. With no flags it runs every scenario with 3 seeds in a few
 seconds.
 
 -check prints the latency-aware picker's targets as PASS/FAIL lines with
-their numbers and exits 1 if one fails. -series prints, for the first seed,
+their numbers and exits 1 if one fails; for a candidate that balances by
+probes (Prequal) also its own: p99 within 1.5× Oracle SED's in fleet16 and
+2× in fleet64, no worse than P2CPeakEWMA's anywhere, a fast-failing
+backend's share no more than under FastestFirst, at most 3 probes a
+request. -series prints, for the first seed,
 every backend's share of attempts per 500 ms window. -svg DIR also writes,
 for each scenario's first seed, SVG charts: every backend's share of
 attempts over time per picker (NAME-share.svg), latency by percentile
@@ -195,6 +199,14 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			return bad(err.flag, "%v", err.err)
 		}
 		pols = []sim.Policy{c, b}
+		if c.Probed != nil {
+			// A probing candidate's own targets compare it with these too.
+			for _, name := range []string{sim.ProbeBaseline, sim.SinkBaseline, sim.OracleSED} {
+				if p, ok := sim.PolicyByName(name); ok && !slices.ContainsFunc(pols, func(q sim.Policy) bool { return q.Name == name }) {
+					pols = append(pols, p)
+				}
+			}
+		}
 	} else if pols, err = simPolicies(*pickers); err != nil {
 		return bad("pickers", "%v", err)
 	}
@@ -252,6 +264,15 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			*tau = decayOf(pols[0].Name)
 		}
 		checks, err := rep.Checks(pols[0].Name, pols[1].Name, *tau)
+		if err == nil && pols[0].Probed != nil {
+			var more []sim.Check
+			more, err = rep.ProbeChecks(pols[0].Name)
+			for _, c := range more {
+				if !slices.Contains(checks, c) { // the same p99 check as Checks' where it is "no worse"
+					checks = append(checks, c)
+				}
+			}
+		}
 		if err == nil {
 			fmt.Fprintf(stdout, "candidate %s, baseline %s, %d seeds\n", pols[0].Name, pols[1].Name, *seeds)
 			err = sim.WriteChecks(stdout, checks)

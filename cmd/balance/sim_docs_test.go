@@ -21,7 +21,7 @@ var updateDocs = flag.Bool("update-docs", false, "rewrite docs/SIMULATION.md and
 // The committed charts are what this command writes (the charts read only
 // the first seed, so -seeds 1 draws the same ones as the default 3):
 //
-//	balance sim -scenario hetero,brownout,fleet16 -seeds 1 -svg docs/charts
+//	balance sim -scenario hetero,brownout,fleet16,zones16,fastfail16 -seeds 1 -svg docs/charts
 //
 // TestDocsCharts fails when they differ; run
 //
@@ -30,7 +30,7 @@ var updateDocs = flag.Bool("update-docs", false, "rewrite docs/SIMULATION.md and
 // to regenerate them and docs/SIMULATION.md.
 var (
 	chartsDir  = filepath.Join("..", "..", "docs", "charts")
-	chartsArgs = []string{"sim", "-scenario", "hetero,brownout,fleet16", "-seeds", "1"}
+	chartsArgs = []string{"sim", "-scenario", "hetero,brownout,fleet16,zones16,fastfail16", "-seeds", "1"}
 	pagePath   = filepath.Join("..", "..", "docs", "SIMULATION.md")
 )
 
@@ -48,7 +48,7 @@ func TestDocsCharts(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	fresh, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.Len(t, fresh, 9, "share, latency and weights for three scenarios")
+	require.Len(t, fresh, 15, "share, latency and weights for five scenarios")
 	if *updateDocs {
 		require.NoError(t, os.RemoveAll(chartsDir))
 		require.NoError(t, os.MkdirAll(chartsDir, 0o755))
@@ -119,6 +119,8 @@ func simulationPage(t *testing.T) string {
 	require.Equal(t, 0, code, errOut)
 	code, checks, errOut := exec([]string{"sim", "-check"}, "")
 	require.Contains(t, []int{0, 1}, code, errOut) // -check exits 1 on a missed target
+	code, prequal, errOut := exec([]string{"sim", "-check", "-candidate", "Prequal"}, "")
+	require.Contains(t, []int{0, 1}, code, errOut)
 	var b strings.Builder
 	b.WriteString(`# Simulation results
 
@@ -132,7 +134,7 @@ for the model.
 
 ## Charts
 
-` + "`balance sim -scenario hetero,brownout,fleet16 -seeds 1 -svg docs/charts`" + `
+` + "`balance sim -scenario hetero,brownout,fleet16,zones16,fastfail16 -seeds 1 -svg docs/charts`" + `
 draws these, from each scenario's first seed.
 
 ![Share of attempts per backend over time in the brownout](charts/brownout-share.svg)
@@ -151,6 +153,14 @@ draws these, from each scenario's first seed.
 
 ![Share of attempts per backend over time in fleet16](charts/fleet16-share.svg)
 
+![Latency by percentile in zones16, fleet16 in two zones of 1 and 20 ms round trip](charts/zones16-latency.svg)
+
+![Share of attempts per backend over time in zones16](charts/zones16-share.svg)
+
+![Share of attempts per backend over time in fastfail16, backend 4 failing fast mid-run](charts/fastfail16-share.svg)
+
+![Latency by percentile in fastfail16](charts/fastfail16-latency.svg)
+
 ## Tables
 
 ` + "`balance sim -format markdown`" + `:
@@ -159,6 +169,18 @@ draws these, from each scenario's first seed.
 	b.WriteString(tables)
 	b.WriteString("\n## Checks\n\n`balance sim -check`:\n\n```\n")
 	b.WriteString(checks)
+	b.WriteString("```\n")
+	b.WriteString(`
+## Prequal's targets
+
+` + "`balance sim -check -candidate Prequal`" + ` measures Prequal against the checks above and
+its own targets: p99 within 1.5× Oracle SED's in fleet16 and 2× in fleet64, no worse than
+P2CPeakEWMA's in any scenario, a fast-failing backend's share of attempts no more than under
+FastestFirst, at most 3 probes a request. A FAIL line is a target missed, by the numbers it
+shows; [PREQUAL_SWEEP.md](PREQUAL_SWEEP.md) sweeps Prequal's settings.
+
+` + "```\n")
+	b.WriteString(prequal)
 	b.WriteString("```\n")
 	return b.String()
 }

@@ -58,9 +58,9 @@ func TestSimHelpDefaults(t *testing.T) {
 		"(default: the scenario's, 0; 1 in linkerd)",                             // tries
 		"disables failure accounting (default: the scenario's, 1; 0 in linkerd)", // max-fails
 		"fail_timeout, a duration (default: the scenario's, 10s in all)",
-		"clients K (default: the scenario's, 1; 16 in herd, fleet16; 64 in fleet64)",
-		"(default: the scenario's, 0.7; 0.75 in fleet1, fleet16, fleet64; none, a fixed 1000 requests/s, in linkerd)",
-		"(default: the scenario's, no jitter; 1s in fleet1, fleet16, fleet64; 500ms in jitter, herd)",
+		"clients K (default: the scenario's, 1; 16 in herd, fleet16, zones16, fastfail16; 64 in fleet64)",
+		"(default: the scenario's, 0.7; 0.75 in fleet1, fleet16, fleet64, zones16, fastfail16; none, a fixed 1000 requests/s, in linkerd)",
+		"(default: the scenario's, no jitter; 1s in fleet1, fleet16, fleet64, zones16, fastfail16; 500ms in jitter, herd)",
 		"(default its own: 5s for FastestFirst, 10s otherwise)",
 		"-svg DIR",
 	} {

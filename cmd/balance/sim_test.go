@@ -107,3 +107,17 @@ func TestSimNoReports(t *testing.T) {
 	assert.NotEqual(t, on["LeastConn"], on["LeastConn+rif"])
 	assert.Equal(t, off["LeastConn"], on["LeastConn"], "LeastConn reads no report")
 }
+
+// TestSimCheckProbing: -check with a candidate that balances by probes
+// adds its own targets (the oracle's factor, FastestFirst's share of a
+// fast-failing backend, probes per request), running the policies they
+// compare with.
+func TestSimCheckProbing(t *testing.T) {
+	code, out, errOut := exec(simArgs("-check", "-scenario", "fleet16,fastfail16", "-candidate", "Prequal"), "")
+	require.Contains(t, []int{0, 1}, code, errOut)
+	assert.Contains(t, out, "candidate Prequal, baseline P2CPeakEWMA, 2 seeds\n")
+	assert.Regexp(t, `(PASS|FAIL)  fleet16 +p99 within 1\.5× Oracle SED +[0-9.]+ vs [0-9.]+ ms`, out)
+	assert.Regexp(t, `(PASS|FAIL)  fastfail16 +fast-failing backend's share no more than under FastestFirst +backend 4: `, out)
+	assert.Regexp(t, `(PASS|FAIL)  fleet16 +at most 3 probes per request`, out)
+	assert.NotContains(t, out, "fastfail16  p99 within")
+}

@@ -323,7 +323,7 @@ func TestTraceErrors(t *testing.T) {
 		{"unknown -fail server", []string{"trace", "-fail", "z", "-"}, fiveOneOne, 2, `balance trace: -fail: no server "z" in upstream "back"` + "\n..."},
 		{"bad -n", []string{"trace", "-n", "x"}, "", 2, `invalid value "x" for flag -n: parse error` + "\n..."},
 		{"negative -n", []string{"trace", "-n", "-1"}, "", 2, "balance trace: -n -1: negative\n" + `Run "balance trace -h" for usage.` + "\n"},
-		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst, Hash, ConsistentHash, IPHash, Random, RandomTwo, ReportedWRR): balancer: unknown algorithm` + "\n..."},
+		{"unknown -algo", []string{"trace", "-algo", "fastest"}, "", 2, `balance trace: -algo: balancer: "fastest" (want one of RoundRobin, SmoothWRR, ClassicWRR, RandomWeighted, LeastConn, P2CPeakEWMA, FastestFirst, Hash, ConsistentHash, IPHash, Random, RandomTwo, ReportedWRR, Prequal): balancer: unknown algorithm` + "\n..."},
 		{"-seed with smooth", []string{"trace", "-algo", "SmoothWRR", "-seed", "7"}, "", 2, "balance trace: -seed does not apply to -algo SmoothWRR\n..."},
 		{"two files", []string{"trace", bad, bad}, "", 2, "balance trace: at most one FILE, got 2\n..."},
 		{"unknown flag", []string{"trace", "-x"}, "", 2, "flag provided but not defined: -x\n" + `Run "balance trace -h" for usage.` + "\n"},
