@@ -22,13 +22,14 @@ const (
 	DefaultProbeTimeout = probequeue.DefaultTimeout
 	// DefaultProbeWorkers is the number of probes in flight at once. A
 	// probe holds its worker for its round trip, so 16 workers keep
-	// Prequal's default 1,000 probes a second going at round trips up to
-	// 16 ms (another zone), and 80,000 a second at a loopback round trip
-	// of 0.2 ms.
+	// Prequal's default cap of 10,000 probes a second going at round
+	// trips up to 1.6 ms (a LAN), and 1,000 a second at 16 ms (another
+	// zone).
 	DefaultProbeWorkers = probequeue.DefaultWorkers
 	// DefaultProbeQueue is the number of probes waiting for a worker
 	// beyond those; Probe drops the rest. With the workers it holds
-	// Prequal's default burst, a tenth of a second's probes (100), whole.
+	// Prequal's default burst, a hundredth of a second's probes (100),
+	// whole.
 	DefaultProbeQueue = probequeue.DefaultSize
 )
 
@@ -53,12 +54,12 @@ const (
 // Close stops it. The zero value drops every probe, uncounted; use
 // NewProber. A Prober is safe for concurrent use.
 type Prober struct {
-	q       *probequeue.Queue
-	rt      http.RoundTripper
-	own     bool   // rt is the default one, whose idle connections Close closes
-	scheme  string // "http" or "https"
-	path    string // starts with "/"
-	timeout time.Duration
+	// Immutable after NewProber; the queue guards its own state.
+	q      *probequeue.Queue
+	rt     http.RoundTripper
+	own    bool   // rt is the default one, whose idle connections Close closes
+	scheme string // "http" or "https"
+	path   string // starts with "/"
 }
 
 var _ balancer.Prober = (*Prober)(nil)
@@ -155,7 +156,7 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 	case s.nowSet && s.now == nil:
 		return nil, bad("WithProbeClock", "nil", "no clock")
 	}
-	p := &Prober{rt: s.rt, scheme: s.scheme, path: s.path, timeout: s.timeout}
+	p := &Prober{rt: s.rt, scheme: s.scheme, path: s.path}
 	if p.rt == nil {
 		p.rt, p.own = probeTransport(), true
 	}

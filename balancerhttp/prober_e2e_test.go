@@ -177,8 +177,8 @@ func TestProber_middlewareElsewhere(t *testing.T) {
 // and three servers behind the Middleware, one holding 20 requests from
 // other clients. Its probes answer rif 20 against 0 or 1 for the others
 // (this client's one request): two thirds of the recent counts are at most
-// 1, so the hot quantile (0.6) is at most 1 and its answers are hot, losing
-// to any cold answer in the pool. The requests go one after another, each
+// 1, so the default hot quantile (0.3) is at most 1 and its answers are
+// hot, losing to any cold answer in the pool. The requests go one after another, each
 // once the previous one's probes are answered, so every pick has the idle
 // servers' fresh answers, but for the first (before any answer, picked by
 // P2CPeakEWMA's rule among all three). A uniform picker would send it 100
@@ -192,9 +192,7 @@ func TestProber_prequalTransport(t *testing.T) {
 	for _, s := range servers {
 		peers = append(peers, balancer.NewPeer(s.addr()))
 	}
-	// 3 probes a pick at up to 2,000 picks a second: above the default
-	// cap of 1,000 probes a second.
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithProbeRate(3, 10000))
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
 	require.NoError(t, err)
 	defer picker.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
@@ -213,20 +211,22 @@ func TestProber_prequalTransport(t *testing.T) {
 	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
 	assert.LessOrEqual(t, got[0], int64(n/3/10), "the server holding 20 requests")
 	assert.Zero(t, pr.Stats().Failed)
-	assert.Zero(t, picker.ProbeStats().RateLimited)
 }
 
 // TestProber_prequalFallback: of three servers one runs no Middleware: its
 // handler answers the probe path with its own 200 "ok", which is no probe
-// answer, so its probes fail; Prequal then balances it by P2CPeakEWMA's
-// rule against the pool's best answer, and it keeps traffic: its expected
-// latency (its peak EWMA, this client's measure of an idle server) and a
-// pool answer's (the server's estimate plus the probe's round trip) are
-// both about one loopback round trip. Its peak EWMA decays in 50 ms
-// (WithDecay), so that one slow reply (a pause of the race detector) does
-// not hold it off for the whole run, as the default 10 s would. Require
-// at least a tenth of a uniform share (10 of 300), and every request to
-// succeed.
+// answer, so its probes fail and Prequal balances it by P2CPeakEWMA's
+// rule, comparing its expected latency (its peak EWMA, this client's
+// measure: about a loopback round trip, it answers at once) with the pool's
+// best answer (the server's estimate plus the probe's round trip). The two
+// servers behind the Middleware take 5 ms a request, so once each has
+// completed a request its estimate is about 5 ms: the server without the
+// Middleware is the faster by some 20 round trips and must take most
+// picks. Its peak EWMA decays in 50 ms (WithDecay), so that one slow reply
+// (a pause of the race detector) does not hold it off for the whole run,
+// as the default 10 s would. Require more than half of the 300 requests (a
+// Prequal that dropped the peers that do not answer would give it none),
+// and every request to succeed.
 func TestProber_prequalFallback(t *testing.T) {
 	var plainServed atomic.Int64
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -236,25 +236,124 @@ func TestProber_prequalFallback(t *testing.T) {
 		_, _ = w.Write([]byte("ok"))
 	}))
 	defer plain.Close()
-	servers := []*heldServer{startHeldServer(t), startHeldServer(t)}
+	var slowServed [2]atomic.Int64
+	peers := []*balancer.Peer{balancer.NewPeer(addrOf(plain))}
+	for i := range slowServed {
+		m, err := loadreport.New()
+		require.NoError(t, err)
+		srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+			slowServed[i].Add(1)
+		})))
+		defer srv.Close()
+		peers = append(peers, balancer.NewPeer(addrOf(srv)))
+	}
 	pr, err := balancerhttp.NewProber()
 	require.NoError(t, err)
-	peers := []*balancer.Peer{balancer.NewPeer(addrOf(plain)), balancer.NewPeer(servers[0].addr()), balancer.NewPeer(servers[1].addr())}
 	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithDecay(50*time.Millisecond))
 	require.NoError(t, err)
 	defer picker.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
 	const n = 300
 	for range n {
-		resp, err := client.Get("http://service/work?ms=0")
+		resp, err := client.Get("http://service/work")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		resp.Body.Close()
 	}
-	got := []int64{plainServed.Load(), servers[0].served.Load(), servers[1].served.Load()}
+	got := []int64{plainServed.Load(), slowServed[0].Load(), slowServed[1].Load()}
 	t.Logf("served: without the Middleware %d, with %d and %d; prober %+v", got[0], got[1], got[2], pr.Stats())
 	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
-	assert.GreaterOrEqual(t, got[0], int64(n/3/10), "the server without the Middleware")
+	assert.Greater(t, got[0], int64(n/2), "the server without the Middleware")
 	assert.Positive(t, pr.Stats().Failed, "its probes fail")
 	assert.Positive(t, pr.Stats().Answered, "the others' do not")
+}
+
+// TestProber_prequalConcurrent: 8 goroutines send 100 requests each at
+// once through a Transport over Prequal and three Middleware servers, one
+// holding 10 requests: every request succeeds, and once the probes settle
+// every answer the Prober gave reached the picker exactly once (its
+// answered and failed answers are the picker's taken, failed, refused and
+// late ones; its refused ones, the picker's refused).
+func TestProber_prequalConcurrent(t *testing.T) {
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t), startHeldServer(t)}
+	servers[0].hold(t, 10)
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	var peers []*balancer.Peer
+	for _, s := range servers {
+		peers = append(peers, balancer.NewPeer(s.addr()))
+	}
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	require.NoError(t, err)
+	defer picker.Close()
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				resp, err := client.Get("http://service/work?ms=0")
+				if err != nil {
+					bad.Add(1)
+					continue
+				}
+				if resp.StatusCode != http.StatusOK {
+					bad.Add(1)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, bad.Load())
+	var ps balancerhttp.ProberStats
+	var pk balancer.ProbeStats
+	require.True(t, waitUntil(5*time.Second, func() bool {
+		ps, pk = pr.Stats(), picker.ProbeStats()
+		return ps.Answered+ps.Failed+ps.Dropped == pk.Sent
+	}), "probes unanswered: prober %+v, picker %+v", ps, pk)
+	t.Logf("served %d %d %d; prober %+v; picker %+v", servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load(), ps, pk)
+	assert.Equal(t, int64(800), servers[0].served.Load()+servers[1].served.Load()+servers[2].served.Load())
+	assert.Equal(t, ps.Answered+ps.Failed, pk.Answered+pk.Failed+pk.Invalid+pk.Unknown+pk.Late)
+	assert.Equal(t, ps.Refused, pk.Invalid+pk.Unknown)
+	assert.Positive(t, pk.Answered)
+}
+
+// TestProber_prequalProxy: the Proxy over Prequal and the Prober, in front
+// of the three servers of TestProber_prequalTransport (one holding 20
+// requests): by the same derivation the busy one gets at most 10 of 300.
+func TestProber_prequalProxy(t *testing.T) {
+	servers := []*heldServer{startHeldServer(t), startHeldServer(t), startHeldServer(t)}
+	servers[0].hold(t, 20)
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	var peers []*balancer.Peer
+	for _, s := range servers {
+		peers = append(peers, balancer.NewPeer(s.addr()))
+	}
+	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	require.NoError(t, err)
+	defer picker.Close()
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: picker})
+	defer front.Close()
+	client := &http.Client{Timeout: 3 * time.Second}
+	const n = 300
+	for range n {
+		resp, err := client.Get(front.URL + "/work?ms=0")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+		require.True(t, waitUntil(time.Second, func() bool {
+			s := pr.Stats()
+			return s.Answered+s.Failed+s.Dropped == picker.ProbeStats().Sent
+		}), "probes unanswered after 1 s")
+	}
+	got := []int64{servers[0].served.Load(), servers[1].served.Load(), servers[2].served.Load()}
+	t.Logf("served: busy %d, idle %d and %d; prober %+v", got[0], got[1], got[2], pr.Stats())
+	assert.Equal(t, int64(n), got[0]+got[1]+got[2])
+	assert.LessOrEqual(t, got[0], int64(n/3/10), "the server holding 20 requests")
 }

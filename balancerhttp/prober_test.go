@@ -349,12 +349,12 @@ func TestProber_zeroAndNil(t *testing.T) {
 }
 
 // TestProber_defaultsTakePrequalBurst: the default Prober takes Prequal's
-// default burst whole, and keeps its default rate at a 16 ms round trip
-// (two zones apart): Prequal's bucket lets a tenth of a second's probes go
-// at once (DefaultProbesPerSecond / 10 = 100), which the default workers
-// and queue must hold with every worker waiting on a stalled server, and
-// DefaultProbesPerSecond probes of 16 ms each keep 16 in flight, one per
-// worker. The server sees exactly DefaultProbeWorkers probes at once.
+// default burst whole, and keeps its default rate at a LAN's round trip:
+// Prequal's bucket lets a hundredth of a second's probes go at once
+// (DefaultProbesPerSecond / 100 = 100), which the default workers and
+// queue must hold with every worker waiting on a stalled server, and
+// DefaultProbesPerSecond probes of 1 ms each keep 10 in flight, within
+// the workers. The server sees exactly DefaultProbeWorkers probes at once.
 func TestProber_defaultsTakePrequalBurst(t *testing.T) {
 	srv, _ := stalled(t)
 	arrived := make(chan struct{}, 1024)
@@ -363,12 +363,12 @@ func TestProber_defaultsTakePrequalBurst(t *testing.T) {
 		arrived <- struct{}{}
 		h.ServeHTTP(w, r)
 	})
-	const rtt = 16 * time.Millisecond
+	const rtt = time.Millisecond
 	assert.GreaterOrEqual(t, balancerhttp.DefaultProbeWorkers, int(balancer.DefaultProbesPerSecond*rtt/time.Second))
 	pr, err := balancerhttp.NewProber(balancerhttp.WithProbeTimeout(time.Hour))
 	require.NoError(t, err)
 	defer pr.Close()
-	burst := int(balancer.DefaultProbesPerSecond / 10)
+	burst := int(balancer.DefaultProbesPerSecond / 100)
 	peer := balancer.NewPeer(addrOf(srv))
 	r := newAnswers()
 	for range burst {

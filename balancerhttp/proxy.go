@@ -40,8 +40,14 @@
 // trailer once the body is read to its end (the trailer's wins), read by
 // loadreport.FromHeader. A report it rejects (malformed or hostile) is
 // ignored, counted by BadLoadReports, and never fails the request; with
-// no report Load is nil and nothing is allocated for it. No picker of
-// package balancer weighs reports yet.
+// no report Load is nil and nothing is allocated for it. ReportedWRR
+// weighs the reports, and the pickers given balancer.WithReportedLoad
+// weigh their requests in flight.
+//
+// Prober asks the backends for their load out of band, for a picker that
+// balances by probes (balancer.Prequal, through balancer.WithProber): a
+// GET on loadreport's probe path, which loadreport's Middleware answers,
+// sent asynchronously, bounded in number and time; see Prober.
 //
 // Transport brings the same rules to an http.Client, with one difference
 // of default: its failure statuses (DefaultFailureStatuses) are the gateway

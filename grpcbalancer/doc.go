@@ -63,9 +63,9 @@
 // P2CPeakEWMA's rule, so it keeps its traffic. The picker's own fields:
 //
 //	{"loadBalancingConfig": [{"lbgo_prequal": {
-//	  "probeRate": {"perPick": 3, "perSecond": 1000},
-//	  "probePool": {"size": 16, "maxAge": "1s"},
-//	  "hotQuantile": 0.6,
+//	  "probeRate": {"perPick": 3, "perSecond": 10000},
+//	  "probePool": {"size": 4, "maxAge": "1s"},
+//	  "hotQuantile": 0.3,
 //	  "probeTimeout": "250ms", "probeWorkers": 16, "probeQueue": 128,
 //	  "decay": "10s", "maxFails": 1, "failTimeout": "10s"}}]}
 //

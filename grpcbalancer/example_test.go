@@ -119,3 +119,29 @@ func Example_badConfig() {
 	// Output:
 	// grpc: the provided default service config is invalid: error parsing config for policy "lbgo_fastestfirst": grpcbalancer: bad load-balancing config: maxFails -1: negative
 }
+
+// lbgo_prequal's probe fields are checked like every other: a value out of
+// range, and a probe field on a policy that does not probe, are refused,
+// naming the field and the value as written.
+func Example_prequalConfig() {
+	for _, sc := range []string{
+		`{"loadBalancingConfig": [{"lbgo_prequal": {"probeTimeout": "250ms", "probePool": {"size": 4}}}]}`,
+		`{"loadBalancingConfig": [{"lbgo_prequal": {"probeTimeout": "0s"}}]}`,
+		`{"loadBalancingConfig": [{"lbgo_prequal": {"hotQuantile": 1.5}}]}`,
+		`{"loadBalancingConfig": [{"lbgo_p2cpeakewma": {"probeWorkers": 8}}]}`,
+	} {
+		conn, err := grpc.NewClient("passthrough:///127.0.0.1:1",
+			grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc))
+		if err != nil {
+			fmt.Println(strings.TrimPrefix(err.Error(), "grpc: the provided default service config is invalid: "))
+			continue
+		}
+		fmt.Println("accepted")
+		conn.Close()
+	}
+	// Output:
+	// accepted
+	// error parsing config for policy "lbgo_prequal": grpcbalancer: bad load-balancing config: probeTimeout "0s": out of (0, 1h0m0s]
+	// error parsing config for policy "lbgo_prequal": grpcbalancer: bad load-balancing config: hotQuantile 1.5: out of (0, 1]
+	// error parsing config for policy "lbgo_p2cpeakewma": grpcbalancer: bad load-balancing config: probeWorkers 8: the picker P2CPeakEWMA does not probe
+}

@@ -149,6 +149,7 @@ var errNotReady = errors.New("the peer's SubConn is not READY")
 // ProbeMethod on the probed peer's SubConn (the peer's Value) through its
 // READY connection, from a bounded queue and workers (probequeue).
 type grpcProber struct {
+	// Immutable after newGRPCProber.
 	conns *probeConns
 	q     *probequeue.Queue
 }

@@ -148,10 +148,19 @@ type probeServer struct {
 	srv     *grpc.Server
 	tr      *loadreport.Tracker
 	release chan struct{}
-	held    sync.WaitGroup // the clients' held calls
-	calls   chan struct{}  // a value per probe that reached the server, while there is room
-	probes  atomic.Int64   // probes that reached the server
-	served  atomic.Int64   // health checks served, not held
+	held    sync.WaitGroup     // the clients' held calls
+	calls   chan struct{}      // a value per probe that reached the server, while there is room
+	probes  atomic.Int64       // probes that reached the server
+	served  atomic.Int64       // health checks served, not held
+	delay   atomic.Int64       // ns each health check not held takes
+	serve   func(net.Listener) // starts srv on a listener
+}
+
+// restart serves s again on its address, after srv.Stop.
+func (s *probeServer) restart(t testing.TB) {
+	lis, err := net.Listen("tcp", s.addr)
+	require.NoError(t, err)
+	s.serve(lis)
 }
 
 func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
@@ -173,6 +182,13 @@ func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
 		}
 		held := len(md.Get("hold")) > 0
 		if info.FullMethod == healthCheck && !held {
+			if d := time.Duration(s.delay.Load()); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+			}
 			s.served.Add(1)
 		}
 		if info.FullMethod == ProbeMethod && stall || held {
@@ -184,12 +200,15 @@ func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
 		}
 		return h(ctx, req)
 	}
-	s.srv = grpc.NewServer(append(rep.ServerOptions(), grpc.ChainUnaryInterceptor(hold))...)
-	healthpb.RegisterHealthServer(s.srv, health.NewServer())
-	if probes {
-		require.NoError(t, grpcreport.RegisterProbe(s.srv, s.tr))
+	s.serve = func(lis net.Listener) {
+		s.srv = grpc.NewServer(append(rep.ServerOptions(), grpc.ChainUnaryInterceptor(hold))...)
+		healthpb.RegisterHealthServer(s.srv, health.NewServer())
+		if probes {
+			require.NoError(t, grpcreport.RegisterProbe(s.srv, s.tr))
+		}
+		go s.srv.Serve(lis)
 	}
-	go s.srv.Serve(lis)
+	s.serve(lis)
 	t.Cleanup(func() {
 		close(s.release)
 		s.held.Wait()
@@ -298,7 +317,9 @@ func TestProber_timeout(t *testing.T) {
 }
 
 // TestProber_notReady: once a server is gone, its SubConn is not READY and
-// its probe fails without an RPC.
+// its probe fails without an RPC; once it is back, the probe reaches it
+// on the new connection (gRPC closed the SubConn's producer at the state
+// change; the policy took a new one at READY).
 func TestProber_notReady(t *testing.T) {
 	a, b := startProbeServer(t, true, false), startProbeServer(t, true, false)
 	_, lb := dialProbing(t, `{}`, a, b)
@@ -312,6 +333,16 @@ func TestProber_notReady(t *testing.T) {
 	r.wait(t, 2)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}}, r.of(b.addr))
 	assert.False(t, r.of(a.addr)[0].Failed)
+
+	// Back on the same address: the SubConn is READY again, with a new
+	// connection, and the probe goes through it.
+	b.restart(t)
+	require.True(t, waitFor(5*time.Second, func() bool { return !peers[b.addr].State().Down }), "not back up")
+	pr.Probe(peers[b.addr], r)
+	r.wait(t, 1)
+	got := r.of(b.addr)
+	require.Len(t, got, 2)
+	assert.False(t, got[1].Failed, "the probe after the restart")
 }
 
 // TestProber_closedWithTheChannel: closing the channel closes the policy's

@@ -9,7 +9,9 @@
 // A backend is host:port, optionally followed by =weight. -max-fails and
 // -fail-timeout apply to every backend, as nginx's server parameters
 // max_fails and fail_timeout; -connect-timeout and -read-timeout to every
-// attempt, as nginx's proxy_connect_timeout and proxy_read_timeout.
+// attempt, as nginx's proxy_connect_timeout and proxy_read_timeout. A
+// probing picker (-algo Prequal) probes the backends with GET -probe-path,
+// which loadreport's Middleware answers, each bounded by -probe-timeout.
 //
 // The same proxy serving its picker's Prometheus metrics on /metrics is
 // the reverseproxy example of the metrics module (metrics/examples), which
@@ -26,12 +28,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
 	"github.com/lbgo/balancer/internal/backends"
+	"github.com/lbgo/balancer/loadreport"
 )
 
 func main() {
@@ -55,6 +59,8 @@ func run(args []string) error {
 	maxTries := fs.Int("max-tries", 0, "attempts per request at most (0: one per backend)")
 	connectTimeout := fs.Duration("connect-timeout", 0, "per-attempt wait for a connection, nginx's proxy_connect_timeout; a backend past it has failed (0: the dialer's 30 s)")
 	readTimeout := fs.Duration("read-timeout", 0, "per-attempt wait for the headers and for each read of the body, nginx's proxy_read_timeout; a backend past it has failed (0: 60 s for the headers)")
+	probePath := fs.String("probe-path", loadreport.DefaultProbePath, "probing pickers (Prequal): the path each probe GETs")
+	probeTimeout := fs.Duration("probe-timeout", balancerhttp.DefaultProbeTimeout, "probing pickers (Prequal): each probe's bound")
 	quiet := fs.Bool("quiet", false, "do not log requests that end in 502")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,9 +81,20 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	picker, err := a.New(peers)
+	var opts []balancer.Option
+	if slices.Contains(a.Options, "WithProber") {
+		prober, err := balancerhttp.NewProber(balancerhttp.WithProbePath(*probePath), balancerhttp.WithProbeTimeout(*probeTimeout))
+		if err != nil {
+			return fmt.Errorf("-probe-path, -probe-timeout: %w", err)
+		}
+		opts = append(opts, balancer.WithProber(prober)) // the picker closes it
+	}
+	picker, err := a.New(peers, opts...)
 	if err != nil {
 		return err
+	}
+	if c, ok := picker.(io.Closer); ok {
+		defer c.Close()
 	}
 	proxy := &balancerhttp.Proxy{Picker: picker, MaxTries: *maxTries, ConnectTimeout: *connectTimeout, ReadTimeout: *readTimeout}
 	if *quiet {

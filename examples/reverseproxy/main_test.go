@@ -21,6 +21,8 @@ func TestRun_badFlags(t *testing.T) {
 		{"empty backend", []string{"-backends", "a:1,,b:2"}, "empty peer address"},
 		{"negative connect timeout", []string{"-backends", "a:1", "-connect-timeout", "-1s"}, "-connect-timeout -1s: want 0 or more"},
 		{"negative read timeout", []string{"-backends", "a:1", "-read-timeout", "-5ms"}, "-read-timeout -5ms: want 0 or more"},
+		{"probe path", []string{"-backends", "a:1", "-algo", "prequal", "-probe-path", "probe"}, `-probe-path, -probe-timeout: balancer: invalid configuration: balancerhttp: WithProbePath("probe"): does not start with "/"`},
+		{"probe timeout", []string{"-backends", "a:1", "-algo", "Prequal", "-probe-timeout", "0s"}, "WithProbeTimeout(0s): out of (0, 1h0m0s]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
