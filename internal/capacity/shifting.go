@@ -288,16 +288,16 @@ func (f *Fleet) shiftResult(sc Shifting) ShiftResult {
 // machine's.
 const MaxLate = 60 * time.Millisecond
 
-// Tries is how many runs RunQuiet makes at most.
+// Tries is how many runs the tests let RunQuiet make at most.
 const Tries = 3
 
 // RunQuiet runs sc on the fleets newFleets makes, again on fresh fleets
 // while a run's arrivals were later than MaxLate at the p99, at most
-// Tries runs, logging each noisy one; it returns the last run and whether
+// tries runs, logging each noisy one; it returns the last run and whether
 // it was quiet.
-func RunQuiet(ctx context.Context, logf func(string, ...any), newFleets func() []*Fleet, sc Shifting) (ShiftRun, bool) {
+func RunQuiet(ctx context.Context, logf func(string, ...any), tries int, newFleets func() []*Fleet, sc Shifting) (ShiftRun, bool) {
 	var run ShiftRun
-	for try := 1; try <= Tries; try++ {
+	for try := 1; try <= tries; try++ {
 		run = RunShifting(ctx, newFleets(), sc)
 		logf("run %d: arrivals late behind their times: median %v, p99 %v, max %v", try, run.LateP50, run.LateP99, run.LateMax)
 		if run.LateP99 <= MaxLate {
