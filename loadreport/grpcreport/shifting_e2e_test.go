@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/lbgo/balancer/grpcbalancer"
 	"github.com/lbgo/balancer/internal/capacity"
@@ -132,9 +131,10 @@ var shiftReportedLoad = fmt.Sprintf(`"reportedLoad":{"window":"10s","clients":%d
 // is logged with the measured ratio, not asserted: it was missed, as
 // over HTTP (balancerhttp's test says by how much and why). Noisy runs
 // are run again (capacity.RunQuiet), up to capacity.Tries times, then
-// skipped; under -race, where lbgo_leastconn's fleet stays out, once, the
-// detector having checked the run whole. About 25 s a run, with -race
-// too: -short skips it.
+// skipped; under -race, where lbgo_leastconn's fleet stays out, it runs
+// once, the detector checking it whole, and a noisy run's comparisons
+// are logged, not checked (capacity.CheckShifting). About 25 s a run,
+// with -race too: -short skips it.
 func TestShifting_endToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("25 s of real servers: skipped with -short")
@@ -158,7 +158,7 @@ func TestShifting_endToEnd(t *testing.T) {
 	}
 	tries := capacity.Tries
 	if raceEnabled {
-		tries = 1 // the detector checks the first run whole; a noisy one's numbers tell nothing
+		tries = 1 // the detector checks the first run whole
 	}
 	run, quiet := capacity.RunQuiet(t.Context(), t.Logf, tries, func() []*capacity.Fleet {
 		var fleets []*capacity.Fleet
@@ -167,32 +167,12 @@ func TestShifting_endToEnd(t *testing.T) {
 		}
 		return fleets
 	}, sc)
-	if !quiet {
+	if !quiet && !raceEnabled {
 		t.Skipf("the machine was too busy in %d runs (arrivals late by more than %v at the p99): nothing to compare", tries, capacity.MaxLate)
 	}
-	p99 := map[string]time.Duration{}
-	for i, v := range variants {
-		r := run.Fleets[i]
-		p99[v.name] = r.P99
-		t.Logf("%s: %d calls, %d gave up after %v; p50 %v, p99 %v, mean %v; shares %s%%",
-			v.name, r.N, r.Timeouts, sc.Timeout, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Mean.Round(time.Millisecond), capacity.FormatShares(r.Shares))
-		if len(r.Errs) > 0 {
-			t.Errorf("%s: %d calls failed, first: %v", v.name, len(r.Errs), r.Errs[0])
-		}
+	var names []string
+	for _, v := range variants {
+		names = append(names, v.name)
 	}
-	base := p99["P2CPeakEWMA"]
-	for _, name := range []string{"Oracle", "Prequal", "LeastConn+rif"} {
-		if _, ok := p99[name]; !ok {
-			continue
-		}
-		t.Logf("P2CPeakEWMA's p99 / %s's: %.2f", name, float64(base)/float64(max(p99[name], 1)))
-	}
-	t.Logf("the issue's target, Prequal's p99 at least 2x lower than P2CPeakEWMA's: %.2fx, %s",
-		float64(base)/float64(max(p99["Prequal"], 1)), map[bool]string{true: "met", false: "missed"}[2*p99["Prequal"] <= base])
-	if base < 2*p99["Oracle"] {
-		t.Errorf("the control: P2CPeakEWMA's p99 %v is less than twice the full-information oracle's %v", base, p99["Oracle"])
-	}
-	if p99["Prequal"] >= base {
-		t.Errorf("Prequal's p99 %v is not below P2CPeakEWMA's %v", p99["Prequal"], base)
-	}
+	capacity.CheckShifting(t, sc, names, run, quiet)
 }
