@@ -59,6 +59,17 @@ var Fleet16 = Shifting{
 	Seed:    1,
 }
 
+// Slower returns sc with its service times, redraw gaps, warm-up and
+// timeout k times longer, and so its arrivals k times fewer a second, the
+// measured window kept: a run of the same length with 1/k of the
+// requests, for a process slowed by the race detector.
+func (sc Shifting) Slower(k int) Shifting {
+	d := time.Duration(k)
+	sc.Lo, sc.Hi, sc.Every, sc.Spread = d*sc.Lo, d*sc.Hi, d*sc.Every, d*sc.Spread
+	sc.Warm, sc.Timeout = d*sc.Warm, d*sc.Timeout
+	return sc
+}
+
 // NominalRate is the servers' capacity in requests a second at the middle
 // of the means' range: Servers × Workers / ((Lo+Hi)/2), as the simulator
 // counts fleet16's. (Averaged over the redraws a server serves

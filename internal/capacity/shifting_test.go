@@ -77,3 +77,19 @@ func TestShiftingSchedule(t *testing.T) {
 	assert.InDelta(t, 16/93.75, mean, 0.05*16/93.75, "mean gap")
 	assert.InDelta(t, mean, sd, 0.1*mean, "an exponential's standard deviation is its mean")
 }
+
+// TestShiftingSlower: Fleet16.Slower(2) has means in [80 ms, 240 ms],
+// gaps in [1 s, 7 s], half the arrivals a second (46.875), a 6 s warm-up
+// and a 12 s timeout, and the same 20 s measured.
+func TestShiftingSlower(t *testing.T) {
+	sc := Fleet16.Slower(2)
+	assert.Equal(t, 80*time.Millisecond, sc.Lo)
+	assert.Equal(t, 240*time.Millisecond, sc.Hi)
+	assert.Equal(t, 4*time.Second, sc.Every)
+	assert.Equal(t, 3*time.Second, sc.Spread)
+	assert.InDelta(t, 46.875, sc.Rate(), 1e-9)
+	assert.Equal(t, 6*time.Second, sc.Warm)
+	assert.Equal(t, 12*time.Second, sc.Timeout)
+	assert.Equal(t, Fleet16.Measure, sc.Measure)
+	assert.Equal(t, Fleet16, Fleet16.Slower(1))
+}
