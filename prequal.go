@@ -25,10 +25,20 @@ import (
 //   - The failure model. Eligibility is nginx's (down, max_conns, the
 //     fail window, the request's tried set; eligibility.go), and a failed
 //     attempt on a peer drops its answer and keeps its later ones out of
-//     the pool until an attempt on it succeeds: a server that fails fast
-//     answers probes with 0 in flight and would otherwise look best and
-//     become a sink. Meanwhile it competes by P2CPeakEWMA's rule, where
-//     its failure counts as WithFailurePenalty.
+//     the pool, until an attempt on it succeeds, for fail_timeout after
+//     the failure (readmittable): a server that fails fast answers probes
+//     with 0 in flight and would otherwise look best and become a sink.
+//     Past fail_timeout its answers compete again, and the attempt they
+//     win is nginx's probe of the peer (take claims it once the peer has
+//     max_fails failures), so it gets what nginx gives it, max_fails
+//     attempts and then one a fail_timeout, and is readmitted by the first
+//     success (balance sim -check: readmission 0.2 s after the fast
+//     errors end in blackhole-fast, where keeping the answers out until a
+//     success readmitted it never in the 15 s left, its peak EWMA holding
+//     the failure penalty). With max_fails 0, nginx never takes a peer out
+//     and its answers stay out until an attempt succeeds. Meanwhile it
+//     competes by P2CPeakEWMA's rule, where its failure counts as
+//     WithFailurePenalty.
 //   - Peers that do not answer. After prequalProbeFails failed probes in a
 //     row a peer is unprobed (a server without the probe handler): it is
 //     probed at most once per maxAge, until an answer comes, and is
@@ -41,8 +51,10 @@ import (
 //     first picks, or every answer aged out or of an ineligible peer), the
 //     pick is P2CPeakEWMA's, draw for draw.
 //
-// Rates. A pick sends ⌊(k+1)·perPick⌋ − ⌊k·perPick⌋ probes, k counting the
-// picks, so a fractional rate is spread evenly and deterministically; a
+// Rates. A request's first pick sends ⌊(k+1)·perPick⌋ − ⌊k·perPick⌋
+// probes, k counting such picks, so a fractional rate is spread evenly and
+// deterministically, and its retries send none (at most 3 probes a
+// request, however many attempts it makes); a
 // token bucket on the injected clock (GCRA: one atomic word, the
 // theoretical arrival time) caps them at perSecond, with a burst of a
 // hundredth of a second's worth (at least one: 100 probes at the default
@@ -114,9 +126,10 @@ import (
 // sharing servers that answer probes (loadreport's handler), where every
 // client-side picker herds.
 //
-// Failures follow nginx (max_fails, fail_timeout); a failed attempt drops
-// the peer's answers until it succeeds, so a server that fails fast does
-// not become a sink. Peers that do not answer probes, and every peer
+// Failures follow nginx (max_fails, fail_timeout); a failed attempt keeps
+// the peer's answers out of the pool for fail_timeout (with max_fails 0,
+// until an attempt on it succeeds), so a server that fails fast, and
+// answers probes as the least loaded, does not become a sink. Peers that do not answer probes, and every peer
 // without a Prober or before the first answers, are balanced as
 // [P2CPeakEWMA] balances them ([WithDecay], [WithFailurePenalty]).
 //
@@ -152,8 +165,8 @@ var prequalSpec = pickerSpec{
 
 // Defaults of Prequal's options.
 const (
-	// DefaultProbesPerPick is the probes a pick sends: the paper's and
-	// prequal-rs's 3.
+	// DefaultProbesPerPick is the probes a request sends, on its first
+	// pick: the paper's and prequal-rs's 3 a query.
 	DefaultProbesPerPick = 3
 
 	// DefaultProbesPerSecond caps a picker's probes a second: 3 a pick up
@@ -201,9 +214,9 @@ func WithProber(p Prober) Option {
 	return ownOption("WithProber", func(s *prequalSettings) { s.prober, s.proberSet = p, true })
 }
 
-// WithProbeRate sets how many probes Prequal sends a pick, in [0, 16]
-// (a fraction is spread evenly over the picks), and at most how many a
-// second, above 0. Default: 3 a pick, 10,000 a second.
+// WithProbeRate sets how many probes Prequal sends a request, on its first
+// pick, in [0, 16] (a fraction is spread evenly over the requests), and at
+// most how many a second, above 0. Default: 3 a request, 10,000 a second.
 func WithProbeRate(perPick, perSecond float64) Option {
 	return ownOption("WithProbeRate", func(s *prequalSettings) { s.perPick, s.perSecond = perPick, perSecond })
 }
@@ -315,8 +328,8 @@ func (b *Prequal) changedLocked(l *peerList) {
 }
 
 // Pick chooses by the hot-cold rule among the pool's answers for peers r
-// may try, or, without one, as P2CPeakEWMA; then it sends this pick's
-// probes. It never waits for a probe.
+// may try, or, without one, as P2CPeakEWMA; then, on a request's first
+// attempt, it sends the request's probes. It never waits for a probe.
 func (b *Prequal) Pick(r *Request) (*Peer, error) {
 	if b.prober == nil {
 		return b.pick(r, &b.peakEWMA)
@@ -326,7 +339,10 @@ func (b *Prequal) Pick(r *Request) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	clk := lazyClock{now: b.now}
-	k := b.probesThisPick()
+	k := 0
+	if r.fresh() { // a retry sends none: at most perPick probes a request
+		k = b.probesThisPick()
+	}
 	p, err := pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
 		if backup {
 			return b.choose(peers, &t.backup, backup, r, &clk)
@@ -428,8 +444,9 @@ func (b *twoChoices) drawOne(d *drawList, n int) int {
 
 // Done also feeds the attempt's latency into the peak EWMA, as
 // P2CPeakEWMA's; a failure drops the peer's answer from the pool and keeps
-// its answers out until an attempt on it succeeds. A success on a peer
-// without a failure on record takes no lock.
+// its answers out for fail_timeout, or, with max_fails 0, until an attempt
+// on it succeeds. A success on a peer whose last attempt did not fail
+// takes no lock.
 func (b *Prequal) Done(p *Peer, o Outcome) error {
 	if err := b.donePeak(&b.peakEWMA, p, o); err != nil {
 		return err
@@ -531,13 +548,23 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 	} else {
 		st.rtt, st.rttOK = rt, true
 	}
-	if st.failedLast.Load() {
+	if st.failedLast.Load() && !readmittable(p, now) {
 		return nil // its attempts fail: its answers say nothing of them
 	}
 	pl.ring.add(a.InFlight)
 	pl.answers = min(pl.answers+1, answersPerRemoval)
 	pl.putLocked(p, st, a.InFlight, float64(a.Latency), now-int64(a.RoundTrip)/2)
 	return nil
+}
+
+// readmittable reports whether p, whose last attempt failed, may compete
+// by its answers again: nginx counts its failures (max_fails above 0) and
+// its last failure is more than fail_timeout old, so that the attempt its
+// answers win is nginx's probe of it (take claims it), one a fail_timeout.
+// With max_fails 0 nginx never takes a peer out, and its answers stay out
+// until an attempt on it succeeds.
+func readmittable(p *Peer, now int64) bool {
+	return p.maxFails.Load() != 0 && now-p.accessed.Load() > p.failTimeout.Load()
 }
 
 // checkProbe returns an error naming the first field of a out of range.

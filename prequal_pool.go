@@ -71,35 +71,45 @@ type rifRing struct {
 	next   int // fifo's next slot
 }
 
-// add records x, dropping the oldest value when full. O(rifRingSize),
-// two shifts of at most that many floats.
+// add records x, dropping the oldest value when full: O(rifRingSize), one
+// shift of the values between the old value's place and the new one's.
 func (r *rifRing) add(x float64) {
-	if r.n == len(r.fifo) {
-		old := r.fifo[r.next]
-		i := r.find(old)
-		copy(r.sorted[i:r.n-1], r.sorted[i+1:r.n])
-		r.n--
+	switch {
+	case r.n < len(r.fifo):
+		i := r.find(x)
+		copy(r.sorted[i+1:r.n+1], r.sorted[i:r.n])
+		r.sorted[i] = x
+		r.n++
+	case r.fifo[r.next] != x:
+		i, j := r.find(r.fifo[r.next]), r.find(x) // the old value's place, the new one's
+		if j > i {
+			copy(r.sorted[i:j-1], r.sorted[i+1:j])
+			r.sorted[j-1] = x
+		} else {
+			copy(r.sorted[j+1:i+1], r.sorted[j:i])
+			r.sorted[j] = x
+		}
 	}
 	r.fifo[r.next] = x
 	r.next = (r.next + 1) % len(r.fifo)
-	i := r.find(x)
-	copy(r.sorted[i+1:r.n+1], r.sorted[i:r.n])
-	r.sorted[i] = x
-	r.n++
 }
 
-// find returns the first index of sorted[:n] whose value is ≥ x.
+// find returns the first index of sorted[:n] whose value is ≥ x, by a
+// binary search whose step is a conditional move, not a branch (the
+// comparisons of a ring of counts are unpredictable).
 func (r *rifRing) find(x float64) int {
-	lo, hi := 0, r.n
-	for lo < hi {
-		m := (lo + hi) / 2
-		if r.sorted[m] < x {
-			lo = m + 1
-		} else {
-			hi = m
+	base, n := 0, r.n
+	for n > 1 {
+		half := n / 2
+		if r.sorted[base+half-1] < x {
+			base += half
 		}
+		n -= half
 	}
-	return lo
+	if n == 1 && r.sorted[base] < x {
+		base++
+	}
+	return base
 }
 
 // quantile returns the q-quantile of the values held, by nearest rank (the

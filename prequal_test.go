@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -378,6 +379,21 @@ func TestPrequal_probeRate(t *testing.T) {
 		}
 		assert.Equal(t, uint64(150), b.ProbeStats().Sent)
 	})
+	t.Run("none on a retry", func(t *testing.T) {
+		clk := newFakeClock()
+		q := &queueProber{}
+		b := newTestPrequal(t, clk, makePeers(10, func(i int) string { return string(rune('a' + i)) }, nil), WithProber(q))
+		var r Request
+		for attempt := range 4 {
+			p := mustPick(t, b, &r)
+			want := 0
+			if attempt == 0 {
+				want = 3
+			}
+			assert.Len(t, q.take(), want, "attempt %d", attempt)
+			require.NoError(t, b.Done(p, Outcome{Failed: true}))
+		}
+	})
 	t.Run("half a pick", func(t *testing.T) {
 		clk := newFakeClock()
 		q := &queueProber{}
@@ -615,7 +631,10 @@ func (s *syncProber) Probe(p *Peer, to ProbeReceiver) { _ = to.Answer(p, s.answe
 // FastestFirst, which sends exactly that probe per window, reaches; the
 // same loop runs FastestFirst, and Prequal must give x no more than it.
 // With max_fails 0 nginx never takes x out, and only FastestFirst's count
-// (its failure penalty) bounds it.
+// (its failure penalty) bounds it. (Prequal keeps a failed peer's answers
+// out for fail_timeout, so x takes exactly nginx's attempts: 6 and 12
+// here, FastestFirst's; with max_fails 0 one, its answers staying out
+// until a success.)
 func TestPrequal_fastFailingIsNoSink(t *testing.T) {
 	const (
 		T    = 60 * time.Second
@@ -754,7 +773,8 @@ func TestPrequal_allocs(t *testing.T) {
 	sp := &syncProber{func(p *Peer) ProbeAnswer {
 		return ProbeAnswer{InFlight: float64(p.InFlight()), Latency: time.Millisecond, RoundTrip: 100 * time.Microsecond}
 	}}
-	b, err := NewPrequal(peers, WithProber(sp))
+	// The per-second cap lifted: at the loop's pace every pick probes.
+	b, err := NewPrequal(peers, WithProber(sp), WithProbeRate(3, 1e9))
 	require.NoError(t, err)
 	allocs := testing.AllocsPerRun(1000, func() {
 		p, err := b.Pick(nil)
@@ -763,11 +783,12 @@ func TestPrequal_allocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs, "Pick+Done, answering inside Probe")
-	assert.NotZero(t, b.ProbeStats().Answered)
+	assert.Equal(t, uint64(3*1001), b.ProbeStats().Answered, "every pick probed and was answered")
+	assert.Zero(t, b.ProbeStats().RateLimited)
 
 	q := &asyncProber{}
 	peers = makePeers(100, func(i int) string { return string(rune('a'+i%26)) + string(rune('a'+i/26)) }, nil)
-	b, err = NewPrequal(peers, WithProber(q))
+	b, err = NewPrequal(peers, WithProber(q), WithProbeRate(3, 1e9))
 	require.NoError(t, err)
 	allocs = testing.AllocsPerRun(1000, func() {
 		p, err := b.Pick(nil)
@@ -850,3 +871,66 @@ func TestPrequal_concurrent(t *testing.T) {
 
 // runtime_Gosched yields, for the background loops of the tests.
 func runtime_Gosched() { runtime.Gosched() }
+
+// TestPrequal_rifRing checks the recent counts' quantile against one
+// computed from scratch: the last 64 values (or all, if fewer), sorted,
+// the ⌈q·n⌉-th smallest.
+func TestPrequal_rifRing(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	var ring rifRing
+	var all []float64
+	for i := range 300 {
+		x := float64(r.IntN(12))
+		if i%7 == 0 {
+			x = r.Float64() * 100
+		}
+		ring.add(x)
+		all = append(all, x)
+		last := append([]float64(nil), all[max(0, len(all)-rifRingSize):]...)
+		slices.Sort(last)
+		for _, q := range []float64{0.01, 0.3, 0.5, 0.6, 0.84, 1} {
+			k := int(math.Ceil(q*float64(len(last)))) - 1
+			require.Equal(t, last[max(k, 0)], ring.quantile(q), "after %d values, q %v", i+1, q)
+		}
+	}
+	assert.Equal(t, math.Inf(1), (&rifRing{}).quantile(0.5), "none: nothing hot")
+}
+
+// TestPrequal_readmitsRecovered runs x failing fast for the first 30 s,
+// then healthy, among three healthy peers, picks 10 ms apart, max_fails 1,
+// fail_timeout 10 s, every peer answering probes with its in-flight count
+// and 10 ms. nginx probes x once its window has passed, so by 30 s + 10 s
+// its next attempt succeeds and readmits it; from 41 s to 60 s it must
+// then take a fair part of the picks: at least half its share of a
+// quarter. (Keeping its answers out until a success would leave it to
+// P2CPeakEWMA's rule, where its failure penalty of 5 s decays for about
+// 55 s before it wins a draw.)
+func TestPrequal_readmitsRecovered(t *testing.T) {
+	const step = 10 * time.Millisecond
+	clk := newFakeClock()
+	start := clk.now()
+	peers := makePeers(4, func(i int) string { return string(rune('a' + i)) }, nil)
+	x := peers[3]
+	b := newTestPrequal(t, clk, peers, WithProber(&syncProber{func(p *Peer) ProbeAnswer {
+		return ProbeAnswer{InFlight: float64(p.InFlight()), Latency: 10 * time.Millisecond, RoundTrip: time.Millisecond}
+	}}))
+	late, all := 0, 0
+	for i := range 6000 {
+		at := time.Duration(i) * step
+		p := mustPick(t, b, nil)
+		o := Outcome{Latency: 10 * time.Millisecond}
+		if p == x && at < 30*time.Second {
+			o = Outcome{Failed: true}
+		}
+		if at >= 41*time.Second {
+			all++
+			if p == x {
+				late++
+			}
+		}
+		require.NoError(t, b.Done(p, o))
+		clk.set(start.Add(at + step))
+	}
+	t.Logf("x: %d of %d picks in [41 s, 60 s)", late, all)
+	assert.GreaterOrEqual(t, late, all/8)
+}

@@ -107,7 +107,7 @@ func (r *Report) ProbeChecks(candidate string) ([]Check, error) {
 			top = max(top, run.ProbesPerRequest())
 		}
 		add(fmt.Sprintf("at most %g probes per request", MaxProbesPerRequest), top <= MaxProbesPerRequest,
-			"%s per request (mean), %s in the worst run", num(c.ProbesPerRequest.Mean, 3), num(top, 3))
+			"%s per request (mean), %s in the worst run", num(c.ProbesPerRequest.Mean, 4), num(top, 4))
 	}
 	return out, nil
 }

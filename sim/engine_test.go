@@ -241,13 +241,15 @@ func TestRunRejectsBadScenarios(t *testing.T) {
 		{"watch out of range", func(s *Scenario) { s.Watch = 1 }},
 		{"negative tries", func(s *Scenario) { s.Tries = -1 }},
 		{"bad jitter", func(s *Scenario) { s.Jitter = Jitter{Every: time.Second, Lo: 2, Hi: 1} }},
+		{"negative round trip", func(s *Scenario) { s.Backends[0].RTT = -time.Millisecond }},
+		{"round trip above an hour", func(s *Scenario) { s.Backends[0].RTT = time.Hour + 1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := good()
 			tt.break_(&s)
 			_, err := Run(&s, policy(t, "SmoothWRR"), 1)
-			assert.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalid)
 		})
 	}
 	s := good()

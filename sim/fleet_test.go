@@ -187,3 +187,30 @@ func TestZonesAndFastFail(t *testing.T) {
 	assert.Equal(t, int64(500*time.Microsecond), w.backends[0].up)
 	assert.Equal(t, int64(10*time.Millisecond), w.backends[9].down)
 }
+
+// TestZonesOraclesPreferNear: the oracles count the network in their
+// expected delay, so in zones16 they send more than half the attempts to
+// the near zone (backends 0-4, 1 ms away against 20 ms), where RoundRobin
+// sends half.
+func TestZonesOraclesPreferNear(t *testing.T) {
+	sc := mustLookup(t, "zones16")
+	sc.Duration = 20 * time.Second
+	near := func(r *Result) float64 {
+		var s float64
+		for i := range 5 {
+			v, _ := r.Share(i, 0, r.Buckets())
+			s += v
+		}
+		return s
+	}
+	for _, name := range []string{OracleSED, OracleInfo, "RoundRobin"} {
+		r, err := Run(&sc, policy(t, name), 1)
+		require.NoError(t, err)
+		t.Logf("%s: %.3f of the attempts to the near zone", name, near(r))
+		if name == "RoundRobin" {
+			assert.InDelta(t, 0.5, near(r), 0.01)
+			continue
+		}
+		assert.Greater(t, near(r), 0.55, name)
+	}
+}

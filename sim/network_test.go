@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -425,4 +426,55 @@ func TestPrequalDeterministic(t *testing.T) {
 	assert.Contains(t, first, "probes/req")
 	assert.True(t, first == render(1, 3), "same seed, different output")
 	assert.False(t, first == render(4, 2), "different seeds, same output")
+}
+
+// quietProber picks at random and, when probe is set, probes the peer of
+// every Done, keeping nothing: what a run allocates for it is the run's.
+type quietProber struct {
+	peers  []*balancer.Peer
+	rng    *rand.Rand
+	prober balancer.Prober
+	probe  bool
+}
+
+func (p *quietProber) Pick(*balancer.Request) (*balancer.Peer, error) {
+	return p.peers[p.rng.IntN(len(p.peers))], nil
+}
+
+func (p *quietProber) Done(peer *balancer.Peer, _ balancer.Outcome) error {
+	if p.probe {
+		p.prober.Probe(peer, p)
+	}
+	return nil
+}
+
+func (p *quietProber) Answer(*balancer.Peer, balancer.ProbeAnswer) error { return nil }
+
+// TestProbesAllocateNothing: probes and round trips allocate nothing per
+// probe or attempt: a run probing once an attempt allocates no more
+// objects than the same run without probes, but for the few slices of
+// probes and jobs in flight growing.
+func TestProbesAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	sc := mustLookup(t, "zones16")
+	sc.Duration = 10 * time.Second
+	mallocs := func(probe bool) uint64 {
+		pol := Policy{Name: "quiet", Probed: func(peers []*balancer.Peer, _ func() time.Time, src rand.Source, pr balancer.Prober) (balancer.Picker, error) {
+			return &quietProber{peers: peers, rng: rand.New(src), prober: pr, probe: probe}, nil
+		}}
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		r, err := Run(&sc, pol, 1)
+		runtime.ReadMemStats(&b)
+		require.NoError(t, err)
+		require.Greater(t, r.Attempts, 3000)
+		if probe {
+			require.Equal(t, r.Attempts, r.Probes)
+		}
+		return b.Mallocs - a.Mallocs
+	}
+	on, off := mallocs(true), mallocs(false)
+	assert.LessOrEqual(t, on, off+100, "with probes %d allocations, without %d", on, off)
 }

@@ -9,8 +9,11 @@ import (
 
 // ProbeTimeout is how long a simulated client waits for a probe's answer:
 // a probe of a stalled backend, or one whose round trip is longer, is
-// answered Failed this long after it was sent.
-const ProbeTimeout = 100 * time.Millisecond
+// answered Failed this long after it was sent. 250 ms: a server that has
+// not answered a probe, which does no work, by then is stalled or far,
+// and a later answer would be stale in a pool of answers at most a second
+// old.
+const ProbeTimeout = 250 * time.Millisecond
 
 // ProbeCost is the server time one probe answer is counted as: 50 µs, a
 // whole probe over loopback answered by loadreport's Middleware with a raw

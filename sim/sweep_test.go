@@ -22,9 +22,9 @@ var sweepPage = filepath.Join("..", "docs", "PREQUAL_SWEEP.md")
 
 // The sweep's grid: pool size, probes a pick, hot quantile.
 var (
-	sweepPools    = []int{4, 8, 16, 32}
+	sweepPools    = []int{2, 4, 8, 16, 32}
 	sweepPerPick  = []float64{1, 2, 3}
-	sweepQuantile = []float64{0.5, 0.6, 0.84, 1}
+	sweepQuantile = []float64{0.2, 0.3, 0.5, 0.6, 0.84, 1}
 	sweepScenario = []string{"fleet16", "fleet64"}
 )
 
@@ -49,7 +49,7 @@ func sweepPolicy(t *testing.T, pool int, perPick, q float64) Policy {
 // committed page differs (-update-sweep rewrites it).
 func TestPrequalSweep(t *testing.T) {
 	if testing.Short() || raceEnabled {
-		t.Skip("the sweep runs 300 simulations of 60 s: skipped with -short and -race")
+		t.Skip("the sweep runs 550 simulations of 60 s: skipped with -short and -race")
 	}
 	var scs []Scenario
 	for _, n := range sweepScenario {
@@ -74,7 +74,7 @@ func TestPrequalSweep(t *testing.T) {
 
 Prequal's p99 latency in ms (mean over seeds 1-3 ± the 95% interval) and, after the slash, its
 ratio to Oracle SED's, for every pool size (WithProbePool, max age 1 s), probes a pick
-(WithProbeRate, at most 1000 a second) and hot quantile (WithHotQuantile); each scenario's best
+(WithProbeRate, at most ` + fmt.Sprint(balancer.DefaultProbesPerSecond) + ` a second) and hot quantile (WithHotQuantile); each scenario's best
 setting is in bold, the defaults are marked *. The scenarios are ` + "`balance sim`" + `'s: 10 M/M/1
 backends whose speeds are redrawn every 0.25-1.75 s, 16 or 64 clients, probes as events on the
 virtual clock.
