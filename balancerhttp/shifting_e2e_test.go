@@ -104,11 +104,12 @@ var shiftReportedLoad = balancer.WithReportedLoad(10*time.Second, capacity.Fleet
 // about 1.7× lower than P2CPeakEWMA's, its p99 about LeastConn+rif's.
 // With the earlier defaults (pool 16, quantile 0.6) its p99 was above
 // P2CPeakEWMA's (0.85×): every client's pool held every server, and all
-// went to the same one. What limits it now, as far as these runs tell,
-// is staleness: a client picks 5.9 times a second, so the answers it
-// picks by are at least one gap between its picks old (170 ms on
-// average, two mean service times), while the oracle sees the counts at
-// the pick.
+// went to the same one. The oracle, which sees every server's count and
+// speed at the pick, shows what is left; Prequal's answers, by contrast,
+// are at least one gap between a client's picks old (170 ms on average,
+// two mean service times), cover at most 4 of the 10 servers, and carry
+// latency estimates averaged over each server's last second while the
+// speeds change every 0.5–3.5 s.
 //
 // A run whose arrivals went out late (the machine busy elsewhere,
 // capacity.MaxLate) is run again, up to capacity.Tries times, then
