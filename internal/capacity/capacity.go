@@ -6,9 +6,17 @@
 // schedule (Phases), the client loops (Fleet, Run) and the share checks.
 // The tests keep their HTTP and gRPC servers and clients.
 //
-// The scenario: three servers of different capacities, Clients clients each
-// with its own picker, and the big server slowing down mid-run. Capacity is
-// workers / mean service time. Before the change:
+// Two scenarios share those parts. The capacity scenario, below, checks
+// that report-driven weights follow capacity (Run). The herding one,
+// Shifting (Fleet16, RunShifting), is the simulator's fleet16 on real
+// servers: ten one-worker servers whose speeds are redrawn every 0.5 to
+// 3.5 s, sixteen clients sending open-loop Poisson arrivals, where the
+// pickers' p99s are compared with each other and with a full-information
+// Oracle.
+//
+// The capacity scenario: three servers of different capacities, Clients
+// clients each with its own picker, and the big server slowing down
+// mid-run. Capacity is workers / mean service time. Before the change:
 //
 //	big:    4 workers × 20 ms → 200 requests/s  (4/7 = 57.1%)
 //	medium: 2 workers × 20 ms → 100 requests/s  (2/7 = 28.6%)
@@ -18,7 +26,8 @@
 // shares 25%, 50%, 25%. The clients keep Clients × Conc requests in
 // flight (closed loop), more than the 8 workers, so requests queue.
 //
-// Standard library only; safe for concurrent use where the docs say so.
+// The standard library and, for Oracle's picker, the balancer package
+// only; safe for concurrent use where the docs say so.
 package capacity
 
 import "time"

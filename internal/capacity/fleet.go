@@ -16,15 +16,19 @@ type Sample struct {
 	Err    error
 }
 
-// Fleet is one picker's run: servers of its own and Clients clients, each
-// with Conc goroutines.
+// Fleet is one picker's run: servers of its own and its clients. In the
+// capacity scenario (Run) those are Clients clients, each with Conc
+// goroutines; in a Shifting one (RunShifting), its Clients, each sending
+// at its arrival times.
 type Fleet struct {
 	Servers []*Server
-	// NewCall returns goroutine g's request (client g/Conc's): it sends
-	// one and returns the Name of the server that answered.
+	// NewCall returns goroutine g's request (client g/Conc's) under Run,
+	// client g's under RunShifting, where it is called from many
+	// goroutines at once: it sends one and returns the Name of the
+	// server that answered.
 	NewCall func(g int) func() (server string, err error)
 
-	samples [][]Sample // one list per client goroutine
+	samples [][]Sample // Run: one list per client goroutine; RunShifting: per client
 }
 
 // drive sends requests from Conc goroutines per client until end, each

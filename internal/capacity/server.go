@@ -113,3 +113,6 @@ func (s *Server) Capacity(from, to time.Time) float64 {
 	}
 	return float64(cap(s.sem)) * float64(n) / sum.Seconds()
 }
+
+// Mean returns the mean service time of the requests drawn now.
+func (s *Server) Mean() time.Duration { return time.Duration(s.mean.Load()) }

@@ -31,7 +31,8 @@ import (
 // newCapServer starts a grpc-go server on loopback serving the health
 // service with sp's workers: a unary interceptor inside the Reporter's
 // makes each call wait for a free worker and hold it for a service time.
-// The Reporter reports the server's BusyMeter through its Tracker.
+// The Reporter reports the server's BusyMeter through its Tracker, and
+// the probe service (RegisterProbe) answers probes from it at once.
 func newCapServer(t *testing.T, sp capacity.Spec) *capacity.Server {
 	t.Helper()
 	s := capacity.NewServer(sp)
@@ -43,7 +44,10 @@ func newCapServer(t *testing.T, sp capacity.Spec) *capacity.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	work := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == grpcreport.ProbeMethod {
+			return h(ctx, req)
+		}
 		if err := s.Serve(ctx); err != nil {
 			return nil, err
 		}
@@ -51,6 +55,9 @@ func newCapServer(t *testing.T, sp capacity.Spec) *capacity.Server {
 	}
 	srv := grpc.NewServer(append(rep.ServerOptions(), grpc.ChainUnaryInterceptor(work))...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	if err := grpcreport.RegisterProbe(srv, tr); err != nil {
+		t.Fatal(err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
