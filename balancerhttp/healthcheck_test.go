@@ -229,3 +229,38 @@ func TestHealthChecker_close(t *testing.T) {
 	assert.Equal(t, n, a.checks.Load(), "no check after Close, while the goroutines settled")
 	assert.False(t, bal.Peers()[1].IsDown(), "the stalled check was canceled, not failed")
 }
+
+// TestHealthChecker_closeFromOnChange: Close called from the HealthOnChange
+// callback returns (the callback does not run on the goroutine Close
+// waits for), the checker stops, and a later Close returns too.
+func TestHealthChecker_closeFromOnChange(t *testing.T) {
+	a := newCheckedBackend(t)
+	a.health.Store(http.StatusServiceUnavailable)
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer(a.addr)})
+	require.NoError(t, err)
+	var hc *balancerhttp.HealthChecker
+	ready, closed := make(chan struct{}), make(chan error, 1)
+	hc, err = balancerhttp.NewHealthChecker(bal, balancerhttp.HealthPath("/healthz"), balancerhttp.HealthFall(1),
+		balancerhttp.HealthInterval(10*time.Millisecond),
+		balancerhttp.HealthOnChange(func(*balancer.Peer, bool) {
+			<-ready
+			closed <- hc.Close()
+		}))
+	require.NoError(t, err)
+	close(ready)
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close called from the callback has not returned in 5 s")
+	}
+	n := a.checks.Load()
+	require.NoError(t, hc.Close())
+	assert.Equal(t, n, a.checks.Load(), "no check after Close")
+	assert.True(t, bal.Peers()[0].IsDown())
+	st := hc.Stats()
+	var se *balancerhttp.StatusError
+	require.ErrorAs(t, st.LastError, &se, "the last failure: %v", st.LastError)
+	assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
+	assert.Contains(t, st.LastError.Error(), a.addr)
+}
