@@ -174,7 +174,9 @@ func (b *RetryBudget) Stats() RetryBudgetStats {
 // skew, in bucket widths, never below latest. A clock one bucket behind
 // latest (a step back within a bucket, or a reader that read the clock
 // just before another's later read) counts in latest; one further behind
-// has stepped back, and skew grows by the step, so that the buckets go on
+// that a second clock read confirms (a reader descheduled after its first
+// read is not a step) has stepped back, and skew grows by the step, so
+// that the buckets go on
 // from latest instead of freezing at it until the clock catches up (an
 // hour back would otherwise pile an hour's deposits into one bucket). The
 // index stays below 2^37 (MaxInt64 ns over the narrowest bucket, 100 ms),
@@ -185,7 +187,7 @@ func (b *RetryBudget) index() uint64 {
 	}
 	e := int64(b.now().Sub(b.start))
 	w := int64(b.width)
-	for {
+	for reread := false; ; {
 		skew, latest := b.skew.Load(), b.latest.Load()
 		v := satAdd(e, skew)
 		i := v / w
@@ -199,6 +201,11 @@ func (b *RetryBudget) index() uint64 {
 			if b.latest.CompareAndSwap(latest, i) {
 				return uint64(i)
 			}
+		case !reread:
+			// A reader that was descheduled between its clock read and
+			// here has a stale time, not a clock that stepped back: a
+			// second read tells them apart.
+			e, reread = int64(b.now().Sub(b.start)), true
 		default: // stepped back: time goes on from latest's start
 			b.skew.CompareAndSwap(skew, satAdd(skew, satSub(latest*w, v)))
 		}

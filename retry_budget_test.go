@@ -482,3 +482,35 @@ func BenchmarkDo(b *testing.B) {
 		})
 	}
 }
+
+// TestRetryBudget_staleReader: a reader descheduled between its clock
+// read and its use of it holds a time buckets behind the newest; a second
+// clock read shows the clock did not step back, so the budget's time does
+// not move (taking the stale read for a step back would move it forward
+// by the stall, and retries would leave the window early). A clock that
+// reads behind twice has stepped back: time goes on from the newest
+// bucket. Buckets of 100 ms.
+func TestRetryBudget_staleReader(t *testing.T) {
+	start := time.Unix(100, 0)
+	var reads []time.Time // what the clock answers next, then start+500ms
+	clock := func() time.Time {
+		if len(reads) == 0 {
+			return start.Add(500 * time.Millisecond)
+		}
+		r := reads[0]
+		reads = reads[1:]
+		return r
+	}
+	b, err := NewRetryBudget(0, 1, time.Second, WithClock(clock))
+	require.NoError(t, err)
+	b.start = start // the constructor read the clock at +500 ms
+	require.EqualValues(t, 5, b.index())
+
+	reads = []time.Time{start.Add(200 * time.Millisecond)} // stale, then +500 ms
+	assert.EqualValues(t, 5, b.index())
+	assert.Zero(t, b.skew.Load(), "a stale read is no step")
+
+	reads = []time.Time{start.Add(200 * time.Millisecond), start.Add(200 * time.Millisecond)}
+	assert.EqualValues(t, 5, b.index())
+	assert.Equal(t, int64(300*time.Millisecond), b.skew.Load(), "a step back of 300 ms")
+}
