@@ -118,9 +118,11 @@ type Transport struct {
 
 	// RetryBudget, if set, bounds the retries: each request deposits
 	// one, each retry takes one, and a retry it refuses ends the request
-	// with a *RoundTripError whose Err is balancer.ErrRetryBudget. Share
-	// one budget among a client's Transports and Proxies. Default nil:
-	// every failure that may be retried is.
+	// with a *RoundTripError whose Err is balancer.ErrRetryBudget. The
+	// budget and the picker are asked before the body is rewound
+	// (Request.GetBody), so a refused retry never rewinds it. Share one
+	// budget among a client's Transports and Proxies. Default nil: every
+	// failure that may be retried is.
 	RetryBudget *balancer.RetryBudget
 
 	once    sync.Once
