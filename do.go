@@ -28,7 +28,9 @@ import (
 // Latency is measured around try on time.Now, or on the clock WithClock
 // gives. WithRetryBudget bounds the retries: each call deposits one
 // request, and a retry the budget refuses ends the call with an error
-// matching both ErrRetryBudget and the last attempt's error. Do accepts
+// matching both ErrRetryBudget and the last attempt's error; a call that
+// has no retry left to make (ErrTriesExhausted) is not refused (see
+// RetryBudget.PickRetry). Do accepts
 // those two options only (another is ErrInvalidConfig). A nil r
 // is a fresh request; pass a Request to set a key (SetKey) or reuse its
 // storage, Reset between requests. Done's errors are not returned: with

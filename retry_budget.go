@@ -33,11 +33,14 @@ const (
 // RetryBudget does: each request deposits one token (Deposit), each retry
 // withdraws one (TryWithdraw), and a retry is allowed while the retries
 // made in the last window, this one included, are at most ratio times the
-// requests begun in it plus minPerSecond × window. A brownout then costs
-// a client at most 1 + ratio attempts a request once it lasts longer than
-// the window, where retrying every failure on the next peer would cost up
-// to one attempt per peer. Entries leave the window in tenths of it: one
-// counts for between 0.9 and 1 window.
+// requests begun in it plus minPerSecond × window. A brownout at rate
+// requests a second then costs a client at most 1 + ratio + minPerSecond /
+// rate attempts a request once it lasts longer than the window, where
+// retrying every failure on the next peer would cost up to one attempt per
+// peer. Entries leave the window in tenths of it: one counts for between
+// 0.9 and 1 window. A clock that steps back by more than a tenth moves the
+// budget's time on from the newest tenth it has seen, so the window keeps
+// sliding; a smaller step counts in the newest tenth.
 //
 // Give one RetryBudget to every Do, Transport or Proxy of one client
 // (WithRetryBudget, Transport.RetryBudget, Proxy.RetryBudget). gRPC
@@ -50,6 +53,12 @@ type RetryBudget struct {
 	now   func() time.Time
 	start time.Time
 	width time.Duration // of a bucket: window / budgetBuckets
+
+	// The budget's time is now - start + skew; latest is the newest
+	// bucket index it has reached. A clock that steps back more than a
+	// bucket behind latest raises skew so that time goes on from latest
+	// (see index).
+	skew, latest atomic.Int64
 
 	// reserve is minPerSecond × window; ratio as given.
 	reserve, ratio float64
@@ -130,8 +139,18 @@ func (b *RetryBudget) TryWithdraw() bool {
 
 // PickRetry picks the peer of a retry of r from p if the budget allows the
 // retry, and returns ErrRetryBudget if it does not. A retry that finds no
-// peer (Pick's error, returned as is) is given back to the budget.
+// peer (Pick's error, returned as is) is given back to the budget. A
+// request that has made as many attempts as Pick allows it gets
+// ErrTriesExhausted, as Pick would give, and takes nothing from the budget
+// nor counts as refused. Otherwise the budget is asked before Pick, so a
+// refused retry leaves p as it was (a Pick then Abandoned would still move
+// a round-robin's weights): a refusal when Pick would have found every
+// remaining peer down or full (ErrNoLivePeer) is ErrRetryBudget, counted
+// as refused.
 func (b *RetryBudget) PickRetry(p Picker, r *Request) (*Peer, error) {
+	if r != nil && r.attempts > 0 && r.attempts >= r.limit {
+		return nil, ErrTriesExhausted // Pick's answer, without a pick
+	}
 	idx, ok := b.withdraw(b.index())
 	if !ok {
 		b.nRefused.Add(1)
@@ -151,17 +170,70 @@ func (b *RetryBudget) Stats() RetryBudgetStats {
 	return RetryBudgetStats{Deposits: b.nDeposits.Load(), Retries: b.nRetries.Load(), Refused: b.nRefused.Load()}
 }
 
-// index is the current bucket's index, counted from the budget's start
-// in bucket widths; a clock before the start is bucket 0.
+// index is the current bucket's index: the budget's time, now - start +
+// skew, in bucket widths, never below latest. A clock one bucket behind
+// latest (a step back within a bucket, or a reader that read the clock
+// just before another's later read) counts in latest; one further behind
+// that a second clock read confirms (a reader descheduled after its first
+// read is not a step) has stepped back, and skew grows by the step, so
+// that the buckets go on
+// from latest instead of freezing at it until the clock catches up (an
+// hour back would otherwise pile an hour's deposits into one bucket). The
+// index stays below 2^37 (MaxInt64 ns over the narrowest bucket, 100 ms),
+// the room a packed word has (idxShift).
 func (b *RetryBudget) index() uint64 {
 	if b.now == nil {
 		return 0 // the zero value
 	}
-	e := b.now().Sub(b.start)
-	if e < 0 {
-		return 0
+	e := int64(b.now().Sub(b.start))
+	w := int64(b.width)
+	for reread := false; ; {
+		skew, latest := b.skew.Load(), b.latest.Load()
+		v := satAdd(e, skew)
+		i := v / w
+		if v < 0 {
+			i = (v - w + 1) / w // floor
+		}
+		switch {
+		case i == latest || i == latest-1:
+			return uint64(latest)
+		case i > latest:
+			if b.latest.CompareAndSwap(latest, i) {
+				return uint64(i)
+			}
+		case !reread:
+			// A reader that was descheduled between its clock read and
+			// here has a stale time, not a clock that stepped back: a
+			// second read tells them apart.
+			e, reread = int64(b.now().Sub(b.start)), true
+		default: // stepped back: time goes on from latest's start
+			b.skew.CompareAndSwap(skew, satAdd(skew, satSub(latest*w, v)))
+		}
 	}
-	return uint64(uint32(e / b.width))
+}
+
+// satSub is a - b, saturated to the int64 range.
+func satSub(a, b int64) int64 {
+	s := a - b
+	switch {
+	case b < 0 && s < a:
+		return math.MaxInt64
+	case b > 0 && s > a:
+		return math.MinInt64
+	}
+	return s
+}
+
+// satAdd is a + b, saturated to the int64 range.
+func satAdd(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
 }
 
 // withdraw takes one retry in bucket idx if the window allows it, and
@@ -176,16 +248,16 @@ func (b *RetryBudget) withdraw(idx uint64) (uint64, bool) {
 	}
 	for {
 		h := b.head.Load()
-		tag, n := h>>32, h&math.MaxUint32
+		tag, n := h>>idxShift, h&countMask
 		if idx > tag && n > 0 {
 			b.record(tag, n)
 		}
-		if idx <= tag { // the same bucket, or a clock that stepped back
+		if idx <= tag { // the same bucket, or a reader behind another
 			idx = tag
 		} else {
 			n = 0
 		}
-		if n == math.MaxUint32 {
+		if n == countMask {
 			return idx, false
 		}
 		made := b.pastRetries(idx) + n
@@ -193,21 +265,24 @@ func (b *RetryBudget) withdraw(idx uint64) (uint64, bool) {
 		if float64(made+1) > b.allowed(idx) {
 			return idx, false
 		}
-		if b.head.CompareAndSwap(h, idx<<32|(n+1)) {
+		if b.head.CompareAndSwap(h, idx<<idxShift|(n+1)) {
 			return idx, true
 		}
 	}
 }
 
-// record keeps n retries as bucket tag's in past.
+// record keeps n retries as bucket tag's in past, unless its word holds a
+// later bucket already (a withdrawer that loaded head a window ago and
+// was descheduled must not erase the newer count) or a larger count of
+// the same bucket.
 func (b *RetryBudget) record(tag, n uint64) {
 	w := &b.past[tag%budgetBuckets]
 	for {
 		old := w.Load()
-		if old>>32 == tag && old&math.MaxUint32 >= n {
+		if t := old >> idxShift; t > tag || t == tag && old&countMask >= n {
 			return
 		}
-		if w.CompareAndSwap(old, tag<<32|n) {
+		if w.CompareAndSwap(old, tag<<idxShift|n) {
 			return
 		}
 	}
@@ -219,8 +294,8 @@ func (b *RetryBudget) pastRetries(cur uint64) uint64 {
 	var n uint64
 	for i := uint64(1); i < budgetBuckets && i <= cur; i++ {
 		v := b.past[(cur-i)%budgetBuckets].Load()
-		if v>>32 == cur-i {
-			n += v & math.MaxUint32
+		if v>>idxShift == cur-i {
+			n += v & countMask
 		}
 	}
 	return n
@@ -233,21 +308,30 @@ func (b *RetryBudget) allowed(cur uint64) float64 {
 	return b.reserve + b.ratio*float64(sumAt(&b.deposits, cur)) + 1e-9
 }
 
-// ring is a window's counts, one word a bucket: the bucket's index (low
-// 32 bits) in the high half, its count in the low, so that a bucket
+// A packed word holds a bucket's index above idxShift and its count
+// below: 37 bits of index hold every index index gives (below 2^37), so
+// a tag never wraps; 27 bits of count (134,217,727) hold the largest
+// reserve, MaxRetryMinPerSecond × MaxRetryWindow = 6e7. A count that
+// reaches countMask stays there (refusing retries, ignoring deposits).
+const (
+	idxShift  = 27
+	countMask = 1<<idxShift - 1
+)
+
+// ring is a window's counts, one packed word a bucket, so that a bucket
 // reused for a later index resets and counts in one compare-and-swap and
 // a reader never mixes an old count with a new index.
 type ring = [budgetBuckets]atomic.Uint64
 
 // addAt counts one in bucket idx of r. A word already holding a later
-// bucket (a clock that stepped back) takes the count.
+// bucket (a reader behind another) takes the count.
 func addAt(r *ring, idx uint64) {
 	w := &r[idx%budgetBuckets]
 	for {
 		old := w.Load()
-		next := idx<<32 | 1
-		if old>>32 >= idx {
-			if uint32(old) == math.MaxUint32 {
+		next := idx<<idxShift | 1
+		if old>>idxShift >= idx {
+			if old&countMask == countMask {
 				return // saturated
 			}
 			next = old + 1
@@ -263,8 +347,8 @@ func sumAt(r *ring, cur uint64) uint64 {
 	var n uint64
 	for i := uint64(0); i < budgetBuckets && i <= cur; i++ {
 		v := r[(cur-i)%budgetBuckets].Load()
-		if v>>32 == cur-i {
-			n += v & math.MaxUint32
+		if v>>idxShift == cur-i {
+			n += v & countMask
 		}
 	}
 	return n

@@ -3,6 +3,7 @@ package balancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -60,10 +61,18 @@ func TestRetryBudget_arithmetic(t *testing.T) {
 		{"short window", 0, 30, time.Second, []budgetStep{{0, 0, 30}, {99 * time.Millisecond, 0, 0}, {901 * time.Millisecond, 0, 30}}},
 		// Nothing allowed, ever.
 		{"empty budget", 0, 0, 10 * time.Second, []budgetStep{{0, 1000, 0}}},
-		// A clock that steps back counts in the newest tenth: the 10
-		// retries taken at 5 s stay in until 15 s.
+		// A clock that steps back 3 s from 5 s goes on from the newest
+		// tenth, 5: the 10 retries taken at 5 s leave 10 tenths later,
+		// when the clock reads 12 s (tenth 15), not at 15 s.
 		{"clock steps back", 0, 1, 10 * time.Second, []budgetStep{
-			{5 * time.Second, 0, 10}, {-3 * time.Second, 0, 0}, {12 * time.Second, 0, 0}, {time.Second, 0, 10}}},
+			{5 * time.Second, 0, 10}, {-3 * time.Second, 0, 0}, {9999 * time.Millisecond, 0, 0}, {time.Millisecond, 0, 10}}},
+		// A step back within a tenth counts in the newest tenth.
+		{"clock steps back within a tenth", 0, 1, 10 * time.Second, []budgetStep{
+			{5500 * time.Millisecond, 0, 10}, {-time.Second, 0, 0}, {9500 * time.Millisecond, 0, 0}, {time.Second, 0, 10}}},
+		// 2^32 tenths later (13.6 years of 100 ms tenths) the window is
+		// a fresh one: the reserve again, not the old tenth's count.
+		{"2^32 tenths later", 0, 10, time.Second, []budgetStep{
+			{0, 0, 10}, {1 << 32 * 100 * time.Millisecond, 0, 10}, {time.Second, 0, 10}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -273,59 +282,162 @@ func TestRetryBudget_allocs(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
-// TestDo_retryBudgetSteady runs Do at a steady 100 requests a second (100
-// every tenth of the 10 s window) on the virtual clock for 60 s, each try
+// TestDo_retryBudgetSteady runs Do at a steady rate on the virtual clock
+// for 60 s (rate/10 requests every tenth of the 10 s window), each try
 // failing, over 200 peers that never go out (more than the reserve, so
 // the budget ends every request). Each tenth ends on a refused retry, so
 // at the end of every tenth the window ending there is spent: its retries
 // are the largest whole number ≤ ratio × its requests + minPerSecond ×
-// window, 0.2 × 1000 + 100 = 300, and the six windows of tenths 0-9, ...,
-// 50-59 hold every retry: 1800 over 6000 requests, 1.3 attempts a
-// request, which is 1 + ratio + minPerSecond × duration / requests. Every
-// window of ten tenths, not only those six, keeps the rule.
+// window (0.2 × 1000 + 100 = 300 at 100 a second), and the six windows
+// of tenths 0-9, ..., 50-59 hold every retry, so the attempts a request
+// are 1 + ratio + minPerSecond × duration / requests = 1 + ratio +
+// minPerSecond / rate: 2.2 at 10 a second, 1.3 at 100, 1.21 at 1000 (the
+// doc's bound; 1 + ratio alone is below all three). Every window of ten
+// tenths, not only those six, keeps the rule.
 func TestDo_retryBudgetSteady(t *testing.T) {
 	const (
 		ratio, minPerSec = 0.2, 10.0
 		window           = 10 * time.Second
-		perTenth, tenths = 100, 60
+		tenths           = 60
 	)
-	clk := newFakeClock()
-	b, err := NewRetryBudget(ratio, minPerSec, window, clk.opt())
+	for _, tc := range []struct {
+		rate int // requests a second
+		want float64
+	}{{10, 2.2}, {100, 1.3}, {1000, 1.21}} {
+		t.Run(fmt.Sprintf("%d a second", tc.rate), func(t *testing.T) {
+			perTenth := tc.rate * int(window/time.Second) / 10
+			clk := newFakeClock()
+			b, err := NewRetryBudget(ratio, minPerSec, window, clk.opt())
+			require.NoError(t, err)
+			p, err := NewRoundRobin(makePeers(200, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(0)} }), clk.opt())
+			require.NoError(t, err)
+			errDown := errors.New("503")
+			retries := make([]int, tenths)
+			for k := range tenths {
+				for range perTenth {
+					attempts := 0
+					err := Do(context.Background(), p, nil, func(context.Context, *Peer) error { attempts++; return errDown }, WithRetryBudget(b), clk.opt())
+					require.ErrorIs(t, err, ErrRetryBudget)
+					retries[k] += attempts - 1
+				}
+				clk.add(window / 10)
+			}
+			reserve := minPerSec * window.Seconds()
+			perWindow := ratio*float64(10*perTenth) + reserve
+			for k := 9; k < tenths; k++ {
+				sum := 0
+				for _, r := range retries[k-9 : k+1] {
+					sum += r
+				}
+				require.LessOrEqual(t, float64(sum), perWindow, "tenths %d to %d", k-9, k)
+				if k%10 == 9 {
+					require.Equal(t, int(math.Floor(perWindow+1e-9)), sum, "window %d is spent", k/10)
+				}
+			}
+			total := 0
+			for _, r := range retries {
+				total += r
+			}
+			requests := perTenth * tenths
+			bound := 1 + ratio + minPerSec/float64(tc.rate)
+			require.InDelta(t, tc.want, bound, 1e-12)
+			got := float64(requests+total) / float64(requests)
+			t.Logf("%d attempts for %d requests: %.3f a request (bound %.3f)", requests+total, requests, got, bound)
+			assert.InDelta(t, bound, got, 1e-9, "steady traffic spends the budget exactly")
+		})
+	}
+}
+
+// TestRetryBudget_clockStepsBack steps an injected clock back (a wall
+// clock corrected by NTP), then runs 100 requests a second for 10 min
+// (1 s tenths): the window ending at the last tenth holds its
+// ten tenths' 1000 requests, so it allows exactly 0.2 × 1000 + 10 × 10 =
+// 300 retries, whatever the step. A window frozen at the newest tenth
+// until the clock caught up would hold every request since the step.
+// The last case starts the clock before the budget's start.
+func TestRetryBudget_clockStepsBack(t *testing.T) {
+	for _, step := range []time.Duration{2 * time.Second, 30 * time.Second, time.Hour, 100 * time.Hour} {
+		t.Run(step.String(), func(t *testing.T) {
+			clk := newFakeClockAt(time.Unix(0, 0).Add(50 * time.Hour))
+			b, err := NewRetryBudget(DefaultRetryRatio, DefaultRetryMinPerSecond, DefaultRetryWindow, clk.opt())
+			require.NoError(t, err)
+			clk.add(time.Minute)
+			b.Deposit()
+			clk.add(-step)
+			for k := range 600 {
+				if k > 0 {
+					clk.add(time.Second)
+				}
+				for range 100 {
+					b.Deposit()
+				}
+			}
+			got := 0
+			for got <= 1e6 && b.TryWithdraw() {
+				got++
+			}
+			assert.Equal(t, 300, got)
+		})
+	}
+}
+
+// TestRetryBudget_staleRecord: a withdrawer that loaded head in bucket 2
+// and was descheduled for a window records bucket 2's count after bucket
+// 12's was recorded in the same word: the newer count stays.
+func TestRetryBudget_staleRecord(t *testing.T) {
+	b, err := NewRetryBudget(0, 1, time.Second, newFakeClock().opt())
 	require.NoError(t, err)
-	p, err := NewRoundRobin(makePeers(200, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(0)} }), clk.opt())
+	b.record(12, 1)
+	require.EqualValues(t, 1, b.pastRetries(13))
+	b.record(2, 1)
+	assert.EqualValues(t, 1, b.pastRetries(13), "bucket 12's retry is kept")
+	b.record(12, 3)
+	b.record(12, 2)
+	assert.EqualValues(t, 3, b.pastRetries(13), "the larger count of one bucket is kept")
+}
+
+// TestRetryBudget_refusalKeepsPicker: PickRetry asks the budget before
+// Pick, so a refused retry leaves the picker as it was: nginx's smooth
+// weighted round robin over weights 5, 1, 1 gives its sequence a a b a c
+// a a to the first attempts of seven requests whose retries are refused,
+// as to seven requests never retried (a Pick then Abandoned would have
+// moved the weights). A request that has tried every peer gets
+// ErrTriesExhausted, neither taken from the budget nor counted refused.
+func TestRetryBudget_refusalKeepsPicker(t *testing.T) {
+	b, err := NewRetryBudget(0, 0, time.Second, newFakeClock().opt())
 	require.NoError(t, err)
-	errDown := errors.New("503")
-	retries := make([]int, tenths)
-	for k := range tenths {
-		for range perTenth {
-			attempts := 0
-			err := Do(context.Background(), p, nil, func(context.Context, *Peer) error { attempts++; return errDown }, WithRetryBudget(b), clk.opt())
-			require.ErrorIs(t, err, ErrRetryBudget)
-			retries[k] += attempts - 1
-		}
-		clk.add(window / 10)
+	p, err := NewSmoothWRR(weighted(5, 1, 1))
+	require.NoError(t, err)
+	var got []string
+	for range 7 {
+		var r Request
+		peer, err := p.Pick(&r)
+		require.NoError(t, err)
+		got = append(got, peer.Addr())
+		require.NoError(t, p.Done(peer, Outcome{}))
+		_, err = b.PickRetry(p, &r)
+		require.ErrorIs(t, err, ErrRetryBudget)
 	}
-	reserve := minPerSec * window.Seconds()
-	perWindow := ratio*10*perTenth + reserve // requests in ten tenths: 10 × perTenth
-	for k := 9; k < tenths; k++ {
-		sum := 0
-		for _, r := range retries[k-9 : k+1] {
-			sum += r
+	assert.Equal(t, []string{"a", "a", "b", "a", "c", "a", "a"}, got)
+	assert.Equal(t, RetryBudgetStats{Refused: 7}, b.Stats())
+
+	for _, n := range []int{1, 3} {
+		p, err := NewRoundRobin(makePeers(n, letter, func(int) []PeerOption { return []PeerOption{MaxFails(0)} }))
+		require.NoError(t, err)
+		b, err := NewRetryBudget(0, 0, time.Second)
+		require.NoError(t, err)
+		errDown := errors.New("503")
+		err = Do(context.Background(), p, nil, func(context.Context, *Peer) error { return errDown }, WithRetryBudget(b))
+		if n == 1 {
+			require.ErrorIs(t, err, ErrTriesExhausted, "one peer: no retry was possible")
+			require.NotErrorIs(t, err, ErrRetryBudget)
+			assert.Equal(t, RetryBudgetStats{Deposits: 1}, b.Stats())
+		} else {
+			require.ErrorIs(t, err, ErrRetryBudget, "two peers left: the budget refused")
+			assert.Equal(t, RetryBudgetStats{Deposits: 1, Refused: 1}, b.Stats())
 		}
-		require.LessOrEqual(t, float64(sum), perWindow, "tenths %d to %d", k-9, k)
-		if k%10 == 9 {
-			require.Equal(t, int(math.Floor(perWindow)), sum, "window %d is spent", k/10)
-		}
+		require.ErrorIs(t, err, errDown)
 	}
-	total := 0
-	for _, r := range retries {
-		total += r
-	}
-	requests := perTenth * tenths
-	duration := time.Duration(tenths) * window / 10
-	bound := 1 + ratio + minPerSec*duration.Seconds()/float64(requests)
-	t.Logf("%d attempts for %d requests over %v: %.3f a request (bound %.3f)", requests+total, requests, duration, float64(requests+total)/float64(requests), bound)
-	assert.InDelta(t, bound, float64(requests+total)/float64(requests), 1e-9, "steady traffic spends the budget exactly")
 }
 
 // BenchmarkRetryBudget measures a request's deposit and one retry's
@@ -369,4 +481,36 @@ func BenchmarkDo(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestRetryBudget_staleReader: a reader descheduled between its clock
+// read and its use of it holds a time buckets behind the newest; a second
+// clock read shows the clock did not step back, so the budget's time does
+// not move (taking the stale read for a step back would move it forward
+// by the stall, and retries would leave the window early). A clock that
+// reads behind twice has stepped back: time goes on from the newest
+// bucket. Buckets of 100 ms.
+func TestRetryBudget_staleReader(t *testing.T) {
+	start := time.Unix(100, 0)
+	var reads []time.Time // what the clock answers next, then start+500ms
+	clock := func() time.Time {
+		if len(reads) == 0 {
+			return start.Add(500 * time.Millisecond)
+		}
+		r := reads[0]
+		reads = reads[1:]
+		return r
+	}
+	b, err := NewRetryBudget(0, 1, time.Second, WithClock(clock))
+	require.NoError(t, err)
+	b.start = start // the constructor read the clock at +500 ms
+	require.EqualValues(t, 5, b.index())
+
+	reads = []time.Time{start.Add(200 * time.Millisecond)} // stale, then +500 ms
+	assert.EqualValues(t, 5, b.index())
+	assert.Zero(t, b.skew.Load(), "a stale read is no step")
+
+	reads = []time.Time{start.Add(200 * time.Millisecond), start.Add(200 * time.Millisecond)}
+	assert.EqualValues(t, 5, b.index())
+	assert.Equal(t, int64(300*time.Millisecond), b.skew.Load(), "a step back of 300 ms")
 }

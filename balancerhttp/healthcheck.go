@@ -26,6 +26,14 @@ const (
 	DefaultHealthJitter   = 0.1
 )
 
+// The intervals and timeouts NewHealthChecker accepts: below 10 ms the
+// checks of one peer would run nearly back to back; above a day, a peer
+// would go unchecked for days.
+const (
+	MinHealthInterval = 10 * time.Millisecond
+	MaxHealthInterval = 24 * time.Hour
+)
+
 // HealthChecker checks every peer of a Balancer over HTTP at an interval
 // and marks down, with SetDown, a peer that fails Fall checks in a row,
 // and up again one it marked down that then passes Rise in a row, as
@@ -47,10 +55,15 @@ const (
 // peer starts up. The checker brings up only the peers it took down: a
 // peer down otherwise (the Down option, an operator's SetDown) is not
 // checked while it stays down, and a peer it took down that something
-// else brings up (SetDown, an Update whose snapshot peer is up) is its
-// own again, to go down after Fall failures. An operator's SetDown(p,
-// true) on a peer the checker holds down is not told apart: Remove such
-// a peer instead.
+// else brings up (SetDown, an Update with a fresh snapshot peer, which is
+// up) is its own again, serving until Fall checks fail again. A Down set
+// on a peer the checker holds down (SetDown(p, true), an Update whose
+// snapshot peer has the Down option) is not told apart from the
+// checker's own: the checker brings the peer up once it passes Rise
+// checks; Remove such a peer instead. A peer the checker held down that
+// leaves the Balancer and comes back as the same *Peer, still down, is
+// the checker's again (nothing else can change a removed peer); one that
+// comes back up is a new peer to it.
 //
 // Close stops the checker and waits for its checks to end. A
 // HealthChecker is safe for concurrent use.
@@ -67,6 +80,9 @@ type HealthChecker struct {
 	queue  healthQueue
 	syncAt time.Time
 	launch func(ph *peerHealth) // starts a check; apply gets its result
+	// left holds the peers the checker held down when they left the
+	// Balancer, to take back if they return down (at most maxLeft).
+	left map[*balancer.Peer]struct{}
 
 	results chan healthResult
 	stop    chan struct{}
@@ -76,20 +92,43 @@ type HealthChecker struct {
 	checks  sync.WaitGroup // checks in flight
 	close   sync.Once
 
-	nChecks, nFailed atomic.Uint64 // for Stats
-	nDown            atomic.Int64
+	// For Stats: the counters, the last failure, and the peers the
+	// checker took down, which the loop publishes anew (copy on write)
+	// at each change.
+	nChecks, nFailed atomic.Uint64
+	lastErr          atomic.Pointer[error]
+	held             atomic.Pointer[[]*balancer.Peer]
 }
+
+// maxLeft bounds HealthChecker.left.
+const maxLeft = 1024
 
 // HealthStats counts what a HealthChecker has done.
 type HealthStats struct {
 	Checks uint64 // checks whose result counted
 	Failed uint64 // of which failed
-	Down   int    // peers the checker holds down now
+	// Down is how many peers the checker took down are down now: one
+	// an operator brings up leaves it at once.
+	Down int
+	// LastError is the last failed check's error, naming its peer; nil
+	// before any check fails.
+	LastError error
 }
 
 // Stats returns the checker's counters.
 func (h *HealthChecker) Stats() HealthStats {
-	return HealthStats{Checks: h.nChecks.Load(), Failed: h.nFailed.Load(), Down: int(h.nDown.Load())}
+	st := HealthStats{Checks: h.nChecks.Load(), Failed: h.nFailed.Load()}
+	if held := h.held.Load(); held != nil {
+		for _, p := range *held {
+			if p.IsDown() {
+				st.Down++
+			}
+		}
+	}
+	if e := h.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
+	return st
 }
 
 // healthConfig is what the HealthOptions set.
@@ -115,7 +154,8 @@ func (c *healthConfig) bad(format string, args ...any) {
 	}
 }
 
-// HealthPath sets the path checked, which must begin with "/". Default
+// HealthPath sets the path checked, which must begin with "/" and form a
+// request URL (no control character, no bad escape). Default
 // DefaultHealthPath, nginx Plus's "/"; give a cheap endpoint of the
 // service's own (many answer "/healthz").
 func HealthPath(path string) HealthOption {
@@ -132,11 +172,12 @@ func HealthPath(path string) HealthOption {
 func HealthHTTPS() HealthOption { return func(c *healthConfig) { c.scheme = "https" } }
 
 // HealthInterval sets the time from the end of one check of a peer to the
-// next, before jitter. Default DefaultHealthInterval, HAProxy's inter.
+// next, before jitter, in [MinHealthInterval, MaxHealthInterval]. Default
+// DefaultHealthInterval, HAProxy's inter.
 func HealthInterval(d time.Duration) HealthOption {
 	return func(c *healthConfig) {
-		if d <= 0 {
-			c.bad("HealthInterval %v not positive", d)
+		if d < MinHealthInterval || d > MaxHealthInterval {
+			c.bad("HealthInterval %v out of range [%v, %v]", d, MinHealthInterval, MaxHealthInterval)
 		}
 		c.interval = d
 	}
@@ -144,10 +185,13 @@ func HealthInterval(d time.Duration) HealthOption {
 
 // HealthTimeout bounds one check, connection included; a check past it
 // fails. Default: the interval, as HAProxy does without "timeout check".
+// It may exceed the interval, as HAProxy's "timeout check" may: the next
+// check of a peer starts an interval after the last ended, so checks of
+// one peer never overlap; it is at most MaxHealthInterval.
 func HealthTimeout(d time.Duration) HealthOption {
 	return func(c *healthConfig) {
-		if d <= 0 {
-			c.bad("HealthTimeout %v not positive", d)
+		if d <= 0 || d > MaxHealthInterval {
+			c.bad("HealthTimeout %v out of range (0, %v]", d, MaxHealthInterval)
 		}
 		c.timeout, c.timeoutSet = d, true
 	}
@@ -214,8 +258,10 @@ func HealthRand(src rand.Source) HealthOption {
 }
 
 // HealthOnChange makes the checker call f after each SetDown it makes:
-// down true when it took p down, false when it brought p up. f runs on
-// the checker's goroutine and must not block.
+// down true when it took p down, false when it brought p up. The calls
+// come one at a time, in order, each on a goroutine of its own that the
+// checker waits for, so f must not block; f may call Close, which then
+// stops the checker without waiting for f.
 func HealthOnChange(f func(p *balancer.Peer, down bool)) HealthOption {
 	return func(c *healthConfig) {
 		if f == nil {
@@ -254,6 +300,10 @@ func newHealthChecker(b balancer.Balancer, opts []HealthOption) (*HealthChecker,
 	if c.err != nil {
 		return nil, c.err
 	}
+	// The path as every check will send it, on a placeholder host.
+	if _, err := http.NewRequest(http.MethodGet, c.scheme+"://peer.invalid"+c.path, nil); err != nil {
+		return nil, fmt.Errorf("balancerhttp: NewHealthChecker: HealthPath %q forms no request (%v): %w", c.path, err, balancer.ErrInvalidConfig)
+	}
 	if !c.timeoutSet {
 		c.timeout = c.interval
 	}
@@ -269,6 +319,7 @@ func newHealthChecker(b balancer.Balancer, opts []HealthOption) (*HealthChecker,
 	return &HealthChecker{
 		b: b, cfg: c, rng: rand.New(c.src),
 		peers:   make(map[*balancer.Peer]*peerHealth),
+		left:    make(map[*balancer.Peer]struct{}),
 		results: make(chan healthResult),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -278,7 +329,8 @@ func newHealthChecker(b balancer.Balancer, opts []HealthOption) (*HealthChecker,
 
 // Close stops the checker: no check starts after it, the checks in
 // flight are canceled, and Close returns once they and the checker's
-// goroutine have ended. The peers keep the state the checker left them
+// goroutine have ended (not a HealthOnChange call still running, which
+// may itself call Close). The peers keep the state the checker left them
 // in. Close may be called more than once; it returns nil.
 func (h *HealthChecker) Close() error {
 	h.close.Do(func() {
@@ -341,7 +393,7 @@ func (h *HealthChecker) step(now time.Time) time.Time {
 		if ph.marked && !down {
 			// Brought up by someone else: the checker's again.
 			ph.marked, ph.fails, ph.oks = false, 0, 0
-			h.nDown.Add(-1)
+			h.publish()
 		}
 		if down && !ph.marked {
 			// Down by someone else: not the checker's to bring up.
@@ -361,13 +413,21 @@ func (h *HealthChecker) step(now time.Time) time.Time {
 
 // sync follows the Balancer's peers: a new one is first checked at a
 // random point of the next interval, a removed one is dropped.
+// A peer the checker held down when it left that returns still down is
+// the checker's again.
 func (h *HealthChecker) sync(now time.Time) {
 	current := h.b.Peers()
 	seen := make(map[*balancer.Peer]bool, len(current))
+	changed := false
 	for _, p := range current {
 		seen[p] = true
 		if h.peers[p] == nil {
 			ph := &peerHealth{p: p, index: -1}
+			if _, ok := h.left[p]; ok {
+				delete(h.left, p)
+				ph.marked = p.IsDown()
+				changed = changed || ph.marked
+			}
 			h.peers[p] = ph
 			ph.due = now.Add(time.Duration(h.rng.Float64() * float64(h.cfg.interval)))
 			heap.Push(&h.queue, ph)
@@ -377,7 +437,14 @@ func (h *HealthChecker) sync(now time.Time) {
 		if !seen[p] {
 			ph.gone = true
 			if ph.marked {
-				h.nDown.Add(-1)
+				changed = true
+				if len(h.left) >= maxLeft {
+					for q := range h.left { // forget one, any
+						delete(h.left, q)
+						break
+					}
+				}
+				h.left[p] = struct{}{}
 			}
 			if ph.index >= 0 {
 				heap.Remove(&h.queue, ph.index)
@@ -385,6 +452,20 @@ func (h *HealthChecker) sync(now time.Time) {
 			delete(h.peers, p)
 		}
 	}
+	if changed {
+		h.publish()
+	}
+}
+
+// publish makes the peers the checker holds down Stats's.
+func (h *HealthChecker) publish() {
+	var held []*balancer.Peer
+	for p, ph := range h.peers {
+		if ph.marked {
+			held = append(held, p)
+		}
+	}
+	h.held.Store(&held)
 }
 
 // schedule queues ph's next check: an interval after now, jittered.
@@ -405,6 +486,8 @@ func (h *HealthChecker) apply(r healthResult) {
 	h.nChecks.Add(1)
 	if r.err != nil {
 		h.nFailed.Add(1)
+		err := fmt.Errorf("balancerhttp: health check of %s: %w", ph.p.Addr(), r.err)
+		h.lastErr.Store(&err)
 		ph.oks, ph.fails = 0, ph.fails+1
 		if !ph.marked && ph.fails >= h.cfg.fall && !ph.p.IsDown() {
 			h.setDown(ph, true)
@@ -423,13 +506,19 @@ func (h *HealthChecker) setDown(ph *peerHealth, down bool) {
 		return // removed meanwhile: the next read drops it
 	}
 	ph.marked = down
-	if down {
-		h.nDown.Add(1)
-	} else {
-		h.nDown.Add(-1)
-	}
-	if h.cfg.onChange != nil {
-		h.cfg.onChange(ph.p, down)
+	h.publish()
+	if f := h.cfg.onChange; f != nil {
+		// On a goroutine of its own, so that f may call Close, which
+		// waits for the loop: the loop stops waiting for f then.
+		called := make(chan struct{})
+		go func() {
+			defer close(called)
+			f(ph.p, down)
+		}()
+		select {
+		case <-called:
+		case <-h.stop:
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package balancerhttp
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -113,7 +114,11 @@ func TestHealthChecker_riseFall(t *testing.T) {
 			assert.Equal(t, want, v.checks["a"], "one check a second")
 			down := len(tc.want) % 2 // the changes alternate, down first
 			assert.Equal(t, down == 1, b.Peers()[0].IsDown())
-			assert.Equal(t, HealthStats{Checks: uint64(len(tc.script)), Failed: uint64(strings.Count(tc.script, "F")), Down: down}, v.Stats())
+			st := v.Stats()
+			require.ErrorIs(t, st.LastError, errCheck, "the last failure")
+			assert.Contains(t, st.LastError.Error(), "health check of a: ")
+			st.LastError = nil
+			assert.Equal(t, HealthStats{Checks: uint64(len(tc.script)), Failed: uint64(strings.Count(tc.script, "F")), Down: down}, st)
 			assert.Zero(t, b.Peers()[0].Stats().Attempts, "checks are not traffic")
 		})
 	}
@@ -299,7 +304,13 @@ func TestNewHealthChecker_badInput(t *testing.T) {
 		{"nil option", bal, nil, "opts[0] is nil"},
 		{"path", bal, HealthPath("healthz"), `HealthPath "healthz"`},
 		{"interval", bal, HealthInterval(0), "HealthInterval 0s"},
+		{"interval of 1 ns", bal, HealthInterval(time.Nanosecond), "HealthInterval 1ns out of range [10ms, 24h0m0s]"},
+		{"interval past a day", bal, HealthInterval(24*time.Hour + 1), "HealthInterval 24h0m0.000000001s"},
+		{"interval at MaxInt64", bal, HealthInterval(math.MaxInt64), "HealthInterval 2562047h47m16.854775807s"},
 		{"timeout", bal, HealthTimeout(-time.Second), "HealthTimeout -1s"},
+		{"timeout past a day", bal, HealthTimeout(25 * time.Hour), "HealthTimeout 25h0m0s"},
+		{"path with a bad escape", bal, HealthPath("/health%zz"), `HealthPath "/health%zz" forms no request`},
+		{"path with a newline", bal, HealthPath("/health\n"), `HealthPath "/health\n" forms no request`},
 		{"rise", bal, HealthRise(0), "HealthRise 0"},
 		{"fall", bal, HealthFall(1001), "HealthFall 1001"},
 		{"jitter", bal, HealthJitter(0.6), "HealthJitter 0.6"},
@@ -360,4 +371,85 @@ func TestHealthChecker_check(t *testing.T) {
 	srv.Close()
 	assert.Error(t, h.check(p), "refused")
 	assert.Zero(t, p.Stats().Attempts)
+}
+
+// TestHealthChecker_leavesAndReturns: a peer the checker took down that
+// leaves the Balancer and is added back as the same *Peer, still down
+// (nothing else can change a removed peer), is the checker's again: it
+// comes up once it passes Rise checks. Interval 1 s, no jitter, Fall 1,
+// Rise 1: a fails at 0 (down), leaves at 0.5 s (dropped at the read at
+// 1 s), comes back at 1.5 s (read at 2 s, checked then: it passes).
+func TestHealthChecker_leavesAndReturns(t *testing.T) {
+	a, b := balancer.NewPeer("a"), balancer.NewPeer("b")
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{a, b})
+	require.NoError(t, err)
+	v := newVirtualChecker(t, bal, func(p *balancer.Peer, n int) error {
+		if p == a && n == 1 {
+			return errCheck
+		}
+		return nil
+	}, HealthInterval(time.Second), HealthJitter(0), HealthFall(1), HealthRise(1))
+	v.runUntil(500 * time.Millisecond)
+	require.Equal(t, []string{"t=0 a down"}, v.log)
+	require.NoError(t, bal.Remove(a))
+	v.runUntil(1500 * time.Millisecond)
+	assert.Zero(t, v.Stats().Down, "a left")
+	require.NoError(t, bal.Add(a))
+	require.True(t, a.IsDown())
+	v.runUntil(3 * time.Second)
+	assert.Equal(t, []string{"t=0 a down", "t=2 a up"}, v.log)
+	assert.False(t, a.IsDown())
+	assert.Equal(t, []time.Duration{0, 2 * time.Second}, v.checks["a"])
+}
+
+// TestHealthChecker_statsDown: Stats().Down counts the peers the checker
+// took down that are down now, so an operator's SetDown(p, false) leaves
+// it at once, not at p's next check an interval later.
+func TestHealthChecker_statsDown(t *testing.T) {
+	a := balancer.NewPeer("a")
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{a, balancer.NewPeer("b")})
+	require.NoError(t, err)
+	v := newVirtualChecker(t, bal, func(p *balancer.Peer, _ int) error {
+		if p == a {
+			return errCheck
+		}
+		return nil
+	}, HealthInterval(time.Hour), HealthJitter(0), HealthFall(1))
+	v.runUntil(time.Second)
+	require.Equal(t, 1, v.Stats().Down)
+	require.NoError(t, bal.SetDown(a, false))
+	assert.Zero(t, v.Stats().Down, "at once")
+}
+
+// TestHealthChecker_discoveryDown: a Down set by an Update's snapshot on a
+// peer the checker holds down is not told apart from the checker's own:
+// the checker brings the peer up when it passes Rise checks (Rise 2,
+// interval 1 s, checks at 0, 1, 2... s: fails at 0, passes from 1 s).
+func TestHealthChecker_discoveryDown(t *testing.T) {
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer("a")})
+	require.NoError(t, err)
+	v := newVirtualChecker(t, bal, script("FS"), HealthInterval(time.Second), HealthJitter(0), HealthFall(1))
+	v.runUntil(500 * time.Millisecond)
+	require.NoError(t, bal.Update([]*balancer.Peer{balancer.NewPeer("a", balancer.Down())}))
+	v.runUntil(3 * time.Second)
+	assert.Equal(t, []string{"t=0 a down", "t=2 a up"}, v.log)
+	assert.False(t, bal.Peers()[0].IsDown())
+}
+
+// TestHealthChecker_intervalBounds: the bounds are accepted, and at the
+// longest interval with the widest jitter and u near 1 the first check
+// comes just under a day after the start and the next 1.5 days later, no
+// overflow (interval × 1.5 is far below MaxInt64 ns).
+func TestHealthChecker_intervalBounds(t *testing.T) {
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer("a")})
+	require.NoError(t, err)
+	h, err := newHealthChecker(bal, []HealthOption{HealthInterval(MinHealthInterval)})
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Millisecond, h.cfg.timeout)
+	v := newVirtualChecker(t, bal, script("S"), HealthInterval(MaxHealthInterval), HealthJitter(0.5), HealthRand(constSource(float64Max)))
+	v.runUntil(4 * 24 * time.Hour)
+	c := v.checks["a"]
+	require.Len(t, c, 3)
+	assert.InDelta(t, float64(24*time.Hour), float64(c[0]), float64(time.Millisecond))
+	assert.Equal(t, 36*time.Hour, c[1]-c[0])
 }

@@ -88,28 +88,45 @@ type change struct {
 // TestHealthChecker_endToEnd runs traffic through a Transport over three
 // loopback backends whose peers never go out for their traffic's failures
 // (max_fails 0), so only the HealthChecker (interval I = 100 ms, jitter j
-// = 0.1, timeout T = 50 ms, rise 2, fall 3) moves traffic. Backend c goes
+// = 0.1, rise 2, fall 3, timeout T = 50 ms, then the default T = I) moves traffic. Backend c goes
 // bad three ways: its health path answers 503; it stops listening; its
 // health path stalls past the timeout. Each time, c goes down and back up
 // within the bound derived from the checker's schedule: a check that began
 // before the change may still pass and end up to T after it; each later
 // check starts at most I(1+j) after the one before ended and lasts at most
 // T. So the Fall-th failing check ends at most T + fall × (I(1+j) + T) =
-// 530 ms after the change, and the Rise-th passing one T + rise × (I(1+j)
-// + T) = 370 ms after it, plus the loop's own scheduling, allowed 200 ms;
+// 530 ms (730 ms with T = I) after the change, and the Rise-th passing
+// one T + rise × (I(1+j) + T) = 370 ms (520 ms) after it, plus the loop's
+// own scheduling, allowed 200 ms;
 // and c answers Fall (Rise) checks in between, one more at most.
 // While c is down, the traffic reaches a and b only; once it is up, c
 // gets its share again. The checks count in no peer's attempts.
 func TestHealthChecker_endToEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		timeout  time.Duration // 0: the default
+		down, up time.Duration // the bounds before scheduling
+	}{{"timeout 50ms", 50 * time.Millisecond, 530 * time.Millisecond, 370 * time.Millisecond},
+		{"default timeout", 0, 730 * time.Millisecond, 520 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) { healthEndToEnd(t, tc.timeout, tc.down, tc.up) })
+	}
+}
+
+func healthEndToEnd(t *testing.T, timeoutSet, wantDown, wantUp time.Duration) {
 	const (
 		interval = 100 * time.Millisecond
 		jitter   = 0.1
-		timeout  = 50 * time.Millisecond
 		rise     = 2
 		fall     = 3
 		sched    = 200 * time.Millisecond
 	)
+	timeout := timeoutSet
+	if timeout == 0 {
+		timeout = interval
+	}
 	step := interval*11/10 + timeout // I(1+j) + T
+	require.Equal(t, wantDown, timeout+fall*step, "the derivation's down bound")
+	require.Equal(t, wantUp, timeout+rise*step, "the derivation's up bound")
 	downBound := timeout + fall*step + sched
 	upBound := timeout + rise*step + sched
 
@@ -123,10 +140,14 @@ func TestHealthChecker_endToEnd(t *testing.T) {
 	bal, err := balancer.NewRoundRobin(peers)
 	require.NoError(t, err)
 	changes := make(chan change, 16)
-	hc, err := balancerhttp.NewHealthChecker(bal,
+	opts := []balancerhttp.HealthOption{
 		balancerhttp.HealthPath("/healthz"), balancerhttp.HealthInterval(interval), balancerhttp.HealthJitter(jitter),
-		balancerhttp.HealthTimeout(timeout), balancerhttp.HealthRise(rise), balancerhttp.HealthFall(fall),
-		balancerhttp.HealthOnChange(func(p *balancer.Peer, down bool) { changes <- change{p.Addr(), down, time.Now()} }))
+		balancerhttp.HealthRise(rise), balancerhttp.HealthFall(fall),
+		balancerhttp.HealthOnChange(func(p *balancer.Peer, down bool) { changes <- change{p.Addr(), down, time.Now()} })}
+	if timeoutSet != 0 {
+		opts = append(opts, balancerhttp.HealthTimeout(timeoutSet))
+	}
+	hc, err := balancerhttp.NewHealthChecker(bal, opts...)
 	require.NoError(t, err)
 	defer hc.Close()
 
@@ -228,4 +249,39 @@ func TestHealthChecker_close(t *testing.T) {
 	assert.LessOrEqual(t, after, before, "goroutines back to %d (%d while checking)", before, during)
 	assert.Equal(t, n, a.checks.Load(), "no check after Close, while the goroutines settled")
 	assert.False(t, bal.Peers()[1].IsDown(), "the stalled check was canceled, not failed")
+}
+
+// TestHealthChecker_closeFromOnChange: Close called from the HealthOnChange
+// callback returns (the callback does not run on the goroutine Close
+// waits for), the checker stops, and a later Close returns too.
+func TestHealthChecker_closeFromOnChange(t *testing.T) {
+	a := newCheckedBackend(t)
+	a.health.Store(http.StatusServiceUnavailable)
+	bal, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer(a.addr)})
+	require.NoError(t, err)
+	var hc *balancerhttp.HealthChecker
+	ready, closed := make(chan struct{}), make(chan error, 1)
+	hc, err = balancerhttp.NewHealthChecker(bal, balancerhttp.HealthPath("/healthz"), balancerhttp.HealthFall(1),
+		balancerhttp.HealthInterval(10*time.Millisecond),
+		balancerhttp.HealthOnChange(func(*balancer.Peer, bool) {
+			<-ready
+			closed <- hc.Close()
+		}))
+	require.NoError(t, err)
+	close(ready)
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close called from the callback has not returned in 5 s")
+	}
+	n := a.checks.Load()
+	require.NoError(t, hc.Close())
+	assert.Equal(t, n, a.checks.Load(), "no check after Close")
+	assert.True(t, bal.Peers()[0].IsDown())
+	st := hc.Stats()
+	var se *balancerhttp.StatusError
+	require.ErrorAs(t, st.LastError, &se, "the last failure: %v", st.LastError)
+	assert.Equal(t, http.StatusServiceUnavailable, se.StatusCode)
+	assert.Contains(t, st.LastError.Error(), a.addr)
 }

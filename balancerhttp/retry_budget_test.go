@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,4 +156,33 @@ func TestRetryBudget_empty(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the backend's own 503: %s", body)
 	assert.EqualValues(t, 2, hits.Load())
 	assert.Equal(t, balancer.RetryBudgetStats{Deposits: 2, Refused: 2}, none.Stats())
+}
+
+// TestRetryBudget_refusedKeepsBody: the Transport asks the budget before
+// it rewinds the body, so a refused retry never calls Request.GetBody; an
+// allowed one calls it once per retry. Three backends answer 503 to a PUT
+// (retried: idempotent) with a body.
+func TestRetryBudget_refusedKeepsBody(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reserve  float64 // retries a second, over a 1 s window
+		getBody  int64
+		attempts int64
+	}{{"refused", 0, 0, 1}, {"two allowed", 2, 2, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits, bal := brownout(t, 3)
+			budget, err := balancer.NewRetryBudget(0, tc.reserve, time.Second)
+			require.NoError(t, err)
+			client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: bal, RetryBudget: budget}}
+			req, err := http.NewRequest(http.MethodPut, "http://service/", strings.NewReader("payload"))
+			require.NoError(t, err)
+			var rewinds atomic.Int64
+			getBody := req.GetBody
+			req.GetBody = func() (io.ReadCloser, error) { rewinds.Add(1); return getBody() }
+			_, err = client.Do(req)
+			require.Error(t, err)
+			assert.Equal(t, tc.getBody, rewinds.Load(), "GetBody calls")
+			assert.Equal(t, tc.attempts, hits.Load())
+		})
+	}
 }

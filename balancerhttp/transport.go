@@ -118,9 +118,11 @@ type Transport struct {
 
 	// RetryBudget, if set, bounds the retries: each request deposits
 	// one, each retry takes one, and a retry it refuses ends the request
-	// with a *RoundTripError whose Err is balancer.ErrRetryBudget. Share
-	// one budget among a client's Transports and Proxies. Default nil:
-	// every failure that may be retried is.
+	// with a *RoundTripError whose Err is balancer.ErrRetryBudget. The
+	// budget and the picker are asked before the body is rewound
+	// (Request.GetBody), so a refused retry never rewinds it. Share one
+	// budget among a client's Transports and Proxies. Default nil: every
+	// failure that may be retried is.
 	RetryBudget *balancer.RetryBudget
 
 	once    sync.Once
@@ -244,15 +246,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var errs []error
 	body := req.Body
 	for n := 0; ; n++ {
-		if n > 0 && hasBody {
-			b, err := req.GetBody()
-			if err != nil {
-				return stop(errs, fmt.Errorf("Request.GetBody: %w", err))
-			}
-			body = b
-		}
 		if err := gaveUp(req); err != nil {
-			closeRequestBody(body)
+			if n == 0 {
+				closeRequestBody(body)
+			}
 			return stop(errs, err)
 		}
 		var peer *balancer.Peer
@@ -266,8 +263,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			peer, err = t.Picker.Pick(&br)
 		}
 		if err != nil {
-			closeRequestBody(body)
+			if n == 0 {
+				closeRequestBody(body)
+			}
 			return stop(errs, err)
+		}
+		if n > 0 && hasBody {
+			// Rewound only once the budget and the picker allow the
+			// retry; a failed rewind gives the pick back.
+			b, err := req.GetBody()
+			if err != nil {
+				_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true})
+				return stop(errs, fmt.Errorf("Request.GetBody: %w", err))
+			}
+			body = b
 		}
 
 		out := *req // a shallow copy per attempt: only URL, Host and Body differ
