@@ -10,8 +10,9 @@ import (
 )
 
 // Prequal in detail (Wydrowski et al., "Load is not what you should
-// balance: Introducing Prequal", NSDI 2024). Each pick sends up to perPick
-// probes (WithProbeRate) through the Prober to peers drawn at random among
+// balance: Introducing Prequal", NSDI 2024). A request's first pick sends
+// up to perPick probes (WithProbeRate) through the Prober to peers drawn at
+// random among
 // the eligible ones, preferring those without an answer in the pool; the
 // answers (Answer) fill the pool (prequal_pool.go), and the pick chooses
 // from it by the hot-cold rule. What the plain reading of the paper lacks,
@@ -114,7 +115,7 @@ import (
 
 // Prequal balances by asynchronous probes of the servers' requests in
 // flight and latency (Wydrowski et al., NSDI 2024, in production at
-// YouTube): each pick sends a few probes through a [Prober]
+// YouTube): each request sends a few probes through a [Prober]
 // ([WithProber]) and chooses among the recent answers, a small pool, by the
 // hot-cold rule: an answer is hot when its in-flight count is above a
 // quantile of the recently answered counts ([WithHotQuantile]); the cold
@@ -122,16 +123,17 @@ import (
 // round trip to it) wins, or if all are hot the lowest count. A used
 // answer counts the attempt in its in-flight count and serves a bounded
 // number of picks; answers age out ([WithProbePool]). Probes are bounded
-// per pick and per second ([WithProbeRate]). Choose it for many clients
+// per request and per second ([WithProbeRate]). Choose it for many clients
 // sharing servers that answer probes (loadreport's handler), where every
 // client-side picker herds.
 //
 // Failures follow nginx (max_fails, fail_timeout); a failed attempt keeps
 // the peer's answers out of the pool for fail_timeout (with max_fails 0,
 // until an attempt on it succeeds), so a server that fails fast, and
-// answers probes as the least loaded, does not become a sink. Peers that do not answer probes, and every peer
-// without a Prober or before the first answers, are balanced as
-// [P2CPeakEWMA] balances them ([WithDecay], [WithFailurePenalty]).
+// answers probes as the least loaded, does not become a sink. Peers that
+// do not answer probes, and every peer without a Prober or before the
+// first answers, are balanced as [P2CPeakEWMA] balances them
+// ([WithDecay], [WithFailurePenalty]).
 //
 // Pick is O(pool size) under one short lock (lock-free without a Prober),
 // allocates nothing and never waits for a probe; Done costs what
