@@ -272,7 +272,7 @@ func (o *informed) Done(*balancer.Peer, balancer.Outcome) error { return nil }
 type probed struct {
 	least
 	snap []float64 // expected delays at the previous pick; +Inf: not drawn
-	last int       // the backend the previous pick chose, -1 for none
+	k    int       // backends drawn a pick
 }
 
 // OracleProbes is how many backends Oracle probed knows of at a pick: the
@@ -280,11 +280,16 @@ type probed struct {
 const OracleProbes = balancer.DefaultProbesPerPick
 
 func newProbed(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
+	return newProbedK(w, peers, src, OracleProbes)
+}
+
+// newProbedK is Oracle probed knowing k backends a pick.
+func newProbedK(w *world, peers []*balancer.Peer, src rand.Source, k int) *probed {
 	snap := make([]float64, len(peers))
 	for i := range snap {
 		snap[i] = math.Inf(1)
 	}
-	return &probed{least: newLeast(w, peers, src), snap: snap, last: -1}
+	return &probed{least: newLeast(w, peers, src), snap: snap, k: k}
 }
 
 // Pick chooses from the previous pick's snapshot, then takes this pick's.
@@ -321,7 +326,7 @@ func (o *probed) Pick(*balancer.Request) (*balancer.Peer, error) {
 	return o.peers[i], nil
 }
 
-// snapshot draws OracleProbes distinct backends (all of them if fewer)
+// snapshot draws o.k distinct backends (all of them if fewer)
 // and records their expected delays at now, the one chosen counting the
 // job this pick sends it; a backend inside a fault is left out, as the
 // failed answer of a real probe would be.
@@ -330,7 +335,7 @@ func (o *probed) snapshot(now int64, chosen int) {
 		o.snap[k] = math.Inf(1)
 	}
 	n := len(o.snap)
-	for drawn := 0; drawn < min(OracleProbes, n); {
+	for drawn := 0; drawn < min(o.k, n); {
 		k := o.rng.IntN(n)
 		if o.snap[k] == -1 {
 			continue
