@@ -14,6 +14,7 @@ const (
 	OracleSED   = "Oracle SED"
 	OracleInfo  = "Oracle full-info"
 	OracleSplit = "Oracle split"
+	OracleProbe = "Oracle probed"
 )
 
 // sed is the clairvoyant shortest-expected-delay policy (O1, C3's
@@ -237,16 +238,127 @@ func informedDelay(q, c int, m float64) float64 {
 // for the attempts timed out in service that a backend still holds.
 func (o *informed) Pick(*balancer.Request) (*balancer.Peer, error) {
 	now := o.w.now
-	return o.pick(func(b *backendState) float64 {
-		if b.far() {
-			// Every job sent to it and not ended is ahead of this one;
-			// the network both ways comes on top.
-			return informedDelay(int(b.queued), len(b.workers), b.meanAt(now)) + float64(b.up+b.down)
-		}
-		b.srv.settle(now)
-		return informedDelay(int(b.rif)+len(b.srv.late), len(b.workers), b.meanAt(now))
-	})
+	return o.pick(func(b *backendState) float64 { return trueDelay(b, now, 0) })
+}
+
+// trueDelay is the delay the full-information oracle expects at now on
+// backend b, with extra more jobs ahead of the new one than b holds.
+func trueDelay(b *backendState, now int64, extra int) float64 {
+	if b.far() {
+		// Every job sent to it and not ended is ahead of this one;
+		// the network both ways comes on top.
+		return informedDelay(int(b.queued)+extra, len(b.workers), b.meanAt(now)) + float64(b.up+b.down)
+	}
+	b.srv.settle(now)
+	return informedDelay(int(b.rif)+len(b.srv.late)+extra, len(b.workers), b.meanAt(now))
 }
 
 // Done ignores the outcome.
 func (o *informed) Done(*balancer.Peer, balancer.Outcome) error { return nil }
+
+// probed is the full-information oracle told only what a client that
+// probes with its picks can know, but told it exactly: at each pick it
+// takes, among OracleProbes backends drawn at random at this client's
+// previous pick, the one of the least expected delay (Oracle full-info's)
+// as that backend was then, counting the job the previous pick sent it.
+// That is what Prequal would choose were every probe answer exact: its
+// probes go out with a pick and their answers serve the next ones, one of
+// the client's own intervals between requests later, while the other
+// clients go on sending. Its distance to Oracle full-info is the price
+// of that age alone; a probing picker's distance to it, the price of its
+// rule and of the servers' estimates. Before its first pick, and when
+// every backend drawn was inside a fault, it draws a backend not inside
+// one at random.
+type probed struct {
+	least
+	snap []float64 // expected delays at the previous pick; +Inf: not drawn
+	k    int       // backends drawn a pick
+}
+
+// OracleProbes is how many backends Oracle probed knows of at a pick: the
+// probes a Prequal pick sends by default (balancer.DefaultProbesPerPick).
+const OracleProbes = balancer.DefaultProbesPerPick
+
+func newProbed(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
+	return newProbedK(w, peers, src, OracleProbes)
+}
+
+// newProbedK is Oracle probed knowing k backends a pick.
+func newProbedK(w *world, peers []*balancer.Peer, src rand.Source, k int) *probed {
+	snap := make([]float64, len(peers))
+	for i := range snap {
+		snap[i] = math.Inf(1)
+	}
+	return &probed{least: newLeast(w, peers, src), snap: snap, k: k}
+}
+
+// Pick chooses from the previous pick's snapshot, then takes this pick's.
+// It is O(n).
+func (o *probed) Pick(*balancer.Request) (*balancer.Peer, error) {
+	now := o.w.now
+	i, best := -1, math.Inf(1)
+	o.ties = o.ties[:0]
+	for k, d := range o.snap {
+		switch {
+		case d < best:
+			i, best = k, d
+			o.ties = append(o.ties[:0], k)
+		case d == best && d < math.Inf(1):
+			o.ties = append(o.ties, k)
+		}
+	}
+	if len(o.ties) > 1 {
+		i = o.ties[o.rng.IntN(len(o.ties))]
+	}
+	if i < 0 {
+		o.ties = o.ties[:0]
+		for k := range o.w.backends {
+			if _, p := o.w.backends[k].faultAt(now); p == 0 {
+				o.ties = append(o.ties, k)
+			}
+		}
+		if len(o.ties) == 0 {
+			return nil, fmt.Errorf("sim: every backend is failing: %w", balancer.ErrNoLivePeer)
+		}
+		i = o.ties[o.rng.IntN(len(o.ties))]
+	}
+	o.snapshot(now, i)
+	return o.peers[i], nil
+}
+
+// snapshot draws o.k distinct backends (all of them if fewer)
+// and records their expected delays at now, the one chosen counting the
+// job this pick sends it; a backend inside a fault is left out, as the
+// failed answer of a real probe would be.
+func (o *probed) snapshot(now int64, chosen int) {
+	for k := range o.snap {
+		o.snap[k] = math.Inf(1)
+	}
+	n := len(o.snap)
+	for drawn := 0; drawn < min(o.k, n); {
+		k := o.rng.IntN(n)
+		if o.snap[k] == -1 {
+			continue
+		}
+		o.snap[k] = -1 // drawn
+		drawn++
+	}
+	for k, d := range o.snap {
+		if d != -1 {
+			continue
+		}
+		b := &o.w.backends[k]
+		if _, p := b.faultAt(now); p > 0 {
+			o.snap[k] = math.Inf(1)
+			continue
+		}
+		extra := 0
+		if k == chosen {
+			extra = 1
+		}
+		o.snap[k] = trueDelay(b, now, extra)
+	}
+}
+
+// Done ignores the outcome.
+func (o *probed) Done(*balancer.Peer, balancer.Outcome) error { return nil }

@@ -141,12 +141,15 @@ var tuned = map[string][]balancer.Option{"ReportedWRR": fastWRR}
 // current speeds at the pick, no clairvoyance: what server-side knowledge
 // could reach) and the square-root split of the true current capacities
 // (T*, the best any random split with fixed weights can do while nothing
-// changes).
+// changes), and the full-information choice among the few backends a
+// client probed at its previous pick, as they were then (what exact probe
+// answers sent with the picks, as Prequal's are, would reach).
 func Oracles() []Policy {
 	return []Policy{
 		{Name: OracleSED, oracle: newSED},
 		{Name: OracleInfo, oracle: newInformed},
 		{Name: OracleSplit, oracle: newSplit},
+		{Name: OracleProbe, oracle: newProbed},
 	}
 }
 

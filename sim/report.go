@@ -412,7 +412,7 @@ Oracle SED sends each attempt where it will finish soonest, reading the true que
 
 // legendMore follows Legend in the markdown report: the oracle, columns and
 // pickers added since Legend was fixed.
-const legendMore = `Oracle full-info sends each attempt where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; p99/SED and p99/full-info (scenarios with changing speeds): p99 over that oracle's; a +rif picker weighs the requests in flight its backends report (WithReportedLoad).`
+const legendMore = `Oracle full-info sends each attempt where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; p99/SED and p99/full-info (scenarios with changing speeds): p99 over that oracle's; a +rif picker weighs the requests in flight its backends report (WithReportedLoad); Oracle probed chooses as Oracle full-info does, but among 3 random backends as they were at the client's previous pick: exact answers to the probes a Prequal pick sends, as old as theirs.`
 
 // Write prints the report: a table per scenario, plain text or, with
 // markdown, GitHub tables followed by the Legend. A plain-text table is
@@ -559,7 +559,7 @@ func (r *Report) tableLegend(si int) []string {
 		out = append(out, "+rif: the picker weighing the requests in flight its backends report with each reply (WithReportedLoad).")
 	}
 	if oracles {
-		out = append(out, "Oracle SED sends each attempt where it will finish soonest, from the true queues and service times; Oracle full-info where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; Oracle split draws from the square-root split of the true current capacities. No real client can run them.")
+		out = append(out, "Oracle SED sends each attempt where it will finish soonest, from the true queues and service times; Oracle full-info where the expected delay is least from every backend's true requests in flight and current speed, no service time known in advance; Oracle split draws from the square-root split of the true current capacities; Oracle probed as Oracle full-info, but from 3 random backends as they were at the client's previous pick (exact answers to the probes a Prequal pick sends, as old as theirs). No real client can run them.")
 	}
 	return out
 }
