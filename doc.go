@@ -30,15 +30,19 @@
 // warm-up), [Random] and [RandomTwo] (nginx's random and random two
 // least_conn). Load and latency: [LeastConn] (nginx's least_conn),
 // [P2CPeakEWMA] (Finagle, Linkerd), [FastestFirst] (latency-derived nginx
-// weights). Key affinity: [Hash], [ConsistentHash] (with optional bounded
-// loads) and [IPHash].
+// weights). By what servers say of themselves: [ReportedWRR] (gRFC A58's
+// weights from load reports), [Prequal] (probes of each server's requests
+// in flight and latency, through a [Prober]). Key affinity: [Hash],
+// [ConsistentHash] (with optional bounded loads) and [IPHash].
 //
 // # Which picker
 //
 // By situation: [SmoothWRR] to replace nginx's round robin or follow
 // weights you set; [FastestFirst] for one client calling a pool whose
 // latencies differ; [RandomTwo] when many clients share a pool and each
-// balances alone; [ConsistentHash] when a key must stay on one server while
+// balances alone, [LeastConn] with [WithReportedLoad] when the servers
+// report their load, [Prequal] when dozens of clients share servers that
+// answer probes; [ConsistentHash] when a key must stay on one server while
 // the list changes; [RoundRobin] for equal peers at the lowest cost. The
 // README's "Which picker?" gives the simulator's evidence for each.
 //
