@@ -500,6 +500,8 @@ func TestPrequal_options(t *testing.T) {
 		{WithProbeRate(math.NaN(), 10), "WithProbeRate(NaN, 10)"},
 		{WithProbeRate(3, 0), "WithProbeRate(3, 0)"},
 		{WithProbeRate(3, math.Inf(1)), "WithProbeRate(3, +Inf)"},
+		{WithProbeRate(3, 1e-3), ""},
+		{WithProbeRate(3, 1e-300), "WithProbeRate(3, 1e-300)"}, // its interval in ns would overflow
 		{WithProbePool(1, time.Millisecond), ""},
 		{WithProbePool(0, time.Second), "WithProbePool(0, 1s)"},
 		{WithProbePool(1025, time.Second), "WithProbePool(1025, 1s)"},
@@ -709,29 +711,59 @@ func TestPrequal_mixedPool(t *testing.T) {
 		{"round trip decides", ms(9), ms(10), 0, "c"},         // 9 + 2 = 11 > 10
 		{"a tie goes to the unprobed", ms(8), ms(10), 0, "c"}, // 8 + 2 = 10: the pool is not below
 	}
+	// c's probes fail: a pick first draws one of the two by weight and
+	// gives c the attempt when it lands on c (silentShare), half the
+	// picks, unless c has more in flight than a; otherwise the comparison
+	// decides. So over fresh pickers c takes every pick where it is the
+	// cheaper, about half where it is not, and none when it is busy.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := newFakeClock()
-			peers := makePeers(2, func(i int) string { return string(rune('a' + 2*i)) }, nil) // a, c
-			a, c := peers[0], peers[1]
-			b := newTestPrequal(t, clk, peers, WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(1))
-			for range prequalProbeFails {
-				require.NoError(t, b.Answer(c, ProbeAnswer{Failed: true}))
+			toC := 0
+			const trials = 200
+			for seed := range uint64(trials) {
+				if mixedPick(t, seed, tt.probed, tt.unprobed, tt.held) == "c" {
+					toC++
+				}
 			}
-			require.True(t, prequalOf(c).unprobed.Load())
-			require.Equal(t, int64(1), b.unprobed.Load())
-			// c's latency, measured by an attempt, and its attempts held.
-			require.NoError(t, b.SetDown(a, true))
-			require.Same(t, c, mustPick(t, b, nil))
-			require.NoError(t, b.Done(c, Outcome{Latency: tt.unprobed}))
-			for range tt.held {
-				require.Same(t, c, mustPick(t, b, nil))
+			switch {
+			case tt.want == "a" && tt.held > 0:
+				// c's draws give it no share: more in flight than a.
+				assert.Zero(t, toC)
+			case tt.want == "c":
+				// drawUnprobed gives up after 10 draws that miss c, one
+				// pick in 2^10: a miss or two in 200 is that.
+				assert.GreaterOrEqual(t, toC, trials-3)
+			default:
+				assert.InDelta(t, trials/2, toC, 30, "the silent peer's draws only")
 			}
-			require.NoError(t, b.SetDown(a, false))
-			answer(t, b, a, 0, tt.probed, ms(2))
-			assert.Equal(t, tt.want, mustPick(t, b, nil).Addr())
 		})
 	}
+}
+
+// mixedPick is one pick of TestPrequal_mixedPool's: a probed at the given
+// latency (round trip 2 ms), c unprobed at its measured latency with held
+// attempts in flight; the picker seeded with seed.
+func mixedPick(t *testing.T, seed uint64, probed, unprobed time.Duration, held int) string {
+	clk := newFakeClock()
+	peers := makePeers(2, func(i int) string { return string(rune('a' + 2*i)) }, nil) // a, c
+	a, c := peers[0], peers[1]
+	b, err := NewPrequal(peers, clk.opt(), WithRand(rand.NewPCG(seed, 2)), WithProber(&queueProber{}), WithProbeRate(0, 1), WithHotQuantile(1))
+	require.NoError(t, err)
+	for range prequalProbeFails {
+		require.NoError(t, b.Answer(c, ProbeAnswer{Failed: true}))
+	}
+	require.True(t, prequalOf(c).unprobed.Load())
+	require.Equal(t, int64(1), b.unprobed.Load())
+	// c's latency, measured by an attempt, and its attempts held.
+	require.NoError(t, b.SetDown(a, true))
+	require.Same(t, c, mustPick(t, b, nil))
+	require.NoError(t, b.Done(c, Outcome{Latency: unprobed}))
+	for range held {
+		require.Same(t, c, mustPick(t, b, nil))
+	}
+	require.NoError(t, b.SetDown(a, false))
+	answer(t, b, a, 0, probed, ms(2))
+	return mustPick(t, b, nil).Addr()
 }
 
 // asyncProber queues probes in a fixed ring (no allocation once made) and
@@ -933,4 +965,66 @@ func TestPrequal_readmitsRecovered(t *testing.T) {
 	}
 	t.Logf("x: %d of %d picks in [41 s, 60 s)", late, all)
 	assert.GreaterOrEqual(t, late, all/8)
+}
+
+// TestPrequal_unprobedKeepsItsShare: a server whose probes fail (one
+// without the probe handler), exactly as fast as four that answer, keeps
+// a share of the picks near its fifth. Every attempt's latency is drawn
+// from one exponential of mean 2 ms; the probed peers answer 0 in flight,
+// 2 ms, round trip 0.1 ms. The unprobed peer's mean (2 ms) then competes
+// with the pool's best candidate (2.1 ms scaled by the local count), so
+// it wins about as often as a probed one. On the peak EWMA it lost almost
+// every pick (7 of 20,000 on the code before): this test fails there.
+func TestPrequal_unprobedKeepsItsShare(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(5, func(i int) string { return string(rune('a' + i)) }, nil) // a..d probed, e not
+	pr := proberFunc(func(p *Peer, to ProbeReceiver) {
+		if p.Addr() == "e" {
+			_ = to.Answer(p, ProbeAnswer{Failed: true})
+			return
+		}
+		_ = to.Answer(p, ProbeAnswer{Latency: ms(2), RoundTrip: 100 * time.Microsecond})
+	})
+	b := newTestPrequal(t, clk, peers, WithProber(pr))
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n = 20000
+	counts := map[string]int{}
+	for range n {
+		p := mustPick(t, b, nil)
+		counts[p.Addr()]++
+		clk.add(200 * time.Microsecond)
+		require.NoError(t, b.Done(p, Outcome{Latency: time.Duration(rng.ExpFloat64() * float64(ms(2)))}))
+	}
+	t.Logf("picks: %v", counts)
+	require.True(t, prequalOf(peers[4]).unprobed.Load())
+	assert.Greater(t, counts["e"], n/10, "the unprobed peer's share: at least half its fifth")
+	assert.Less(t, counts["e"], n/2, "nor a sink")
+}
+
+// TestPrequal_closeRacingAnswers: answers that race Close never refill
+// the pool once Close has returned, so Pick goes on as P2CPeakEWMA at
+// once (before, 24 of 300 trials left answers in it).
+func TestPrequal_closeRacingAnswers(t *testing.T) {
+	for trial := range 200 {
+		peers := makePeers(3, func(i int) string { return string(rune('a' + i)) }, nil)
+		b, err := NewPrequal(peers, WithProber(&queueProber{}))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 3 {
+			wg.Go(func() {
+				<-start
+				for range 200 {
+					_ = b.Answer(peers[i], ProbeAnswer{Latency: time.Millisecond})
+				}
+			})
+		}
+		close(start)
+		for range trial % 20 {
+			runtime.Gosched()
+		}
+		require.NoError(t, b.Close())
+		wg.Wait()
+		require.Zero(t, b.pool.n.Load(), "trial %d: answers in the pool after Close", trial)
+	}
 }
