@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -79,7 +80,10 @@ type proberSettings struct {
 }
 
 // WithProbePath sets the path each probe gets, which must start with "/"
-// and may carry a query. Default: loadreport.DefaultProbePath.
+// and may carry a query; NewProber refuses one holding a '#', a space, a
+// control character or a malformed %-escape, which no probe could reach
+// (loadreport.WithProbePath refuses the same). Default:
+// loadreport.DefaultProbePath.
 func WithProbePath(path string) ProberOption {
 	return func(s *proberSettings) { s.path = path }
 }
@@ -141,8 +145,8 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 		return fmt.Errorf("%w: balancerhttp: %s(%v): %s", balancer.ErrInvalidConfig, option, v, why)
 	}
 	switch {
-	case !strings.HasPrefix(s.path, "/"):
-		return nil, bad("WithProbePath", fmt.Sprintf("%q", s.path), `does not start with "/"`)
+	case badProbePath(s.path) != "":
+		return nil, bad("WithProbePath", fmt.Sprintf("%q", s.path), badProbePath(s.path))
 	case s.scheme != "http" && s.scheme != "https":
 		return nil, bad("WithProbeScheme", fmt.Sprintf("%q", s.scheme), `want "http" or "https"`)
 	case s.rtSet && s.rt == nil:
@@ -168,6 +172,27 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 	}
 	p.q = q
 	return p, nil
+}
+
+// badProbePath says why path cannot be a probe's path and query, or ""
+// when it can: it must start with "/" (a request's path), hold no '#'
+// (a fragment is never sent), no space or control character (which
+// url.Parse refuses or a server cannot match: loadreport.WithProbePath
+// refuses them in the path it answers on) and only well-formed %-escapes
+// (url.Parse refuses the others, so every probe would fail).
+func badProbePath(path string) string {
+	if !strings.HasPrefix(path, "/") {
+		return `does not start with "/"`
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c == '#' || c == ' ' || c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("holds %q at byte %d", c, i)
+		}
+	}
+	if _, err := url.ParseRequestURI(path); err != nil {
+		return "not a request path: " + err.Error()
+	}
+	return ""
 }
 
 // probeTransport is the default transport of the probes: apart from the
