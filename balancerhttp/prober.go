@@ -48,7 +48,8 @@ const (
 // request (a new connection's dial included) to the body read, is
 // measured on WithProbeClock's clock. A non-200 status, a body
 // loadreport.ParseProbe refuses, a transport error or a timeout is
-// answered Failed. The probes go through their own http.RoundTripper
+// answered Failed; Stats counts the answers and keeps the latest
+// failure's cause. The probes go through their own http.RoundTripper
 // (WithProbeTransport), by default one kept apart from the requests' so
 // that a probe never waits behind them.
 //
@@ -228,14 +229,14 @@ func (p *Prober) probe(ctx context.Context, peer *balancer.Peer) (balancer.Probe
 	}
 	defer closeBody(resp)
 	if resp.StatusCode != http.StatusOK {
-		return balancer.ProbeAnswer{}, fmt.Errorf("probe %s: %s", peer.Addr(), resp.Status)
+		return balancer.ProbeAnswer{}, fmt.Errorf("status %s", resp.Status) // the queue names the peer
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeBody+1))
 	if err != nil {
 		return balancer.ProbeAnswer{}, err
 	}
 	if len(body) > maxProbeBody {
-		return balancer.ProbeAnswer{}, fmt.Errorf("probe %s: answer longer than %d bytes", peer.Addr(), maxProbeBody)
+		return balancer.ProbeAnswer{}, fmt.Errorf("answer longer than %d bytes", maxProbeBody)
 	}
 	rif, latency, err := loadreport.ParseProbe(body) // within a ProbeAnswer's bounds
 	if err != nil {
@@ -260,6 +261,13 @@ type ProberStats struct {
 	// since the probe, see balancer.ProbeReceiver); they count in
 	// Answered or Failed too.
 	Refused uint64
+	// LastError is the latest Failed answer's cause, naming the peer:
+	// "probe of <addr>: " and the transport's error, the status ("404
+	// Not Found") or ParseProbe's error naming the value it refused. It
+	// wraps that error (errors.Is finds context.DeadlineExceeded or
+	// syscall.ECONNREFUSED); nil until a probe fails, and kept through
+	// the answers that follow.
+	LastError error
 }
 
 // Stats returns the Prober's counters.
@@ -268,7 +276,8 @@ func (p *Prober) Stats() ProberStats {
 		return ProberStats{}
 	}
 	s := p.q.Stats()
-	return ProberStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused}
+	return ProberStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused,
+		LastError: s.LastError}
 }
 
 // Close stops the workers, cutting the probes under way short (they are
