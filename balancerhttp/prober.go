@@ -53,6 +53,12 @@ const (
 // (WithProbeTransport), by default one kept apart from the requests' so
 // that a probe never waits behind them.
 //
+// Prequal keeps a peer that fails fast out of its pool only when its
+// failures count as failures: over a Transport or Proxy, only the
+// statuses in FailureStatuses (502, 503 and 504 by default) do, so a
+// server answering 500 at once looks the fastest and takes most requests
+// unless 500 is listed there.
+//
 // Close stops it. The zero value drops every probe, uncounted; use
 // NewProber. A Prober is safe for concurrent use.
 type Prober struct {
