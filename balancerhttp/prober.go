@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -47,9 +48,16 @@ const (
 // request (a new connection's dial included) to the body read, is
 // measured on WithProbeClock's clock. A non-200 status, a body
 // loadreport.ParseProbe refuses, a transport error or a timeout is
-// answered Failed. The probes go through their own http.RoundTripper
+// answered Failed; Stats counts the answers and keeps the latest
+// failure's cause. The probes go through their own http.RoundTripper
 // (WithProbeTransport), by default one kept apart from the requests' so
 // that a probe never waits behind them.
+//
+// Prequal keeps a peer that fails fast out of its pool only when its
+// failures count as failures: over a Transport or Proxy, only the
+// statuses in FailureStatuses (502, 503 and 504 by default) do, so a
+// server answering 500 at once looks the fastest and takes most requests
+// unless 500 is listed there.
 //
 // Close stops it. The zero value drops every probe, uncounted; use
 // NewProber. A Prober is safe for concurrent use.
@@ -79,7 +87,10 @@ type proberSettings struct {
 }
 
 // WithProbePath sets the path each probe gets, which must start with "/"
-// and may carry a query. Default: loadreport.DefaultProbePath.
+// and may carry a query; NewProber refuses one holding a '#', a space, a
+// control character or a malformed %-escape, which no probe could reach
+// (loadreport.WithProbePath refuses the same). Default:
+// loadreport.DefaultProbePath.
 func WithProbePath(path string) ProberOption {
 	return func(s *proberSettings) { s.path = path }
 }
@@ -141,8 +152,8 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 		return fmt.Errorf("%w: balancerhttp: %s(%v): %s", balancer.ErrInvalidConfig, option, v, why)
 	}
 	switch {
-	case !strings.HasPrefix(s.path, "/"):
-		return nil, bad("WithProbePath", fmt.Sprintf("%q", s.path), `does not start with "/"`)
+	case badProbePath(s.path) != "":
+		return nil, bad("WithProbePath", fmt.Sprintf("%q", s.path), badProbePath(s.path))
 	case s.scheme != "http" && s.scheme != "https":
 		return nil, bad("WithProbeScheme", fmt.Sprintf("%q", s.scheme), `want "http" or "https"`)
 	case s.rtSet && s.rt == nil:
@@ -168,6 +179,27 @@ func NewProber(opts ...ProberOption) (*Prober, error) {
 	}
 	p.q = q
 	return p, nil
+}
+
+// badProbePath says why path cannot be a probe's path and query, or ""
+// when it can: it must start with "/" (a request's path), hold no '#'
+// (a fragment is never sent), no space or control character (which
+// url.Parse refuses or a server cannot match: loadreport.WithProbePath
+// refuses them in the path it answers on) and only well-formed %-escapes
+// (url.Parse refuses the others, so every probe would fail).
+func badProbePath(path string) string {
+	if !strings.HasPrefix(path, "/") {
+		return `does not start with "/"`
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c == '#' || c == ' ' || c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("holds %q at byte %d", c, i)
+		}
+	}
+	if _, err := url.ParseRequestURI(path); err != nil {
+		return "not a request path: " + err.Error()
+	}
+	return ""
 }
 
 // probeTransport is the default transport of the probes: apart from the
@@ -203,14 +235,14 @@ func (p *Prober) probe(ctx context.Context, peer *balancer.Peer) (balancer.Probe
 	}
 	defer closeBody(resp)
 	if resp.StatusCode != http.StatusOK {
-		return balancer.ProbeAnswer{}, fmt.Errorf("probe %s: %s", peer.Addr(), resp.Status)
+		return balancer.ProbeAnswer{}, fmt.Errorf("status %s", resp.Status) // the queue names the peer
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeBody+1))
 	if err != nil {
 		return balancer.ProbeAnswer{}, err
 	}
 	if len(body) > maxProbeBody {
-		return balancer.ProbeAnswer{}, fmt.Errorf("probe %s: answer longer than %d bytes", peer.Addr(), maxProbeBody)
+		return balancer.ProbeAnswer{}, fmt.Errorf("answer longer than %d bytes", maxProbeBody)
 	}
 	rif, latency, err := loadreport.ParseProbe(body) // within a ProbeAnswer's bounds
 	if err != nil {
@@ -235,6 +267,13 @@ type ProberStats struct {
 	// since the probe, see balancer.ProbeReceiver); they count in
 	// Answered or Failed too.
 	Refused uint64
+	// LastError is the latest Failed answer's cause, naming the peer:
+	// "probe of <addr>: " and the transport's error, the status ("404
+	// Not Found") or ParseProbe's error naming the value it refused. It
+	// wraps that error (errors.Is finds context.DeadlineExceeded or
+	// syscall.ECONNREFUSED); nil until a probe fails, and kept through
+	// the answers that follow.
+	LastError error
 }
 
 // Stats returns the Prober's counters.
@@ -243,7 +282,8 @@ func (p *Prober) Stats() ProberStats {
 		return ProberStats{}
 	}
 	s := p.q.Stats()
-	return ProberStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused}
+	return ProberStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused,
+		LastError: s.LastError}
 }
 
 // Close stops the workers, cutting the probes under way short (they are

@@ -1,11 +1,14 @@
 package balancerhttp_test
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,21 +100,24 @@ func TestProber_answers(t *testing.T) {
 		status int
 		body   string
 		want   balancer.ProbeAnswer
+		// lastErr is in Stats.LastError after a Failed answer, with the
+		// peer's address: the status, or the value ParseProbe refused.
+		lastErr string
 	}{
 		// The clock moves 3 ms at each reading: the round trip is 3 ms.
 		{"load", path, 200, "TEXT named_metrics.rif=7,named_metrics.latency_ms=12.5",
-			balancer.ProbeAnswer{InFlight: 7, Latency: 12500 * time.Microsecond, RoundTrip: 3 * time.Millisecond}},
+			balancer.ProbeAnswer{InFlight: 7, Latency: 12500 * time.Microsecond, RoundTrip: 3 * time.Millisecond}, ""},
 		{"other keys follow", path, 200, "TEXT named_metrics.rif=0,named_metrics.latency_ms=0.25,cpu_utilization=0.5",
-			balancer.ProbeAnswer{InFlight: 0, Latency: 250 * time.Microsecond, RoundTrip: 3 * time.Millisecond}},
-		{"no probe path", "/elsewhere", 200, "TEXT named_metrics.rif=1", balancer.ProbeAnswer{Failed: true}},
-		{"500", path, 500, "TEXT named_metrics.rif=1,named_metrics.latency_ms=1", balancer.ProbeAnswer{Failed: true}},
-		{"empty", path, 200, "", balancer.ProbeAnswer{Failed: true}},
-		{"not a report", path, 200, "ok", balancer.ProbeAnswer{Failed: true}},
-		{"negative rif", path, 200, "TEXT named_metrics.rif=-1,named_metrics.latency_ms=1", balancer.ProbeAnswer{Failed: true}},
-		{"NaN latency", path, 200, "TEXT named_metrics.rif=1,named_metrics.latency_ms=NaN", balancer.ProbeAnswer{Failed: true}},
-		{"huge rif", path, 200, "TEXT named_metrics.rif=1e300,named_metrics.latency_ms=1", balancer.ProbeAnswer{Failed: true}},
-		{"huge latency", path, 200, "TEXT named_metrics.rif=1,named_metrics.latency_ms=1e300", balancer.ProbeAnswer{Failed: true}},
-		{"too long", path, 200, "TEXT named_metrics.rif=1,named_metrics.latency_ms=1," + strings.Repeat("x", 9000) + "=1", balancer.ProbeAnswer{Failed: true}},
+			balancer.ProbeAnswer{InFlight: 0, Latency: 250 * time.Microsecond, RoundTrip: 3 * time.Millisecond}, ""},
+		{"no probe path", "/elsewhere", 200, "TEXT named_metrics.rif=1", balancer.ProbeAnswer{Failed: true}, "404 Not Found"},
+		{"500", path, 500, "TEXT named_metrics.rif=1,named_metrics.latency_ms=1", balancer.ProbeAnswer{Failed: true}, "500 Internal Server Error"},
+		{"empty", path, 200, "", balancer.ProbeAnswer{Failed: true}, "empty probe answer"},
+		{"not a report", path, 200, "ok", balancer.ProbeAnswer{Failed: true}, `"ok"`},
+		{"negative rif", path, 200, "TEXT named_metrics.rif=-1,named_metrics.latency_ms=1", balancer.ProbeAnswer{Failed: true}, "named_metrics.rif=-1"},
+		{"NaN latency", path, 200, "TEXT named_metrics.rif=1,named_metrics.latency_ms=NaN", balancer.ProbeAnswer{Failed: true}, "named_metrics.latency_ms=NaN"},
+		{"huge rif", path, 200, "TEXT named_metrics.rif=1e300,named_metrics.latency_ms=1", balancer.ProbeAnswer{Failed: true}, "named_metrics.rif=1e+300"},
+		{"huge latency", path, 200, "TEXT named_metrics.rif=1,named_metrics.latency_ms=1e300", balancer.ProbeAnswer{Failed: true}, "named_metrics.latency_ms=1e+300"},
+		{"too long", path, 200, "TEXT named_metrics.rif=1,named_metrics.latency_ms=1," + strings.Repeat("x", 9000) + "=1", balancer.ProbeAnswer{Failed: true}, "longer than 1024 bytes"}, // loadreport.MaxProbeLen,
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,10 +134,17 @@ func TestProber_answers(t *testing.T) {
 			assert.Same(t, peer, got[0].peer)
 			assert.Equal(t, tt.want, got[0].a)
 			want := balancerhttp.ProberStats{Sent: 1, Answered: 1}
+			s := pr.Stats()
 			if tt.want.Failed {
 				want = balancerhttp.ProberStats{Sent: 1, Failed: 1}
+				require.Error(t, s.LastError)
+				assert.ErrorContains(t, s.LastError, "probe of "+peer.Addr()+": ")
+				assert.ErrorContains(t, s.LastError, tt.lastErr)
+			} else {
+				assert.NoError(t, s.LastError)
 			}
-			assert.Equal(t, want, pr.Stats())
+			s.LastError = nil
+			assert.Equal(t, want, s)
 		})
 	}
 }
@@ -203,7 +216,10 @@ func TestProber_stalledServerTimesOut(t *testing.T) {
 	got := r.wait(t, 1)
 	assert.GreaterOrEqual(t, time.Since(start), timeout)
 	assert.Equal(t, balancer.ProbeAnswer{Failed: true}, got[0].a)
-	assert.Equal(t, balancerhttp.ProberStats{Sent: 1, Failed: 1}, pr.Stats())
+	s := pr.Stats()
+	assert.ErrorIs(t, s.LastError, context.DeadlineExceeded)
+	s.LastError = nil
+	assert.Equal(t, balancerhttp.ProberStats{Sent: 1, Failed: 1}, s)
 }
 
 // TestProber_fullQueueDrops: many goroutines probing a stalled server at
@@ -387,4 +403,24 @@ func TestProber_defaultsTakePrequalBurst(t *testing.T) {
 		t.Fatal("more probes in flight than workers")
 	case <-time.After(20 * time.Millisecond):
 	}
+}
+
+// TestProber_lastErrorRefused: a probe of an address nobody listens on
+// is answered Failed, and Stats.LastError names the peer and the refused
+// connection.
+func TestProber_lastErrorRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nobody listens there now
+	pr, err := balancerhttp.NewProber()
+	require.NoError(t, err)
+	defer pr.Close()
+	r := newAnswers()
+	pr.Probe(balancer.NewPeer(addr), r)
+	got := r.wait(t, 1)
+	assert.Equal(t, balancer.ProbeAnswer{Failed: true}, got[0].a)
+	s := pr.Stats()
+	assert.ErrorIs(t, s.LastError, syscall.ECONNREFUSED)
+	assert.ErrorContains(t, s.LastError, "probe of "+addr+": ")
 }

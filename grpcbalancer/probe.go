@@ -215,9 +215,15 @@ type ProbeStats struct {
 	// Refused counts the answers the picker refused (a peer removed
 	// since); they count in Answered or Failed too.
 	Refused uint64
+	// LastError is the latest Failed answer's cause, naming the peer:
+	// "probe of <addr>: " and the RPC's error (status.Code reads its
+	// code), the SubConn not READY, or the answer's refused value. nil
+	// until a probe fails, and kept through the answers that follow.
+	LastError error
 }
 
 func (g *grpcProber) stats() ProbeStats {
 	s := g.q.Stats()
-	return ProbeStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused}
+	return ProbeStats{Sent: s.Sent, Answered: s.Answered, Failed: s.Failed, Dropped: s.Dropped, Refused: s.Refused,
+		LastError: s.LastError}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -298,7 +299,12 @@ func TestProber_realServers(t *testing.T) {
 	}
 	assert.Len(t, r.of(with.addr), 3)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}, {Failed: true}, {Failed: true}}, r.of(without.addr))
-	assert.Equal(t, ProbeStats{Sent: 6, Answered: 3, Failed: 3}, pr.stats())
+	s := pr.stats()
+	// Every failure was the server's without the probe service.
+	assert.Equal(t, codes.Unimplemented, status.Code(s.LastError), "%v", s.LastError)
+	assert.ErrorContains(t, s.LastError, "probe of "+without.addr+": ")
+	s.LastError = nil
+	assert.Equal(t, ProbeStats{Sent: 6, Answered: 3, Failed: 3}, s)
 	assert.Equal(t, int64(4), with.probes.Load(), "the server saw each probe once, and the direct one")
 }
 
@@ -314,6 +320,9 @@ func TestProber_timeout(t *testing.T) {
 	r.wait(t, 1)
 	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}}, r.of(held.addr))
+	err := pr.stats().LastError
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "probe of "+held.addr+": ")
 }
 
 // TestProber_notReady: once a server is gone, its SubConn is not READY and
@@ -333,6 +342,9 @@ func TestProber_notReady(t *testing.T) {
 	r.wait(t, 2)
 	assert.Equal(t, []lbgo.ProbeAnswer{{Failed: true}}, r.of(b.addr))
 	assert.False(t, r.of(a.addr)[0].Failed)
+	err := pr.stats().LastError
+	assert.ErrorIs(t, err, errNotReady)
+	assert.EqualError(t, err, "probe of "+b.addr+": the peer's SubConn is not READY")
 
 	// Back on the same address: the SubConn is READY again, with a new
 	// connection, and the probe goes through it.

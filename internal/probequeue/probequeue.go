@@ -2,11 +2,12 @@
 // (balancerhttp's and grpcbalancer's balancer.Prober): a bounded queue
 // that Put never blocks on, a fixed number of workers that each send one
 // probe at a time with a timeout, the answer handed to the probe's
-// receiver, and counters. Close stops the workers and waits for them.
+// receiver, counters and the latest failure's cause. Close stops the workers and waits for them.
 package probequeue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -59,7 +60,26 @@ type Stats struct {
 	// since, an answer out of range); they count in Answered or Failed
 	// too.
 	Refused uint64
+	// LastError is the latest Failed answer's cause, naming its peer
+	// ("probe of <addr>: <error>", wrapping the probe's error, or
+	// ErrFailed when the probe answered Failed without one); nil until a
+	// probe fails. Answers that follow do not clear it.
+	LastError error
 }
+
+// ErrFailed is the cause Stats.LastError wraps when a probe answered
+// Failed without an error.
+var ErrFailed = errors.New("answered Failed")
+
+// probeError is a failed probe's cause and its peer, made only when a
+// probe fails; Error formats it when asked.
+type probeError struct {
+	addr string
+	err  error
+}
+
+func (e *probeError) Error() string { return "probe of " + e.addr + ": " + e.err.Error() }
+func (e *probeError) Unwrap() error { return e.err }
 
 // job is one probe waiting for a worker.
 type job struct {
@@ -90,6 +110,9 @@ type Queue struct {
 	wg        sync.WaitGroup // the workers
 
 	sent, answered, failed, dropped, refused atomic.Uint64
+	// lastErr is the latest failure's cause, stored only when a probe
+	// fails: an answer costs nothing more.
+	lastErr atomic.Pointer[probeError]
 }
 
 // New starts a Queue's workers. An out-of-range setting is refused with
@@ -165,6 +188,10 @@ func (q *Queue) run(j job) {
 		return
 	}
 	if err != nil || a.Failed {
+		if err == nil {
+			err = ErrFailed
+		}
+		q.lastErr.Store(&probeError{addr: j.p.Addr(), err: err})
 		a = balancer.ProbeAnswer{Failed: true}
 		q.failed.Add(1)
 	} else {
@@ -193,8 +220,12 @@ func (q *Queue) Close() {
 
 // Stats returns the counters.
 func (q *Queue) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Sent: q.sent.Load(), Answered: q.answered.Load(), Failed: q.failed.Load(),
 		Dropped: q.dropped.Load(), Refused: q.refused.Load(),
 	}
+	if e := q.lastErr.Load(); e != nil {
+		s.LastError = e // a nil *probeError would make a non-nil error
+	}
+	return s
 }

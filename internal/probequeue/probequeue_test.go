@@ -68,13 +68,19 @@ func TestQueue_answers(t *testing.T) {
 		err    error
 		want   balancer.ProbeAnswer
 		stats  Stats
+		// lastErr is what Stats.LastError says after the probe of "a:1":
+		// nil after an answer, else the peer and the probe's error.
+		lastErr error
+		lastMsg string
 	}{
 		{"answer", balancer.ProbeAnswer{InFlight: 3, Latency: 7 * time.Millisecond}, nil,
 			// The clock moves 5 ms between the two readings around the probe.
 			balancer.ProbeAnswer{InFlight: 3, Latency: 7 * time.Millisecond, RoundTrip: 5 * time.Millisecond},
-			Stats{Sent: 1, Answered: 1}},
-		{"error", balancer.ProbeAnswer{InFlight: 3}, bad, balancer.ProbeAnswer{Failed: true}, Stats{Sent: 1, Failed: 1}},
-		{"failed answer", balancer.ProbeAnswer{Failed: true}, nil, balancer.ProbeAnswer{Failed: true}, Stats{Sent: 1, Failed: 1}},
+			Stats{Sent: 1, Answered: 1}, nil, ""},
+		{"error", balancer.ProbeAnswer{InFlight: 3}, bad, balancer.ProbeAnswer{Failed: true}, Stats{Sent: 1, Failed: 1},
+			bad, "probe of a:1: no answer"},
+		{"failed answer", balancer.ProbeAnswer{Failed: true}, nil, balancer.ProbeAnswer{Failed: true}, Stats{Sent: 1, Failed: 1},
+			ErrFailed, "probe of a:1: answered Failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,9 +94,40 @@ func TestQueue_answers(t *testing.T) {
 			r.wait(t, 1)
 			q.Close()
 			assert.Equal(t, []balancer.ProbeAnswer{tt.want}, r.got[p])
-			assert.Equal(t, tt.stats, q.Stats())
+			s := q.Stats()
+			if tt.lastErr == nil {
+				assert.NoError(t, s.LastError)
+			} else {
+				assert.ErrorIs(t, s.LastError, tt.lastErr)
+				assert.EqualError(t, s.LastError, tt.lastMsg)
+			}
+			s.LastError = nil
+			assert.Equal(t, tt.stats, s)
 		})
 	}
+}
+
+// TestQueue_lastErrorKept: LastError is the latest failure's, kept
+// through the answers that follow it, so that a failure seen once is not
+// lost to the next success.
+func TestQueue_lastErrorKept(t *testing.T) {
+	errs := map[string]error{"a:1": errors.New("refused"), "b:2": errors.New("404"), "c:3": nil}
+	q, err := New(Config{Workers: 1, Size: 4, Timeout: time.Second,
+		Probe: func(_ context.Context, p *balancer.Peer) (balancer.ProbeAnswer, error) {
+			return balancer.ProbeAnswer{InFlight: 1}, errs[p.Addr()]
+		}})
+	require.NoError(t, err)
+	r := newReceiver()
+	assert.NoError(t, q.Stats().LastError, "before any probe")
+	for _, addr := range []string{"a:1", "b:2", "c:3"} {
+		q.Put(balancer.NewPeer(addr), r)
+		r.wait(t, 1) // one worker: in order
+	}
+	q.Close()
+	s := q.Stats()
+	assert.ErrorIs(t, s.LastError, errs["b:2"])
+	assert.EqualError(t, s.LastError, "probe of b:2: 404")
+	assert.Equal(t, uint64(2), s.Failed)
 }
 
 // TestQueue_refused: an answer the receiver refuses (a peer removed since,
@@ -124,7 +161,11 @@ func TestQueue_timeout(t *testing.T) {
 	r.wait(t, 1)
 	q.Close()
 	assert.Equal(t, []balancer.ProbeAnswer{{Failed: true}}, r.got[p])
-	assert.Equal(t, Stats{Sent: 1, Failed: 1}, q.Stats())
+	s := q.Stats()
+	assert.ErrorIs(t, s.LastError, context.DeadlineExceeded)
+	assert.EqualError(t, s.LastError, "probe of a:1: context deadline exceeded")
+	s.LastError = nil
+	assert.Equal(t, Stats{Sent: 1, Failed: 1}, s)
 }
 
 // TestQueue_fullDrops: with the workers busy and the queue full, Put
