@@ -131,10 +131,12 @@ import (
 // Failures follow nginx (max_fails, fail_timeout); a failed attempt keeps
 // the peer's answers out of the pool for fail_timeout (with max_fails 0,
 // until an attempt on it succeeds), so a server that fails fast, and
-// answers probes as the least loaded, does not become a sink. Peers that
-// do not answer probes, and every peer without a Prober or before the
-// first answers, are balanced as [P2CPeakEWMA] balances them
-// ([WithDecay], [WithFailurePenalty]).
+// answers probes as the least loaded, does not become a sink; a failure
+// is what the caller reports as one (over HTTP, a status among the
+// Transport's FailureStatuses). Peers that do not answer probes, and
+// every peer without a Prober or before the first answers, are balanced
+// as [P2CPeakEWMA] balances them ([WithDecay], [WithFailurePenalty]);
+// those whose probes fail keep their weight's share of the picks.
 //
 // Pick is O(pool size) under one short lock (lock-free without a Prober),
 // allocates nothing and never waits for a probe; Done costs what
