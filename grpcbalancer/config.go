@@ -62,7 +62,10 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 // fields (probeTimeout, probeWorkers, probeQueue) configure the prober it
 // gives, and only a probing policy (lbgo_prequal) takes them.
 // A duration is a string time.ParseDuration reads ("0.5s", "250ms"); a code
-// is its name ("UNAVAILABLE") or number. A picker option the picker does not
+// is its name ("UNAVAILABLE") or number. An int may be written as any JSON
+// number whose value is an integer (3, 3.0, 3e0), as it arrives from an xDS
+// control plane, whose google.protobuf.Struct holds numbers as doubles;
+// 3.5 is refused. A picker option the picker does not
 // take, a value out of range or of the wrong type is rejected with
 // ErrBadConfig.
 //
@@ -170,7 +173,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 		}
-		if err := json.Unmarshal(js, &c); err != nil {
+		if err := json.Unmarshal(integralNumbers(js), &c); err != nil {
 			return nil, unmarshalError(raw, err)
 		}
 	}
@@ -376,12 +379,18 @@ func rawField(raw map[string]json.RawMessage, field string) (string, json.RawMes
 func unmarshalError(raw map[string]json.RawMessage, err error) error {
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) {
-		if name, v := rawField(raw, ute.Field); v != nil {
+		// A field of an object field ("reportedLoad.clients") is named
+		// after the object's value, as its other errors are.
+		field, inner, _ := strings.Cut(ute.Field, ".")
+		if name, v := rawField(raw, field); v != nil {
 			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list", reflect.Struct: "an object"}[ute.Type.Kind()]
 			if want == "" {
 				want = ute.Type.String()
 			}
-			return configError(name, clip(v), "not "+want)
+			if inner != "" {
+				inner += " "
+			}
+			return configError(name, clip(v), inner+"not "+want)
 		}
 	}
 	var elems []json.RawMessage

@@ -89,6 +89,19 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"10s","clients":16},"decay":"1s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
+		// An integer field takes a number written with a fraction or an
+		// exponent whose value is an integer, as it arrives from an xDS
+		// control plane (a google.protobuf.Struct holds every number as a
+		// double) or from any JSON writer that writes 3 as 3.0.
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.0,"maxConns":7e0,"failureCodes":[14.0]}`, want: &lbConfig{maxFails: 3, failTimeout: 10 * time.Second, maxConns: 7, failures: 1 << codes.Unavailable}},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":-0.0}`, want: &lbConfig{maxFails: 0, failTimeout: 10 * time.Second, failures: defaultFailures}},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":0.02E2,"maxConns":1500e-2}`, want: &lbConfig{maxFails: 2, failTimeout: 10 * time.Second, maxConns: 15, failures: defaultFailures}},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","clients":2.0}}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+		{policy: "lbgo_prequal", json: `{"probePool":{"size":8.000},"probeWorkers":4.0,"floor":1}`, wantErr: `floor 1: not an option of Prequal`},
+		{policy: "lbgo_prequal", json: `{"probePool":{"size":8.000},"probeWorkers":4.0}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+		{policy: "lbgo_fastestfirst", json: `{"floor":5.0,"band":2.0}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
+		// The string "3.0" is a string still.
+		{policy: "lbgo_hash", json: `{"hashHeader":"3.0"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: "3.0"}},
 
 		// The message after "grpcbalancer: bad load-balancing config: "
 		// names the field as the JSON spells it, the value as written and
@@ -105,6 +118,15 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: `failTimeout 5: not a string`},
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":"1"}`, wantErr: `maxFails "1": not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":1.5}`, wantErr: `maxFails 1.5: not an integer`},
+		// A number that is not an integer as written stays refused, named as
+		// written: a fraction, a fraction hidden by an exponent, digits a
+		// double would round away, and integers beyond a double's 2^53.
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.5}`, wantErr: `maxFails 3.5: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":35e-1}`, wantErr: `maxFails 35e-1: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.0000000000000000001}`, wantErr: `maxFails 3.0000000000000000001: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":1e-999999999}`, wantErr: `maxFails 1e-999999999: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxConns":1e300}`, wantErr: `maxConns 1e300: not an integer`},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","clients":2.5}}`, wantErr: `reportedLoad {"window":"1s","clients":2.5}: clients not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"band":"wide"}`, wantErr: `band "wide": not a number`},
 		{policy: "lbgo_smoothwrr", json: `{"failureCodes":"UNAVAILABLE"}`, wantErr: `failureCodes "UNAVAILABLE": not a list`},
 		{policy: "lbgo_smoothwrr", json: `[1]`, wantErr: `[1]: not a JSON object`},
