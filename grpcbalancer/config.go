@@ -140,6 +140,7 @@ type lbConfig struct {
 	probe       probeSettings
 	opts        []lbgo.Option
 	optsKey     string // the picker options, canonical: a change rebuilds the picker
+	js          []byte // the JSON parsed, for MarshalJSON
 }
 
 // codeSet has bit c set for each code c that counts as a failure.
@@ -178,6 +179,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		}
 	}
 	cfg := defaultConfig()
+	cfg.js = js
 	bad := func(field, why string) error {
 		name, v := rawField(raw, field)
 		return configError(name, clip(v), why)
