@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental/balancer/weight"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 )
@@ -187,6 +188,13 @@ func TestWeightAttribute(t *testing.T) {
 		{"endpoint weight wins", WithEndpointWeight(resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 5)}}, 3), 3},
 		// gRPC moves an address's balancer attributes to its endpoint.
 		{"moved to the endpoint", resolver.Endpoint{Addresses: []resolver.Address{plain}, Attributes: WithWeight(plain, 4).BalancerAttributes}, 4},
+		// gRPC's own endpoint weight, which its xDS resolver sets from
+		// EDS (an endpoint's load_balancing_weight, scaled with its
+		// locality's), counts where ours is not set.
+		{"gRPC's weight", weight.Set(resolver.Endpoint{Addresses: []resolver.Address{plain}}, weight.EndpointInfo{Weight: 21845}), 21845},
+		{"gRPC's weight 0 is none", weight.Set(resolver.Endpoint{Addresses: []resolver.Address{plain}}, weight.EndpointInfo{}), 1},
+		{"endpoint weight wins over gRPC's", weight.Set(WithEndpointWeight(resolver.Endpoint{Addresses: []resolver.Address{plain}}, 3), weight.EndpointInfo{Weight: 9}), 3},
+		{"address weight wins over gRPC's", weight.Set(resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 5)}}, weight.EndpointInfo{Weight: 9}), 5},
 	} {
 		if got := weightOf(tc.ep); got != tc.want {
 			t.Errorf("%s: weight %d, want %d", tc.name, got, tc.want)

@@ -1,6 +1,7 @@
 package grpcbalancer
 
 import (
+	"google.golang.org/grpc/experimental/balancer/weight"
 	"google.golang.org/grpc/resolver"
 )
 
@@ -9,9 +10,10 @@ type weightKey struct{}
 
 // WithWeight returns addr with weight w attached as a balancer attribute,
 // for a resolver to report: the policies give the address's peer that
-// weight (nginx's weight=N). An address without one has weight 1. gRPC
-// moves an address's balancer attributes to the endpoint it makes of it,
-// where the policies read them. A weight out of [0, balancer.MaxWeightSum]
+// weight (nginx's weight=N). An address without one has gRPC's own
+// endpoint weight (weight.FromEndpoint, which gRPC's xds resolver sets
+// from EDS), else weight 1. gRPC moves an address's balancer attributes
+// to the endpoint it makes of it, where the policies read them. A weight out of [0, balancer.MaxWeightSum]
 // makes the resolver update fail, naming the address; the policy keeps its
 // previous peers.
 func WithWeight(addr resolver.Address, w int) resolver.Address {
@@ -26,7 +28,10 @@ func WithEndpointWeight(ep resolver.Endpoint, w int) resolver.Endpoint {
 }
 
 // weightOf returns the endpoint's weight: its own attribute, else its first
-// address's, else 1.
+// address's, else gRPC's endpoint weight (weight.FromEndpoint, which gRPC's
+// xds resolver sets from EDS: since gRFC A113, the endpoint's share of its
+// locality times the locality's share, in 16.16 fixed point, so the
+// weights of a priority's endpoints add up to about 65536), else 1.
 func weightOf(ep resolver.Endpoint) int {
 	if w, ok := ep.Attributes.Value(weightKey{}).(int); ok {
 		return w
@@ -35,6 +40,9 @@ func weightOf(ep resolver.Endpoint) int {
 		if w, ok := ep.Addresses[0].BalancerAttributes.Value(weightKey{}).(int); ok {
 			return w
 		}
+	}
+	if w := weight.FromEndpoint(ep).Weight; w > 0 {
+		return int(w)
 	}
 	return 1
 }
