@@ -138,7 +138,8 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	next := make(map[string]*endpoint, len(eps))
 	weights := make(map[string]int, len(eps))
 	order := make([]*endpoint, 0, len(eps))
-	for _, ep := range eps {
+	ws := weightsOf(eps)
+	for i, ep := range eps {
 		if len(ep.Addresses) == 0 {
 			continue
 		}
@@ -151,7 +152,7 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 			e = &endpoint{key: key, addrs: ep.Addresses, state: connectivity.Idle}
 		}
 		next[key] = e
-		weights[key] = weightOf(ep)
+		weights[key] = ws[i]
 		order = append(order, e)
 	}
 

@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -312,6 +313,45 @@ func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 			if one != again {
 				t.Errorf("%s: %s %s gives keys %q then %q", a.Name, field, v[0], one, again)
 			}
+		}
+	}
+}
+
+// TestWeightsOf: gRPC's own endpoint weights become small integers: since
+// gRFC A113 gRPC's xds resolver gives them as shares in 1.31 fixed point,
+// floor(w·2^31/S) for EDS weight w of a locality's sum S, about 2^31 in
+// all, past nginx's hash (a 15-bit hash modulo the total) and
+// ConsistentHash's ring. Equal ones become 1; small ones stay; others
+// become their share of 1000, rounded, at least 1. Ours stay.
+func TestWeightsOf(t *testing.T) {
+	ep := func(i int) resolver.Endpoint {
+		return resolver.Endpoint{Addresses: []resolver.Address{{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}}}
+	}
+	grpcs := func(ws ...uint32) []resolver.Endpoint {
+		var eps []resolver.Endpoint
+		for i, w := range ws {
+			eps = append(eps, weight.Set(ep(i), weight.EndpointInfo{Weight: w}))
+		}
+		return eps
+	}
+	share := func(w, sum uint64) uint32 { return uint32(w << 31 / sum) }
+	for _, tc := range []struct {
+		name string
+		eps  []resolver.Endpoint
+		want []int
+	}{
+		{"small: as they are", grpcs(1, 2, 3), []int{1, 2, 3}},
+		{"small, 1000 in all: as they are", grpcs(400, 600), []int{400, 600}},
+		// 357913941, 715827882, 1073741824 of 2^31-1: 166.7, 333.3, 500.0
+		// of 1000.
+		{"EDS 1, 2, 3 as A113 shares", grpcs(share(1, 6), share(2, 6), share(3, 6)), []int{167, 333, 500}},
+		{"EDS 1, 1, 1 as A113 shares", grpcs(share(1, 3), share(1, 3), share(1, 3)), []int{1, 1, 1}},
+		{"one endpoint", grpcs(1 << 31), []int{1}},
+		{"a tiny one stays 1", grpcs(1<<32-1, 1), []int{1000, 1}},
+		{"ours stay", append(grpcs(1<<30, 1<<29), WithEndpointWeight(ep(2), 1<<29)), []int{667, 333, 1 << 29}},
+	} {
+		if got := weightsOf(tc.eps); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: weights %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -106,13 +106,20 @@ func (cp *controlPlane) bootstrap() []byte {
 // none, so gRPC's default round_robin). It returns the snapshot's version.
 func (cp *controlPlane) push(addrs []string, lb *clusterv3.LoadBalancingPolicy) string {
 	cp.t.Helper()
+	return cp.pushWeighted(addrs, nil, lb)
+}
+
+// pushWeighted is push with EDS weights: weights[i] is the
+// load_balancing_weight of the endpoint at addrs[i] (none: unset).
+func (cp *controlPlane) pushWeighted(addrs []string, weights []uint32, lb *clusterv3.LoadBalancingPolicy) string {
+	cp.t.Helper()
 	cp.version++
 	version := strconv.Itoa(cp.version)
 	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]types.Resource{
 		resourcev3.ListenerType: {listener()},
 		resourcev3.RouteType:    {route()},
 		resourcev3.ClusterType:  {cluster(lb)},
-		resourcev3.EndpointType: {endpoints(cp.t, addrs)},
+		resourcev3.EndpointType: {endpoints(cp.t, addrs, weights)},
 	})
 	if err != nil {
 		cp.t.Fatal(err)
@@ -212,10 +219,11 @@ func cluster(lb *clusterv3.LoadBalancingPolicy) *clusterv3.Cluster {
 	}
 }
 
-// endpoints puts the backends at addrs (127.0.0.1:port) in one locality.
-func endpoints(t *testing.T, addrs []string) *endpointv3.ClusterLoadAssignment {
+// endpoints puts the backends at addrs (127.0.0.1:port) in one locality,
+// with the given weights if any.
+func endpoints(t *testing.T, addrs []string, weights []uint32) *endpointv3.ClusterLoadAssignment {
 	var lbs []*endpointv3.LbEndpoint
-	for _, a := range addrs {
+	for i, a := range addrs {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil {
 			t.Fatal(err)
@@ -233,6 +241,9 @@ func endpoints(t *testing.T, addrs []string) *endpointv3.ClusterLoadAssignment {
 			}},
 			HealthStatus: corev3.HealthStatus_HEALTHY,
 		})
+		if weights != nil {
+			lbs[i].LoadBalancingWeight = wrapperspb.UInt32(weights[i])
+		}
 	}
 	return &endpointv3.ClusterLoadAssignment{
 		ClusterName: edsName,
