@@ -11,9 +11,9 @@
 // name is not registered in the client is skipped for the next, so a list
 // can end with a policy every client has:
 //
-//	first, _ := xdsbalancer.Policy("lbgo_fastestfirst", map[string]any{"maxFails": 3, "failTimeout": "10s"})
+//	fastest, err := xdsbalancer.Policy("lbgo_fastestfirst", map[string]any{"maxFails": 3, "failTimeout": "10s"})
 //	cluster.LoadBalancingPolicy = &clusterv3.LoadBalancingPolicy{
-//		Policies: []*clusterv3.LoadBalancingPolicy_Policy{first, roundRobin},
+//		Policies: []*clusterv3.LoadBalancingPolicy_Policy{fastest, roundRobin},
 //	}
 //
 // A config the chosen policy refuses makes the client reject the Cluster
@@ -25,12 +25,14 @@
 // fields take any number whose value is an integer as written (3, 3.0,
 // 3e0), refusing 3.5 with the field's name. Durations are strings
 // (time.ParseDuration's "10s", "250ms"), as in the service config: a
-// number there is refused, naming the field.
+// number there is refused, naming the field. EDS's endpoint weights reach
+// the weighted policies (see grpcbalancer.WithWeight).
 //
 // The package's test runs the whole path: a go-control-plane management
 // server on loopback, a gRPC client of grpc-go's xds resolver, and real
 // servers, for the policy's choice, its config, a pushed change, the
-// fallback past an unregistered name and a refused config.
+// fallback past an unregistered name, a refused config, every lbgo_ policy
+// and EDS weights.
 package xdsbalancer
 
 import _ "github.com/lbgo/balancer/grpcbalancer" // registers the lbgo_ policies
