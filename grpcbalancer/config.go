@@ -179,7 +179,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		}
 	}
 	cfg := defaultConfig()
-	cfg.js = js
+	cfg.js = bytes.Clone(js)
 	bad := func(field, why string) error {
 		name, v := rawField(raw, field)
 		return configError(name, clip(v), why)

@@ -102,8 +102,9 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_prequal", json: `{"probePool":{"size":8.000},"probeWorkers":4.0,"floor":1}`, wantErr: `floor 1: not an option of Prequal`},
 		{policy: "lbgo_prequal", json: `{"probePool":{"size":8.000},"probeWorkers":4.0}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_fastestfirst", json: `{"floor":5.0,"band":2.0}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
-		// The string "3.0" is a string still.
+		// A string stays as it is, escaped quotes and all.
 		{policy: "lbgo_hash", json: `{"hashHeader":"3.0"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: "3.0"}},
+		{policy: "lbgo_hash", json: `{"hashHeader":"x\"1.0\\","maxFails":2.0}`, want: &lbConfig{maxFails: 2, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: `x"1.0\`}},
 
 		// The message after "grpcbalancer: bad load-balancing config: "
 		// names the field as the JSON spells it, the value as written and
