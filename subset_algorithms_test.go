@@ -66,10 +66,10 @@ func rendezvousFleet(size int) func(c int) Subsetter {
 // or the ceiling of that mean.
 func TestSubsetters_balance(t *testing.T) {
 	for _, tc := range []struct {
-		name                   string
-		clients, backends, sz  int
-		by                     func(clients, size int) func(int) Subsetter
-		exact                  bool // every backend exactly at the mean
+		name                  string
+		clients, backends, sz int
+		by                    func(clients, size int) func(int) Subsetter
+		exact                 bool // every backend exactly at the mean
 	}{
 		// The SRE book's fleet: 300/(300/30) = 30 whole rounds of 10
 		// disjoint subsets, each covering every backend once.
@@ -206,10 +206,10 @@ func TestSubsetters_scaleChurn(t *testing.T) {
 	up := fleetKeys(330, 0)
 	down := fleetKeys(270, 0)
 	for _, tc := range []struct {
-		name     string
-		by       func(int) Subsetter
-		maxMean  float64 // members changed per client, mean, at most
-		minMean  float64 // and at least
+		name    string
+		by      func(int) Subsetter
+		maxMean float64 // members changed per client, mean, at most
+		minMean float64 // and at least
 	}{
 		// The ring: 30 new backends land at random among 330, about
 		// 30·30/330 = 2.7 inside a client's run of 30, each pushing one

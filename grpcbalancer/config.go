@@ -54,6 +54,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	                           (a probing policy; default "250ms")
 //	probeWorkers, probeQueue   int in [1, 1024], [0, 65536]: probe RPCs at
 //	                           once, probes waiting (default 16, 128)
+//	subset                     {"algorithm": "deterministic", "clientIndex":
+//	                           int, "clientCount": int, "size": int}, or
+//	                           ring, rendezvous, random (SubsetConfig)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -100,6 +103,8 @@ type Config struct {
 	ProbeTimeout *string    `json:"probeTimeout,omitempty"`
 	ProbeWorkers *int       `json:"probeWorkers,omitempty"`
 	ProbeQueue   *int       `json:"probeQueue,omitempty"`
+
+	Subset *SubsetConfig `json:"subset,omitempty"`
 }
 
 // ReportedLoad is Config's reportedLoad: the arguments of
@@ -136,7 +141,8 @@ type lbConfig struct {
 	hashHeader  string
 	probe       probeSettings
 	opts        []lbgo.Option
-	optsKey     string // the picker options, canonical: a change rebuilds the picker
+	optsKey     string      // the picker options, canonical: a change rebuilds the picker
+	subset      *subsetSpec // nil: every endpoint
 }
 
 // codeSet has bit c set for each code c that counts as a failure.
@@ -162,6 +168,7 @@ func defaultConfig() *lbConfig {
 func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	var c Config
 	var raw map[string]json.RawMessage // the fields as written, for errors
+	var subset *subsetSpec
 	if len(bytes.TrimSpace(js)) > 0 {
 		if err := json.Unmarshal(js, &raw); err != nil {
 			var ute *json.UnmarshalTypeError
@@ -170,11 +177,18 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 		}
+		if _, v := rawField(raw, "subset"); v != nil {
+			var err error
+			if subset, err = parseSubset(v); err != nil {
+				return nil, err
+			}
+		}
 		if err := json.Unmarshal(js, &c); err != nil {
 			return nil, unmarshalError(raw, err)
 		}
 	}
 	cfg := defaultConfig()
+	cfg.subset = subset
 	bad := func(field, why string) error {
 		name, v := rawField(raw, field)
 		return configError(name, clip(v), why)
