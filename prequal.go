@@ -139,8 +139,9 @@ import (
 // those whose probes fail keep their weight's share of the picks.
 //
 // Pick is O(pool size) under one short lock (lock-free without a Prober),
-// allocates nothing and never waits for a probe; Done costs what
-// P2CPeakEWMA's does. Close stops the probing. The zero value is not
+// allocates nothing and never waits for a probe; Done is P2CPeakEWMA's
+// and, only for a failure or the success after one, the pool's lock.
+// Close stops the probing. The zero value is not
 // usable; use [NewPrequal]. It is safe for concurrent use.
 type Prequal struct {
 	twoChoices
@@ -374,8 +375,8 @@ func (b *Prequal) Pick(r *Request) (*Peer, error) {
 // until the sample aged). So a pick first draws one peer by weight, and
 // if that peer is silent the attempt goes to the unprobed peers by
 // P2CPeakEWMA's rule among them, provided the one chosen has no more
-// attempts in flight than another peer drawn by weight; otherwise the pool's candidate competes
-// with an unprobed one as below. The silent peers together take about
+// attempts in flight than another peer drawn by weight; otherwise the
+// pool's candidate competes with that unprobed one as below. The silent peers together take about
 // their weight's share (a little more, from the comparison), never the
 // whole pool's: a slow silent server is held to P2CPeakEWMA's choice
 // among the silent, and nginx's failure model still takes out one that
@@ -394,15 +395,10 @@ func (b *Prequal) choose(peers []*Peer, d *drawList, backup bool, r *Request, cl
 	}
 	u, limit := -1, math.Inf(1)
 	if b.unprobed.Load() > 0 {
-		// The silent peers' share (see silentShare).
-		if i := b.drawOne(d, len(peers)); prequalState(d.st[i]).silent.Load() && !prequalState(d.st[i]).failedLast.Load() {
-			// No more in flight than another peer drawn by weight: a
-			// stalled server, silent too, piles attempts up and loses.
-			if u = b.drawUnprobed(peers, d, r, clk); u >= 0 && b.notBusier(peers, d, u) && peers[u].take(clk) {
+		if u = b.drawUnprobed(peers, d, r, clk); u >= 0 {
+			if b.silentTurn(peers, d, u) && peers[u].take(clk) {
 				return u
 			}
-		}
-		if u = b.drawUnprobed(peers, d, r, clk); u >= 0 {
 			probing, c := b.cost(peers[u], p2cState(d.st[u]), clk.get(), clk)
 			if !probing {
 				limit = c
@@ -449,10 +445,16 @@ func (b *Prequal) poolPick(peers []*Peer, backup bool, r *Request, clk *lazyCloc
 	return i, found
 }
 
-// notBusier reports whether peers[u] has no more attempts in flight than
-// another peer drawn by weight; false when a few draws find no other (the
-// pick then goes on to the comparison).
-func (b *Prequal) notBusier(peers []*Peer, d *drawList, u int) bool {
+// silentTurn reports whether this pick is the silent peers' (see
+// silentShare) and goes to u, the unprobed peer drawn: one peer drawn by
+// weight is silent and its last attempt did not fail, and u has no more
+// attempts in flight than another peer drawn by weight (a stalled server,
+// silent too, piles attempts up and loses); false when a few draws find
+// no other peer (the pick then goes on to the comparison).
+func (b *Prequal) silentTurn(peers []*Peer, d *drawList, u int) bool {
+	if st := prequalState(d.st[b.drawOne(d, len(peers))]); !st.silent.Load() || st.failedLast.Load() {
+		return false
+	}
 	for range p2cEffort {
 		if j := b.drawOne(d, len(peers)); j != u {
 			return peers[u].inFlight() <= peers[j].inFlight()

@@ -23,6 +23,7 @@ type benchProber struct {
 	ring   [64]*Peer
 	n      int
 	to     ProbeReceiver
+	silent map[*Peer]bool // peers whose probes fail (PickDoneSilent)
 }
 
 func newBenchProber(inline bool) *benchProber {
@@ -41,6 +42,11 @@ func (q *benchProber) next() ProbeAnswer {
 
 func (q *benchProber) Probe(p *Peer, to ProbeReceiver) {
 	q.mu.Lock()
+	if q.silent[p] {
+		q.mu.Unlock()
+		_ = to.Answer(p, ProbeAnswer{Failed: true})
+		return
+	}
 	if q.inline {
 		a := q.next()
 		q.mu.Unlock()
@@ -83,11 +89,14 @@ const prequalWarmupPicks = 1000
 // starts empty; ns/pick). The per-second cap is lifted (10^9), so that
 // every pick sends its 3 probes at the loop's millions of picks a second
 // (at the default 10,000 a second nearly every pick would be the
-// rate-limited fallback). BenchmarkPrequal/PickDone/peers=100/steady and
-// so on; .../P2CPeakEWMA/peers=100/steady is the baseline.
+// rate-limited fallback). PickDoneSilent is PickDone with one peer in ten
+// a server whose probes fail (one without the probe handler), so that the
+// picks also draw among the unprobed peers and give them their share.
+// BenchmarkPrequal/PickDone/peers=100/steady and so on;
+// .../P2CPeakEWMA/peers=100/steady is the baseline.
 func BenchmarkPrequal(b *testing.B) {
 	lat := benchLognormal(4096, 1)
-	for _, mode := range []string{"PickDone", "PickAnswer", "P2CPeakEWMA"} {
+	for _, mode := range []string{"PickDone", "PickDoneSilent", "PickAnswer", "P2CPeakEWMA"} {
 		for _, n := range benchLatencySizes {
 			build := func(b *testing.B) (Picker, *benchProber) {
 				if mode == "P2CPeakEWMA" {
@@ -97,8 +106,15 @@ func BenchmarkPrequal(b *testing.B) {
 					}
 					return p, nil
 				}
-				pr := newBenchProber(mode == "PickDone")
-				p, err := NewPrequal(benchPeers(n), WithProber(pr), WithProbeRate(DefaultProbesPerPick, 1e9))
+				pr := newBenchProber(mode != "PickAnswer")
+				peers := benchPeers(n)
+				if mode == "PickDoneSilent" {
+					pr.silent = map[*Peer]bool{}
+					for i := 0; i < n; i += 10 {
+						pr.silent[peers[i]] = true
+					}
+				}
+				p, err := NewPrequal(peers, WithProber(pr), WithProbeRate(DefaultProbesPerPick, 1e9))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -32,6 +32,16 @@ if [ -z "$cpu" ]; then
 	cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1)
 fi
 
+# write_section rewrites section $1 of BENCHMARKS.md (its title: $2) from
+# the rounds' files, with the load average measured before them.
+write_section() {
+	"$work/report" -only "$1" -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=$1 ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
+		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
+		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+		-benchtime "$BENCHTIME" "$work"/round*.txt
+	echo "rewrote the $2 section of $root/BENCHMARKS.md" >&2
+}
+
 if [ "$ONLY" = load ]; then
 	# The gRPC interceptors' benchmarks live in their own module.
 	(cd "$root/loadreport/grpcreport" && go test -c -o "$work/grpcreport.test" .)
@@ -45,11 +55,7 @@ if [ "$ONLY" = load ]; then
 			-test.bench '^Benchmark(UnaryInterceptor|Server)$') >>"$work/round$i.txt"
 		i=$((i + 1))
 	done
-	"$work/report" -only load -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=load ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
-		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
-		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-		-benchtime "$BENCHTIME" "$work"/round*.txt
-	echo "rewrote the server-reported load section of $root/BENCHMARKS.md" >&2
+	write_section load "server-reported load"
 	exit 0
 fi
 
@@ -76,11 +82,7 @@ if [ "$ONLY" = probe ]; then
 		fi
 		i=$((i + 1))
 	done
-	"$work/report" -only probe -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=probe ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
-		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
-		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-		-benchtime "$BENCHTIME" "$work"/round*.txt
-	echo "rewrote the probes section of $root/BENCHMARKS.md" >&2
+	write_section probe "probes"
 	exit 0
 fi
 
@@ -93,11 +95,7 @@ if [ "$ONLY" = fastest ]; then
 			-test.bench 'Compare/feedback[^/]*/(lbgo.FastestFirst|lbgo.P2CPeakEWMA|kratos.p2c)/|Warmup/(lbgo.FastestFirst|lbgo.P2CPeakEWMA|kratos.p2c)/' >"$work/round$i.txt"
 		i=$((i + 1))
 	done
-	"$work/report" -only fastest -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=fastest ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
-		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
-		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-		-benchtime "$BENCHTIME" "$work"/round*.txt
-	echo "rewrote the FastestFirst section of $root/BENCHMARKS.md" >&2
+	write_section fastest "FastestFirst"
 	exit 0
 fi
 
