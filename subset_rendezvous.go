@@ -42,7 +42,9 @@ func RendezvousSubsetter(clientKey string, size int) (Subsetter, error) {
 // its own rand.Source), ranks the backends by a seeded hash of their keys
 // and the client takes the first size. It is RendezvousSubsetter with the
 // seed for the client's key, with its churn bound (one member per backend
-// added or removed) and its spread.
+// added or removed) and its spread. The hash is this package's (FNV-1a
+// mixed by SplitMix64's finalizer), not A68's XXH64, so a seed does not
+// choose the subset grpc-go's policy would.
 //
 // It refuses with ErrInvalidConfig a size out of [1, MaxSubsetClients].
 // The Subsetter is immutable and safe for concurrent use.
