@@ -96,9 +96,9 @@ func (s *Subset) Backends() []*Peer {
 
 // Update makes snapshot the backend list and hands its subset to the
 // inner picker's Update, in snapshot's order. Nothing changes if snapshot
-// holds a nil or misconfigured peer (ErrInvalidConfig) or one *Peer twice
-// (ErrDuplicatePeer), or if the inner Update refuses the subset (a peer
-// of another picker: ErrPeerInUse).
+// holds a nil or misconfigured peer (ErrInvalidConfig), one *Peer twice
+// (ErrDuplicatePeer) or a peer of another picker (ErrPeerInUse), or if the
+// inner Update refuses the subset.
 func (s *Subset) Update(snapshot []*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,8 +138,11 @@ func (s *Subset) SetWeight(p *Peer, w int) error {
 	case w < 0 || w > MaxWeightSum:
 		return fmt.Errorf("balancer: peer %q: weight %d out of range [0, %d]: %w", p.addr, w, MaxWeightSum, ErrInvalidConfig)
 	}
-	p.weight.Store(int64(w)) // held by no picker: nobody else reads it
+	// Held by no picker: State reads these under ownerMu.
+	ownerMu.Lock()
+	p.weight.Store(int64(w))
 	p.setWeightLocked(int64(w))
+	ownerMu.Unlock()
 	return nil
 }
 
@@ -171,6 +174,9 @@ func (s *Subset) updateLocked(all []*Peer) error {
 			return p.configErr
 		case seen[p]:
 			return fmt.Errorf("balancer: Subset: peer %q given twice: %w", p.addr, ErrDuplicatePeer)
+		case p.owner.Load() != nil && !s.member[p]:
+			// Held by a picker, and not the inner one as a member: another's.
+			return fmt.Errorf("balancer: Subset: peer %q: %w", p.addr, ErrPeerInUse)
 		}
 		seen[p] = true
 		keys[i] = p.HashKey()

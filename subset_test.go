@@ -149,6 +149,9 @@ func TestSubset_badInput(t *testing.T) {
 		{"twice", []*Peer{p, p}, ErrDuplicatePeer},
 		{"bad weight", []*Peer{NewPeer(ipAddr(1), Weight(-1))}, ErrInvalidConfig},
 		{"another picker's", append(addrPeers(2, 0), other.Peers()...), ErrPeerInUse},
+		// Wherever it falls, member or not.
+		{"another picker's, among many", append(addrPeers(8, 0), other.Peers()...), ErrPeerInUse},
+		{"another picker's, first", append(other.Peers(), addrPeers(8, 0)...), ErrPeerInUse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.Update(tc.snapshot)
