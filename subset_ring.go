@@ -19,9 +19,10 @@ import (
 // most one member of a subset whose run does not pass the ring's origin
 // (place B−1 to 0) and at most two of one that does, so k backends change
 // at most min(2k, size). At 300 clients, 300 backends and subsets of 30,
-// +10% of the backends change 6.3 of a client's 30 members on average (8
-// at most), −10% 3.0 (6 at most): each run moves with the backends before
-// it, not quite by as many places as they grew.
+// +10% of the backends change 4.4 to 6.3 of a client's 30 members on
+// average (7 or 8 at most), −10% 3.0 to 4.4 (6 at most), as the keys
+// fall: each run moves with the backends before it, not quite by as many
+// places as they grew.
 //
 // A failed backend's clients are neighbours on the ring and share most of
 // their subsets, so its load goes to the 2(size−1) backends around it

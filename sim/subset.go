@@ -5,7 +5,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -16,27 +19,31 @@ import (
 const SubsetScenario = "subset300"
 
 // SubsetFleet is the subsetting comparison's fleet: Clients clients over
-// Backends identical M/M/1 backends (10 ms, one worker) at Load of their
-// capacity for Duration, each client balancing over its subset of Size
-// with round robin; and the scale events whose churn it measures, Up
-// backends added and Down removed (each from the fleet of Backends).
+// Backends identical M/M/1 backends (10 ms, one worker), each client
+// balancing over its subset of Size with round robin, at a rate of Load of
+// the Backends' capacity. For Steady the fleet is Backends; then Up
+// backends join (a scale-up) and every client's picker is updated; after
+// Phase, Down of those backends leave (a scale-down), spread over the
+// list, and the fleet runs another Phase.
 //
 // The zero value is not usable; see DefaultSubsetFleet. A SubsetFleet is
 // a plain value, safe to share.
 type SubsetFleet struct {
 	Clients, Backends, Size int
 	Load                    float64
-	Duration                time.Duration
+	Steady, Phase           time.Duration
 	Up, Down                int
 }
 
 // DefaultSubsetFleet is the SRE book's fleet (chapter 20): 300 clients,
-// 300 backends, subsets of 30, at 0.7 of capacity for 4 s (84,000
-// requests, 280 a backend: enough for requests per backend to show the
-// connections' spread, as round robin spreads each client's requests
-// evenly over its subset), and scale events of ±10% (30 backends).
+// 300 backends, subsets of 30, at 0.7 of the 300 backends' capacity
+// (21,000 requests a second), 3 s steady (about 210 requests a backend:
+// round robin spreads each client's requests evenly over its subset, so
+// the backends' requests follow their connections closely), then +10%
+// (30 backends joining) for 1.5 s and -10% (33 of the 330 leaving) for
+// 1.5 s.
 func DefaultSubsetFleet() SubsetFleet {
-	return SubsetFleet{Clients: 300, Backends: 300, Size: 30, Load: 0.7, Duration: 4 * time.Second, Up: 30, Down: 30}
+	return SubsetFleet{Clients: 300, Backends: 300, Size: 30, Load: 0.7, Steady: 3 * time.Second, Phase: 1500 * time.Millisecond, Up: 30, Down: 33}
 }
 
 // SubsetPolicy is one way to choose each client's subset: By returns
@@ -70,13 +77,15 @@ func SubsetPolicies() []SubsetPolicy {
 }
 
 // SubsetSummary is one subsetting over the seeds. Connections count, for
-// each backend, the clients whose subset holds it; ConnMax and ConnMin are
-// the most and least connected backend's count over the mean, ConnSpread
-// the most minus the least (±1 is a spread of 1 at most), at the start and
-// after each scale event (Up, Down). LoadMax is the most loaded backend's
-// requests over the mean; P50 and P99 the requests' latency in ms. Churn
-// counts, per client, the members of its subset that a scale event takes
-// out: the mean over the clients, and the most.
+// each backend, the clients whose subset holds it (each client's picker's
+// peers); ConnMax and ConnMin are the most and least connected backend's
+// count over the mean, ConnSpread the most minus the least (±1 is a spread
+// of 1 at most), in the steady fleet, and UpSpread and DownSpread after
+// each scale event. LoadMax is the most loaded backend's requests over the
+// mean in the steady fleet; P50 and P99 the latency of every request of
+// the run, in ms. Churn counts, per client, the members of its subset that
+// a scale event took out, as its picker's Update left them: the mean over
+// the clients, and the most.
 //
 // The zero value is empty. A SubsetSummary is not modified once
 // CompareSubsets returns it.
@@ -97,32 +106,34 @@ type SubsetReport struct {
 	Summaries []SubsetSummary
 }
 
-// subsetScenario is the fleet as a scenario: its request figures come
-// from the engine, the subsets from the policies.
+// subsetScenario is the fleet as a scenario: every backend that ever
+// serves, the joining ones included; the clients hold the first Backends
+// of them at the start (see subsetPolicy).
 func subsetScenario(f SubsetFleet) Scenario {
 	s := Scenario{
 		Name:     SubsetScenario,
 		Title:    fmt.Sprintf("%d clients over %d M/M/1 backends (10 ms), subsets of %d, round robin in each", f.Clients, f.Backends, f.Size),
-		Load:     f.Load,
+		Rate:     f.Load * float64(f.Backends) * 100,
 		Clients:  f.Clients,
-		Duration: f.Duration,
+		Duration: f.Steady + 2*f.Phase,
 		Watch:    -1,
 	}
-	for range f.Backends {
+	for range f.Backends + f.Up {
 		s.Backends = append(s.Backends, mm1(100, 1))
 	}
 	return s
 }
 
-// subsetPolicy is p as the engine's policy: each client's round robin
-// wrapped in a balancer.Subset. The engine builds a run's clients in
-// order, 0 first, so the factory counts them.
+// subsetPolicy is p as the engine's policy: each client's round robin over
+// the first f.Backends peers, wrapped in a balancer.Subset. The engine
+// builds a run's clients in order, 0 first, so the factory counts them.
 func subsetPolicy(f SubsetFleet, p SubsetPolicy, seed uint64) Policy {
 	rr, _ := balancer.AlgorithmNamed("RoundRobin")
 	inner := factory(rr)
 	return Policy{Name: p.Name, New: inner, fleet: func(int) Factory {
 		c := 0
 		return func(peers []*balancer.Peer, now func() time.Time, src rand.Source) (balancer.Picker, error) {
+			peers = peers[:f.Backends]
 			if p.By == nil {
 				return inner(peers, now, src)
 			}
@@ -140,154 +151,203 @@ func subsetPolicy(f SubsetFleet, p SubsetPolicy, seed uint64) Policy {
 	}}
 }
 
-// backendKeys are the keys the engine gives its backends' peers.
-func backendKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("b%d", i)
+// phases returns the backends every client holds in each phase: the
+// steady fleet, after the scale-up, after the scale-down (every
+// (Backends+Up)/Down-th, from the middle of its stride).
+func (f SubsetFleet) phases() [3][]int32 {
+	var ph [3][]int32
+	for i := range f.Backends {
+		ph[0] = append(ph[0], int32(i))
 	}
-	return keys
+	for i := range f.Backends + f.Up {
+		ph[1] = append(ph[1], int32(i))
+	}
+	stride, removed := (f.Backends+f.Up)/max(f.Down, 1), 0
+	for _, i := range ph[1] {
+		if f.Down > 0 && removed < f.Down && int(i)%stride == stride/2 {
+			removed++
+			continue
+		}
+		ph[2] = append(ph[2], i)
+	}
+	return ph
 }
 
-// subsetsOf returns every client's subset of keys, as sets of keys.
-func subsetsOf(f SubsetFleet, p SubsetPolicy, seed uint64, keys []string) ([]map[string]bool, error) {
-	out := make([]map[string]bool, f.Clients)
-	for c := range out {
-		m := make(map[string]bool)
-		if p.By == nil {
-			for _, k := range keys {
-				m[k] = true
-			}
-		} else {
-			by, err := p.By(f, c, seed)
-			if err != nil {
-				return nil, err
-			}
-			for _, i := range by.Subset(keys) {
-				m[keys[i]] = true
-			}
-		}
-		out[c] = m
-	}
-	return out, nil
+// subsetRun is the state of the scale events in one run: the events to
+// come, the clients per backend in each phase and the members each client
+// lost at each event.
+type subsetRun struct {
+	at     []int64   // when each event to come happens
+	next   [][]int32 // and the backends every client holds from then on
+	conns  [][]int   // [phase][backend]: clients whose picker holds it
+	churn  [][]int   // [event][client]
+	phases [3][]int32
 }
 
-// connections returns the most and least connected backend of keys over
-// the mean, and their difference in clients.
-func connectionSpread(subsets []map[string]bool, keys []string) (hi, lo, spread float64) {
-	count := make(map[string]int, len(keys))
-	total := 0
-	for _, s := range subsets {
-		for k := range s {
-			count[k]++
-			total++
+// advance applies the scale events due by t, before the event at t.
+func (s *subsetRun) advance(w *world, t int64) {
+	for len(s.at) > 0 && s.at[0] <= t && w.err == nil {
+		w.now = s.at[0]
+		s.apply(w, s.next[0])
+		s.at, s.next = s.at[1:], s.next[1:]
+	}
+}
+
+// apply hands every client's picker the new backend list, as a discovery
+// update would, and counts what each lost.
+func (s *subsetRun) apply(w *world, active []int32) {
+	lost := make([]int, len(w.clients))
+	for c := range w.clients {
+		cl := &w.clients[c]
+		u := cl.picker.(balancer.Updater) // round robin, or a Subset over it
+		before := u.Peers()
+		snapshot := make([]*balancer.Peer, len(active))
+		for i, b := range active {
+			snapshot[i] = cl.peers[b]
+		}
+		if err := u.Update(snapshot); err != nil {
+			w.err = fmt.Errorf("client %d: scale event: %w", c, err)
+			return
+		}
+		after := map[*balancer.Peer]bool{}
+		for _, p := range u.Peers() {
+			after[p] = true
+		}
+		for _, p := range before {
+			if !after[p] {
+				lost[c]++
+			}
 		}
 	}
-	mn, mx := math.MaxInt, 0
-	for _, k := range keys {
-		mn, mx = min(mn, count[k]), max(mx, count[k])
+	s.churn = append(s.churn, lost)
+	s.count(w)
+}
+
+// count records the clients whose picker holds each backend.
+func (s *subsetRun) count(w *world) {
+	n := make([]int, len(w.backends))
+	for c := range w.clients {
+		cl := &w.clients[c]
+		for _, p := range cl.picker.(balancer.Updater).Peers() {
+			n[cl.index[p]]++
+		}
 	}
-	mean := float64(total) / float64(len(keys))
+	s.conns = append(s.conns, n)
+}
+
+// runSubsets is one run of the fleet under p with seed: the engine's
+// Result and the scale events' record.
+func runSubsets(f SubsetFleet, sc *Scenario, p SubsetPolicy, seed uint64) (*Result, *subsetRun, error) {
+	pol := subsetPolicy(f, p, seed)
+	w, err := newWorld(sc, pol, seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	ph := f.phases()
+	w.subset = &subsetRun{
+		at:     []int64{int64(f.Steady), int64(f.Steady + f.Phase)},
+		next:   [][]int32{ph[1], ph[2]},
+		phases: ph,
+	}
+	w.subset.count(w)
+	w.loop()
+	if w.err != nil {
+		return nil, nil, fmt.Errorf("sim: %s under %s, seed %d: %w", sc.Name, p.Name, seed, w.err)
+	}
+	return w.result(p.Name, seed), w.subset, nil
+}
+
+// spread returns the most and least connected of the backends active
+// over the mean, and their difference in clients.
+func spread(conns []int, active []int32) (hi, lo, diff float64) {
+	mn, mx, total := math.MaxInt, 0, 0
+	for _, b := range active {
+		mn, mx, total = min(mn, conns[b]), max(mx, conns[b]), total+conns[b]
+	}
+	mean := float64(total) / float64(len(active))
 	return float64(mx) / mean, float64(mn) / mean, float64(mx - mn)
 }
 
-// subsetChurn returns the mean and the most members of before's subsets
-// not in after's.
-func subsetChurn(before, after []map[string]bool) (mean, most float64) {
+// meanMax returns the mean and the most of v.
+func meanMax(v []int) (mean, most float64) {
 	sum := 0
-	for c, s := range before {
-		n := 0
-		for k := range s {
-			if !after[c][k] {
-				n++
-			}
-		}
+	for _, n := range v {
 		sum += n
 		most = max(most, float64(n))
 	}
-	return float64(sum) / float64(len(before)), most
+	return float64(sum) / float64(len(v)), most
 }
 
-// scaleEvents returns the fleet's keys after adding up backends (named on from
-// the last) and after removing down of them (every backends/down-th from
-// the middle of each stride, spread over the order).
-func scaleEvents(f SubsetFleet) (up, down []string) {
-	up = backendKeys(f.Backends + f.Up)
-	for i, k := range backendKeys(f.Backends) {
-		if f.Down == 0 || i%(f.Backends/f.Down) != f.Backends/f.Down/2 || len(down) >= f.Backends-f.Down {
-			down = append(down, k)
-		}
-	}
-	return up, down
-}
-
-// CompareSubsets runs each subsetting over fleet f with o.Seeds seeds: the
-// requests in the engine (Run, every client's round robin wrapped in a
-// balancer.Subset), the connections and the scale events' churn from the
-// subsets themselves. The scale events are applied to the subsets, not
-// inside the engine's run: their churn is the Subsetter's alone, and the
-// request figures are those of the steady fleet.
+// CompareSubsets runs each subsetting over fleet f with o.Seeds seeds,
+// every client's round robin wrapped in a balancer.Subset, with the scale
+// events inside the run: at each, every client's picker gets the new
+// backend list through Update, as a discovery update would deliver it.
+// Runs go on o.Parallel goroutines; the report does not depend on how
+// many.
 func CompareSubsets(f SubsetFleet, pols []SubsetPolicy, o Options) (*SubsetReport, error) {
 	switch {
-	case f.Clients < 1 || f.Backends < 1 || f.Size < 1 || f.Up < 0 || f.Down < 0 || f.Down >= f.Backends:
-		return nil, invalid("sim: subset fleet %+v: counts out of range", f)
+	case f.Clients < 1 || f.Backends < 1 || f.Size < 1 || f.Up < 0 || f.Down < 0 || f.Down >= f.Backends+f.Up ||
+		f.Steady <= 0 || f.Phase <= 0 || !(f.Load > 0 && f.Load < 1):
+		return nil, invalid("sim: subset fleet %+v: out of range", f)
 	case o.Seeds < 0 || o.Parallel < 0:
 		return nil, invalid("sim: negative Seeds %d or Parallel %d", o.Seeds, o.Parallel)
 	}
 	sc := subsetScenario(f)
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	par := o.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	if err := checkCompare([]Scenario{sc}, len(pols), max(o.Seeds, 1), par); err != nil {
+		return nil, err
+	}
 	seeds := make([]uint64, max(o.Seeds, 1))
 	for i := range seeds {
 		seeds[i] = o.Seed + uint64(i)
 	}
-	// The engine's runs: for each seed, every subsetting at once (each
-	// seed's rendezvous keys and random seeds are its own).
-	runs := make([][]*Result, len(pols)) // [policy][seed]
-	for _, seed := range seeds {
-		var engine []Policy
-		for _, p := range pols {
-			engine = append(engine, subsetPolicy(f, p, seed))
-		}
-		r, err := Compare([]Scenario{sc}, engine, Options{Seeds: 1, Seed: seed, Parallel: o.Parallel})
+	n := len(pols) * len(seeds)
+	results, records, errs := make([]*Result, n), make([]*subsetRun, n), make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(par, n) {
+		wg.Go(func() {
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= n {
+					return
+				}
+				results[j], records[j], errs[j] = runSubsets(f, &sc, pols[j/len(seeds)], seeds[j%len(seeds)])
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		for pi := range pols {
-			runs[pi] = append(runs[pi], r.Summaries[0][pi].Runs[0])
-		}
 	}
 	rep := &SubsetReport{Fleet: f, Seeds: seeds}
-	keys := backendKeys(f.Backends)
-	up, down := scaleEvents(f)
+	steadyBuckets := int(f.Steady / Bucket)
 	for pi, p := range pols {
 		s := SubsetSummary{Policy: p.Name}
 		var cmax, cmin, cspread, uspread, dspread, load, p50, p99, uc, ucm, dc, dcm []float64
-		for k, seed := range seeds {
-			run := runs[pi][k]
+		for k := range seeds {
+			run, rec := results[pi*len(seeds)+k], records[pi*len(seeds)+k]
 			s.Requests += run.Requests
-			load = append(load, loadMax(run))
+			load = append(load, loadMax(run, steadyBuckets, rec.phases[0]))
 			p50 = append(p50, millis(run.P50))
 			p99 = append(p99, millis(run.P99))
-			base, err := subsetsOf(f, p, seed, keys)
-			if err != nil {
-				return nil, err
-			}
-			hi, lo, sp := connectionSpread(base, keys)
-			cmax, cmin, cspread = append(cmax, hi), append(cmin, lo), append(cspread, sp)
-			grown, err := subsetsOf(f, p, seed, up)
-			if err != nil {
-				return nil, err
-			}
-			shrunk, err := subsetsOf(f, p, seed, down)
-			if err != nil {
-				return nil, err
-			}
-			_, _, sp = connectionSpread(grown, up)
-			uspread = append(uspread, sp)
-			_, _, sp = connectionSpread(shrunk, down)
-			dspread = append(dspread, sp)
-			m, most := subsetChurn(base, grown)
+			hi, lo, d := spread(rec.conns[0], rec.phases[0])
+			cmax, cmin, cspread = append(cmax, hi), append(cmin, lo), append(cspread, d)
+			_, _, d = spread(rec.conns[1], rec.phases[1])
+			uspread = append(uspread, d)
+			_, _, d = spread(rec.conns[2], rec.phases[2])
+			dspread = append(dspread, d)
+			m, most := meanMax(rec.churn[0])
 			uc, ucm = append(uc, m), append(ucm, most)
-			m, most = subsetChurn(base, shrunk)
+			m, most = meanMax(rec.churn[1])
 			dc, dcm = append(dc, m), append(dcm, most)
 		}
 		s.ConnMax, s.ConnMin, s.ConnSpread = stat(cmax), stat(cmin), stat(cspread)
@@ -301,19 +361,20 @@ func CompareSubsets(f SubsetFleet, pols []SubsetPolicy, o Options) (*SubsetRepor
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// loadMax is the most loaded backend's attempts over the mean.
-func loadMax(r *Result) float64 {
+// loadMax is the most loaded of the backends active over the mean, in
+// the attempts of the first buckets.
+func loadMax(r *Result, buckets int, active []int32) float64 {
 	per := make([]int64, r.Backends)
-	var total int64
-	for k, n := range r.Picks {
-		per[k%r.Backends] += int64(n)
-		total += int64(n)
+	for k := range min(buckets, r.Buckets()) {
+		for i, n := range r.Picks[k*r.Backends : (k+1)*r.Backends] {
+			per[i] += int64(n)
+		}
 	}
-	var most int64
-	for _, n := range per {
-		most = max(most, n)
+	var most, total int64
+	for _, b := range active {
+		most, total = max(most, per[b]), total+per[b]
 	}
-	return float64(most) * float64(r.Backends) / float64(total)
+	return float64(most) * float64(len(active)) / float64(total)
 }
 
 // Find returns the summary of the subsetting called policy.
@@ -330,8 +391,9 @@ func (r *SubsetReport) Find(policy string) (*SubsetSummary, bool) {
 func (r *SubsetReport) Write(w io.Writer, markdown bool) error {
 	ew := &errWriter{w: w}
 	f := r.Fleet
-	title := fmt.Sprintf("%s: %d clients over %d M/M/1 backends (10 ms), subsets of %d, round robin in each client's subset; load %.2f for %v; scale events +%d and -%d backends; %d seeds",
-		SubsetScenario, f.Clients, f.Backends, f.Size, f.Load, f.Duration, f.Up, f.Down, len(r.Seeds))
+	title := fmt.Sprintf("%s: %d clients over %d M/M/1 backends (10 ms), subsets of %d, round robin in each client's subset; %.0f requests a second (load %.2f) for %v, then %d backends join (+%.0f%%) for %v, then %d of them leave (-%.0f%%) for %v; %d seeds",
+		SubsetScenario, f.Clients, f.Backends, f.Size, f.Load*float64(f.Backends)*100, f.Load, f.Steady, f.Up, 100*float64(f.Up)/float64(f.Backends), f.Phase,
+		f.Down, 100*float64(f.Down)/float64(f.Backends+f.Up), f.Phase, len(r.Seeds))
 	head := []string{"subsetting", "conns max/mean", "conns min/mean", "conns max-min", "+10% max-min", "-10% max-min", "requests max/mean", "p50 ms", "p99 ms", "+10% churn mean", "+10% churn max", "-10% churn mean", "-10% churn max"}
 	var rows [][]string
 	for _, s := range r.Summaries {
@@ -340,7 +402,7 @@ func (r *SubsetReport) Write(w io.Writer, markdown bool) error {
 			num(s.LoadMax.Mean, 3), num(s.P50.Mean, 1), num(s.P99.Mean, 1),
 			num(s.UpChurn.Mean, 2), num(s.UpChurnMax.Mean, 1), num(s.DownChurn.Mean, 2), num(s.DownChurnMax.Mean, 1)})
 	}
-	legend := "conns: clients whose subset holds a backend, over the mean (max-min in clients; ±1 is 1 at most), at the start and after each scale event; requests: the most loaded backend's over the mean; churn: members of a client's subset a scale event takes out, mean over the clients and the most. Means over the seeds."
+	legend := "conns: clients whose picker holds a backend, over the mean (max-min in clients; ±1 is 1 at most), in the steady fleet and after each scale event; requests: the most loaded backend's over the mean, in the steady fleet; p50, p99: every request of the run; churn: members of a client's subset a scale event took out (its picker's Update), mean over the clients and the most. Means over the seeds."
 	if markdown {
 		fmt.Fprintf(ew, "### %s\n\n%s\n\n", SubsetScenario, title)
 		fmt.Fprintf(ew, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat(" --- |", len(head)))

@@ -188,9 +188,9 @@ shows; [PREQUAL_SWEEP.md](PREQUAL_SWEEP.md) sweeps Prequal's settings.
 ## Subsetting
 
 ` + "`balance sim -scenario subset300 -format markdown`" + ` compares the subsettings over the SRE
-book's fleet, each client's round robin wrapped in a balancer.Subset. The requests and latencies
-come from the engine's run; the connections and the scale events' churn from the subsets
-themselves (the scale events are applied to the subsets, not inside the run).
+book's fleet, each client's round robin wrapped in a balancer.Subset, with two scale events
+inside the run: at each, every client's picker gets the new backend list through Update, and
+the churn is what that Update changed.
 
 `)
 	b.WriteString(subsets)
