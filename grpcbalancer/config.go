@@ -139,10 +139,10 @@ type lbConfig struct {
 	maxConns    int
 	failures    codeSet
 	hashHeader  string
+	subset      *subsetSpec // nil: every endpoint
 	probe       probeSettings
 	opts        []lbgo.Option
-	optsKey     string      // the picker options, canonical: a change rebuilds the picker
-	subset      *subsetSpec // nil: every endpoint
+	optsKey     string // the picker options, canonical: a change rebuilds the picker
 }
 
 // codeSet has bit c set for each code c that counts as a failure.
@@ -166,9 +166,12 @@ func defaultConfig() *lbConfig {
 // the policy, which gRPC's message around it names ("error parsing config
 // for policy ...").
 func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
+	subset, err := parseSubsetField(js) // first: its own messages name its fields
+	if err != nil {
+		return nil, err
+	}
 	var c Config
 	var raw map[string]json.RawMessage // the fields as written, for errors
-	var subset *subsetSpec
 	if len(bytes.TrimSpace(js)) > 0 {
 		if err := json.Unmarshal(js, &raw); err != nil {
 			var ute *json.UnmarshalTypeError
@@ -177,18 +180,11 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 		}
-		if _, v := rawField(raw, "subset"); v != nil {
-			var err error
-			if subset, err = parseSubset(v); err != nil {
-				return nil, err
-			}
-		}
 		if err := json.Unmarshal(js, &c); err != nil {
 			return nil, unmarshalError(raw, err)
 		}
 	}
 	cfg := defaultConfig()
-	cfg.subset = subset
 	bad := func(field, why string) error {
 		name, v := rawField(raw, field)
 		return configError(name, clip(v), why)
@@ -353,6 +349,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	if _, err := alg.New(probe(), cfg.opts...); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(err))
 	}
+	cfg.subset = subset
 	return cfg, nil
 }
 

@@ -60,6 +60,20 @@ func (s *subsetSpec) subsetter(channelSeed uint64) lbgo.Subsetter {
 	return by
 }
 
+// parseSubsetField parses and checks the subset field of a policy's JSON,
+// nil if there is none. JSON that is not an object is left to
+// parseConfig, which says so.
+func parseSubsetField(js []byte) (*subsetSpec, error) {
+	var raw map[string]json.RawMessage
+	if len(bytes.TrimSpace(js)) == 0 || json.Unmarshal(js, &raw) != nil {
+		return nil, nil
+	}
+	if _, v := rawField(raw, "subset"); v != nil {
+		return parseSubset(v)
+	}
+	return nil, nil
+}
+
 // parseSubset checks the subset field, written as raw.
 func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 	var c SubsetConfig
