@@ -54,6 +54,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	                           (a probing policy; default "250ms")
 //	probeWorkers, probeQueue   int in [1, 1024], [0, 65536]: probe RPCs at
 //	                           once, probes waiting (default 16, 128)
+//	subset                     {"algorithm": "deterministic", "clientIndex":
+//	                           int, "clientCount": int, "size": int}, or
+//	                           ring, rendezvous, random (SubsetConfig)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -103,6 +106,8 @@ type Config struct {
 	ProbeTimeout *string    `json:"probeTimeout,omitempty"`
 	ProbeWorkers *int       `json:"probeWorkers,omitempty"`
 	ProbeQueue   *int       `json:"probeQueue,omitempty"`
+
+	Subset *SubsetConfig `json:"subset,omitempty"`
 }
 
 // ReportedLoad is Config's reportedLoad: the arguments of
@@ -137,6 +142,7 @@ type lbConfig struct {
 	maxConns    int
 	failures    codeSet
 	hashHeader  string
+	subset      *subsetSpec // nil: every endpoint
 	probe       probeSettings
 	opts        []lbgo.Option
 	optsKey     string // the picker options, canonical: a change rebuilds the picker
@@ -164,6 +170,10 @@ func defaultConfig() *lbConfig {
 // the policy, which gRPC's message around it names ("error parsing config
 // for policy ...").
 func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
+	subset, err := parseSubsetField(js) // first: its own messages name its fields
+	if err != nil {
+		return nil, err
+	}
 	var c Config
 	var raw map[string]json.RawMessage // the fields as written, for errors
 	if len(bytes.TrimSpace(js)) > 0 {
@@ -344,6 +354,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	if _, err := alg.New(probe(), cfg.opts...); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(err))
 	}
+	cfg.subset = subset
 	return cfg, nil
 }
 
