@@ -104,8 +104,14 @@ func (s *smoothRR) fallbackLocked(l *peerList, r *Request, clk *lazyClock) int {
 		}
 	}
 	s.closeLocked()
+	warm := s.warmLocked(l, clk)
 	for {
-		p := s.scanPrimaryLocked(l, r, clk)
+		var p *Peer
+		if warm {
+			p = scanWarm(l.primary, r, clk, &s.slow)
+		} else {
+			p = s.scanPrimaryLocked(l, r, clk)
+		}
 		if p == nil {
 			s.recFor = nil // the scan moved weights: not a step of the period
 			return -1

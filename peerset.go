@@ -55,6 +55,7 @@ type peerSet struct {
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
+	slow   slowStart     // WithSlowStart's guard (slow_start.go)
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
@@ -77,7 +78,19 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	s.events = cfg.events
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	s.list.Store(&peerList{noLive: &s.noLive})
-	return s.Add(peers...)
+	if err := s.slow.setup(s.picker, &cfg); err != nil {
+		return err
+	}
+	if err := s.Add(peers...); err != nil {
+		return err
+	}
+	// The peers given at construction do not warm (slow_start.go). Before
+	// the picker is in use: no lock needed.
+	for _, p := range peers {
+		p.warmFrom.Store(0)
+	}
+	s.slow.until.Store(0)
+	return nil
 }
 
 // backupErr is the error for a backup peer given to a picker that refuses
@@ -223,7 +236,9 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 	if err := s.ownsLocked(p); err != nil {
 		return err
 	}
-	p.down.Store(down)
+	if p.down.Swap(down) && !down {
+		s.slow.startLocked(p, s.now()) // back up: it warms, if slow start is on
+	}
 	l := s.load()
 	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
 	return nil
@@ -348,6 +363,8 @@ func (s *peerSet) freshLocked(p *Peer, now int64) {
 		st = s.fresh(now)
 	}
 	p.state.Store(st)
+	p.warmFrom.Store(0)
+	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 }
 
 // NextEligible returns the earliest time at which a peer now inside its
@@ -486,6 +503,7 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil {
 		before = p.markLocked()
 	}
+	wasOut := s.slow.on() && p.outForFails()
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
@@ -499,4 +517,5 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
 	}
+	s.readmittedLocked(p, wasOut)
 }

@@ -98,9 +98,10 @@ type smoothRR struct {
 }
 
 // smoothWRRSpec is SmoothWRR's declaration (see pickerSpec).
-var smoothWRRSpec = pickerSpec{name: "SmoothWRR"}
+var smoothWRRSpec = pickerSpec{name: "SmoothWRR", options: []string{"WithSlowStart"}}
 
-// NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
+// NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock and
+// WithSlowStart.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 	cfg, err := newConfig(smoothWRRSpec, opts)
 	if err != nil {
@@ -152,12 +153,16 @@ func (s *smoothRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	fresh := r.fresh()
 	clk := lazyClock{now: s.now}
+	warm := s.warmLocked(l, &clk)
 	p, err := pickFrame(l, r, func(peers []*Peer, backup bool) int {
 		s.closeLocked()
 		var p *Peer
-		if backup {
+		switch {
+		case warm:
+			p = scanWarm(peers, r, &clk, &s.slow)
+		case backup:
 			p = scanSmooth(peers, r, &clk)
-		} else {
+		default:
 			p = s.scanPrimaryLocked(l, r, &clk)
 		}
 		if p == nil {
@@ -366,8 +371,8 @@ func (s *smoothRR) impliedLocked(p *Peer) (int64, bool) {
 // has no failures on record, no max_conns, and a current weight of 0. If
 // all that holds but the current weights are not 0, it starts the recorder.
 func (s *smoothRR) maybeOpenLocked(l *peerList) {
-	if s.cycle.Load() != nil || l.single || s.recFor == l {
-		return
+	if s.cycle.Load() != nil || l.single || s.recFor == l || s.slow.until.Load() != 0 {
+		return // a warming peer (slow start) breaks the period too
 	}
 	if g := s.groups; g != nil {
 		if g.live > 0 {
