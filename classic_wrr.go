@@ -87,7 +87,7 @@ type ClassicWRR struct {
 	primary []*Peer // the list's primaries, sorted by weight descending, stable
 	backup  []*Peer // the list's backups, sorted the same way
 	// With WithSlowStart, the round weights of primary and backup,
-	// parallel to the sorted lists (slow_start.go's classicWarm).
+	// parallel to the sorted lists (guard_slowstart.go's classicWarm).
 	warmW [2][]int64
 }
 
@@ -229,7 +229,7 @@ func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 		if p.maxFails.Load() != 0 {
 			cost := p.weight.Load() / p.maxFails.Load()
 			if s.slow.scaled {
-				cost *= classicWarmScale // slow start's rounds (slow_start.go)
+				cost *= classicWarmScale // slow start's rounds (guard_slowstart.go)
 			}
 			p.currentWeight = max(0, p.currentWeight-cost)
 		}

@@ -197,7 +197,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	l := f.load()
 	now := f.now()
 	clk := clockAt(now)
-	var ws *slowStart // non-nil while a peer may be warming (slow_start.go)
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
 	if f.scaleLocked(l, &clk, slowScale) {
 		ws = &f.slow
 	}

@@ -198,7 +198,7 @@ func (f *FastestFirst) publishFailingIn(t *ffTable) {
 // without a lock.
 func (f *FastestFirst) pickSampled(t *ffTable, r *Request) (*Peer, error) {
 	clk := lazyClock{now: f.now}
-	var ws *slowStart // non-nil while a peer may be warming (slow_start.go)
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
 	if f.slow.warming(&clk) {
 		ws = &f.slow
 	}

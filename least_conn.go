@@ -138,7 +138,7 @@ func (b *LeastConn) changedLocked(l *peerList) {
 // the reported ones (reported_load.go), read the same way, srv[i] holding
 // peer i's reports.
 //
-// With ws set (a peer may be warming, slow_start.go), every weight is in
+// With ws set (a peer may be warming, guard_slowstart.go), every weight is in
 // slowScale units, scaled by the peer's slow-start factor: in the loads
 // compared and in the smooth step among ties (warmStep).
 func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount, ws *slowStart) int {
@@ -227,7 +227,7 @@ func compareLoad(pc, pw, qc, qw int64) int {
 		return -1
 	}
 	// In 128 bits: under slow start the weights are scaled by 2^10
-	// (slow_start.go), and a product could pass 2^63.
+	// (guard_slowstart.go), and a product could pass 2^63.
 	ah, al := bits.Mul64(uint64(pc), uint64(qw))
 	bh, bl := bits.Mul64(uint64(qc), uint64(pw))
 	switch {

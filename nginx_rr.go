@@ -104,14 +104,9 @@ func (s *smoothRR) fallbackLocked(l *peerList, r *Request, clk *lazyClock) int {
 		}
 	}
 	s.closeLocked()
-	warm := s.warmLocked(l, clk)
+	ws := s.warmLocked(l, clk)
 	for {
-		var p *Peer
-		if warm {
-			p = scanWarm(l.primary, r, clk, &s.slow)
-		} else {
-			p = s.scanPrimaryLocked(l, r, clk)
-		}
+		p := s.scanPrimaryLocked(l, r, clk, ws)
 		if p == nil {
 			s.recFor = nil // the scan moved weights: not a step of the period
 			return -1

@@ -63,7 +63,7 @@ type Peer struct {
 	state atomic.Pointer[peerState]
 
 	// warmFrom is when the peer's slow start began (unix nanoseconds), 0
-	// if it never did (slow_start.go): written under the owner's lock,
+	// if it never did (guard_slowstart.go): written under the owner's lock,
 	// read lock-free by the picks.
 	warmFrom atomic.Int64
 

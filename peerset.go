@@ -55,7 +55,7 @@ type peerSet struct {
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
-	slow   slowStart     // WithSlowStart's guard (slow_start.go)
+	slow   slowStart     // WithSlowStart's guard (guard_slowstart.go)
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
@@ -84,12 +84,10 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	if err := s.Add(peers...); err != nil {
 		return err
 	}
-	// The peers given at construction do not warm (slow_start.go). Before
-	// the picker is in use: no lock needed.
-	for _, p := range peers {
-		p.warmFrom.Store(0)
-	}
-	s.slow.until.Store(0)
+	// The peers given at construction do not warm (guard_slowstart.go);
+	// those added from here on do. Before the picker is in use: no lock
+	// needed.
+	s.slow.ready = true
 	return nil
 }
 

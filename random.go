@@ -142,7 +142,7 @@ func (b *randomPicker) changedLocked(l *peerList) {
 func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 	t := b.table.Load()
 	clk := lazyClock{now: b.now}
-	var ws *slowStart // non-nil while a peer may be warming (slow_start.go)
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
 	if b.slow.warming(&clk) {
 		ws = &b.slow
 	}

@@ -244,7 +244,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	if st.warming {
 		st = b.rewarm(st, &clk)
 	}
-	var ws *slowStart // non-nil while a peer may be warming (slow_start.go)
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
 	if b.slow.warming(&clk) {
 		ws = &b.slow
 	}

@@ -153,17 +153,17 @@ func (s *smoothRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	fresh := r.fresh()
 	clk := lazyClock{now: s.now}
-	warm := s.warmLocked(l, &clk)
+	ws := s.warmLocked(l, &clk)
 	p, err := pickFrame(l, r, func(peers []*Peer, backup bool) int {
 		s.closeLocked()
 		var p *Peer
 		switch {
-		case warm:
-			p = scanWarm(peers, r, &clk, &s.slow)
+		case backup && ws != nil:
+			p = scanWarm(peers, r, &clk, ws)
 		case backup:
 			p = scanSmooth(peers, r, &clk)
 		default:
-			p = s.scanPrimaryLocked(l, r, &clk)
+			p = s.scanPrimaryLocked(l, r, &clk, ws)
 		}
 		if p == nil {
 			return -1
@@ -250,21 +250,31 @@ func (s *smoothRR) startRecordLocked(l *peerList, w int64) {
 }
 
 // scanPrimaryLocked runs the scan over l's primaries, grouped by weight
-// where that is cheaper (see weightGroups), plain otherwise.
-func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *Peer {
+// where that is cheaper (see weightGroups), plain otherwise; with ws set (a
+// peer may be warming), in slowScale units (scanWarm, weightGroups.unit).
+func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock, ws *slowStart) *Peer {
 	if s.groupedFor != l {
 		g := s.groupsBuilt
 		if g == nil || g.list != l {
 			g = newWeightGroups(l)
 			s.groupsBuilt = g
 		}
-		if g != nil && !g.regroup() {
-			g = nil
+		if g != nil {
+			g.unit = 1
+			if s.slow.scaled {
+				g.unit = slowScale
+			}
+			if !g.regroup() {
+				g = nil
+			}
 		}
 		s.groups, s.groupedFor = g, l
 	}
-	if s.groups != nil {
-		return s.groups.scan(r, clk)
+	switch {
+	case s.groups != nil:
+		return s.groups.scan(r, clk, ws)
+	case ws != nil:
+		return scanWarm(l.primary, r, clk, ws)
 	}
 	return scanSmooth(l.primary, r, clk)
 }

@@ -105,7 +105,7 @@ func (b *twoChoices) pick(r *Request, c loadCost) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	clk := lazyClock{now: b.now}
-	var ws *slowStart // non-nil while a peer may be warming (slow_start.go)
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
 	if b.slow.warming(&clk) {
 		ws = &b.slow
 	}

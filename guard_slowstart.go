@@ -114,6 +114,10 @@ type slowStart struct {
 	// slow start, cleared by the first pick past it.
 	until atomic.Int64
 
+	// ready is set once the constructor's peers are in: they do not warm.
+	// Set before the picker is in use.
+	ready bool
+
 	// scaled reports whether the current weights of the owner's peers are
 	// in slowScale units (enterScaleLocked); guarded by the owner's lock.
 	scaled bool
@@ -147,7 +151,7 @@ func (w *slowStart) on() bool { return w.window != 0 }
 
 // startLocked puts p in slow start from now. Requires the owner's lock.
 func (w *slowStart) startLocked(p *Peer, now int64) {
-	if w.window == 0 {
+	if w.window == 0 || !w.ready {
 		return
 	}
 	p.warmFrom.Store(now)
@@ -266,6 +270,7 @@ func (w *slowStart) leaveScaleLocked(l *peerList) bool {
 	for _, peers := range [2][]*Peer{l.primary, l.backup} {
 		for _, p := range peers {
 			p.currentWeight = 0
+			p.warmFrom.Store(0) // every warm-up is over
 		}
 	}
 	return true
@@ -287,14 +292,16 @@ func (p *Peer) outForFails() bool {
 	return limit != 0 && p.fails.Load() >= limit
 }
 
-// warmLocked reports whether a peer of l may be warming, for a pick by the
-// smooth scan: if so it hands the current weights to the peers' own
-// fields, in slowScale units, for scanWarm; once none warms it ends the
-// units. Requires s.mu.
-func (s *smoothRR) warmLocked(l *peerList, clk *lazyClock) bool {
+// warmLocked returns the guard if a peer of l may be warming, for a pick by
+// the smooth scan, nil if none is. On the first such pick the current
+// weights go to slowScale units (the cycle closed, the groups written back
+// and rebuilt in those units); once none warms, they end. Requires s.mu.
+func (s *smoothRR) warmLocked(l *peerList, clk *lazyClock) *slowStart {
 	if !s.slow.warming(clk) {
-		s.slow.leaveScaleLocked(l)
-		return false
+		if s.slow.leaveScaleLocked(l) {
+			s.groups, s.groupedFor = nil, nil // regrouped in units of 1
+		}
+		return nil
 	}
 	if !s.slow.scaled {
 		s.closeLocked()
@@ -302,10 +309,18 @@ func (s *smoothRR) warmLocked(l *peerList, clk *lazyClock) bool {
 			g.materializeLocked()
 		}
 		s.slow.enterScaleLocked(l, slowScale)
+		s.groups, s.groupedFor = nil, nil // regrouped in slowScale units
 	}
-	s.groups, s.groupedFor = nil, nil
 	s.recFor = nil
-	return true
+	return &s.slow
+}
+
+// settleLocked lets p out of slow start once its warm-up is over, so that
+// the weight groups take it back. Requires the owner's lock.
+func (w *slowStart) settleLocked(p *Peer, now int64) {
+	if from := p.warmFrom.Load(); from != 0 && now-from >= w.window {
+		p.warmFrom.Store(0)
+	}
 }
 
 // scanWarm is scanSmooth with each peer's step in slowScale units, scaled

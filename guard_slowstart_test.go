@@ -83,7 +83,11 @@ func loadedShare(f float64, k int) float64 {
 	return (f*(co+1) - 1) / float64(k)
 }
 
-// slowShares builds pc over three peers of weight 1, adds a fourth at the
+// slowBase is how many peers slowShares starts with: 3, or 23 to run the
+// smooth pickers' scan grouped by weight (from 16 primaries on).
+var slowBase = 3
+
+// slowShares builds pc over slowBase peers of weight 1, adds one more at the
 // clock's start with opt, and returns its share of n picks at each time
 // of at. With held 0, each pick is reported at once with the same
 // latency; otherwise held attempts stay in flight, the oldest reported
@@ -95,14 +99,14 @@ func slowShares(t *testing.T, pc pickerCase, clk *fakeClock, opt Option, n, held
 	if pc.alg.Random {
 		opts = append(opts, WithRand(rand.NewPCG(7, 11)))
 	}
-	b, err := pc.new(weighted(1, 1, 1), opts...)
+	b, err := pc.new(makePeers(slowBase, letter, nil), opts...)
 	require.NoError(t, err)
 	start := time.Unix(0, clk.ns.Load())
-	for range 30 { // the three measured before the fourth joins
+	for range 10 * slowBase { // the first measured before the new one joins
 		p := mustPick(t, b, nil)
 		require.NoError(t, b.Done(p, Outcome{Latency: 10 * time.Millisecond}))
 	}
-	d := NewPeer("d")
+	d := NewPeer("new")
 	require.NoError(t, toSet(b).Add(d))
 	shares := make([]float64, len(at))
 	var out []*Peer // held in flight, oldest first
@@ -269,6 +273,31 @@ func idleShare(t *testing.T, b Balancer, x *Peer, n int) float64 {
 		require.NoError(t, b.Done(p, Outcome{Latency: 10 * time.Millisecond}))
 	}
 	return float64(got) / float64(n)
+}
+
+// TestSlowStart_shareGrouped is TestSlowStart_share's first case for the
+// smooth pickers with 23 peers before the new one, so that their scan runs
+// grouped by weight (weightGroups) while it warms: its share is
+// f/(23 + f).
+func TestSlowStart_shareGrouped(t *testing.T) {
+	const n = 20000
+	window := 10 * time.Second
+	at := []time.Duration{0, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 20 * time.Second}
+	slowBase = 23
+	defer func() { slowBase = 3 }()
+	for _, name := range []string{"SmoothWRR", "ReportedWRR"} {
+		pc := slowCase(t, name)
+		t.Run(name, func(t *testing.T) {
+			got := slowShares(t, pc, newFakeClock(), WithSlowStart(window, 1, 10), n, 0, at...)
+			for k, dt := range at {
+				f := slowFactor(dt, window, 1, 10)
+				fs := slices.Repeat([]float64{1}, 24)
+				fs[23] = f
+				want := expectedShare(name, fs, 23)
+				assert.InDelta(t, want, got[k], shareTolerance(want, n), "t=%v f=%.3f", dt, f)
+			}
+		})
+	}
 }
 
 // TestSlowStart_entries checks when a peer enters slow start, on every
