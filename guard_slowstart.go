@@ -26,11 +26,31 @@ import (
 //     it, which may still fail. Envoy re-enters slow start when a host
 //     passes an active health check after failing it; the probe's success
 //     is this library's health check.
-//   - Brought back up by SetDown(p, false) after being down: balancerhttp's
-//     health checks drive SetDown, the other analogue of Envoy's
-//     unhealthy-to-healthy transition, and nginx Plus's slow_start=time
-//     ramps a server "from zero to its nominal value" when it becomes
-//     healthy again.
+//   - Brought back up after being down, by SetDown(p, false) or by an
+//     Update that keeps it: balancerhttp's health checks drive SetDown,
+//     the other analogue of Envoy's unhealthy-to-healthy transition; nginx
+//     Plus's slow_start=time ramps a server "from zero to its nominal
+//     value" when it becomes healthy again.
+//
+// Per picker. The weighted round robins (SmoothWRR, ReportedWRR through
+// the smooth scan, ClassicWRR through rounds classicWarmScale times as
+// long), LeastConn and FastestFirst scale the weight where nginx's step or
+// the load comparison reads it: those are exact, deterministic and under
+// the lock they already take. The random and two-choice pickers (Random,
+// RandomTwo, RandomWeighted, P2CPeakEWMA) keep their tables, built from
+// the configured weights, and thin each draw: a draw that lands on a
+// warming peer stands with probability factor (one more draw from the
+// picker's source), else it is drawn again, which draws in proportion to
+// weight · factor exactly (rejection sampling); their exact fallbacks,
+// past a few fruitless draws, weigh by weight · factor too. The
+// two-choice costs still compare per configured weight: the draw is where
+// their weight enters. FastestFirst's (in flight + 1)/weight uses the
+// scaled weight, so with every peer idle a warming peer, whose expected
+// delay is the larger, gets nothing; under load it takes its scaled share.
+// Hash, ConsistentHash and IPHash refuse it: a key's peer is fixed, and
+// sending a share of a warming peer's keys elsewhere would break the
+// affinity they exist for. RoundRobin ignores weights; Prequal picks by
+// probed load and latency.
 //
 // Cost. The picker keeps, in until, the latest end of a warm-up in
 // progress, 0 when none is: a pick loads it and, while it is 0, does
@@ -67,18 +87,25 @@ type slowStartSetting struct {
 	set                bool
 }
 
-// WithSlowStart ramps up the weight of a peer that joins (Add or Update,
-// after construction), is readmitted after failures, or is brought back up
-// by SetDown, as Envoy's slow start does: for window it counts for
-// weight · max(minWeightPercent/100, (t/window)^(1/aggression)), t the
-// time since it entered, on the picker's clock. Envoy's defaults are
-// aggression 1 and minWeightPercent 10. The weighted pickers accept it;
-// Hash, ConsistentHash and IPHash (a key's peer is fixed), RoundRobin
-// (weights are ignored) and Prequal (it picks by probes, not weights)
-// refuse it. A window of 0 or less, an aggression that is not positive and
-// finite, or a minWeightPercent outside [0, 100] is refused with
-// ErrInvalidConfig. Default: off. With no peer warming, a pick costs one
-// atomic load more; while one warms, one clock read.
+// WithSlowStart ramps up the weight of a peer that joins (Add, or Update
+// adding it, after construction), is readmitted after failures (the success
+// that clears them), or comes back up (SetDown, or Update, from down), as
+// Envoy's slow start does: for window it counts for weight ·
+// max(minWeightPercent/100, (max(t, 1 ms)/window)^(1/aggression)), t the
+// time since, on the picker's clock. The peers given to the constructor do
+// not warm. Envoy's defaults are aggression 1 and minWeightPercent 10;
+// nginx Plus's server parameter slow_start=time is the analogue: a server
+// that becomes healthy recovers its weight from zero over time.
+//
+// The pickers a weight drives accept it: the weighted round robins and
+// LeastConn scale the weight they step or compare, the random and
+// two-choice pickers draw each peer in proportion to weight · factor, and
+// FastestFirst scales its derived weight. Hash, ConsistentHash, IPHash,
+// RoundRobin and Prequal refuse it, saying why; RandomWeighted refuses it
+// with WithWarmup. A window ≤ 0, an aggression not positive and finite, or
+// a minWeightPercent outside [0, 100] is refused with ErrInvalidConfig.
+// Default: off. While no peer warms a pick costs one atomic load more, and
+// none is ever allocated.
 func WithSlowStart(window time.Duration, aggression, minWeightPercent float64) Option {
 	return ownOption("WithSlowStart", func(s *slowStartSetting) {
 		*s = slowStartSetting{window, aggression, minWeightPercent, true}
@@ -153,6 +180,9 @@ func (w *slowStart) on() bool { return w.window != 0 }
 func (w *slowStart) startLocked(p *Peer, now int64) {
 	if w.window == 0 || !w.ready {
 		return
+	}
+	if now == 0 {
+		now = 1 // 0 means none: a clock at the epoch starts 1 ns late
 	}
 	p.warmFrom.Store(now)
 	end := now + w.window

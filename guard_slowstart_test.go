@@ -1,10 +1,12 @@
 package balancer
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,6 +373,19 @@ func TestSlowStart_entries(t *testing.T) {
 			clk.add(time.Minute)
 			require.NoError(t, toSet(b).SetDown(d, false))
 			assert.InDelta(t, want(0.1), idleShare(t, b, d, n), tol(want(0.1)))
+			// Down and up again through Update, which keeps d.
+			clk.add(time.Minute)
+			snapshot := func(down bool) []*Peer {
+				s := weighted(1, 1, 1)
+				opts := []PeerOption{}
+				if down {
+					opts = append(opts, Down())
+				}
+				return append(s, NewPeer("d", opts...))
+			}
+			require.NoError(t, toSet(b).Update(snapshot(true)))
+			require.NoError(t, toSet(b).Update(snapshot(false)))
+			assert.InDelta(t, want(0.1), idleShare(t, b, d, n), tol(want(0.1)), "up through Update")
 		})
 		t.Run(name+"/update", func(t *testing.T) {
 			clk := newFakeClock()
@@ -382,6 +397,189 @@ func TestSlowStart_entries(t *testing.T) {
 			clk.add(window)
 			require.NoError(t, toSet(b).Update(append(weighted(1, 1, 1), NewPeer("d"))))
 			assert.InDelta(t, 0.25, idleShare(t, b, d, n), tol(0.25), "kept by Update")
+		})
+	}
+}
+
+// TestSlowStart_idleChangesNothing: with the option on and no peer
+// warming (the constructor's peers never do), every picker that accepts it
+// picks exactly as without it, through failures, probes, retries and
+// readmissions (a readmitted peer warms, so the run stops before the
+// first readmission), on the same seed.
+func TestSlowStart_idleChangesNothing(t *testing.T) {
+	for _, name := range slowStartPickers {
+		pc := slowCase(t, name)
+		t.Run(name, func(t *testing.T) {
+			run := func(opts ...Option) []string {
+				clk := newFakeClock()
+				peers := makePeers(40, numbered, func(i int) []PeerOption {
+					return []PeerOption{Weight(i%5 + 1), MaxFails(2), FailTimeout(time.Second)}
+				})
+				var events []Event
+				b, err := pc.new(peers, slowOpts(pc, append(opts, clk.opt(), WithEvents(func(e Event) { events = append(events, e) }))...)...)
+				require.NoError(t, err)
+				lat := benchLognormal(64, 2)
+				var out []string
+				var r Request
+				for i := range 3000 {
+					for _, e := range events {
+						if e.Kind == EventPeerReadmitted {
+							return out
+						}
+					}
+					clk.add(time.Millisecond)
+					req := (*Request)(nil)
+					if i%7 == 0 {
+						r.Reset()
+						req = &r
+					}
+					p, err := b.Pick(req)
+					if err != nil {
+						out = append(out, err.Error())
+						continue
+					}
+					out = append(out, p.Addr())
+					failed := slices.Index(peers, p)%9 == 0 && i%3 == 0
+					require.NoError(t, b.Done(p, Outcome{Failed: failed, Latency: lat[i%64]}))
+				}
+				return out
+			}
+			off := run()
+			require.Greater(t, len(off), 100)
+			assert.Equal(t, off, run(WithSlowStart(time.Minute, 1, 10)))
+		})
+	}
+}
+
+// TestSlowStart_noAllocs: Pick+Done allocates nothing with the option on,
+// whether no peer warms or one in ten does.
+func TestSlowStart_noAllocs(t *testing.T) {
+	for _, name := range slowStartPickers {
+		a := slowCase(t, name).alg
+		for _, n := range []int{10, 100} {
+			for _, warming := range []bool{false, true} {
+				peers := benchPeers(n)
+				initial := peers
+				if warming {
+					initial = peers[:n-n/10]
+				}
+				b, err := a.New(initial, WithSlowStart(time.Hour, 1, 10))
+				require.NoError(t, err)
+				if warming {
+					require.NoError(t, toSet(b).Add(peers[n-n/10:]...))
+				}
+				pickDone := func() {
+					p, _ := b.Pick(nil)
+					_ = b.Done(p, Outcome{Latency: time.Millisecond})
+				}
+				pickDone() // the first warm pick regroups in scaled units
+				assert.Zero(t, testing.AllocsPerRun(1000, pickDone), "%s, %d peers, warming %v", name, n, warming)
+			}
+		}
+	}
+}
+
+// TestSlowStart_noLockWhenIdle: a pick that takes no lock without the
+// option takes none with it while no peer warms: it completes while the
+// test holds the picker's lock. Pickers whose pick locks anyway are
+// skipped.
+func TestSlowStart_noLockWhenIdle(t *testing.T) {
+	completes := func(b Balancer, s *peerSet) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 100 {
+				if p, err := b.Pick(nil); err == nil {
+					_ = b.Done(p, Outcome{Latency: time.Millisecond})
+				}
+			}
+		}()
+		select {
+		case <-done:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false // the goroutine ends once the lock is let go
+		}
+	}
+	for _, name := range slowStartPickers {
+		pc := slowCase(t, name)
+		t.Run(name, func(t *testing.T) {
+			build := func(opts ...Option) (Balancer, *peerSet) {
+				peers := benchPeers(100)
+				b, err := pc.new(peers, opts...)
+				require.NoError(t, err)
+				return b, peers[0].owner.Load()
+			}
+			if !completes(build()) {
+				t.Skip("the pick takes the lock without the option")
+			}
+			assert.True(t, completes(build(WithSlowStart(time.Minute, 1, 10))))
+		})
+	}
+}
+
+// TestSlowStart_concurrent picks and reports from several goroutines on
+// every picker that accepts the option while peers join, leave, go down and
+// come up, fail and are readmitted, on a clock that moves through their
+// warm-ups, for -race; every pick is a peer of the picker or an error of
+// the contract, and every attempt ends.
+func TestSlowStart_concurrent(t *testing.T) {
+	for _, name := range slowStartPickers {
+		pc := slowCase(t, name)
+		t.Run(name, func(t *testing.T) {
+			clk := newFakeClock()
+			peers := makePeers(30, numbered, func(i int) []PeerOption {
+				return []PeerOption{Weight(i%3 + 1), FailTimeout(50 * time.Millisecond)}
+			})
+			b, err := pc.new(peers[:20], clk.opt(), WithSlowStart(time.Second, 2, 5))
+			require.NoError(t, err)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						p, err := b.Pick(nil)
+						if err != nil {
+							assert.True(t, errors.Is(err, ErrNoLivePeer) || errors.Is(err, ErrNoPeers), "%v", err)
+							continue
+						}
+						o := Outcome{Failed: (i+g)%13 == 0, Latency: time.Duration(i%7+1) * time.Millisecond}
+						if err := b.Done(p, o); err != nil {
+							assert.ErrorIs(t, err, ErrUnknownPeer) // removed meanwhile and added back
+						}
+					}
+				}()
+			}
+			u := toSet(b)
+			for i := range 300 {
+				clk.add(10 * time.Millisecond)
+				q := peers[20+i%10]
+				switch i % 4 {
+				case 0:
+					_ = u.Add(q)
+				case 1:
+					_ = u.SetDown(peers[i%20], true)
+					_ = u.SetDown(peers[i%20], false)
+				case 2:
+					_ = u.Remove(q)
+				case 3:
+					_ = u.Update(append(slices.Clone(peers[:20]), NewPeer(q.Addr())))
+				}
+			}
+			close(stop)
+			wg.Wait()
+			for _, p := range u.Peers() {
+				assert.Zero(t, p.InFlight(), p.Addr())
+			}
 		})
 	}
 }

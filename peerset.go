@@ -337,7 +337,11 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			k.setWeightLocked(k.weight.Load())
 			s.freshLocked(k, now)
 		case k != q:
+			wasDown := k.down.Load()
 			k.adopt(q)
+			if wasDown && !k.down.Load() {
+				s.slow.startLocked(k, now) // back up: it warms, if slow start is on
+			}
 		}
 	}
 	ownerMu.Lock()

@@ -40,6 +40,14 @@ import (
 // Warm-up changes nothing for a peer of weight 1; Dubbo's default weight is
 // 100, which ramps in steps of 1%.
 //
+// WithWarmup stays Dubbo's, not an alias of WithSlowStart: it is there to
+// pick as Dubbo picks, integer steps, clamps and edge cases included, which
+// Envoy's formula does not reproduce (WithSlowStart(d, 1, 100/weight) comes
+// near, but rounds otherwise, reaches no full weight at an uptime of 0 and
+// also warms readmitted peers). Both ramp the same peers, so both at once
+// are refused; WithSlowStart here thins the draws as it does for the other
+// random pickers (guard_slowstart.go), and leaves the table alone.
+//
 // To keep picks O(1) while weights ramp, the table is not rebuilt on every
 // change of a weight but at most every s = max(d/128, 1ms) (rwSteps), by the
 // first Pick past that time (Pick reads the clock while any peer is
@@ -64,7 +72,7 @@ import (
 // apache/dubbo): each pick chooses among the eligible peers at random, in
 // exact proportion to their weights, a peer of weight 0 only when its whole
 // list has weight 0. [WithWarmup] ramps a new peer's weight up as Dubbo
-// does. Failures take a peer out through max_fails but never lower its
+// does; [WithSlowStart] as Envoy does (not both). Failures take a peer out through max_fails but never lower its
 // weight. Choose it for many uncoordinated clients.
 //
 // A first attempt is O(1) and lock-free by Vose's alias table, with no
@@ -394,7 +402,8 @@ type warmupSetting time.Duration
 
 // WithWarmup makes RandomWeighted ramp a new peer's weight up linearly over
 // d, as Dubbo does: weight·uptime/d, clamped to [1, weight]. Default: 0, no
-// warm-up.
+// warm-up. It is Dubbo's exactly; WithSlowStart is Envoy's, and the two
+// are refused together.
 func WithWarmup(d time.Duration) Option {
 	return ownOption("WithWarmup", func(s *warmupSetting) { *s = warmupSetting(d) })
 }
