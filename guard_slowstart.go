@@ -438,12 +438,13 @@ func classicWarmWeights(sorted []*Peer) []int64 {
 // starting at weight · classicWarmScale; once none warms they end, and
 // the next pick starts a round of nginx's. Requires s.mu.
 func (s *ClassicWRR) classicWarmLocked(l *peerList, clk *lazyClock) bool {
-	was := s.slow.scaled
-	if !s.scaleLocked(l, clk, classicWarmScale) {
+	if !s.slow.warming(clk) {
+		s.slow.leaveScaleLocked(l)
 		return false
 	}
-	if !was {
-		s.closeLocked()
+	if !s.slow.scaled {
+		s.closeLocked() // its current weights back in the peers' fields first
+		s.slow.enterScaleLocked(l, classicWarmScale)
 		for k, sorted := range [2][]*Peer{s.primary, s.backup} {
 			for i, p := range sorted {
 				s.warmW[k][i] = p.weight.Load() * classicWarmScale
