@@ -97,15 +97,14 @@ type slowStartSetting struct {
 // nginx Plus's server parameter slow_start=time is the analogue: a server
 // that becomes healthy recovers its weight from zero over time.
 //
-// The pickers a weight drives accept it: the weighted round robins and
-// LeastConn scale the weight they step or compare, the random and
-// two-choice pickers draw each peer in proportion to weight · factor, and
-// FastestFirst scales its derived weight. Hash, ConsistentHash, IPHash,
-// RoundRobin and Prequal refuse it, saying why; RandomWeighted refuses it
-// with WithWarmup. A window ≤ 0, an aggression not positive and finite, or
-// a minWeightPercent outside [0, 100] is refused with ErrInvalidConfig.
-// Default: off. While no peer warms a pick costs one atomic load more, and
-// none is ever allocated.
+// The pickers a weight drives accept it; Hash, ConsistentHash, IPHash,
+// RoundRobin and Prequal refuse it, saying why, and RandomWeighted refuses
+// it beside WithWarmup. A window ≤ 0, an aggression not positive and
+// finite, or a minWeightPercent outside [0, 100] is refused with
+// ErrInvalidConfig. Default: off. While no peer warms, a pick costs one
+// atomic load more; while one does, a clock read, and SmoothWRR,
+// ClassicWRR and ReportedWRR pick under their lock (their lock-free cycle
+// holds fixed weights). No pick allocates.
 func WithSlowStart(window time.Duration, aggression, minWeightPercent float64) Option {
 	return ownOption("WithSlowStart", func(s *slowStartSetting) {
 		*s = slowStartSetting{window, aggression, minWeightPercent, true}
