@@ -305,11 +305,11 @@ func (w *slowStart) leaveScaleLocked(l *peerList) bool {
 	return true
 }
 
-// readmittedLocked starts p's slow start if a report just cleared the
-// failures of a peer that was out for them (wasOut). Requires the owner's
-// lock.
-func (s *peerSet) readmittedLocked(p *Peer, wasOut bool) {
-	if wasOut && p.fails.Load() == 0 {
+// readmittedLocked starts the slow start of p, whose failures a success
+// is clearing while it is out for them (max_fails on record), if its
+// owner has slow start on. Requires the owner's lock.
+func (p *Peer) readmittedLocked() {
+	if s := p.owner.Load(); s != nil && s.slow.on() {
 		s.slow.startLocked(p, s.now())
 	}
 }

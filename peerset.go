@@ -55,12 +55,13 @@ type peerSet struct {
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
-	slow   slowStart     // WithSlowStart's guard (guard_slowstart.go)
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
 	picker    string
 	noBackups bool
+
+	slow slowStart // WithSlowStart's guard (guard_slowstart.go); set by init
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
@@ -505,7 +506,6 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil {
 		before = p.markLocked()
 	}
-	wasOut := s.slow.on() && p.outForFails()
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
@@ -519,5 +519,4 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
 	}
-	s.readmittedLocked(p, wasOut)
 }
