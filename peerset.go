@@ -361,13 +361,13 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 // algorithm, or none. Requires s.mu, and p claimed by s but not yet in a
 // published list.
 func (s *peerSet) freshLocked(p *Peer, now int64) {
+	p.warmFrom.Store(0)
+	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 	var st *peerState
 	if s.fresh != nil {
 		st = s.fresh(now)
 	}
 	p.state.Store(st)
-	p.warmFrom.Store(0)
-	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 }
 
 // NextEligible returns the earliest time at which a peer now inside its
