@@ -145,8 +145,10 @@ type slowStart struct {
 	ready bool
 
 	// scaled reports whether the current weights of the owner's peers are
-	// in slowScale units (enterScaleLocked); guarded by the owner's lock.
+	// in units of 1/unit (enterScaleLocked: slowScale, or ClassicWRR's
+	// classicWarmScale); guarded by the owner's lock.
 	scaled bool
+	unit   int64
 }
 
 // setup checks and applies WithSlowStart, if given, for the picker called
@@ -267,7 +269,7 @@ func (w *slowStart) enterScaleLocked(l *peerList, k int64) {
 	if w.scaled {
 		return
 	}
-	w.scaled = true
+	w.scaled, w.unit = true, k
 	for _, peers := range [2][]*Peer{l.primary, l.backup} {
 		for _, p := range peers {
 			p.currentWeight *= k
@@ -286,6 +288,15 @@ func (s *peerSet) scaleLocked(l *peerList, clk *lazyClock, k int64) bool {
 	}
 	s.slow.enterScaleLocked(l, k)
 	return true
+}
+
+// currentLocked returns current weight cw, as the owner keeps it, in
+// nginx's units, for Peer.State. Requires the owner's lock.
+func (w *slowStart) currentLocked(cw int64) int64 {
+	if w.scaled {
+		return cw / w.unit
+	}
+	return cw
 }
 
 // leaveScaleLocked ends the scaled units once no peer warms: every current

@@ -583,3 +583,28 @@ func TestSlowStart_concurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowStart_stateInNginxUnits: while a peer warms, Peer.State reports
+// the current weights in nginx's units, not the scaled ones the scan
+// keeps: within [-W, W], W the sum of the weights (4 here), as any smooth
+// current weight is.
+func TestSlowStart_stateInNginxUnits(t *testing.T) {
+	for _, name := range []string{"SmoothWRR", "ClassicWRR", "LeastConn"} {
+		pc := slowCase(t, name)
+		t.Run(name, func(t *testing.T) {
+			clk := newFakeClock()
+			b, err := pc.new(weighted(1, 1, 1), clk.opt(), WithSlowStart(10*time.Second, 1, 10))
+			require.NoError(t, err)
+			require.NoError(t, toSet(b).Add(NewPeer("d")))
+			clk.add(3 * time.Second)
+			for i := range 50 {
+				p := mustPick(t, b, nil)
+				require.NoError(t, b.Done(p, Outcome{}))
+				for _, q := range toSet(b).Peers() {
+					cw := q.State().CurrentWeight
+					assert.True(t, cw >= -4 && cw <= 4, "pick %d: %s at %d", i, q.Addr(), cw)
+				}
+			}
+		})
+	}
+}

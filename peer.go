@@ -306,6 +306,7 @@ func (p *Peer) weightsNow() (cw, ew int64) {
 				cw = v
 			}
 		}
+		cw = s.slow.currentLocked(cw) // while a peer warms (guard_slowstart.go)
 		s.mu.Unlock()
 		return cw, ew
 	}
