@@ -242,7 +242,7 @@ func TestGuardScenariosRefused(t *testing.T) {
 		{"empty window", func(s *Scenario) { s.Measure = FailedShare }},
 		{"window past the end", func(s *Scenario) { s.Measure, s.Window = FailedShare, Window{0, 11 * time.Second} }},
 		{"no before-window", func(s *Scenario) { s.Measure, s.Window = WindowP99, Window{0, time.Second} }},
-		{"unknown measure", func(s *Scenario) { s.Measure, s.Window = WindowP99 + 1, Window{0, time.Second} }},
+		{"unknown measure", func(s *Scenario) { s.Measure, s.Window = WindowP99+1, Window{0, time.Second} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
