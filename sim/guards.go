@@ -78,11 +78,11 @@ type Guard struct {
 	Budget  *Budget
 }
 
-// policies returns the policies s runs out of pols: all of them for a
-// scenario that names no Pickers; otherwise those it names, in pols'
-// order, each followed by its Guards' variants (a guard with picker
+// Policies returns the policies Compare runs in s out of pols: all of
+// them for a scenario that names no Pickers; otherwise those it names, in
+// pols' order, each followed by its Guards' variants (a guard with picker
 // options has none for an oracle or a +rif variant).
-func (s *Scenario) policies(pols []Policy) []Policy {
+func (s *Scenario) Policies(pols []Policy) []Policy {
 	if s.Pickers == nil {
 		return pols
 	}
@@ -203,11 +203,12 @@ func guardLegend(s *Scenario) string {
 		what = "failed % in window: the requests arriving in the window that failed; no live peer %: those the picker refused at once, every peer being out for failures."
 	case WindowP99:
 		what = "p99 before, p99 window ms: the p99 latency of the requests arriving before the change and in the window after it; window/before: their ratio."
-	default:
-		return ""
 	}
-	return what + " A name's suffix is a guard: +budget each client's retry budget (Finagle's defaults unless it says otherwise), +panic a panic threshold, +slowstart slow start."
+	return what
 }
+
+// guardSuffixes explains the names of the guards' variants.
+const guardSuffixes = "A name's suffix is a guard: +budget gives each client a retry budget with Finagle's defaults (20% of the requests plus 10 retries a second over 10 s), +tightbudget one of 10% plus 5 a second; +panic a panic threshold of 50% (WithPanicThreshold); +slowstart slow start over 10 s (WithSlowStart, aggression 1, 10% of the weight at least)."
 
 // GuardPickers are the pickers the guard scenarios compare with and
 // without each guard: nginx's default, the two latency-blind and

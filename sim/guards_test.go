@@ -117,7 +117,7 @@ func TestGuardScenarioPolicies(t *testing.T) {
 	sc, ok := Lookup("retrystorm")
 	require.True(t, ok)
 	var names []string
-	for _, p := range sc.policies(Policies()) {
+	for _, p := range sc.Policies(Policies()) {
 		names = append(names, p.Name)
 	}
 	assert.Equal(t, []string{
@@ -127,7 +127,7 @@ func TestGuardScenarioPolicies(t *testing.T) {
 		"P2CPeakEWMA", "P2CPeakEWMA+budget", "P2CPeakEWMA+tightbudget",
 	}, names)
 	u, _ := Lookup("uniform")
-	assert.Len(t, u.policies(Policies()), len(Policies()))
+	assert.Len(t, u.Policies(Policies()), len(Policies()))
 }
 
 // TestRetryStorm is the retry storm's done-when: with each client's retry

@@ -87,6 +87,9 @@ type Report struct {
 // Before running any, it checks every scenario (Scenario.Validate), the
 // options (ErrInvalid for negative Seeds or Parallel) and the whole
 // comparison's cost against MaxCompareRequests and MaxBytes (ErrTooLarge).
+// A scenario that names its Pickers runs those of pols, each followed by
+// its guards' variants (see Scenario.Pickers), and is ErrInvalid when pols
+// has none of them.
 func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 	if o.Seeds < 0 || o.Parallel < 0 {
 		return nil, invalid("sim: negative Seeds %d or Parallel %d", o.Seeds, o.Parallel)
@@ -116,7 +119,9 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 	var jobs []job
 	run := make([][]Policy, len(scs)) // each scenario's policies
 	for s := range scs {
-		run[s] = scs[s].policies(pols)
+		if run[s] = scs[s].Policies(pols); len(run[s]) == 0 {
+			return nil, invalid("sim: scenario %s runs only %s (and their guards' variants): none of them is given", scs[s].Name, strings.Join(scs[s].Pickers, ", "))
+		}
 		for p := range run[s] {
 			for k := range seeds {
 				jobs = append(jobs, job{s, p, k})
@@ -524,10 +529,15 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 				break
 			}
 		}
+		var guards bool
 		for _, m := range []Measure{Amplification, FailedShare, WindowP99} {
 			if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return s.Measure == m }) {
-				legend += "\n" + guardLegend(&Scenario{Measure: m, Window: Window{0, 1}, Before: Window{0, 1}})
+				legend += "\n" + guardLegend(&Scenario{Measure: m})
+				guards = true
 			}
+		}
+		if guards {
+			legend += "\n" + guardSuffixes
 		}
 		for _, line := range strings.Split(legend, "\n") {
 			fmt.Fprintf(ew, "- %s\n", line)
@@ -592,7 +602,7 @@ func (r *Report) tableLegend(si int) []string {
 		out = append(out, probeLegend)
 	}
 	if l := guardLegend(s); l != "" {
-		out = append(out, l)
+		out = append(out, l, guardSuffixes)
 	}
 	out = append(out,
 		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),
