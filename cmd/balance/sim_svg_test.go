@@ -55,7 +55,7 @@ func TestSimHelpDefaults(t *testing.T) {
 	for _, want := range []string{
 		"simulated time per run (default: the scenario's, 60s; 50s in retrystorm; 20s in outage1s; 40s in scaleup)",
 		"attempt timeout (default: the scenario's, 1s in all)",
-		"(default: the scenario's, 0; 1 in linkerd)",                             // tries
+		"(default: the scenario's, 0; 1 in linkerd)",                                         // tries
 		"disables failure accounting (default: the scenario's, 1; 0 in linkerd, retrystorm)", // max-fails
 		"fail_timeout, a duration (default: the scenario's, 10s in all)",
 		"clients K (default: the scenario's, 1; 16 in herd, fleet16, zones16, fastfail16; 10 in retrystorm, outage1s, scaleup; 64 in fleet64)",
