@@ -90,7 +90,7 @@ func (s *peerSet) connectable(p *Peer) error {
 // cleared any. Requires s.mu.
 func (s *peerSet) connectedLocked(p *Peer) bool {
 	before := p.markLocked()
-	p.succeedLocked()
+	s.succeedLocked(p)
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
 	}

@@ -54,6 +54,7 @@ type peerSet struct {
 	fresh func(now int64) *peerState
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
+	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
 
 	// picker names the owner in errors; noBackups, from its declaration
@@ -75,6 +76,7 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	}
 	s.changed = changed
 	s.events = cfg.events
+	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	s.list.Store(&peerList{noLive: &s.noLive})
 	return s.Add(peers...)
@@ -418,6 +420,7 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	}
 	l.single = len(l.primary) == 1 && len(l.backup) == 0
 	s.list.Store(l)
+	s.guard.invalidate()
 	if s.changed != nil {
 		s.changed(l)
 	}
@@ -492,9 +495,9 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	case l.single && !p.backup.Load():
 		p.fails.Store(0)
 	case o.Failed:
-		p.failLocked(s.now())
+		s.failLocked(p, s.now())
 	default:
-		p.succeedLocked()
+		s.succeedLocked(p)
 	}
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
