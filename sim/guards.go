@@ -310,6 +310,6 @@ func scaleUp() Scenario {
 // (Envoy's default) and slow start over 10 s (aggression 1, at least 10%
 // of the weight: Envoy's defaults), when the library has them.
 var (
-	outageGuards  []Guard
+	outageGuards  = []Guard{{Suffix: "+panic", Options: []balancer.Option{balancer.WithPanicThreshold(50)}}}
 	scaleUpGuards []Guard
 )

@@ -169,11 +169,13 @@ func TestRetryStorm(t *testing.T) {
 	}
 }
 
-// TestOutageNginxDefault is the outage's control: under nginx's defaults
-// a client whose every peer failed within [5 s, 6 s) has none until the
-// fail windows, 10 s from the failures, expire at about 15 s: of the
-// window's 10 s, 9 refuse every request ("no live peer").
-func TestOutageNginxDefault(t *testing.T) {
+// TestOutage is the 1 s outage's done-when: with a panic threshold of 50%
+// under 1% of the requests arriving in the 10 s after the recovery fail.
+// The control, nginx's defaults: a client whose every peer failed within
+// [5 s, 6 s) has none until the fail windows, 10 s from the failures,
+// expire at about 15 s: of the window's 10 s, 9 refuse every request ("no
+// live peer").
+func TestOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the scenario: skipped with -short")
 	}
@@ -184,6 +186,11 @@ func TestOutageNginxDefault(t *testing.T) {
 			share := ratio(r.WindowFailed, r.WindowRequests)
 			assert.InDelta(t, 0.9, share, 0.03, "%s seed %d: failed share after recovery", p, seed)
 			assert.InDelta(t, share, ratio(r.WindowRefused, r.WindowRequests), 0.005, "%s seed %d: all of it refused", p, seed)
+			g := runs[p+"+panic"][i]
+			assert.Less(t, ratio(g.WindowFailed, g.WindowRequests), 0.01, "%s+panic seed %d: failed share after recovery", p, seed)
+			// The outage itself fails as before: panic mode does not
+			// hide a failure that is there.
+			assert.Positive(t, g.Failed, "%s+panic seed %d", p, seed)
 		}
 	}
 }
