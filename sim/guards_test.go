@@ -260,3 +260,39 @@ func TestGuardScenariosRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestBudgetCounts: each client's budget allows what RetryBudget's rule
+// gives, counted exactly where every attempt fails. Three backends fail
+// every attempt fast, retries on (up to three attempts), 100 requests a
+// second for 9 s, within the budget's first window (no entry leaves it).
+// A reserve of 10 retries (1 a second over 10 s, no ratio) gives the first
+// five requests two retries each and refuses the first retry of every
+// other; a ratio of 0.5 and no reserve, half a retry a request.
+func TestBudgetCounts(t *testing.T) {
+	sc := Scenario{
+		Name: "budget", Backends: tenWorkers(3), Rate: 100, Duration: 9 * time.Second,
+		PeerOptions: []balancer.PeerOption{balancer.MaxFails(0)}, Watch: -1,
+	}
+	for i := range sc.Backends {
+		sc.Backends[i].Faults = []Fault{{From: 0, To: sc.Duration, Mode: FastError, Prob: 1}}
+	}
+	base := policy(t, "RoundRobin")
+	reserve, ok := base.guarded(Guard{Suffix: "+reserve", Budget: &Budget{0, 1, 10 * time.Second}})
+	require.True(t, ok)
+	r, err := Run(&sc, reserve, 1)
+	require.NoError(t, err)
+	assert.Equal(t, r.Requests, r.Failed)
+	assert.Equal(t, 10, r.Attempts-r.Requests, "retries")
+	assert.Equal(t, r.Requests-5, r.BudgetRefused, "refused: all but the five that used the reserve")
+
+	half, ok := base.guarded(Guard{Suffix: "+half", Budget: &Budget{0.5, 0, 10 * time.Second}})
+	require.True(t, ok)
+	r, err = Run(&sc, half, 1)
+	require.NoError(t, err)
+	assert.InDelta(t, float64(r.Requests)/2, float64(r.Attempts-r.Requests), 1, "retries: half the %d requests", r.Requests)
+
+	plain, err := Run(&sc, base, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 3*plain.Requests, plain.Attempts, "without a budget: every peer")
+	assert.Zero(t, plain.BudgetRefused)
+}
