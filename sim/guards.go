@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -102,7 +103,8 @@ func (s *Scenario) Policies(pols []Policy) []Policy {
 }
 
 // guarded returns p's variant under g, and false if g's options cannot
-// be given to p (an oracle, or a picker the library does not name).
+// be given to p (an oracle, a picker the library does not name, or one
+// that refuses them: RoundRobin ignores weights, so takes no slow start).
 func (p Policy) guarded(g Guard) (Policy, bool) {
 	v := p
 	v.Name = p.Name + g.Suffix
@@ -121,9 +123,15 @@ func (p Policy) guarded(g Guard) (Policy, bool) {
 	if p.Probed != nil {
 		q := Probed(a, extra...)
 		q.Name, q.budget = v.Name, v.budget
-		return q, true
+		v = q
+	} else {
+		v.New = factory(a, extra...)
 	}
-	v.New = factory(a, extra...)
+	// A picker refuses an option it would ignore: try one.
+	now := func() time.Time { return epoch }
+	if _, err := v.New([]*balancer.Peer{balancer.NewPeer("try")}, now, rand.NewPCG(1, 1)); err != nil {
+		return Policy{}, false
+	}
 	return v, true
 }
 
