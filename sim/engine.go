@@ -300,6 +300,13 @@ func stream(seed uint64, scenario, purpose string, index int) *rand.Rand {
 // per run is reused for every reply, which the Outcome.Load contract
 // allows: a reply allocates nothing.
 //
+// A policy with a retry budget (a Guard's) gives each client its own,
+// on the virtual clock: each request deposits, each retry is taken with
+// RetryBudget.PickRetry, and a retry it refuses fails the request. A
+// backend that joins late (Backend.Join) is added to every client's
+// picker with Add at its join; Run returns an error if a picker cannot
+// add it.
+//
 // Run first checks sc with Scenario.Validate and returns its error, which
 // wraps ErrInvalid or ErrTooLarge, before allocating anything for the run.
 func Run(sc *Scenario, pol Policy, seed uint64) (*Result, error) {
