@@ -126,6 +126,7 @@ func (p *Peer) probed(now int64) {
 		if s.events != nil {
 			s.events(Event{Kind: EventPeerProbe, Peer: p, Time: time.Unix(0, now)})
 		}
+		s.recheck(now)
 	}
 }
 

@@ -257,23 +257,31 @@ func (g *guard) mayEject(s *peerSet, now int64) bool {
 }
 
 // succeedLocked applies a successful attempt on p (nginx's test,
-// Peer.succeedLocked): one that readmits p invalidates the count and, in
-// panic, evaluates it again, so that the end of panic is reported when a
-// readmission brings it. Requires s.mu.
-func (s *peerSet) succeedLocked(p *Peer) {
+// Peer.succeedLocked) and reports whether it readmitted p, which
+// invalidates the guards' count. Requires s.mu.
+func (s *peerSet) succeedLocked(p *Peer) bool {
 	g := s.guard
 	if g == nil {
 		p.succeedLocked()
-		return
+		return false
 	}
 	limit := p.maxFails.Load()
 	was := limit != 0 && p.fails.Load() >= limit
 	p.succeedLocked()
-	if was && p.fails.Load() == 0 {
-		g.invalidate()
-		if g.panicking.Load() {
-			s.panics(s.now())
-		}
+	if !was || p.fails.Load() != 0 {
+		return false
+	}
+	g.invalidate()
+	return true
+}
+
+// recheck evaluates panic mode again at now if it is engaged, after a
+// change that can end it (a readmission, a probe claimed), so that its end
+// is reported when that change brings it rather than at the next pick
+// meeting a peer out.
+func (s *peerSet) recheck(now int64) {
+	if g := s.guard; g != nil && g.panicking.Load() {
+		s.panics(now)
 	}
 }
 
@@ -286,10 +294,9 @@ func (s *peerSet) PanicCount() uint64 {
 	return s.guard.panics.Load()
 }
 
-// InPanic reports whether the picker was in panic at its last evaluation,
-// made by a pick that met a peer inside its fail window or by a report
-// that readmitted one. Lock-free.
-func (s *peerSet) InPanic() bool { return s.guard != nil && s.guard.panicking.Load() }
+// InPanic reports whether the picker is in panic mode now. Lock-free; it
+// counts the peers, O(n), if its last count is stale.
+func (s *peerSet) InPanic() bool { return s.panics(s.now()) }
 
 // EjectionCappedCount returns how many failures WithMaxEjectionPercent
 // kept from taking a peer out since the picker was made. Lock-free.

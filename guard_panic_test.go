@@ -133,4 +133,201 @@ func TestGuards_badValues(t *testing.T) {
 	})
 }
 
-var _ = time.Second
+// outCount counts, independently of the guard, the peers of ps inside
+// their fail window at now, from their State: max_fails failures on record
+// and the last check at most fail_timeout ago.
+func outCount(ps []*Peer, now time.Time) int {
+	n := 0
+	for _, p := range ps {
+		st := p.State()
+		if !st.Down && p.MaxFails() != 0 && st.Fails >= p.MaxFails() && !now.After(st.Checked.Add(p.FailTimeout())) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMaxEjectionPercent_everyPicker: every picker, 10 peers (max_fails 1),
+// each failed once. Derivation (Envoy's ejectHost): a failure may take a
+// peer out while 100·(out+1) ≤ percent·10, or with none out; so the peers
+// out end at max(1, ⌊percent/10⌋): 3 for 30%, 1 for 5% (the one Envoy
+// always allows), 10 for 100%; the other failures are capped, and the
+// picks reach exactly the peers not out.
+func TestMaxEjectionPercent_everyPicker(t *testing.T) {
+	const n = 10
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		for _, pct := range []float64{5, 30, 55, 100} {
+			clk := newFakeClock()
+			peers := makePeers(n, numbered, nil)
+			var capped []*Peer
+			b, err := pc.new(peers, clk.opt(), WithMaxEjectionPercent(pct), WithEvents(func(e Event) {
+				if e.Kind == EventEjectionCapped {
+					capped = append(capped, e.Peer)
+				}
+			}))
+			require.NoError(t, err)
+			failOut(t, b, peers)
+			wantOut := max(1, int(pct)*n/100)
+			assert.Equal(t, wantOut, outCount(peers, clk.now()), "%v%%: peers out", pct)
+			assert.Len(t, capped, n-wantOut, "%v%%: EventEjectionCapped", pct)
+			assert.Equal(t, uint64(n-wantOut), b.(interface{ EjectionCappedCount() uint64 }).EjectionCappedCount())
+			in := map[*Peer]bool{}
+			for _, p := range peers {
+				if p.Stats().Health != HealthFailed {
+					in[p] = true
+					assert.Equal(t, uint64(1), p.Stats().Failures, "%s: a capped failure is counted", p)
+				}
+			}
+			assert.Len(t, in, n-wantOut)
+			if len(in) > 0 {
+				assert.Equal(t, addrsOf(in), addrsOf(reached(t, b, 2000)), "%v%%: picks reach the peers kept in", pct)
+			}
+		}
+	})
+}
+
+// TestMaxEjectionPercent_maxFails: with max_fails 3 a capped peer keeps
+// two failures on record, one short of out, so its next failure asks the
+// cap again; once a peer out is readmitted, that failure takes it out.
+func TestMaxEjectionPercent_maxFails(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(2, letter, func(i int) []PeerOption {
+		return []PeerOption{MaxFails(3), FailTimeout(time.Duration(1+9*i) * time.Second)} // a 1 s, b 10 s
+	})
+	b, err := NewLeastConn(peers, clk.opt(), WithMaxEjectionPercent(50)) // one of two
+	require.NoError(t, err)
+	fail := func(p *Peer) {
+		t.Helper()
+		for range 3 {
+			require.NoError(t, b.Done(holdOn(t, b, p), Outcome{Failed: true}))
+		}
+	}
+	fail(peers[0])
+	assert.Equal(t, HealthFailed, peers[0].Stats().Health)
+	fail(peers[1])
+	assert.Equal(t, HealthOK, peers[1].Stats().Health, "the cap keeps b in")
+	assert.Equal(t, 2, peers[1].Stats().Fails, "one short of max_fails")
+	assert.Equal(t, uint64(1), b.EjectionCappedCount(), "b's third failure asked the cap")
+	// a's window passes (b's, 10 s, does not); a's probe succeeds; b's
+	// next failure takes it out.
+	clk.add(time.Second + 1)
+	require.NoError(t, b.Done(holdOn(t, b, peers[0]), Outcome{}))
+	assert.Equal(t, HealthOK, peers[0].Stats().Health)
+	require.NoError(t, b.Done(holdOn(t, b, peers[1]), Outcome{Failed: true}))
+	assert.Equal(t, HealthFailed, peers[1].Stats().Health)
+}
+
+// holdOn picks from b until it gets p, reporting the other attempts as
+// successes, and returns p with its attempt in flight.
+func holdOn(t *testing.T, b Balancer, p *Peer) *Peer {
+	t.Helper()
+	var r Request
+	for i := range 10_000 {
+		got, err := b.Pick(guardRequest(&r, i))
+		require.NoError(t, err)
+		if got == p {
+			return p
+		}
+		require.NoError(t, b.Done(got, Outcome{}))
+	}
+	t.Fatalf("no pick of %s", p)
+	return nil
+}
+
+// holdEach picks from b with fresh requests, holding every attempt, until
+// it holds one on each of targets; it returns the attempts held, those on
+// targets first, in the order of targets. Holding changes no peer's failures.
+func holdEach(t *testing.T, b Balancer, targets ...*Peer) []*Peer {
+	t.Helper()
+	var first, extra []*Peer
+	seen := map[*Peer]bool{}
+	var r Request
+	for i := 0; len(seen) < len(targets); i++ {
+		require.Less(t, i, 100_000, "no pick of every target")
+		p, err := b.Pick(guardRequest(&r, i))
+		require.NoError(t, err)
+		if slices.Contains(targets, p) && !seen[p] {
+			seen[p] = true
+			continue
+		}
+		extra = append(extra, p)
+	}
+	first = append(first, targets...)
+	return append(first, extra...)
+}
+
+// TestPanicThreshold_readmits: 3 peers all out, threshold 50. A pick in
+// panic of a peer inside its window is a probe: its success readmits it
+// (EventPeerReadmitted); with one of three eligible (33% < 50%) the picker
+// stays in panic, with two (67%) panic ends (EventPanicOver, once, after
+// the readmission that ends it) and the picks reach the two alone, as
+// nginx's would, until the third's window passes. A failure in panic
+// takes the peer out again (EventPeerOut) and restarts its window.
+func TestPanicThreshold_readmits(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		peers := makePeers(3, letter, nil)
+		var kinds []EventKind
+		b, err := pc.new(peers, clk.opt(), WithPanicThreshold(50), WithEvents(func(e Event) {
+			if e.Kind != EventPeerProbe && e.Kind != EventReweighted {
+				kinds = append(kinds, e.Kind)
+			}
+		}))
+		require.NoError(t, err)
+		inPanic := b.(interface{ InPanic() bool }).InPanic
+		failOut(t, b, peers)
+		clk.add(time.Second)
+		held := holdEach(t, b, peers[2], peers[0], peers[1])
+		require.NoError(t, b.Done(held[0], Outcome{Failed: true}))
+		assert.Equal(t, clk.now(), peers[2].State().Checked, "a failure in panic restarts the window")
+		require.NoError(t, b.Done(held[1], Outcome{}))
+		assert.Zero(t, peers[0].Stats().Fails, "a success in panic readmits")
+		assert.True(t, inPanic(), "1 of 3 eligible")
+		require.NoError(t, b.Done(held[2], Outcome{}))
+		assert.False(t, inPanic(), "2 of 3 eligible")
+		assert.Equal(t, []EventKind{EventPeerOut, EventPeerOut, EventPeerOut, EventPanic,
+			EventPeerOut, EventPeerReadmitted, EventPeerReadmitted, EventPanicOver}, kinds)
+		for _, p := range held[3:] {
+			require.NoError(t, b.Done(p, Outcome{}))
+		}
+		assert.Equal(t, addrsOf(map[*Peer]bool{peers[0]: true, peers[1]: true}), addrsOf(reached(t, b, 200)))
+	})
+}
+
+// TestPanicThreshold_windowsEndOnTheClock: 10 peers, 6 out at t0
+// (fail_timeout 10 s), threshold 50: in panic. No report comes; the clock
+// passes t0+10 s. The first pick after that sees no peer inside its window
+// (the count's validity ended with the earliest window), so panic is over
+// (EventPanicOver) though nothing was reported; through t0+10 s exactly it
+// still holds (nginx compares with <=).
+func TestPanicThreshold_windowsEndOnTheClock(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		peers := makePeers(10, numbered, nil)
+		var panics, overs int
+		b, err := pc.new(peers, clk.opt(), WithPanicThreshold(50), WithEvents(func(e Event) {
+			switch e.Kind {
+			case EventPanic:
+				panics++
+			case EventPanicOver:
+				overs++
+			}
+		}))
+		require.NoError(t, err)
+		start := clk.now()
+		failOut(t, b, peers[:6])
+		inPanic := b.(interface{ InPanic() bool }).InPanic
+		reached(t, b, 100)
+		require.True(t, inPanic())
+		require.Equal(t, 1, panics, "once per engagement, not per pick")
+		clk.set(start.Add(DefaultFailTimeout))
+		held := reached(t, b, 1000)
+		assert.True(t, inPanic(), "still inside the windows at their end")
+		assert.Len(t, held, 10)
+		clk.set(start.Add(DefaultFailTimeout + 1))
+		_, err = b.Pick(guardRequest(new(Request), 7))
+		require.NoError(t, err)
+		assert.False(t, inPanic(), "the windows ended on the clock")
+		assert.Equal(t, 1, overs)
+	})
+}

@@ -489,6 +489,7 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil {
 		before = p.markLocked()
 	}
+	readmitted := false
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
@@ -497,9 +498,12 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	case o.Failed:
 		s.failLocked(p, s.now())
 	default:
-		s.succeedLocked(p)
+		readmitted = s.succeedLocked(p)
 	}
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
+	}
+	if readmitted {
+		s.recheck(s.now())
 	}
 }
