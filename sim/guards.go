@@ -216,7 +216,7 @@ func guardLegend(s *Scenario) string {
 }
 
 // guardSuffixes explains the names of the guards' variants.
-const guardSuffixes = "A name's suffix is a guard: +budget gives each client a retry budget with Finagle's defaults (20% of the requests plus 10 retries a second over 10 s), +tightbudget one of 10% plus 5 a second; +panic a panic threshold of 50% (WithPanicThreshold); +slowstart slow start over 10 s (WithSlowStart, aggression 1, 10% of the weight at least)."
+const guardSuffixes = "A name's suffix is a guard: +budget gives each client a retry budget with Finagle's defaults (20% of the requests plus 10 retries a second over 10 s), +tightbudget one of 10% plus 5 a second; +panic a panic threshold of 50% (WithPanicThreshold), +ejectcap an ejection cap of 50% (WithMaxEjectionPercent); +slowstart slow start over 10 s (WithSlowStart, aggression 1, 10% of the weight at least)."
 
 // GuardPickers are the pickers the guard scenarios compare with and
 // without each guard: nginx's default, the two latency-blind and
@@ -315,9 +315,13 @@ func scaleUp() Scenario {
 }
 
 // The guards of the outage and the scale-up: a panic threshold of 50%
-// (Envoy's default) and slow start over 10 s (aggression 1, at least 10%
-// of the weight: Envoy's defaults), when the library has them.
+// (Envoy's default) or an ejection cap of 50% (at most half the peers out
+// for failures), and slow start over 10 s (aggression 1, at least 10% of
+// the weight: Envoy's defaults).
 var (
-	outageGuards  = []Guard{{Suffix: "+panic", Options: []balancer.Option{balancer.WithPanicThreshold(50)}}}
+	outageGuards = []Guard{
+		{Suffix: "+panic", Options: []balancer.Option{balancer.WithPanicThreshold(50)}},
+		{Suffix: "+ejectcap", Options: []balancer.Option{balancer.WithMaxEjectionPercent(50)}},
+	}
 	scaleUpGuards []Guard
 )

@@ -170,7 +170,8 @@ func TestRetryStorm(t *testing.T) {
 }
 
 // TestOutage is the 1 s outage's done-when: with a panic threshold of 50%
-// under 1% of the requests arriving in the 10 s after the recovery fail.
+// under 1% of the requests arriving in the 10 s after the recovery fail;
+// with an ejection cap of 50% none is refused for want of a live peer.
 // The control, nginx's defaults: a client whose every peer failed within
 // [5 s, 6 s) has none until the fail windows, 10 s from the failures,
 // expire at about 15 s: of the window's 10 s, 9 refuse every request ("no
@@ -191,6 +192,8 @@ func TestOutage(t *testing.T) {
 			// The outage itself fails as before: panic mode does not
 			// hide a failure that is there.
 			assert.Positive(t, g.Failed, "%s+panic seed %d", p, seed)
+			// With at most half the peers out, a client always has one.
+			assert.Zero(t, runs[p+"+ejectcap"][i].WindowRefused, "%s+ejectcap seed %d", p, seed)
 		}
 	}
 }
