@@ -56,6 +56,7 @@ type peerSet struct {
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
+	slow   slowStart     // WithSlowStart's guard (guard_slowstart.go)
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
@@ -79,7 +80,17 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	s.list.Store(&peerList{noLive: &s.noLive})
-	return s.Add(peers...)
+	if err := s.slow.setup(s.picker, &cfg); err != nil {
+		return err
+	}
+	if err := s.Add(peers...); err != nil {
+		return err
+	}
+	// The peers given at construction do not warm (guard_slowstart.go);
+	// those added from here on do. Before the picker is in use: no lock
+	// needed.
+	s.slow.ready = true
+	return nil
 }
 
 // backupErr is the error for a backup peer given to a picker that refuses
@@ -225,7 +236,9 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 	if err := s.ownsLocked(p); err != nil {
 		return err
 	}
-	p.down.Store(down)
+	if p.down.Swap(down) && !down {
+		s.slow.startLocked(p, s.now()) // back up: it warms, if slow start is on
+	}
 	l := s.load()
 	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
 	return nil
@@ -326,7 +339,11 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			k.setWeightLocked(k.weight.Load())
 			s.freshLocked(k, now)
 		case k != q:
+			wasDown := k.down.Load()
 			k.adopt(q)
+			if wasDown && !k.down.Load() {
+				s.slow.startLocked(k, now) // back up: it warms, if slow start is on
+			}
 		}
 	}
 	ownerMu.Lock()
@@ -350,6 +367,8 @@ func (s *peerSet) freshLocked(p *Peer, now int64) {
 		st = s.fresh(now)
 	}
 	p.state.Store(st)
+	p.warmFrom.Store(0)
+	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 }
 
 // NextEligible returns the earliest time at which a peer now inside its
@@ -490,6 +509,7 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 		before = p.markLocked()
 	}
 	readmitted := false
+	wasOut := s.slow.on() && p.outForFails()
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
@@ -506,4 +526,5 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if readmitted {
 		s.recheck(s.now())
 	}
+	s.readmittedLocked(p, wasOut)
 }

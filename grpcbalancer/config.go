@@ -45,6 +45,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	errorUtilizationPenalty    number ≥ 0 (ReportedWRR)
 //	reportedLoad               {"window": duration, "clients": int ≥ 1}
 //	                           (WithReportedLoad; clients default 1)
+//	slowStart                  {"window": duration, "aggression": number,
+//	                           "minWeightPercent": number} (WithSlowStart;
+//	                           Envoy's defaults 1 and 10)
 //	probeRate                  {"perPick": number, "perSecond": number}
 //	                           (Prequal's WithProbeRate; each defaults)
 //	probePool                  {"size": int, "maxAge": duration}
@@ -93,6 +96,7 @@ type Config struct {
 	WeightUpdatePeriod      *string       `json:"weightUpdatePeriod,omitempty"`
 	ErrorUtilizationPenalty *float64      `json:"errorUtilizationPenalty,omitempty"`
 	ReportedLoad            *ReportedLoad `json:"reportedLoad,omitempty"`
+	SlowStart               *SlowStart    `json:"slowStart,omitempty"`
 
 	ProbeRate    *ProbeRate `json:"probeRate,omitempty"`
 	ProbePool    *ProbePool `json:"probePool,omitempty"`
@@ -107,6 +111,15 @@ type Config struct {
 type ReportedLoad struct {
 	Window  *string `json:"window,omitempty"`
 	Clients *int    `json:"clients,omitempty"`
+}
+
+// SlowStart is Config's slowStart: the arguments of
+// balancer.WithSlowStart, Envoy's SlowStartConfig. Window is required;
+// Aggression defaults to 1 and MinWeightPercent to 10, Envoy's defaults.
+type SlowStart struct {
+	Window           *string  `json:"window,omitempty"`
+	Aggression       *float64 `json:"aggression,omitempty"`
+	MinWeightPercent *float64 `json:"minWeightPercent,omitempty"`
 }
 
 // ProbeRate is Config's probeRate: the arguments of
@@ -289,6 +302,24 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		}
 		v := fmt.Sprintf("{%v %d}", w, clients)
 		opts = append(opts, option{"reportedLoad", v, lbgo.WithReportedLoad(w, clients)})
+	}
+	if s := c.SlowStart; s != nil {
+		if s.Window == nil {
+			return nil, bad("slowStart", "no window")
+		}
+		w, err := dur("slowStart", s.Window)
+		if err != nil {
+			return nil, err
+		}
+		aggression, minPct := 1.0, 10.0
+		if s.Aggression != nil {
+			aggression = *s.Aggression
+		}
+		if s.MinWeightPercent != nil {
+			minPct = *s.MinWeightPercent
+		}
+		v := fmt.Sprintf("{%v %v %v}", w, aggression, minPct)
+		opts = append(opts, option{"slowStart", v, lbgo.WithSlowStart(w, aggression, minPct)})
 	}
 	if r := c.ProbeRate; r != nil {
 		perPick, perSecond := float64(lbgo.DefaultProbesPerPick), float64(lbgo.DefaultProbesPerSecond)

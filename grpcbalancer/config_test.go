@@ -27,7 +27,7 @@ import (
 // field.
 func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
 	fields := map[string]string{
-		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`, "reportedLoad": `{"window":"1s"}`,
+		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`, "reportedLoad": `{"window":"1s"}`, "slowStart": `{"window":"30s"}`,
 		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
 		"blackoutPeriod": `"0s"`, "weightExpirationPeriod": `"3m"`, "weightUpdatePeriod": `"100ms"`,
 		"errorUtilizationPenalty": `0.5`,
@@ -89,6 +89,7 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"10s","clients":16},"decay":"1s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
+		{policy: "lbgo_smoothwrr", json: `{"slowStart":{"window":"30s","aggression":1.5,"minWeightPercent":20}}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 
 		// The message after "grpcbalancer: bad load-balancing config: "
 		// names the field as the JSON spells it, the value as written and
@@ -127,6 +128,11 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"soon"}}`, wantErr: `reportedLoad {"window":"soon"}: not a duration`},
 		{policy: "lbgo_smoothwrr", json: `{"reportedLoad":{"window":"1s"}}`, wantErr: `reportedLoad {"window":"1s"}: not an option of SmoothWRR`},
 		{policy: "lbgo_randomtwo", json: `{"reportedLoad":"1s"}`, wantErr: `reportedLoad "1s": not an object`},
+		{policy: "lbgo_smoothwrr", json: `{"slowStart":{"aggression":2}}`, wantErr: `slowStart {"aggression":2}: no window`},
+		{policy: "lbgo_leastconn", json: `{"slowStart":{"window":"-1s"}}`, wantErr: `slowStart {"window":"-1s"}: window -1s is not positive`},
+		{policy: "lbgo_random", json: `{"slowStart":{"window":"10s","aggression":0}}`, wantErr: `slowStart {"window":"10s","aggression":0}: aggression 0 is not positive and finite`},
+		{policy: "lbgo_p2cpeakewma", json: `{"slowStart":{"window":"10s","minWeightPercent":101}}`, wantErr: `slowStart {"window":"10s","minWeightPercent":101}: minWeightPercent 101 is outside [0, 100]`},
+		{policy: "lbgo_hash", json: `{"slowStart":{"window":"10s"}}`, wantErr: `slowStart {"window":"10s"}: not an option of Hash`},
 	} {
 		t.Run(tc.policy+tc.json, func(t *testing.T) {
 			parser := balancer.Get(tc.policy).(balancer.ConfigParser)
@@ -228,7 +234,7 @@ func TestREADME_optionFields(t *testing.T) {
 			fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
 		}
 		for _, field := range fields {
-			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad", "probeRate", "probePool", "hotQuantile"}, field) {
+			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad", "slowStart", "probeRate", "probePool", "hotQuantile"}, field) {
 				continue
 			}
 			rows++
@@ -243,8 +249,8 @@ func TestREADME_optionFields(t *testing.T) {
 			}
 		}
 	}
-	if rows != 12 {
-		t.Errorf("README: %d picker option fields in the config table, want 12", rows)
+	if rows != 13 {
+		t.Errorf("README: %d picker option fields in the config table, want 13", rows)
 	}
 }
 
@@ -255,11 +261,11 @@ func TestREADME_optionFields(t *testing.T) {
 func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 	values := map[string][2]string{
 		"decay": {`"1s"`, `"2s"`}, "failurePenalty": {`"1s"`, `"2s"`}, "warmup": {`"1s"`, `"2s"`}, "reportedLoad": {`{"window":"1s"}`, `{"window":"1s","clients":16}`},
+		"hotQuantile": {`0.6`, `0.84`}, "slowStart": {`{"window":"30s"}`, `{"window":"30s","aggression":2}`},
 		"band": {`1.5`, `2`}, "exponent": {`1`, `2`}, "tolerance": {`2`, `3`}, "floor": {`2`, `3`}, "boundedLoad": {`1.25`, `1.5`},
 		"blackoutPeriod": {`"0s"`, `"10s"`}, "weightExpirationPeriod": {`"3m"`, `"5s"`},
 		"weightUpdatePeriod": {`"100ms"`, `"1s"`}, "errorUtilizationPenalty": {`0.5`, `1`},
 		"probeRate": {`{"perPick":1}`, `{"perPick":1,"perSecond":10}`}, "probePool": {`{"size":8}`, `{"size":8,"maxAge":"2s"}`},
-		"hotQuantile": {`0.6`, `0.84`},
 	}
 	key := func(a lbgo.Algorithm, js string) string {
 		t.Helper()
