@@ -58,7 +58,9 @@ func WithPanicThreshold(percent float64) Option {
 // Envoy's documentation of the field promises. A failure the cap refuses
 // is counted (Stats.Failures, the effective weight lowered) but leaves the
 // peer one failure short of max_fails, eligible, and reports
-// EventEjectionCapped; its next failure asks the cap again. percent is in
+// EventEjectionCapped; its next failure asks the cap again. A cap at or
+// below 100 − WithPanicThreshold's percent keeps failures from bringing
+// panic mode (probes in flight aside, which count as out). percent is in
 // [0, 100]. Every picker accepts it. Default: no cap, nginx's behaviour.
 func WithMaxEjectionPercent(percent float64) Option {
 	return option{"WithMaxEjectionPercent", func(c *config) { c.guards.capPct, c.guards.capSet = percent, true }}
@@ -295,7 +297,8 @@ func (s *peerSet) PanicCount() uint64 {
 }
 
 // InPanic reports whether the picker is in panic mode now. Lock-free; it
-// counts the peers, O(n), if its last count is stale.
+// counts the peers, O(n), if its last count is stale, and reports a change
+// it finds to the WithEvents hook, as a pick would.
 func (s *peerSet) InPanic() bool { return s.panics(s.now()) }
 
 // EjectionCappedCount returns how many failures WithMaxEjectionPercent
