@@ -12,13 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// guardRequest resets r into a fresh request routed by i: the hash
-// pickers' key and IPHash's client address (a /24 of its own for each i,
-// since IPHash hashes three octets) both follow i; the other pickers
+// guardKeys are the hash pickers' keys guardRequest routes by, built once
+// so that a request allocates nothing.
+var guardKeys = func() []string {
+	k := make([]string, 4096)
+	for i := range k {
+		k[i] = "key" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// guardRequest resets r into a fresh request routed by i mod 4096: the
+// hash pickers' key and IPHash's client address (a /24 of its own for each,
+// since IPHash hashes three octets) both follow it; the other pickers
 // ignore them.
 func guardRequest(r *Request, i int) *Request {
+	i %= len(guardKeys)
 	r.Reset()
-	r.SetKey("key" + strconv.Itoa(i))
+	r.SetKey(guardKeys[i])
 	r.SetAddr(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}))
 	return r
 }
@@ -323,11 +334,133 @@ func TestPanicThreshold_windowsEndOnTheClock(t *testing.T) {
 		clk.set(start.Add(DefaultFailTimeout))
 		held := reached(t, b, 1000)
 		assert.True(t, inPanic(), "still inside the windows at their end")
-		assert.Len(t, held, 10)
+		assert.True(t, slices.ContainsFunc(peers[:6], func(p *Peer) bool { return held[p] }), "picks in panic reach peers out")
 		clk.set(start.Add(DefaultFailTimeout + 1))
 		_, err = b.Pick(guardRequest(new(Request), 7))
 		require.NoError(t, err)
 		assert.False(t, inPanic(), "the windows ended on the clock")
 		assert.Equal(t, 1, overs)
+	})
+}
+
+// TestPanicThreshold_backups: 4 primaries, 2 backups, threshold 50, for
+// every picker that takes backups. Panic engages only when neither list
+// could serve (below 50% eligible of its peers not down):
+//   - primaries 0/4, backups 2/2: the backups serve, no panic, picks reach
+//     the backups as nginx's do;
+//   - primaries 0/4, backups 1/2 (50%, not below): no panic, the healthy
+//     backup alone;
+//   - primaries 1/4, backups 2/2: no panic, nginx's pick of the one
+//     primary left;
+//   - primaries 0/4, backups 0/2: panic, and the primaries, all eligible
+//     in panic, take the picks.
+func TestPanicThreshold_backups(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		if pc.alg.NoBackups {
+			t.Skip("refuses backup peers")
+		}
+		for _, tt := range []struct {
+			name           string
+			primaryOut     int
+			backupOut      int
+			panics         bool
+			reachP, reachB []int // indices reached
+		}{
+			{"primaries out", 4, 0, false, nil, []int{0, 1}},
+			{"half the backups out", 4, 1, false, nil, []int{1}},
+			{"one primary left", 3, 0, false, []int{3}, nil},
+			{"all out", 4, 2, true, []int{0, 1, 2, 3}, nil},
+		} {
+			clk := newFakeClock()
+			primaries := makePeers(4, numbered, nil)
+			backups := makePeers(2, func(i int) string { return "b" + strconv.Itoa(i) }, func(int) []PeerOption { return []PeerOption{Backup()} })
+			b, err := pc.new(slices.Concat(primaries, backups), clk.opt(), WithPanicThreshold(50))
+			require.NoError(t, err)
+			failOut(t, b, primaries[:tt.primaryOut])
+			failOut(t, b, backups[:tt.backupOut])
+			want := map[*Peer]bool{}
+			for _, i := range tt.reachP {
+				want[primaries[i]] = true
+			}
+			for _, i := range tt.reachB {
+				want[backups[i]] = true
+			}
+			assert.Equal(t, addrsOf(want), addrsOf(reached(t, b, 1000)), tt.name)
+			assert.Equal(t, tt.panics, b.(interface{ InPanic() bool }).InPanic(), tt.name)
+		}
+	})
+}
+
+// TestGuards_healthyPickAllocs: with both guards set, a healthy pick and
+// its report allocate nothing, at every size; nor does a pick in panic
+// (10 peers, 6 out, each failure of an out peer reported again, which only
+// moves its window), once the count is made.
+func TestGuards_healthyPickAllocs(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		for _, n := range []int{10, 1000} {
+			b, err := pc.new(benchPeers(n), WithPanicThreshold(50), WithMaxEjectionPercent(50))
+			require.NoError(t, err)
+			var r Request
+			allocs := testing.AllocsPerRun(1000, func() {
+				p, _ := b.Pick(guardRequest(&r, 1))
+				_ = b.Done(p, Outcome{Latency: time.Millisecond})
+			})
+			assert.Zero(t, allocs, "healthy Pick+Done, %d peers", n)
+		}
+		clk := newFakeClock()
+		peers := makePeers(10, numbered, nil)
+		b, err := pc.new(peers, clk.opt(), WithPanicThreshold(50), WithMaxEjectionPercent(100))
+		require.NoError(t, err)
+		failOut(t, b, peers[:6])
+		var r Request
+		i := 0
+		pickDone := func() {
+			i++
+			p, _ := b.Pick(guardRequest(&r, i%64))
+			_ = b.Done(p, Outcome{Failed: slices.Index(peers, p) < 6, Latency: time.Millisecond})
+		}
+		pickDone()
+		require.True(t, b.(interface{ InPanic() bool }).InPanic())
+		assert.Zero(t, testing.AllocsPerRun(1000, pickDone), "Pick+Done in panic")
+	})
+}
+
+// TestGuards_noLockOnHealthyPick: a healthy fresh pick that takes no lock
+// without the guards takes none with them: it completes while the test
+// holds the picker's lock. Pickers whose healthy pick locks without the
+// guards (it does not complete within the bound) are skipped.
+func TestGuards_noLockOnHealthyPick(t *testing.T) {
+	completes := func(b Balancer, s *peerSet) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var r Request
+			for i := range 100 {
+				p, err := b.Pick(guardRequest(&r, i))
+				if err == nil {
+					_ = b.Done(p, Outcome{Latency: time.Millisecond})
+				}
+			}
+		}()
+		select {
+		case <-done:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false // the goroutine ends once the lock is let go
+		}
+	}
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		build := func(opts ...Option) (Balancer, *peerSet) {
+			peers := benchPeers(100)
+			b, err := pc.new(peers, opts...)
+			require.NoError(t, err)
+			return b, peers[0].owner.Load()
+		}
+		if !completes(build()) {
+			t.Skip("the healthy pick takes the lock without the guards")
+		}
+		assert.True(t, completes(build(WithPanicThreshold(50), WithMaxEjectionPercent(10))))
 	})
 }
