@@ -323,5 +323,5 @@ var (
 		{Suffix: "+panic", Options: []balancer.Option{balancer.WithPanicThreshold(50)}},
 		{Suffix: "+ejectcap", Options: []balancer.Option{balancer.WithMaxEjectionPercent(50)}},
 	}
-	scaleUpGuards []Guard
+	scaleUpGuards = []Guard{{Suffix: "+slowstart", Options: []balancer.Option{balancer.WithSlowStart(10*time.Second, 1, 10)}}}
 )
