@@ -96,3 +96,76 @@ func BenchmarkGuardPanic(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGuardEligible times the eligibility test on one peer out for
+// its failures, the one place a pick meets the guards, in a RoundRobin of
+// 10 peers on a frozen clock: BenchmarkGuardEligible/RoundRobin/peers=10/
+// <mode>. plain is nginx's test as it stood before the guards, written
+// out here; eligible the test now, without the guards (a load of the
+// peer's picker and a nil check more); guarded30 with both guards and 3
+// peers out (the count made, not in panic: ineligible); panic60 with 6 out
+// (in panic: eligible). Each op builds the pick's lazy clock afresh, as a
+// pick does.
+//
+// Before the guards, Peer.eligible was nginxEligible's body, and the
+// compiler did not inline it either.
+func BenchmarkGuardEligible(b *testing.B) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := WithClock(func() time.Time { return t0 })
+	for _, m := range []struct {
+		name    string
+		guarded bool
+		out     int
+		plain   bool
+	}{
+		{"plain", false, 3, true},
+		{"eligible", false, 3, false},
+		{"guarded30", true, 3, false},
+		{"panic60", true, 6, false},
+	} {
+		b.Run("RoundRobin/peers=10/"+m.name, func(b *testing.B) {
+			opts := []Option{clock}
+			if m.guarded {
+				opts = append(opts, WithPanicThreshold(50), WithMaxEjectionPercent(100))
+			}
+			rr, err := NewRoundRobin(benchPeers(10), opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			peers := rr.Peers()
+			for _, q := range peers[:m.out] {
+				q.pick()
+				if err := rr.Done(q, Outcome{Failed: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := peers[0]
+			want := m.guarded && m.out == 6
+			test := func() bool {
+				clk := lazyClock{now: rr.now}
+				if m.plain {
+					return nginxEligible(p, &clk)
+				}
+				return p.eligible(&clk)
+			}
+			if test() != want {
+				b.Fatalf("eligible = %v, want %v", !want, want)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if test() != want {
+					b.Fatal("eligibility changed")
+				}
+			}
+		})
+	}
+}
+
+// nginxEligible is Peer.eligible as it stood before the guards, a call as
+// it was, for BenchmarkGuardEligible's baseline.
+//
+//go:noinline
+func nginxEligible(p *Peer, clk *lazyClock) bool {
+	return !p.down.Load() && !p.full() && (p.fails.Load() == 0 || !p.inFailWindow(clk.get()))
+}
