@@ -90,9 +90,7 @@ func (s *peerSet) connectable(p *Peer) error {
 // cleared any. Requires s.mu.
 func (s *peerSet) connectedLocked(p *Peer) bool {
 	before := p.markLocked()
-	wasOut := s.slow.on() && p.outForFails()
 	readmitted := s.succeedLocked(p)
-	s.readmittedLocked(p, wasOut)
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
 	}

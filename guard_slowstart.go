@@ -97,15 +97,14 @@ type slowStartSetting struct {
 // nginx Plus's server parameter slow_start=time is the analogue: a server
 // that becomes healthy recovers its weight from zero over time.
 //
-// The pickers a weight drives accept it: the weighted round robins and
-// LeastConn scale the weight they step or compare, the random and
-// two-choice pickers draw each peer in proportion to weight · factor, and
-// FastestFirst scales its derived weight. Hash, ConsistentHash, IPHash,
-// RoundRobin and Prequal refuse it, saying why; RandomWeighted refuses it
-// with WithWarmup. A window ≤ 0, an aggression not positive and finite, or
-// a minWeightPercent outside [0, 100] is refused with ErrInvalidConfig.
-// Default: off. While no peer warms a pick costs one atomic load more, and
-// none is ever allocated.
+// The pickers a weight drives accept it; Hash, ConsistentHash, IPHash,
+// RoundRobin and Prequal refuse it, saying why, and RandomWeighted refuses
+// it beside WithWarmup. A window ≤ 0, an aggression not positive and
+// finite, or a minWeightPercent outside [0, 100] is refused with
+// ErrInvalidConfig. Default: off. While no peer warms, a pick costs one
+// atomic load more; while one does, a clock read, and SmoothWRR,
+// ClassicWRR and ReportedWRR pick under their lock (their lock-free cycle
+// holds fixed weights). No pick allocates.
 func WithSlowStart(window time.Duration, aggression, minWeightPercent float64) Option {
 	return ownOption("WithSlowStart", func(s *slowStartSetting) {
 		*s = slowStartSetting{window, aggression, minWeightPercent, true}
@@ -306,11 +305,11 @@ func (w *slowStart) leaveScaleLocked(l *peerList) bool {
 	return true
 }
 
-// readmittedLocked starts p's slow start if a report just cleared the
-// failures of a peer that was out for them (wasOut). Requires the owner's
-// lock.
-func (s *peerSet) readmittedLocked(p *Peer, wasOut bool) {
-	if wasOut && p.fails.Load() == 0 {
+// readmittedLocked starts the slow start of p, whose failures a success
+// is clearing while it is out for them (max_fails on record), if its
+// owner has slow start on. Requires the owner's lock.
+func (p *Peer) readmittedLocked() {
+	if s := p.owner.Load(); s != nil && s.slow.on() {
 		s.slow.startLocked(p, s.now())
 	}
 }
@@ -438,12 +437,13 @@ func classicWarmWeights(sorted []*Peer) []int64 {
 // starting at weight · classicWarmScale; once none warms they end, and
 // the next pick starts a round of nginx's. Requires s.mu.
 func (s *ClassicWRR) classicWarmLocked(l *peerList, clk *lazyClock) bool {
-	was := s.slow.scaled
-	if !s.scaleLocked(l, clk, classicWarmScale) {
+	if !s.slow.warming(clk) {
+		s.slow.leaveScaleLocked(l)
 		return false
 	}
-	if !was {
-		s.closeLocked()
+	if !s.slow.scaled {
+		s.closeLocked() // its current weights back in the peers' fields first
+		s.slow.enterScaleLocked(l, classicWarmScale)
 		for k, sorted := range [2][]*Peer{s.primary, s.backup} {
 			for i, p := range sorted {
 				s.warmW[k][i] = p.weight.Load() * classicWarmScale

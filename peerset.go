@@ -56,12 +56,13 @@ type peerSet struct {
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
-	slow   slowStart     // WithSlowStart's guard (guard_slowstart.go)
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
 	picker    string
 	noBackups bool
+
+	slow slowStart // WithSlowStart's guard (guard_slowstart.go); set by init
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
@@ -362,13 +363,13 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 // algorithm, or none. Requires s.mu, and p claimed by s but not yet in a
 // published list.
 func (s *peerSet) freshLocked(p *Peer, now int64) {
+	p.warmFrom.Store(0)
+	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 	var st *peerState
 	if s.fresh != nil {
 		st = s.fresh(now)
 	}
 	p.state.Store(st)
-	p.warmFrom.Store(0)
-	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 }
 
 // NextEligible returns the earliest time at which a peer now inside its
@@ -509,7 +510,6 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 		before = p.markLocked()
 	}
 	readmitted := false
-	wasOut := s.slow.on() && p.outForFails()
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
@@ -528,5 +528,4 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if readmitted {
 		s.recheck(s.now())
 	}
-	s.readmittedLocked(p, wasOut)
 }
