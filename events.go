@@ -30,9 +30,25 @@ const (
 	// EventReweighted: FastestFirst recomputed the weights of one list
 	// (primaries or backups) from the latency estimates. Peer is nil.
 	EventReweighted
+
+	// EventPanic: panic mode (WithPanicThreshold) engaged: a pick or a
+	// report found fewer than the threshold's share of the peers not down
+	// eligible, and picks now ignore failures. Peer is nil. Once per
+	// engagement, when a pick that meets a peer out for its failures, or a
+	// report, first finds it.
+	EventPanic
+
+	// EventPanicOver: panic mode disengaged, found by the first pick that
+	// meets a peer out for its failures, or the first report readmitting
+	// one, after enough peers are back. Peer is nil.
+	EventPanicOver
+
+	// EventEjectionCapped: WithMaxEjectionPercent kept a failure from
+	// taking the peer out, as that many peers were out already.
+	EventEjectionCapped
 )
 
-var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted"}
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -53,12 +69,16 @@ type Event struct {
 // WithEvents makes the picker call hook on each change of its failure
 // accounting: a peer taken out after max_fails failures (EventPeerOut),
 // probed once its fail_timeout has passed (EventPeerProbe), readmitted by
-// a success that cleared its failures (EventPeerReadmitted); and for
-// FastestFirst, each recompute of its weights (EventReweighted). Every
+// a success that cleared its failures (EventPeerReadmitted); for
+// FastestFirst, each recompute of its weights (EventReweighted); and with
+// the guards, panic mode engaging and disengaging (EventPanic,
+// EventPanicOver) and a failure the ejection cap kept from taking a peer
+// out (EventEjectionCapped). Every
 // picker accepts it; WithEvents(nil) is refused. Default: no hook, which
 // costs one nil check where a change happens.
 //
-// The hook runs synchronously inside Pick or Done, under the picker's lock
+// The hook runs synchronously inside Pick or Done (or InPanic, which
+// evaluates panic mode as a pick does), under the picker's lock
 // when the picker holds one there, and the lock-free pickers report a
 // probe from Pick with no lock held, so the hook may run on several
 // goroutines at once. It must be quick, safe for concurrent use, and must
@@ -105,8 +125,12 @@ func (p *Peer) probed(now int64) {
 	if limit := p.maxFails.Load(); limit == 0 || p.fails.Load() < limit {
 		return
 	}
-	if s := p.owner.Load(); s != nil && s.events != nil {
-		s.events(Event{Kind: EventPeerProbe, Peer: p, Time: time.Unix(0, now)})
+	if s := p.owner.Load(); s != nil {
+		s.guard.invalidate() // a new window: the guards' count is stale
+		if s.events != nil {
+			s.events(Event{Kind: EventPeerProbe, Peer: p, Time: time.Unix(0, now)})
+		}
+		s.recheck(now)
 	}
 }
 

@@ -43,19 +43,21 @@ var optionCases = []struct {
 	{"WithHotQuantile", WithHotQuantile(0.8)},
 	{"WithSlowStart", WithSlowStart(30*time.Second, 1, 10)},
 	{"WithEvents", WithEvents(func(Event) {})},
+	{"WithPanicThreshold", WithPanicThreshold(50)},
+	{"WithMaxEjectionPercent", WithMaxEjectionPercent(10)},
 }
 
 // TestOptions_everyOptionEveryPicker builds every picker with every option,
 // one at a time, each with a valid value: the pickers whose declaration
-// names the option (Algorithm.Options, or WithClock and WithEvents, which
-// every picker takes) accept it, every other one refuses it with
+// names the option (Algorithm.Options, or WithClock, WithEvents and the
+// guards, which every picker takes) accept it, every other one refuses it with
 // ErrInvalidConfig and an error naming the option and the picker.
 func TestOptions_everyOptionEveryPicker(t *testing.T) {
 	for _, tt := range optionCases {
 		t.Run(tt.name, func(t *testing.T) {
 			forEachPicker(t, func(t *testing.T, pc pickerCase) {
 				_, err := pc.new([]*Peer{NewPeer("a")}, tt.opt)
-				if tt.name == "WithClock" || tt.name == "WithEvents" || slices.Contains(pc.alg.Options, tt.name) {
+				if tt.name == "WithClock" || tt.name == "WithEvents" || slices.Contains(guardOptions, tt.name) || slices.Contains(pc.alg.Options, tt.name) {
 					assert.NoError(t, err)
 					return
 				}

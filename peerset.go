@@ -54,6 +54,7 @@ type peerSet struct {
 	fresh func(now int64) *peerState
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
+	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
 
 	// picker names the owner in errors; noBackups, from its declaration
@@ -77,6 +78,7 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	}
 	s.changed = changed
 	s.events = cfg.events
+	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	s.list.Store(&peerList{noLive: &s.noLive})
 	if err := s.slow.setup(s.picker, &cfg); err != nil {
@@ -438,6 +440,7 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	}
 	l.single = len(l.primary) == 1 && len(l.backup) == 0
 	s.list.Store(l)
+	s.guard.invalidate()
 	if s.changed != nil {
 		s.changed(l)
 	}
@@ -506,17 +509,23 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil {
 		before = p.markLocked()
 	}
+	readmitted := false
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
 	case l.single && !p.backup.Load():
 		p.fails.Store(0)
 	case o.Failed:
-		p.failLocked(s.now())
-	default:
+		s.failLocked(p, s.now())
+	case s.guard == nil: // the common report: nginx's test, inlined
 		p.succeedLocked()
+	default:
+		readmitted = s.succeedLocked(p)
 	}
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
+	}
+	if readmitted {
+		s.recheck(s.now())
 	}
 }

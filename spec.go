@@ -32,8 +32,9 @@ type Algorithm struct {
 	NoBackups bool
 
 	// Options names, by function name ("WithRand", "WithDecay"), the
-	// options the picker accepts besides WithClock and WithEvents, which
-	// every picker accepts; New refuses every other one.
+	// options the picker accepts besides WithClock, WithEvents and the
+	// guards (WithPanicThreshold, WithMaxEjectionPercent), which every
+	// picker accepts; New refuses every other one.
 	Options []string
 }
 
@@ -50,9 +51,10 @@ type pickerSpec struct {
 	noBackups bool // refuses backup peers, as nginx's hash and random methods do
 }
 
-// accepts reports whether the picker takes the option called name.
+// accepts reports whether the picker takes the option called name: its
+// own, and those every picker takes.
 func (s pickerSpec) accepts(name string) bool {
-	return name == "WithClock" || name == "WithEvents" || slices.Contains(s.options, name)
+	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name)
 }
 
 // algorithm returns the registry's entry for the picker built by newFn.

@@ -244,7 +244,7 @@ func (g *weightGroups) scan(r *Request, clk *lazyClock, ws *slowStart) *Peer {
 	for _, i := range g.others {
 		p := peers[i]
 		if r != nil && r.isTried(int(i)) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
+			p.fails.Load() != 0 && p.inFailWindow(clk.get()) && !p.panics(clk) {
 			continue // ineligible, as in scanSmooth
 		}
 		if ws != nil {

@@ -36,7 +36,9 @@ type Check struct {
 //     decay constant;
 //   - herding with several clients no worse than baseline.
 //
-// It returns an error if r lacks either policy, and one wrapping
+// The guard scenarios (those naming their Pickers) are left out: their
+// targets are the guards'. It returns an error if r lacks either policy,
+// and one wrapping
 // ErrInvalid if tau is not positive.
 func (r *Report) Checks(candidate, baseline string, tau time.Duration) ([]Check, error) {
 	if tau <= 0 {
@@ -45,6 +47,9 @@ func (r *Report) Checks(candidate, baseline string, tau time.Duration) ([]Check,
 	var out []Check
 	for s := range r.Scenarios {
 		sc := &r.Scenarios[s]
+		if sc.Pickers != nil {
+			continue // a guard scenario: its targets are its own
+		}
 		c, ok := r.Find(sc.Name, candidate)
 		if !ok {
 			return nil, fmt.Errorf("sim: no runs of %q in scenario %s", candidate, sc.Name)

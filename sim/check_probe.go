@@ -41,13 +41,17 @@ func OracleTargets() map[string]float64 {
 //     under SinkBaseline;
 //   - probes: at most MaxProbesPerRequest per request in every run.
 //
-// It returns an error if r lacks the candidate, ProbeBaseline, or, where
+// The guard scenarios are left out, as by Checks. It returns an error if
+// r lacks the candidate, ProbeBaseline, or, where
 // their checks apply, Oracle SED or SinkBaseline.
 func (r *Report) ProbeChecks(candidate string) ([]Check, error) {
 	var out []Check
 	targets := OracleTargets()
 	for s := range r.Scenarios {
 		sc := &r.Scenarios[s]
+		if sc.Pickers != nil {
+			continue // a guard scenario, left out as by Checks
+		}
 		find := func(policy string) (*Summary, error) {
 			m, ok := r.Find(sc.Name, policy)
 			if !ok {

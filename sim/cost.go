@@ -61,7 +61,8 @@ type Cost struct {
 	Requests float64
 	// Bytes is the memory the run is expected to use at most: the
 	// per-bucket counts and weights it keeps in its Result, the latencies
-	// of its requests, the herd samples, the jitter schedule, every
+	// of its requests (twice over for those in a guard scenario's
+	// windows), the herd samples, the jitter schedule, every
 	// client's peers and picker, the requests in flight.
 	Bytes float64
 	// Kept is the part of Bytes the Result keeps after the run.
@@ -135,6 +136,13 @@ func (s *Scenario) Cost() Cost {
 	add("the attempt counts and weights of every backend per 100 ms", c.Kept)
 	add("the latency of every request", 8*poissonCap(c.Requests))
 	add("the herd samples, one per 10 ms", 8*(dur/float64(sampleEvery)+1))
+	if s.Measure != NoMeasure {
+		win := poissonCap(r * s.Window.seconds())
+		if s.Measure == WindowP99 {
+			win += poissonCap(r * s.Before.seconds())
+		}
+		add("the latencies of the requests in the measured windows", 8*win)
+	}
 	if e := s.Jitter.Every; e > 0 {
 		var phases float64
 		for _, b := range s.Backends {

@@ -34,6 +34,17 @@
 // requests and a short latency. Probes are counted per request and in
 // server time ([ProbeCost] each, occupying no worker).
 //
+// The guard scenarios measure the guards of package balancer against the
+// pickers without them, each picker of [GuardPickers] beside its
+// variants ([Guard]): a retry storm (backends shedding load above a queue
+// length, every client with its own retry budget on the virtual clock or
+// none), a total outage of 1 s (with a panic threshold or nginx's
+// defaults) and a scale-up (a backend joining cold, the pickers' Add at
+// its join, with slow start or without). Each shows its measure over a
+// window of arrival times ([Measure]): the load amplification, the failed
+// share after the recovery, the p99 during the warm-up beside the p99
+// before the join.
+//
 // Every random draw comes from its own PCG stream, seeded from the run's
 // seed, the scenario and the draw's purpose, so a run is reproducible bit
 // for bit, and every policy faces the same arrivals and request sizes: the
@@ -48,7 +59,8 @@
 // backends, randomly changing service times with one and sixteen clients,
 // fleets whose speeds shift about every second under 1, 16 and 64
 // clients, the 16-client fleet over two zones of 1 and 20 ms round trip,
-// and with a backend failing fast for half the run. Beside the clairvoyant oracle, a full-information one sees each
+// and with a backend failing fast for half the run; then the guard
+// scenarios. Beside the clairvoyant oracle, a full-information one sees each
 // backend's true requests in flight and current speed at the pick, but no
 // service time in advance: the bound of what server-side load reports can
 // tell a client.

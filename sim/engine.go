@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -36,6 +37,7 @@ const (
 	evJobEnd                    // such a backend ends a job (req: its job)
 	evProbeArrive               // a probe reaches its backend (req: its probe)
 	evProbeAnswer               // a probe's answer reaches its client (req: its probe)
+	evJoin                      // a backend joins every client's picker (req: the backend)
 )
 
 // event is one entry of the event queue. Events are ordered by time, then by
@@ -86,6 +88,7 @@ type backendState struct {
 	dist   Dist
 	sigma  float64
 	faults []fault
+	shed   int64      // fail fast an attempt finding this many jobs or more; 0 never
 	svc    *rand.Rand // service draws for retried attempts
 	flt    *rand.Rand // draws for faults of probability below 1
 	rif    int32      // attempts in flight to this backend, as clients see them
@@ -194,7 +197,8 @@ type client struct {
 	picker balancer.Picker
 	peers  []*balancer.Peer
 	index  map[*balancer.Peer]int32
-	prober *prober // nil unless the policy probes
+	prober *prober               // nil unless the policy probes
+	budget *balancer.RetryBudget // nil unless the policy gives clients one
 }
 
 // world is one run: the event queue, the backends and clients, and the
@@ -239,6 +243,7 @@ type world struct {
 
 	reports bool                // replies carry load reports
 	probing bool                // the policy probes
+	joins   bool                // a backend joins after the start
 	load    balancer.ServerLoad // the report being handed to Done, reused
 
 	// The jobs on backends across the network and the probes in flight,
@@ -254,6 +259,13 @@ type world struct {
 	probesServed  int // probes the backends answered
 	probesFailed  int // probes answered with Failed
 	probesRefused int // answers the receiver refused
+
+	// The guard metrics (see Measure): requests arriving in the window,
+	// attempts sent in it, and the latencies of the requests arriving in
+	// it and in the before-window; retries the budgets refused.
+	winRequests, winAttempts, winFailed, winRefused int
+	winLat, beforeLat                               []int64
+	budgetRefused                                   int
 
 	err error
 }
@@ -292,6 +304,13 @@ func stream(seed uint64, scenario, purpose string, index int) *rand.Rand {
 // per run is reused for every reply, which the Outcome.Load contract
 // allows: a reply allocates nothing.
 //
+// A policy with a retry budget (a Guard's) gives each client its own,
+// on the virtual clock: each request deposits, each retry is taken with
+// RetryBudget.PickRetry, and a retry it refuses fails the request. A
+// backend that joins late (Backend.Join) is added to every client's
+// picker with Add at its join; Run returns an error if a picker cannot
+// add it.
+//
 // Run first checks sc with Scenario.Validate and returns its error, which
 // wraps ErrInvalid or ErrTooLarge, before allocating anything for the run.
 func Run(sc *Scenario, pol Policy, seed uint64) (*Result, error) {
@@ -326,6 +345,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 		nextSample: sampleEvery,
 		reports:    !sc.NoReports,
 		probing:    pol.Probed != nil,
+		joins:      slices.ContainsFunc(sc.Backends, func(b Backend) bool { return b.Join > 0 }),
 	}
 	n := len(sc.Backends)
 	buckets := int((w.dur + int64(Bucket) - 1) / int64(Bucket))
@@ -353,23 +373,49 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 			peers[i] = balancer.NewPeer(fmt.Sprintf("b%d", i), opts...)
 			index[peers[i]] = int32(i)
 		}
+		// The peers of backends that join later are not the picker's yet.
+		initial := peers
+		if w.joins {
+			initial = nil
+			for i, p := range peers {
+				if sc.Backends[i].Join == 0 {
+					initial = append(initial, p)
+				}
+			}
+		}
 		src := rand.NewPCG(seed, stream(seed, sc.Name, "balancer", c).Uint64())
 		w.clients[c] = client{peers: peers, index: index}
 		var p balancer.Picker
 		var err error
 		switch {
 		case pol.oracle != nil:
-			p = pol.oracle(w, peers, src)
+			p = pol.oracle(w, initial, src)
 		case pol.Probed != nil:
 			w.clients[c].prober = &prober{w: w, c: int32(c)}
-			p, err = pol.Probed(peers, clock, src, w.clients[c].prober)
+			p, err = pol.Probed(initial, clock, src, w.clients[c].prober)
 		default:
-			p, err = newPicker(peers, clock, src)
+			p, err = newPicker(initial, clock, src)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sim: building %s: %w", pol.Name, err)
 		}
 		w.clients[c].picker = p
+		if b := pol.budget; b != nil {
+			if w.clients[c].budget, err = balancer.NewRetryBudget(b.Ratio, b.MinPerSecond, b.Window, balancer.WithClock(clock)); err != nil {
+				return nil, fmt.Errorf("sim: building %s's retry budget: %w", pol.Name, err)
+			}
+		}
+	}
+	for i, b := range sc.Backends {
+		if b.Join > 0 {
+			w.push(event{at: int64(b.Join), kind: evJoin, req: int32(i)})
+		}
+	}
+	if sc.Measure != NoMeasure {
+		w.winLat = make([]int64, 0, int(poissonCap(rate*sc.Window.seconds())))
+		if sc.Measure == WindowP99 {
+			w.beforeLat = make([]int64, 0, int(poissonCap(rate*sc.Before.seconds())))
+		}
 	}
 	return w, nil
 }
@@ -397,6 +443,7 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 	if spec.Workers > 0 {
 		b.workers = make([]int64, spec.Workers)
 	}
+	b.shed = int64(spec.ShedAbove)
 	b.up = int64(spec.RTT / 2)
 	b.down = int64(spec.RTT) - b.up
 	if b.far() && spec.Workers > 0 {
@@ -427,9 +474,14 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 			jf = append(jf, j.Lo+(j.Hi-j.Lo)*r.Float64())
 		}
 	}
-	points := append(make([]int64, 0, len(jt)+2*len(spec.Phases)), jt...)
+	points := append(make([]int64, 0, len(jt)+2*len(spec.Phases)+warmSteps+1), jt...)
 	for _, p := range spec.Phases {
 		points = append(points, int64(p.From), int64(p.To))
+	}
+	if spec.Cold > 0 {
+		for k := range warmSteps + 1 {
+			points = append(points, int64(spec.Join)+int64(k)*int64(spec.WarmUp)/warmSteps)
+		}
 	}
 	slices.Sort(points)
 	points = slices.Compact(points)
@@ -449,6 +501,7 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 				m *= p.Factor
 			}
 		}
+		m /= spec.speed(t)
 		b.from = append(b.from, t)
 		b.mean = append(b.mean, m)
 	}
@@ -492,6 +545,8 @@ func (w *world) loop() {
 			w.probeArrive(ev.req)
 		case evProbeAnswer:
 			w.probeAnswer(ev.req)
+		case evJoin:
+			w.join(ev.req)
 		}
 	}
 	w.weigh(math.MaxInt64)
@@ -528,6 +583,9 @@ func (w *world) arrive() {
 	}
 	q := &w.reqs[i]
 	q.arrived, q.client, q.attempts, q.e, q.z = w.now, int32(c), 0, e, z
+	if b := w.clients[c].budget; b != nil {
+		b.Deposit()
+	}
 	w.send(i)
 	w.arrival = event{at: next, kind: evArrival, seq: w.seq}
 	w.seq++
@@ -537,11 +595,25 @@ func (w *world) arrive() {
 func (w *world) send(i int32) {
 	q := &w.reqs[i]
 	c := &w.clients[q.client]
-	p, err := c.picker.Pick(&q.r)
+	var p *balancer.Peer
+	var err error
+	if c.budget != nil && q.attempts > 0 {
+		// A retry, as balancerhttp's Transport asks for one.
+		p, err = c.budget.PickRetry(c.picker, &q.r)
+	} else {
+		p, err = c.picker.Pick(&q.r)
+	}
 	if err != nil {
-		// No peer for this attempt (nginx's 502): the request fails now.
+		// No peer for this attempt (nginx's 502), or no retry the budget
+		// allows: the request fails now.
 		if q.attempts == 0 {
 			w.refused++
+			if w.sc.Window.contains(q.arrived) {
+				w.winRefused++
+			}
+		}
+		if errors.Is(err, balancer.ErrRetryBudget) {
+			w.budgetRefused++
 		}
 		w.finish(i, true)
 		return
@@ -558,6 +630,9 @@ func (w *world) send(i int32) {
 	q.peer, q.backend, q.sent = p, b, w.now
 	q.attempts++
 	w.attempts++
+	if w.sc.Window.contains(w.now) {
+		w.winAttempts++
+	}
 	n := len(w.backends)
 	if k := int(w.now/int64(Bucket))*n + int(b); k < len(w.picks) {
 		w.picks[k]++
@@ -588,6 +663,12 @@ func (w *world) send(i int32) {
 func (w *world) serve(be *backendState, q *request) (int64, bool) {
 	deadline := w.now + w.timeout
 	q.mode = 0
+	if be.shed > 0 && q.rif >= be.shed {
+		// Shed: refused at once, as an overloaded server answers 503.
+		q.mode = FastError
+		q.end = min(w.now+int64(FastErrorDelay), deadline)
+		return q.end, true
+	}
 	if mode, prob := be.faultAt(w.now); prob > 0 && (prob >= 1 || be.flt.Float64() < prob) {
 		q.mode = mode
 		if mode == FastError {
@@ -679,6 +760,18 @@ func (w *world) finish(i int32, failed bool) {
 		w.steadySum += float64(lat)
 		w.steadyN++
 	}
+	if w.sc.Measure != NoMeasure {
+		if w.sc.Window.contains(q.arrived) {
+			w.winRequests++
+			w.winLat = append(w.winLat, lat)
+			if failed {
+				w.winFailed++
+			}
+		}
+		if w.sc.Measure == WindowP99 && w.sc.Before.contains(q.arrived) {
+			w.beforeLat = append(w.beforeLat, lat)
+		}
+	}
 	q.r.Reset()
 	q.peer = nil
 	w.free = append(w.free, i)
@@ -753,4 +846,40 @@ func weightOf(st balancer.PeerState) int {
 		return st.DerivedWeight
 	}
 	return st.EffectiveWeight
+}
+
+// warmSteps is how many steps a backend's warm-up takes (Backend.Cold).
+const warmSteps = 100
+
+// speed returns the backend's speed at t as a fraction of its nominal
+// one: from Cold at Join rising linearly to 1 over WarmUp, constant over
+// each of warmSteps steps at the speed of its middle; 1 without a warm-up.
+func (b *Backend) speed(t int64) float64 {
+	if b.Cold == 0 {
+		return 1
+	}
+	k := int64(math.Floor(float64(t-int64(b.Join)) * warmSteps / float64(b.WarmUp)))
+	switch {
+	case k >= warmSteps:
+		return 1
+	case k < 0:
+		return b.Cold // before it joins: no attempt reaches it
+	}
+	return b.Cold + (1-b.Cold)*(float64(k)+0.5)/warmSteps
+}
+
+// join adds backend i's peer to every client's picker, as a discovery
+// update adding a new server does.
+func (w *world) join(i int32) {
+	for c := range w.clients {
+		u, ok := w.clients[c].picker.(balancer.Updater)
+		if !ok {
+			w.err = fmt.Errorf("backend %d joins, and the picker %T cannot add a peer", i, w.clients[c].picker)
+			return
+		}
+		if err := u.Add(w.clients[c].peers[i]); err != nil {
+			w.err = fmt.Errorf("adding backend %d: %w", i, err)
+			return
+		}
+	}
 }

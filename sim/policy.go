@@ -43,6 +43,9 @@ type Policy struct {
 	// clients, in place of New: for the pickers told how many clients
 	// share the backends.
 	fleet func(clients int) Factory
+	// budget, when set, gives each client its own retry budget (a
+	// guard's variant, see Guard).
+	budget *Budget
 }
 
 // IsOracle reports whether p is an oracle rather than a picker.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,13 @@ type Summary struct {
 	// ProbesPerRequest and ProbeLoad are Result's, over the seeds: 0 for
 	// a policy that does not probe.
 	ProbesPerRequest, ProbeLoad Stat
+	// The guard metrics over the scenario's Window (see Measure): the
+	// offered load and the attempts at the backends per second, their
+	// ratio, the failed and refused shares of the requests arriving in
+	// it, its p99 (ms), the before-window's, and their ratio.
+	Offered, AttemptRate, Amplification  Stat
+	WindowErrors, WindowRefused          Stat
+	WindowP99, BeforeP99, WindowP99Ratio Stat
 }
 
 // Report is the outcome of Compare: a Summary for every scenario and
@@ -79,6 +87,9 @@ type Report struct {
 // Before running any, it checks every scenario (Scenario.Validate), the
 // options (ErrInvalid for negative Seeds or Parallel) and the whole
 // comparison's cost against MaxCompareRequests and MaxBytes (ErrTooLarge).
+// A scenario that names its Pickers runs those of pols, each followed by
+// its guards' variants (see Scenario.Pickers), and is ErrInvalid when pols
+// has none of them.
 func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 	if o.Seeds < 0 || o.Parallel < 0 {
 		return nil, invalid("sim: negative Seeds %d or Parallel %d", o.Seeds, o.Parallel)
@@ -106,8 +117,12 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 	}
 	type job struct{ s, p, k int }
 	var jobs []job
+	run := make([][]Policy, len(scs)) // each scenario's policies
 	for s := range scs {
-		for p := range pols {
+		if run[s] = scs[s].Policies(pols); len(run[s]) == 0 {
+			return nil, invalid("sim: scenario %s runs only %s (and their guards' variants): none of them is given", scs[s].Name, strings.Join(scs[s].Pickers, ", "))
+		}
+		for p := range run[s] {
 			for k := range seeds {
 				jobs = append(jobs, job{s, p, k})
 			}
@@ -125,7 +140,7 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 					return
 				}
 				jb := jobs[j]
-				results[j], errs[j] = Run(&scs[jb.s], pols[jb.p], seeds[jb.k])
+				results[j], errs[j] = Run(&scs[jb.s], run[jb.s][jb.p], seeds[jb.k])
 			}
 		})
 	}
@@ -142,9 +157,9 @@ func Compare(scs []Scenario, pols []Policy, o Options) (*Report, error) {
 	r.Summaries = make([][]Summary, len(scs))
 	j := 0
 	for s := range scs {
-		r.Summaries[s] = make([]Summary, len(pols))
-		for p := range pols {
-			r.Summaries[s][p] = summarize(pols[p], results[j:j+len(seeds)])
+		r.Summaries[s] = make([]Summary, len(run[s]))
+		for p := range run[s] {
+			r.Summaries[s][p] = summarize(run[s][p], results[j:j+len(seeds)])
 			j += len(seeds)
 		}
 	}
@@ -192,12 +207,33 @@ func summarize(p Policy, runs []*Result) Summary {
 	sum.Churn = over(func(r *Result) float64 { return r.Churn })
 	sum.ProbesPerRequest = over((*Result).ProbesPerRequest)
 	sum.ProbeLoad = over((*Result).ProbeLoad)
+	if len(runs) > 0 {
+		if win := runs[0].window; win.To > win.From {
+			secs := win.seconds()
+			sum.Offered = over(func(r *Result) float64 { return float64(r.WindowRequests) / secs })
+			sum.AttemptRate = over(func(r *Result) float64 { return float64(r.WindowAttempts) / secs })
+		}
+	}
+	sum.Amplification = over((*Result).Amplification)
+	sum.WindowErrors = over(func(r *Result) float64 { return ratio(r.WindowFailed, r.WindowRequests) })
+	sum.WindowRefused = over(func(r *Result) float64 { return ratio(r.WindowRefused, r.WindowRequests) })
+	sum.WindowP99 = over(func(r *Result) float64 { return ms(r.WindowP99) })
+	sum.BeforeP99 = over(func(r *Result) float64 { return ms(r.BeforeP99) })
+	sum.WindowP99Ratio = over(func(r *Result) float64 { return ratio64(r.WindowP99, r.BeforeP99) })
 	for _, r := range runs {
 		if r.Sinkhole {
 			sum.Sinkholes++
 		}
 	}
 	return sum
+}
+
+// ratio64 returns a/b, or 0 when b is 0.
+func ratio64(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // ratio returns a/b, or 0 when b is 0.
@@ -295,6 +331,7 @@ func (r *Report) columns(si int) []column {
 		)
 	}
 	cols = append(cols, r.ratioColumns(si)...)
+	cols = append(cols, guardColumns(s, ci)...)
 	if r.probes(si) {
 		cols = append(cols,
 			column{"probes/req", func(m *Summary) string { return num(m.ProbesPerRequest.Mean, 2) }},
@@ -388,6 +425,13 @@ func (r *Report) describe(s *Scenario) string {
 	}
 	if s.Steady > 0 {
 		fmt.Fprintf(&b, " Steady: requests arriving after %s.", span(s.Steady))
+	}
+	if s.Measure != NoMeasure {
+		fmt.Fprintf(&b, " Window: requests arriving in [%s, %s)", span(s.Window.From), span(s.Window.To))
+		if s.Measure == WindowP99 {
+			fmt.Fprintf(&b, "; before: in [%s, %s)", span(s.Before.From), span(s.Before.To))
+		}
+		b.WriteString(".")
 	}
 	return b.String()
 }
@@ -485,6 +529,16 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 				break
 			}
 		}
+		var guards bool
+		for _, m := range []Measure{Amplification, FailedShare, WindowP99} {
+			if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return s.Measure == m }) {
+				legend += "\n" + guardLegend(&Scenario{Measure: m})
+				guards = true
+			}
+		}
+		if guards {
+			legend += "\n" + guardSuffixes
+		}
 		for _, line := range strings.Split(legend, "\n") {
 			fmt.Fprintf(ew, "- %s\n", line)
 		}
@@ -546,6 +600,9 @@ func (r *Report) tableLegend(si int) []string {
 	}
 	if r.probes(si) {
 		out = append(out, probeLegend)
+	}
+	if l := guardLegend(s); l != "" {
+		out = append(out, l, guardSuffixes)
 	}
 	out = append(out,
 		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),

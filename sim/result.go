@@ -81,6 +81,18 @@ type Result struct {
 	// shares of consecutive 500 ms spans: how much the split moves.
 	Churn float64
 
+	// The guard metrics, over the scenario's Window (see Measure):
+	// WindowRequests counts the requests arriving in it, WindowFailed and
+	// WindowRefused those of them that failed and that the picker refused
+	// at once, WindowAttempts the attempts sent during it; WindowP99 and
+	// BeforeP99 are the p99 latencies of the requests arriving in Window
+	// and in the scenario's Before (WindowP99 only). BudgetRefused counts
+	// the retries the clients' retry budgets refused, over the whole run.
+	WindowRequests, WindowAttempts, WindowFailed, WindowRefused int
+	WindowP99, BeforeP99                                        time.Duration
+	BudgetRefused                                               int
+	window                                                      Window // the scenario's, for the rates
+
 	// Picks counts the attempts sent to each backend in each Bucket,
 	// bucket-major: Picks[k*Backends+i].
 	Picks    []int32
@@ -116,6 +128,11 @@ func (r *Result) ProbeLoad() float64 {
 	}
 	return float64(r.ProbeTime) / float64(r.ServiceTime)
 }
+
+// Amplification returns the attempts sent during the scenario's Window
+// over the requests arriving in it: the load at the backends over the
+// offered load.
+func (r *Result) Amplification() float64 { return ratio(r.WindowAttempts, r.WindowRequests) }
 
 // ErrorRate returns the fraction of requests that failed.
 func (r *Result) ErrorRate() float64 {
@@ -275,6 +292,11 @@ func (w *world) result(policy string, seed uint64) *Result {
 		r.Herd = w.herd[rank(len(w.herd), 0.99)]
 	}
 	r.Churn = churn(r)
+	r.WindowRequests, r.WindowAttempts = w.winRequests, w.winAttempts
+	r.WindowFailed, r.WindowRefused, r.BudgetRefused = w.winFailed, w.winRefused, w.budgetRefused
+	r.window = w.sc.Window
+	r.WindowP99 = time.Duration(quantiles(w.winLat, 0.99)[0])
+	r.BeforeP99 = time.Duration(quantiles(w.beforeLat, 0.99)[0])
 	if from, to, ok := w.sc.Degraded(); ok {
 		watch(r, w.sc.Watch, w.sc.FairShare(w.sc.Watch), from, to)
 	}

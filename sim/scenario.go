@@ -112,6 +112,22 @@ type Backend struct {
 	// backend RTT/2 after it is sent, and its answer reaches the client
 	// RTT/2 after the backend sends it. 0, the default, is no network.
 	RTT time.Duration
+	// ShedAbove, when positive, makes the backend shed load as an
+	// overloaded server does: an attempt that finds ShedAbove jobs or
+	// more on it (in service or waiting) fails fast (FastErrorDelay). 0,
+	// the default, sheds nothing. Only for a backend with no RTT.
+	ShedAbove int
+	// Join, when positive, is when the backend joins: until then the
+	// clients' pickers do not hold its peer, and at Join each client adds
+	// it (the picker's Add, as a discovery update would). At least one
+	// backend must be there from the start.
+	Join time.Duration
+	// Cold, when positive, is the backend's speed when it joins (at Join,
+	// or the start), as a fraction of its nominal speed, rising linearly
+	// to the nominal one over WarmUp, in 100 steps: a cold cache or a JIT
+	// warming. 0, the default, is no warm-up.
+	Cold   float64
+	WarmUp time.Duration
 }
 
 // Scenario is a complete simulated setup: backends, offered traffic,
@@ -175,6 +191,18 @@ type Scenario struct {
 	// success or a fast error) carries one, as from a server running
 	// package loadreport's middleware; see Run for what it holds.
 	NoReports bool
+
+	// Pickers, when set, restricts the scenario to the policies of these
+	// names (matched without regard to case) among those Compare is
+	// given, each followed by its variant under every one of Guards: the
+	// guard scenarios compare a picker with and without a guard.
+	Pickers []string
+	Guards  []Guard
+
+	// Measure is the guard metric the scenario's table shows, over the
+	// requests arriving in Window (and, for WindowP99, in Before).
+	Measure        Measure
+	Window, Before Window
 }
 
 // DefaultTimeout is the attempt timeout when a scenario sets none.
@@ -239,6 +267,12 @@ func (s *Scenario) validate() error {
 				return invalid("sim: scenario %q: backend %d: bad fault %+v", s.Name, i, f)
 			}
 		}
+		if err := s.validateGuarded(i); err != nil {
+			return err
+		}
+	}
+	if err := s.validateGuards(); err != nil {
+		return err
 	}
 	r, err := s.rate()
 	if err != nil {
@@ -390,6 +424,9 @@ func Scenarios() []Scenario {
 		zones(),
 		fastFail(),
 		uniform(),
+		retryStorm(),
+		outage(),
+		scaleUp(),
 	}
 }
 

@@ -121,3 +121,20 @@ func TestSimCheckProbing(t *testing.T) {
 	assert.Regexp(t, `(PASS|FAIL)  fleet16 +at most 3 probes per request`, out)
 	assert.NotContains(t, out, "fastfail16  p99 within")
 }
+
+// TestSimGuardScenario: a guard scenario's table has its measure's
+// columns and each picker's guard variants beside it, and only its
+// pickers.
+func TestSimGuardScenario(t *testing.T) {
+	code, out, errOut := exec([]string{"sim", "-scenario", "outage1s", "-seeds", "1", "-pickers", "SmoothWRR,FastestFirst", "-format", "markdown"}, "")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "| policy | mean ms | p50 ms | p99 ms | p99.9 ms | errors % | failed % in window | no live peer % |")
+	assert.Contains(t, out, "| SmoothWRR [1] | ")
+	assert.NotContains(t, out, "FastestFirst")
+	code, _, errOut = exec([]string{"sim", "-scenario", "outage1s", "-pickers", "FastestFirst"}, "")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "scenario outage1s runs only SmoothWRR, LeastConn, P2CPeakEWMA, RoundRobin")
+	code, _, errOut = exec([]string{"sim", "-duration", "15s", "-seeds", "1", "-pickers", "SmoothWRR"}, "")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, errOut, "left out outage1s: its window ends at 16s, after -duration 15s")
+}
