@@ -42,19 +42,20 @@ var optionCases = []struct {
 	{"WithProbePool", WithProbePool(8, time.Second)},
 	{"WithHotQuantile", WithHotQuantile(0.8)},
 	{"WithEvents", WithEvents(func(Event) {})},
+	{"WithEjectionBackoff", WithEjectionBackoff(time.Minute)},
 }
 
 // TestOptions_everyOptionEveryPicker builds every picker with every option,
 // one at a time, each with a valid value: the pickers whose declaration
-// names the option (Algorithm.Options, or WithClock and WithEvents, which
-// every picker takes) accept it, every other one refuses it with
+// names the option (Algorithm.Options, or WithClock, WithEvents and the
+// guards' options, which every picker takes) accept it, every other one refuses it with
 // ErrInvalidConfig and an error naming the option and the picker.
 func TestOptions_everyOptionEveryPicker(t *testing.T) {
 	for _, tt := range optionCases {
 		t.Run(tt.name, func(t *testing.T) {
 			forEachPicker(t, func(t *testing.T, pc pickerCase) {
 				_, err := pc.new([]*Peer{NewPeer("a")}, tt.opt)
-				if tt.name == "WithClock" || tt.name == "WithEvents" || slices.Contains(pc.alg.Options, tt.name) {
+				if tt.name == "WithClock" || tt.name == "WithEvents" || slices.Contains(guardOptions, tt.name) || slices.Contains(pc.alg.Options, tt.name) {
 					assert.NoError(t, err)
 					return
 				}

@@ -71,6 +71,14 @@ type Peer struct {
 	accessed atomic.Int64 // unix nanoseconds of the last failure
 	checked  atomic.Int64 // unix nanoseconds of the last failure or probe
 
+	// ejections is Envoy's ejection multiplier under WithEjectionBackoff
+	// (guard_backoff.go), 0 without it; written under the owner's lock,
+	// read lock-free by the window test. outUntil is the end of the last
+	// ejection's window (unix ns), from which its decay is counted;
+	// guarded by owner.mu.
+	ejections atomic.Int64
+	outUntil  int64
+
 	owner atomic.Pointer[peerSet]
 	// held is the picker that claimed the peer last, kept after it lets
 	// the peer go, so that only that picker takes the reports of attempts

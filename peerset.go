@@ -56,6 +56,10 @@ type peerSet struct {
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
 
+	// backoffMax is WithEjectionBackoff's cap (ns), 0 without it
+	// (guard_backoff.go). Immutable after init.
+	backoffMax int64
+
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
 	picker    string
@@ -76,6 +80,9 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	s.changed = changed
 	s.events = cfg.events
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
+	if err := s.initGuards(&cfg); err != nil {
+		return err
+	}
 	s.list.Store(&peerList{noLive: &s.noLive})
 	return s.Add(peers...)
 }
@@ -374,7 +381,7 @@ func (s *peerSet) NextEligible() (time.Time, bool) {
 			// (fail_timeout is never negative, so only an overflow makes
 			// the sum fall below checked.)
 			c := p.checked.Load()
-			at := c + p.failTimeout.Load() + 1
+			at := c + p.window() + 1
 			if at <= c {
 				at = math.MaxInt64
 			}
@@ -483,7 +490,7 @@ func (s *peerSet) done(p *Peer, o Outcome) error {
 // Requires s.mu.
 func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	var before failMark
-	if s.events != nil {
+	if s.events != nil || s.backoffMax != 0 {
 		before = p.markLocked()
 	}
 	switch {
@@ -495,6 +502,9 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 		p.failLocked(s.now())
 	default:
 		p.succeedLocked()
+	}
+	if s.backoffMax != 0 {
+		s.backoffLocked(p, before)
 	}
 	if s.events != nil {
 		s.noteDoneLocked(p, before)

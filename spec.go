@@ -50,9 +50,14 @@ type pickerSpec struct {
 	noBackups bool // refuses backup peers, as nginx's hash and random methods do
 }
 
+// guardOptions are the failure guards' options, which every picker accepts
+// too, as it accepts WithClock and WithEvents: the peer set applies them
+// (peerSet.init), whatever the algorithm.
+var guardOptions = []string{"WithEjectionBackoff", "WithSuccessRateEjection"}
+
 // accepts reports whether the picker takes the option called name.
 func (s pickerSpec) accepts(name string) bool {
-	return name == "WithClock" || name == "WithEvents" || slices.Contains(s.options, name)
+	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name)
 }
 
 // algorithm returns the registry's entry for the picker built by newFn.
