@@ -46,6 +46,8 @@ func TestPeer_fieldsSharedOnly(t *testing.T) {
 		"fails":           "fails",
 		"accessed":        "accessed",
 		"checked":         "checked",
+		"ejections":       "the ejection count every picker's fail window reads under WithEjectionBackoff (a guard of nginx's model, not an algorithm's)",
+		"outUntil":        "the end of the last ejection's window, from which WithEjectionBackoff's decay counts",
 		"effectiveWeight": "effective_weight",
 		"recovering":      "effective_weight < weight, written with it",
 		"currentWeight":   "current_weight",
