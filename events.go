@@ -30,9 +30,13 @@ const (
 	// EventReweighted: FastestFirst recomputed the weights of one list
 	// (primaries or backups) from the latency estimates. Peer is nil.
 	EventReweighted
+
+	// EventPeerOutlier: WithSuccessRateEjection took the peer out, its
+	// success rate over the last interval an outlier among its peers'.
+	EventPeerOutlier
 )
 
-var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted"}
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "PeerOutlier"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {

@@ -86,6 +86,12 @@ func (s *peerSet) initGuards(cfg *config) error {
 		return err
 	}
 	s.backoffMax = int64(b.max)
+	var o outlierSetting
+	applyOwn(cfg, &o)
+	if err := o.check(s.picker); err != nil {
+		return err
+	}
+	s.outlier = newOutlierGuard(o, s.now())
 	return nil
 }
 

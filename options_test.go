@@ -43,6 +43,7 @@ var optionCases = []struct {
 	{"WithHotQuantile", WithHotQuantile(0.8)},
 	{"WithEvents", WithEvents(func(Event) {})},
 	{"WithEjectionBackoff", WithEjectionBackoff(time.Minute)},
+	{"WithSuccessRateEjection", WithSuccessRateEjection(SuccessRateEjection{})},
 }
 
 // TestOptions_everyOptionEveryPicker builds every picker with every option,

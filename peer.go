@@ -64,6 +64,11 @@ type Peer struct {
 
 	// Total failures reported since NewPeer, for Stats.
 	failures atomic.Uint64
+	// outcomes counts the attempts (high 32 bits) and successes (low 32)
+	// reported in WithSuccessRateEjection's current interval
+	// (guard_outlier.go); written lock-free by Done, swapped to 0 by the
+	// interval's evaluation.
+	outcomes atomic.Uint64
 
 	// Failure accounting. Written by the owning picker, under its lock or,
 	// for the probe claim, by compare-and-swap; read lock-free.

@@ -59,6 +59,9 @@ type peerSet struct {
 	// backoffMax is WithEjectionBackoff's cap (ns), 0 without it
 	// (guard_backoff.go). Immutable after init.
 	backoffMax int64
+	// outlier is WithSuccessRateEjection's state (guard_outlier.go), nil
+	// without it. Set by init.
+	outlier *outlierGuard
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
@@ -467,6 +470,9 @@ func (s *peerSet) finish(p *Peer, o Outcome) error {
 	}
 	if o.Failed {
 		p.failures.Add(1)
+	}
+	if s.outlier != nil && !o.Abandoned {
+		s.countOutcome(p, o.Failed)
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ func TestPeer_fieldsSharedOnly(t *testing.T) {
 		"checked":         "checked",
 		"ejections":       "the ejection count every picker's fail window reads under WithEjectionBackoff (a guard of nginx's model, not an algorithm's)",
 		"outUntil":        "the end of the last ejection's window, from which WithEjectionBackoff's decay counts",
+		"outcomes":        "attempts and successes in WithSuccessRateEjection's interval, a guard every picker shares",
 		"effectiveWeight": "effective_weight",
 		"recovering":      "effective_weight < weight, written with it",
 		"currentWeight":   "current_weight",

@@ -1,0 +1,432 @@
+package balancer
+
+import (
+	"maps"
+	"math"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// outlierRig is a picker over n peers p0, p1, ... (max_fails=1000, so
+// that nginx's own accounting takes no peer out within one instant) on a
+// fake clock, with its EventPeerOutlier events and the test's own tally of
+// each peer's attempts and failures.
+type outlierRig struct {
+	t        *testing.T
+	pc       pickerCase
+	p        Balancer
+	peers    []*Peer
+	clk      *fakeClock
+	mu       sync.Mutex
+	outliers []string
+	att      map[*Peer]int
+	fail     map[*Peer]int
+	picks    int
+}
+
+func newOutlierRig(t *testing.T, pc pickerCase, n int, opts ...Option) *outlierRig {
+	r := &outlierRig{t: t, pc: pc, clk: newFakeClock(), att: map[*Peer]int{}, fail: map[*Peer]int{}}
+	r.peers = makePeers(n, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(1000)} })
+	hook := WithEvents(func(e Event) {
+		if e.Kind == EventPeerOutlier {
+			r.mu.Lock()
+			r.outliers = append(r.outliers, e.Peer.Addr())
+			r.mu.Unlock()
+		}
+	})
+	var err error
+	r.p, err = pc.new(r.peers, append([]Option{r.clk.opt(), hook}, opts...)...)
+	require.NoError(t, err)
+	return r
+}
+
+// pick picks one attempt, with a fresh key and address for the keyed
+// pickers so that they spread too.
+func (r *outlierRig) pick() *Peer {
+	r.t.Helper()
+	var req *Request
+	if r.pc.alg.Keyed {
+		req = &Request{}
+		req.SetKey(strconv.Itoa(r.picks))
+		req.SetAddr(netip.AddrFrom4([4]byte{10, byte(r.picks >> 16), byte(r.picks >> 8), byte(r.picks)}))
+	}
+	r.picks++
+	p, err := r.p.Pick(req)
+	require.NoError(r.t, err)
+	return p
+}
+
+// failsAt is the outcome rule: p0 fails its odd attempts (50%), every
+// other peer its attempts 99, 199, ... (1%).
+func (r *outlierRig) failsAt(p *Peer, k int) bool {
+	if p == r.peers[0] {
+		return k%2 == 1
+	}
+	return k%100 == 99
+}
+
+// run picks and reports until every peer has at least volume attempts
+// (or 200,000 picks), all at one instant, and returns whether every peer
+// got there.
+func (r *outlierRig) run(volume int) bool {
+	r.t.Helper()
+	for range 200_000 {
+		least := math.MaxInt
+		for _, q := range r.peers {
+			least = min(least, r.att[q])
+		}
+		if least >= volume {
+			return true
+		}
+		p := r.pick()
+		k := r.att[p]
+		r.att[p]++
+		f := r.failsAt(p, k)
+		if f {
+			r.fail[p]++
+		}
+		require.NoError(r.t, r.p.Done(p, Outcome{Failed: f, Latency: time.Millisecond}))
+	}
+	return false
+}
+
+// endInterval moves the clock to d past the start and reports one attempt
+// picked before the move: the first report past the interval's end, which
+// evaluates it.
+func (r *outlierRig) endInterval(d time.Duration) {
+	r.t.Helper()
+	p := r.pick()
+	r.clk.set(time.Unix(100, 0).Add(d))
+	require.NoError(r.t, r.p.Done(p, Outcome{}))
+}
+
+// expected derives, from the test's tally, the peers the rule ejects:
+// those with at least volume attempts, if at least minHosts, whose
+// success rate is below mean − factor × stdev (population stdev).
+func (r *outlierRig) expected(volume, minHosts int, factor float64) []string {
+	var rates []float64
+	var names []string
+	for _, q := range r.peers {
+		if a := r.att[q]; a >= volume {
+			rates = append(rates, float64(a-r.fail[q])/float64(a))
+			names = append(names, q.Addr())
+		}
+	}
+	if len(rates) < minHosts {
+		return nil
+	}
+	var sum float64
+	for _, v := range rates {
+		sum += v
+	}
+	mean := sum / float64(len(rates))
+	var v2 float64
+	for _, v := range rates {
+		v2 += (v - mean) * (v - mean)
+	}
+	thr := mean - factor*math.Sqrt(v2/float64(len(rates)))
+	var out []string
+	for i, v := range rates {
+		if v < thr {
+			out = append(out, names[i])
+		}
+	}
+	return out
+}
+
+// TestOutlier_roundRobinDerived: ten peers under RoundRobin take exactly
+// 200 attempts each. p0's success rate is 0.5, the others' 0.99: mean =
+// (0.5 + 9 × 0.99)/10 = 0.941; variance = (0.441² + 9 × 0.049²)/10 =
+// (0.194481 + 0.021609)/10 = 0.021609, stdev 0.147; threshold = 0.941 −
+// 1.9 × 0.147 = 0.6617. p0 (0.5) is ejected at the first report past the
+// interval's end (10s), the others (0.99) are not; a report at the end's
+// instant is still inside the interval.
+func TestOutlier_roundRobinDerived(t *testing.T) {
+	r := newOutlierRig(t, pickerCase{"RoundRobin", func(ps []*Peer, o ...Option) (Balancer, error) { return NewRoundRobin(ps, o...) }, roundRobinSpec.algorithm(nil)},
+		10, WithSuccessRateEjection(SuccessRateEjection{}))
+	require.True(t, r.run(200))
+	for _, q := range r.peers {
+		require.Equal(t, 200, r.att[q], q.Addr())
+	}
+	r.endInterval(10 * time.Second) // at the end: inside
+	assert.Empty(t, r.outliers)
+	r.endInterval(10*time.Second + 1)
+	assert.Equal(t, []string{"p0"}, r.outliers)
+	assert.Equal(t, []string{"p0"}, r.expected(100, 5, 1.9), "the test's derivation")
+	assert.Equal(t, HealthFailed, r.peers[0].Stats().Health)
+	for _, q := range r.peers[1:] {
+		assert.Equal(t, HealthOK, q.Stats().Health, q.Addr())
+	}
+}
+
+// TestOutlier_everyPicker runs the same workload on every picker until
+// every peer has 200 attempts, and compares the ejections with the rule
+// applied to the test's own tally; p0 must be among them.
+func TestOutlier_everyPicker(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		r := newOutlierRig(t, pc, 10, WithSuccessRateEjection(SuccessRateEjection{}))
+		require.True(t, r.run(200), "every peer reaches the volume")
+		want := r.expected(100, 5, 1.9)
+		require.Contains(t, want, "p0")
+		r.endInterval(10*time.Second + 1)
+		assert.ElementsMatch(t, want, r.outliers)
+	})
+}
+
+// TestOutlier_gates: MinimumHosts and RequestVolume, at their boundaries,
+// under RoundRobin's exact 200 attempts a peer (p0 at 0.5, as derived in
+// TestOutlier_roundRobinDerived).
+func TestOutlier_gates(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  SuccessRateEjection
+		want []string
+	}{
+		{"10 hosts, 10 needed", SuccessRateEjection{MinimumHosts: 10}, []string{"p0"}},
+		{"10 hosts, 11 needed", SuccessRateEjection{MinimumHosts: 11}, nil},
+		{"volume 200 reached", SuccessRateEjection{RequestVolume: 200}, []string{"p0"}},
+		{"volume 201 missed", SuccessRateEjection{RequestVolume: 201}, nil},
+		// A factor of 10: threshold 0.941 − 1.47 < 0: nobody.
+		{"factor 10", SuccessRateEjection{StdevFactor: 10}, nil},
+		// A factor of 0.3: threshold 0.941 − 0.0441 = 0.8969: p0 only.
+		{"factor 0.3", SuccessRateEjection{StdevFactor: 0.3}, []string{"p0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newOutlierRig(t, pickerCase{"RoundRobin", func(ps []*Peer, o ...Option) (Balancer, error) { return NewRoundRobin(ps, o...) }, roundRobinSpec.algorithm(nil)},
+				10, WithSuccessRateEjection(tt.cfg))
+			require.True(t, r.run(200))
+			r.endInterval(10*time.Second + 1)
+			assert.Equal(t, tt.want, r.outliers)
+		})
+	}
+}
+
+// constSource is a rand.Source that always returns x.
+type constSource uint64
+
+func (s constSource) Uint64() uint64 { return uint64(s) }
+
+// TestOutlier_enforcement: an outlier is ejected when the draw, a float64
+// in [0, 1) made of the source's top 53 bits (rand.Float64), times 100 is
+// below EnforcementPercent.
+func TestOutlier_enforcement(t *testing.T) {
+	tests := []struct {
+		x    uint64
+		pct  float64
+		want []string
+	}{
+		{0, 50, []string{"p0"}},               // 0 < 50
+		{1 << 63, 50, nil},                    // 0.5 × 100 = 50, not below
+		{1<<63 - 1<<11, 50, []string{"p0"}},   // 0.5 − 2^-53: below
+		{math.MaxUint64, 100, []string{"p0"}}, // (1 − 2^-53) × 100 < 100
+		{math.MaxUint64, 99.9, nil},           // 99.99…  ≥ 99.9
+		{1 << 62, 25.000001, []string{"p0"}},  // 25 < 25.000001
+		{1 << 62, 25, nil},                    // 25, not below
+	}
+	for _, tt := range tests {
+		t.Run(strconv.FormatUint(tt.x, 16)+"/"+strconv.FormatFloat(tt.pct, 'g', -1, 64), func(t *testing.T) {
+			r := newOutlierRig(t, pickerCase{"RoundRobin", func(ps []*Peer, o ...Option) (Balancer, error) { return NewRoundRobin(ps, o...) }, roundRobinSpec.algorithm(nil)},
+				10, WithSuccessRateEjection(SuccessRateEjection{EnforcementPercent: tt.pct, Rand: constSource(tt.x)}))
+			require.True(t, r.run(200))
+			r.endInterval(10*time.Second + 1)
+			assert.Equal(t, tt.want, r.outliers)
+		})
+	}
+}
+
+// TestOutlier_outStateAndBackoff: the ejected peer is out as nginx's
+// failures take it out: through its fail_timeout (10s, nginx's default,
+// from the ejection at 10s+1ns), probed at the next instant; with
+// WithEjectionBackoff its ejection counts, so a failed probe takes it out
+// for 2 × 10s. Every other peer keeps serving meanwhile.
+func TestOutlier_outStateAndBackoff(t *testing.T) {
+	r := newOutlierRig(t, pickerCase{"RoundRobin", func(ps []*Peer, o ...Option) (Balancer, error) { return NewRoundRobin(ps, o...) }, roundRobinSpec.algorithm(nil)},
+		10, WithSuccessRateEjection(SuccessRateEjection{Interval: time.Hour}), WithEjectionBackoff(time.Minute))
+	require.True(t, r.run(200))
+	r.endInterval(time.Hour + 1)
+	require.Equal(t, []string{"p0"}, r.outliers)
+	ejected := time.Unix(100, 0).Add(time.Hour + 1)
+	p0 := r.peers[0]
+	seen := func() bool {
+		for range 2 * len(r.peers) {
+			p := r.pick()
+			require.NoError(t, r.p.Done(p, Outcome{Failed: p == p0}))
+			if p == p0 {
+				return true
+			}
+		}
+		return false
+	}
+	r.clk.set(ejected.Add(10 * time.Second))
+	assert.False(t, seen(), "out through fail_timeout")
+	r.clk.set(ejected.Add(10*time.Second + 1))
+	assert.True(t, seen(), "probed after it; the probe fails")
+	r.clk.set(ejected.Add(30*time.Second + 1)) // the failed probe at 10s+1ns, out 2 × 10s
+	assert.False(t, seen(), "out for the backed-off window")
+	r.clk.set(ejected.Add(30*time.Second + 2))
+	assert.True(t, seen())
+}
+
+// TestOutlier_skipsUnejectable: a peer nginx's model never takes out,
+// max_fails 0, is never ejected, though its rate (0.5 against 1.0) is an
+// outlier's.
+func TestOutlier_skipsUnejectable(t *testing.T) {
+	clk := newFakeClock()
+	peers := makePeers(10, numbered, func(i int) []PeerOption {
+		if i == 0 {
+			return []PeerOption{MaxFails(0)}
+		}
+		return []PeerOption{MaxFails(1000)}
+	})
+	var outliers atomic.Int64
+	p, err := NewRoundRobin(peers, clk.opt(), WithSuccessRateEjection(SuccessRateEjection{}),
+		WithEvents(func(e Event) {
+			if e.Kind == EventPeerOutlier {
+				outliers.Add(1)
+			}
+		}))
+	require.NoError(t, err)
+	k := 0 // p0's attempts: it fails every other one, 50%
+	for range 2000 {
+		q := mustPick(t, p, nil)
+		failed := q == peers[0] && k%2 == 0
+		if q == peers[0] {
+			k++
+		}
+		require.NoError(t, p.Done(q, Outcome{Failed: failed}))
+	}
+	require.Equal(t, 200, k)
+	q := mustPick(t, p, nil)
+	clk.add(10*time.Second + 1)
+	require.NoError(t, p.Done(q, Outcome{}))
+	assert.Zero(t, outliers.Load(), "max_fails 0: failure accounting off")
+}
+
+// TestOutlier_badValues: every picker refuses each bad field, naming it
+// and its value.
+func TestOutlier_badValues(t *testing.T) {
+	tests := []struct {
+		cfg  SuccessRateEjection
+		want string
+	}{
+		{SuccessRateEjection{Interval: -1}, "Interval -1ns"},
+		{SuccessRateEjection{StdevFactor: math.NaN()}, "StdevFactor NaN"},
+		{SuccessRateEjection{StdevFactor: -0.5}, "StdevFactor -0.5"},
+		{SuccessRateEjection{StdevFactor: math.Inf(1)}, "StdevFactor +Inf"},
+		{SuccessRateEjection{EnforcementPercent: 101}, "EnforcementPercent 101"},
+		{SuccessRateEjection{EnforcementPercent: math.NaN()}, "EnforcementPercent NaN"},
+		{SuccessRateEjection{EnforcementPercent: -1}, "EnforcementPercent -1"},
+		{SuccessRateEjection{MinimumHosts: -1}, "MinimumHosts -1"},
+		{SuccessRateEjection{RequestVolume: -1}, "RequestVolume -1"},
+		{SuccessRateEjection{RequestVolume: 1<<31 + 1}, "RequestVolume 2147483649"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			forEachPicker(t, func(t *testing.T, pc pickerCase) {
+				_, err := pc.new([]*Peer{NewPeer("a")}, WithSuccessRateEjection(tt.cfg))
+				require.ErrorIs(t, err, ErrInvalidConfig)
+				assert.ErrorContains(t, err, "WithSuccessRateEjection")
+				assert.ErrorContains(t, err, tt.want)
+				assert.ErrorContains(t, err, pc.name)
+			})
+		})
+	}
+	// The longest interval is accepted: its end saturates.
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		_, err := pc.new([]*Peer{NewPeer("a")}, WithSuccessRateEjection(SuccessRateEjection{Interval: math.MaxInt64}))
+		assert.NoError(t, err)
+	})
+}
+
+// TestOutlier_concurrent: four goroutines pick and report at once while
+// one moves the clock (1s every 100 reports, so an interval of 10s holds
+// about 1,000 reports, 100 a peer); p0 fails every other attempt, the
+// others never. Under -race: the counts, the evaluation and the ejection
+// race nothing; only p0 is ever an outlier (a rate of 1.0 is never below
+// the mean), and, but under the latency-aware pickers, which starve it,
+// it is one at least once.
+func TestOutlier_concurrent(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		peers := makePeers(10, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(1000)} })
+		var mu sync.Mutex
+		ejected := map[string]int{}
+		p, err := pc.new(peers, clk.opt(), WithSuccessRateEjection(SuccessRateEjection{RequestVolume: 20}), WithEjectionBackoff(time.Minute),
+			WithEvents(func(e Event) {
+				if e.Kind == EventPeerOutlier {
+					mu.Lock()
+					ejected[e.Peer.Addr()]++
+					mu.Unlock()
+				}
+			}))
+		require.NoError(t, err)
+		var reports, p0 atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var req Request
+				for i := range 2500 {
+					req.Reset()
+					req.SetKey(strconv.Itoa(g*10000 + i))
+					req.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(i >> 8), byte(i)}))
+					q, err := p.Pick(&req)
+					if err != nil {
+						continue
+					}
+					failed := q == peers[0] && p0.Add(1)%2 == 0
+					if err := p.Done(q, Outcome{Failed: failed, Latency: time.Millisecond}); err != nil {
+						t.Error(err)
+						return
+					}
+					if reports.Add(1)%100 == 0 {
+						clk.add(time.Second)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if pc.alg.Latency {
+			// The latency-aware pickers give a failing peer its failure
+			// penalty's latency: p0 may never reach the volume.
+			assert.Subset(t, []string{"p0"}, slices.Sorted(maps.Keys(ejected)))
+			return
+		}
+		assert.Equal(t, []string{"p0"}, slices.Sorted(maps.Keys(ejected)))
+	})
+}
+
+// TestOutlier_pickDoneAllocs: counting allocates nothing on Pick + Done,
+// nor does the evaluation once its scratch has grown.
+func TestOutlier_pickDoneAllocs(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		p, err := pc.new(benchPeers(100), clk.opt(), WithSuccessRateEjection(SuccessRateEjection{Interval: time.Second, MinimumHosts: 1, RequestVolume: 1}), WithEjectionBackoff(time.Minute))
+		require.NoError(t, err)
+		var req Request
+		step := func() {
+			req.Reset()
+			q, err := p.Pick(&req)
+			if err == nil {
+				_ = p.Done(q, Outcome{Latency: time.Millisecond})
+			}
+			clk.add(time.Millisecond) // an evaluation every 1,000 reports
+		}
+		for range 2000 {
+			step()
+		}
+		assert.Zero(t, testing.AllocsPerRun(3000, step))
+	})
+}
