@@ -90,9 +90,12 @@ func (s *peerSet) connectable(p *Peer) error {
 // cleared any. Requires s.mu.
 func (s *peerSet) connectedLocked(p *Peer) bool {
 	before := p.markLocked()
-	p.succeedLocked()
+	readmitted := s.succeedLocked(p)
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
+	}
+	if readmitted {
+		s.recheck(s.now())
 	}
 	return before.fails != 0 && p.fails.Load() == 0
 }

@@ -55,10 +55,11 @@ func (p *Peer) full() bool {
 }
 
 // eligible reports whether the peer may take an attempt now, not counting
-// a request's tried set: nginx's test, RR.c 550-563. The clock is read only
-// for a peer with failures on record.
+// a request's tried set: nginx's test, RR.c 550-563, or, inside its fail
+// window, its picker in panic (guard_panic.go). The clock is read only for
+// a peer with failures on record.
 func (p *Peer) eligible(clk *lazyClock) bool {
-	return !p.down.Load() && !p.full() && (p.fails.Load() == 0 || !p.inFailWindow(clk.get()))
+	return !p.down.Load() && !p.full() && (p.fails.Load() == 0 || !p.inFailWindow(clk.get()) || p.panics(clk))
 }
 
 // clean reports whether p is not down and has no failures on record and no
@@ -140,7 +141,7 @@ func (p *Peer) take(clk *lazyClock) bool {
 	if p.down.Load() || !p.acquire() {
 		return false
 	}
-	if p.fails.Load() != 0 && !p.claimProbe(clk.get()) {
+	if p.fails.Load() != 0 && !p.claimProbe(clk.get()) && !p.panicTake(clk) {
 		p.unpick()
 		return false
 	}
@@ -155,6 +156,8 @@ func (p *Peer) probeLocked(now int64) {
 	if now-p.checked.Load() > p.window() {
 		p.checked.Store(now)
 		p.probed(now)
+	} else {
+		p.panicked(now) // chosen inside its window: a pick in panic
 	}
 }
 

@@ -31,12 +31,28 @@ const (
 	// (primaries or backups) from the latency estimates. Peer is nil.
 	EventReweighted
 
+	// EventPanic: panic mode (WithPanicThreshold) engaged: a pick or a
+	// report found fewer than the threshold's share of the peers not down
+	// eligible, and picks now ignore failures. Peer is nil. Once per
+	// engagement, when a pick that meets a peer out for its failures, or a
+	// report, first finds it.
+	EventPanic
+
+	// EventPanicOver: panic mode disengaged, found by the first pick that
+	// meets a peer out for its failures, or the first report readmitting
+	// one, after enough peers are back. Peer is nil.
+	EventPanicOver
+
+	// EventEjectionCapped: WithMaxEjectionPercent kept a failure from
+	// taking the peer out, as that many peers were out already.
+	EventEjectionCapped
+
 	// EventPeerOutlier: WithSuccessRateEjection took the peer out, its
 	// success rate over the last interval an outlier among its peers'.
 	EventPeerOutlier
 )
 
-var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "PeerOutlier"}
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped", "PeerOutlier"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -109,8 +125,12 @@ func (p *Peer) probed(now int64) {
 	if limit := p.maxFails.Load(); limit == 0 || p.fails.Load() < limit {
 		return
 	}
-	if s := p.owner.Load(); s != nil && s.events != nil {
-		s.events(Event{Kind: EventPeerProbe, Peer: p, Time: time.Unix(0, now)})
+	if s := p.owner.Load(); s != nil {
+		s.guard.invalidate() // a new window: the guards' count is stale
+		if s.events != nil {
+			s.events(Event{Kind: EventPeerProbe, Peer: p, Time: time.Unix(0, now)})
+		}
+		s.recheck(now)
 	}
 }
 

@@ -36,7 +36,11 @@ import (
 // raises, as Envoy's ejections share one multiplier); a probe's success
 // readmits it, a failure takes it out again. Peers that cannot be out in
 // nginx's model are never ejected: down, max_fails 0 (failure accounting
-// off), nginx's single server; nor is a peer already out.
+// off), nginx's single server; nor is a peer already out. Being nginx's
+// out state, an ejection is what WithPanicThreshold ignores in panic, and
+// WithMaxEjectionPercent caps it as it caps failures (Envoy's ejectHost
+// checks the cap for every kind of ejection): an outlier the cap keeps in
+// reports EventEjectionCapped.
 
 // SuccessRateEjection configures WithSuccessRateEjection. A zero field
 // takes its default, which is gRFC A50's (Envoy's for the same fields).
@@ -230,7 +234,15 @@ func (s *peerSet) outliersLocked(g *outlierGuard, now int64) {
 		if g.c.EnforcementPercent < 100 && float64(g.rnd.uint64()>>11)*0x1p-53*100 >= g.c.EnforcementPercent {
 			continue
 		}
+		if cg := s.guard; cg != nil && cg.capOn && !cg.mayEject(s, now) {
+			cg.capped.Add(1)
+			if s.events != nil {
+				s.events(Event{Kind: EventEjectionCapped, Peer: p, Time: time.Unix(0, now)})
+			}
+			continue
+		}
 		s.ejectOutlierLocked(g, p, now)
+		s.guard.invalidate() // the next ejection's cap counts this one
 		ejected = true
 	}
 	if ejected {

@@ -30,10 +30,11 @@ type outlierRig struct {
 	att      map[*Peer]int
 	fail     map[*Peer]int
 	picks    int
+	bad      int // peers p0 .. p(bad-1) fail half their attempts; 1 by default
 }
 
 func newOutlierRig(t *testing.T, pc pickerCase, n int, opts ...Option) *outlierRig {
-	r := &outlierRig{t: t, pc: pc, clk: newFakeClock(), att: map[*Peer]int{}, fail: map[*Peer]int{}}
+	r := &outlierRig{t: t, pc: pc, clk: newFakeClock(), att: map[*Peer]int{}, fail: map[*Peer]int{}, bad: 1}
 	r.peers = makePeers(n, numbered, func(int) []PeerOption { return []PeerOption{MaxFails(1000)} })
 	hook := WithEvents(func(e Event) {
 		if e.Kind == EventPeerOutlier {
@@ -64,10 +65,10 @@ func (r *outlierRig) pick() *Peer {
 	return p
 }
 
-// failsAt is the outcome rule: p0 fails its odd attempts (50%), every
-// other peer its attempts 99, 199, ... (1%).
+// failsAt is the outcome rule: p0 (and the others of the bad) fail their
+// odd attempts (50%), every other peer its attempts 99, 199, ... (1%).
 func (r *outlierRig) failsAt(p *Peer, k int) bool {
-	if p == r.peers[0] {
+	if slices.Contains(r.peers[:r.bad], p) {
 		return k%2 == 1
 	}
 	return k%100 == 99
@@ -429,4 +430,46 @@ func TestOutlier_pickDoneAllocs(t *testing.T) {
 		}
 		assert.Zero(t, testing.AllocsPerRun(3000, step))
 	})
+}
+
+// TestOutlier_capped: WithMaxEjectionPercent caps outlier ejections as it
+// caps failures. p0 and p1 at 0.5, the 8 others at 0.99, 200 attempts each
+// under RoundRobin: mean = (2 × 0.5 + 8 × 0.99)/10 = 0.892, variance =
+// (2 × 0.392² + 8 × 0.098²)/10 = 0.038416, stdev 0.196, threshold = 0.892
+// − 1.9 × 0.196 = 0.5196: both are outliers. A cap of 10% of 10 peers lets
+// the first out (none out yet) and keeps the second in (100 × (1+1) > 10 ×
+// 10), with EventEjectionCapped; without the cap both go.
+func TestOutlier_capped(t *testing.T) {
+	rr := pickerCase{"RoundRobin", func(ps []*Peer, o ...Option) (Balancer, error) { return NewRoundRobin(ps, o...) }, roundRobinSpec.algorithm(nil)}
+	for _, tt := range []struct {
+		name   string
+		opts   []Option
+		out    int
+		capped int
+	}{
+		{"no cap", nil, 2, 0},
+		{"cap 10%", []Option{WithMaxEjectionPercent(10)}, 1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var capped atomic.Int64
+			opts := append([]Option{WithSuccessRateEjection(SuccessRateEjection{}), WithEvents(func(e Event) {
+				if e.Kind == EventEjectionCapped {
+					capped.Add(1)
+				}
+			})}, tt.opts...)
+			r := newOutlierRig(t, rr, 10, opts...)
+			r.bad = 2
+			require.True(t, r.run(200))
+			r.endInterval(10*time.Second + 1)
+			out := 0
+			for _, q := range r.peers {
+				if q.Stats().Health == HealthFailed {
+					out++
+					assert.Contains(t, []string{"p0", "p1"}, q.Addr())
+				}
+			}
+			assert.Equal(t, tt.out, out)
+			assert.Equal(t, int64(tt.capped), capped.Load())
+		})
+	}
 }

@@ -35,8 +35,8 @@ func scanSmooth(peers []*Peer, r *Request, clk *lazyClock) *Peer {
 	var total int64
 	for i, p := range peers {
 		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
-			continue // ineligible (RR.c 546-563)
+			p.fails.Load() != 0 && p.inFailWindow(clk.get()) && !p.panics(clk) {
+			continue // ineligible (RR.c 546-563), or, in panic, not
 		}
 		total += smoothStep(p)
 		if best == nil || p.currentWeight > best.currentWeight {

@@ -24,6 +24,7 @@ type config struct {
 	src    rand.Source
 	events func(Event)
 	budget *RetryBudget // Do's, WithRetryBudget
+	guards guardConfig  // WithPanicThreshold, WithMaxEjectionPercent (guard_panic.go)
 	set    optionSet    // the shared options given
 	spec   pickerSpec   // the picker's declaration, for its peer set
 	own    []any        // the algorithm options' setters (func(*T)), in the order given
@@ -99,7 +100,7 @@ func applyOptions(name string, accepts func(option string) bool, opts []Option) 
 	case c.set&optRand != 0 && c.src == nil:
 		return c, fmt.Errorf("balancer: %s: WithRand(nil): %w", name, ErrInvalidConfig)
 	}
-	return c, nil
+	return c, c.guards.check(name)
 }
 
 // WithClock makes the picker read the time from now instead of time.Now.

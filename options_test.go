@@ -42,6 +42,8 @@ var optionCases = []struct {
 	{"WithProbePool", WithProbePool(8, time.Second)},
 	{"WithHotQuantile", WithHotQuantile(0.8)},
 	{"WithEvents", WithEvents(func(Event) {})},
+	{"WithPanicThreshold", WithPanicThreshold(50)},
+	{"WithMaxEjectionPercent", WithMaxEjectionPercent(10)},
 	{"WithEjectionBackoff", WithEjectionBackoff(time.Minute)},
 	{"WithSuccessRateEjection", WithSuccessRateEjection(SuccessRateEjection{})},
 }
@@ -49,7 +51,7 @@ var optionCases = []struct {
 // TestOptions_everyOptionEveryPicker builds every picker with every option,
 // one at a time, each with a valid value: the pickers whose declaration
 // names the option (Algorithm.Options, or WithClock, WithEvents and the
-// guards' options, which every picker takes) accept it, every other one refuses it with
+// guards, which every picker takes) accept it, every other one refuses it with
 // ErrInvalidConfig and an error naming the option and the picker.
 func TestOptions_everyOptionEveryPicker(t *testing.T) {
 	for _, tt := range optionCases {

@@ -54,6 +54,7 @@ type peerSet struct {
 	fresh func(now int64) *peerState
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
+	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
 
 	// backoffMax is WithEjectionBackoff's cap (ns), 0 without it
@@ -82,6 +83,7 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	}
 	s.changed = changed
 	s.events = cfg.events
+	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	if err := s.initGuards(&cfg); err != nil {
 		return err
@@ -428,6 +430,7 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	}
 	l.single = len(l.primary) == 1 && len(l.backup) == 0
 	s.list.Store(l)
+	s.guard.invalidate()
 	if s.changed != nil {
 		s.changed(l)
 	}
@@ -499,20 +502,24 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	if s.events != nil || s.backoffMax != 0 {
 		before = p.markLocked()
 	}
+	readmitted := false
 	switch {
 	case p.owner.Load() != s:
 		// Removed while in flight: nothing left to account.
 	case l.single && !p.backup.Load():
 		p.fails.Store(0)
 	case o.Failed:
-		p.failLocked(s.now())
+		s.failLocked(p, s.now())
 	default:
-		p.succeedLocked()
+		readmitted = s.succeedLocked(p)
 	}
 	if s.backoffMax != 0 {
 		s.backoffLocked(p, before)
 	}
 	if s.events != nil {
 		s.noteDoneLocked(p, before)
+	}
+	if readmitted {
+		s.recheck(s.now())
 	}
 }

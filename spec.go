@@ -32,8 +32,9 @@ type Algorithm struct {
 	NoBackups bool
 
 	// Options names, by function name ("WithRand", "WithDecay"), the
-	// options the picker accepts besides WithClock and WithEvents, which
-	// every picker accepts; New refuses every other one.
+	// options the picker accepts besides WithClock, WithEvents and the
+	// guards (WithPanicThreshold, WithMaxEjectionPercent), which every
+	// picker accepts; New refuses every other one.
 	Options []string
 }
 
@@ -50,12 +51,8 @@ type pickerSpec struct {
 	noBackups bool // refuses backup peers, as nginx's hash and random methods do
 }
 
-// guardOptions are the failure guards' options, which every picker accepts
-// too, as it accepts WithClock and WithEvents: the peer set applies them
-// (peerSet.init), whatever the algorithm.
-var guardOptions = []string{"WithEjectionBackoff", "WithSuccessRateEjection"}
-
-// accepts reports whether the picker takes the option called name.
+// accepts reports whether the picker takes the option called name: its
+// own, and those every picker takes.
 func (s pickerSpec) accepts(name string) bool {
 	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name)
 }

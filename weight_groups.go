@@ -240,7 +240,7 @@ func (g *weightGroups) scan(r *Request, clk *lazyClock) *Peer {
 	for _, i := range g.others {
 		p := peers[i]
 		if r != nil && r.isTried(int(i)) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.inFailWindow(clk.get()) {
+			p.fails.Load() != 0 && p.inFailWindow(clk.get()) && !p.panics(clk) {
 			continue // ineligible, as in scanSmooth
 		}
 		total += smoothStep(p)
