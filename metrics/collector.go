@@ -38,6 +38,9 @@ const (
 	EffectiveWeightName = "balancer_peer_effective_weight"
 	LatencyName         = "balancer_peer_latency_seconds"
 	NoLivePeerName      = "balancer_no_live_peer_total"
+	PanicsName          = "balancer_panics_total"
+	InPanicName         = "balancer_in_panic"
+	EjectionsCappedName = "balancer_ejections_capped_total"
 )
 
 // Source is what a Collector reads: every picker of the balancer package
@@ -53,6 +56,15 @@ type Source interface {
 // noLiveCounter is what every picker of the balancer package implements to
 // count its picks that returned ErrNoLivePeer.
 type noLiveCounter interface{ NoLivePeerCount() uint64 }
+
+// guarded is what every picker of the balancer package implements to
+// report its guards (balancer.WithPanicThreshold,
+// balancer.WithMaxEjectionPercent).
+type guarded interface {
+	PanicCount() uint64
+	InPanic() bool
+	EjectionCappedCount() uint64
+}
 
 // Collector is a prometheus.Collector for one picker. Each scrape exports,
 // for every peer the picker holds (labels picker, peer):
@@ -73,7 +85,12 @@ type noLiveCounter interface{ NoLivePeerCount() uint64 }
 //
 // and for the picker (label picker) balancer_no_live_peer_total (counter):
 // the picks that returned balancer.ErrNoLivePeer, if the picker counts them
-// (every picker of the balancer package does).
+// (every picker of the balancer package does); and, from the guards
+// (balancer.WithPanicThreshold, balancer.WithMaxEjectionPercent; 0 without
+// them), balancer_panics_total (counter): the times panic mode engaged
+// (one per balancer.EventPanic), balancer_in_panic (gauge): 1 while it is
+// engaged, and balancer_ejections_capped_total (counter): the failures the
+// cap kept from taking a peer out (one per balancer.EventEjectionCapped).
 //
 // The totals belong to the peer and only grow; a removed peer's series
 // disappear. Create it with New; register it with prometheus.Register or
@@ -85,6 +102,7 @@ type Collector struct {
 
 type descs struct {
 	inFlight, attempts, failures, health, fails, weight, effective, latency, noLive *prometheus.Desc
+	panics, inPanic, capped                                                         *prometheus.Desc
 }
 
 // New returns a Collector for b, labelling its series picker=name: give
@@ -102,13 +120,16 @@ func New(name string, b Source) *Collector {
 		effective: prometheus.NewDesc(EffectiveWeightName, "Weight the picker balances by now (effective weight).", peer, c),
 		latency:   prometheus.NewDesc(LatencyName, "Peak EWMA latency estimate of the latency-aware pickers.", peer, c),
 		noLive:    prometheus.NewDesc(NoLivePeerName, "Picks that found no live peer.", nil, c),
+		panics:    prometheus.NewDesc(PanicsName, "Times panic mode engaged.", nil, c),
+		inPanic:   prometheus.NewDesc(InPanicName, "1 while panic mode is engaged, 0 otherwise.", nil, c),
+		capped:    prometheus.NewDesc(EjectionsCappedName, "Failures the ejection cap kept from taking a peer out.", nil, c),
 	}}
 }
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.d.inFlight, c.d.attempts, c.d.failures, c.d.health,
-		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive} {
+		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive, c.d.panics, c.d.inPanic, c.d.capped} {
 		ch <- d
 	}
 }
@@ -149,5 +170,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if n, ok := c.b.(noLiveCounter); ok {
 		ch <- prometheus.MustNewConstMetric(c.d.noLive, prometheus.CounterValue, float64(n.NoLivePeerCount()))
+	}
+	if g, ok := c.b.(guarded); ok {
+		in := 0.0
+		if g.InPanic() {
+			in = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.d.panics, prometheus.CounterValue, float64(g.PanicCount()))
+		gauge(c.d.inPanic, in)
+		ch <- prometheus.MustNewConstMetric(c.d.capped, prometheus.CounterValue, float64(g.EjectionCappedCount()))
 	}
 }

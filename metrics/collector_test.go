@@ -235,3 +235,68 @@ func TestCollector_noAllocsInPick(t *testing.T) {
 		t.Errorf("Pick+Done allocate %v", allocs)
 	}
 }
+
+// TestCollector_guards: RoundRobin over a, b, c, d with panic threshold 50
+// and ejection cap 75. The four fail, reported in order: a failure may
+// take a peer out while 100·(out+1) ≤ 75·4 = 300, so a, b and c go out and
+// d's failure is capped (1). One of four eligible, 25% < 50%: panic
+// engages once (1, in panic). A success on a peer out, picked in panic,
+// readmits it: two of four, 50%, not below: panic is over (0), the counter
+// stays.
+func TestCollector_guards(t *testing.T) {
+	clk := &clock{time.Unix(1000, 0)}
+	peers := []*balancer.Peer{balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("c"), balancer.NewPeer("d")}
+	rr, err := balancer.NewRoundRobin(peers, balancer.WithClock(clk.now), balancer.WithPanicThreshold(50), balancer.WithMaxEjectionPercent(75))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(New("rr", rr)); err != nil {
+		t.Fatal(err)
+	}
+	held := map[*balancer.Peer]bool{}
+	for len(held) < 4 {
+		p, err := rr.Pick(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held[p] {
+			t.Fatalf("round robin picked %s twice in four", p)
+		}
+		held[p] = true
+	}
+	for _, p := range peers {
+		if err := rr.Done(p, balancer.Outcome{Failed: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const during = `
+# HELP balancer_panics_total Times panic mode engaged.
+# TYPE balancer_panics_total counter
+balancer_panics_total{picker="rr"} 1
+# HELP balancer_in_panic 1 while panic mode is engaged, 0 otherwise.
+# TYPE balancer_in_panic gauge
+balancer_in_panic{picker="rr"} 1
+# HELP balancer_ejections_capped_total Failures the ejection cap kept from taking a peer out.
+# TYPE balancer_ejections_capped_total counter
+balancer_ejections_capped_total{picker="rr"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(during), PanicsName, InPanicName, EjectionsCappedName); err != nil {
+		t.Error(err)
+	}
+	for range 4 {
+		p, err := rr.Pick(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rr.Done(p, balancer.Outcome{}); err != nil {
+			t.Fatal(err)
+		}
+		if p != peers[3] {
+			break // a, b or c: readmitted
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(strings.Replace(during, `balancer_in_panic{picker="rr"} 1`, `balancer_in_panic{picker="rr"} 0`, 1)), PanicsName, InPanicName, EjectionsCappedName); err != nil {
+		t.Error(err)
+	}
+}
