@@ -266,3 +266,13 @@ func (s *peerSet) ejectOutlierLocked(g *outlierGuard, p *Peer, now int64) {
 		s.events(Event{Kind: EventPeerOutlier, Peer: p, Time: time.Unix(0, now)})
 	}
 }
+
+// OutlierEjectionCount returns how many peers WithSuccessRateEjection has
+// taken out since the picker was made, one per EventPeerOutlier; 0
+// without the option. Lock-free.
+func (s *peerSet) OutlierEjectionCount() uint64 {
+	if s.outlier == nil {
+		return 0
+	}
+	return s.outlier.ejected.Load()
+}
