@@ -100,13 +100,14 @@ func (r *outlierRig) run(volume int) bool {
 }
 
 // endInterval moves the clock to d past the start and reports one attempt
-// picked before the move: the first report past the interval's end, which
-// evaluates it.
+// picked before the move, failed: a failure reads the clock before it is
+// counted, so the first one past the interval's end evaluates it, and
+// counts in the next interval.
 func (r *outlierRig) endInterval(d time.Duration) {
 	r.t.Helper()
 	p := r.pick()
 	r.clk.set(time.Unix(100, 0).Add(d))
-	require.NoError(r.t, r.p.Done(p, Outcome{}))
+	require.NoError(r.t, r.p.Done(p, Outcome{Failed: true}))
 }
 
 // expected derives, from the test's tally, the peers the rule ejects:
@@ -308,7 +309,7 @@ func TestOutlier_skipsUnejectable(t *testing.T) {
 	require.Equal(t, 200, k)
 	q := mustPick(t, p, nil)
 	clk.add(10*time.Second + 1)
-	require.NoError(t, p.Done(q, Outcome{}))
+	require.NoError(t, p.Done(q, Outcome{Failed: true}))
 	assert.Zero(t, outliers.Load(), "max_fails 0: failure accounting off")
 }
 
@@ -472,4 +473,27 @@ func TestOutlier_capped(t *testing.T) {
 			assert.Equal(t, int64(tt.capped), capped.Load())
 		})
 	}
+}
+
+// TestOutlier_successesSeeTheEnd: successes alone read the clock once in
+// 16 reports of their peer, when its count of the interval reaches a
+// multiple of 16. After RoundRobin's 200 attempts a peer (p0 at 0.5), the
+// clock moves past the interval's end and only successes follow, in the
+// same rotation: 7 rounds (70 reports) bring every peer to 207, and the
+// 71st brings the first of the rotation to 208 = 13 × 16, which sees the
+// end and ejects p0 (counted with its 7 or 8 successes: 107/207 or
+// 108/208, still below the threshold of about 0.66).
+func TestOutlier_successesSeeTheEnd(t *testing.T) {
+	r := newOutlierRig(t, pickerCase{"RoundRobin", func(ps []*Peer, o ...Option) (Balancer, error) { return NewRoundRobin(ps, o...) }, roundRobinSpec.algorithm(nil)},
+		10, WithSuccessRateEjection(SuccessRateEjection{}))
+	require.True(t, r.run(200))
+	r.clk.set(time.Unix(100, 0).Add(10*time.Second + 1))
+	n := 0
+	for len(r.outliers) == 0 && n < 1000 {
+		p := r.pick()
+		require.NoError(t, r.p.Done(p, Outcome{}))
+		n++
+	}
+	assert.Equal(t, 71, n)
+	assert.Equal(t, []string{"p0"}, r.outliers)
 }

@@ -308,7 +308,7 @@ balancer_ejections_capped_total{picker="rr"} 1
 // peers under RoundRobin, 200 attempts each in the first interval: p0
 // fails every other one (rate 0.5), the others none (1.0): mean 0.95,
 // stdev √((0.45² + 9 × 0.05²)/10) = 0.15, threshold 0.95 − 1.9 × 0.15 =
-// 0.665: p0 alone is ejected by the first report past the interval.
+// 0.665: p0 alone is ejected by the first failure past the interval.
 func TestCollector_outliers(t *testing.T) {
 	clk := &clock{time.Unix(1000, 0)}
 	var peers []*balancer.Peer
@@ -358,7 +358,7 @@ balancer_outlier_ejections_total{picker="rr"} %d
 		t.Fatal(err)
 	}
 	clk.t = clk.t.Add(10*time.Second + 1)
-	if err := rr.Done(p, balancer.Outcome{}); err != nil {
+	if err := rr.Done(p, balancer.Outcome{Failed: true}); err != nil { // a failure reads the clock
 		t.Fatal(err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(1)), OutlierEjectionsName); err != nil {

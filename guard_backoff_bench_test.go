@@ -1,0 +1,96 @@
+package balancer
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// guardBenchPickers are the pickers the backoff and success-rate
+// benchmarks time: nginx's default (SmoothWRR, locked, its cycle), the
+// lock-free rotation, a locked scan and a lock-free latency-aware one.
+var guardBenchPickers = []string{"RoundRobin", "SmoothWRR", "LeastConn", "P2CPeakEWMA"}
+
+// guardBenchSizes are the peer counts of the guards' benchmarks.
+var guardBenchSizes = []int{10, 100, 1000, 10000}
+
+// benchGuardVariants times Pick+Done of every picker of
+// guardBenchPickers at every size, with lognormal latencies (median 1 ms,
+// σ 1.2) reported, healthy peers (the steady state), serially and in
+// parallel, once per variant: "plain" (no option, the baseline, in the
+// same run) and each of variants.
+func benchGuardVariants(b *testing.B, variants []guardVariant) {
+	lat := benchLognormal(4096, 1)
+	variants = append([]guardVariant{{"plain", nil}}, variants...)
+	for _, name := range guardBenchPickers {
+		a, err := AlgorithmNamed(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range guardBenchSizes {
+			for _, v := range variants {
+				b.Run(fmt.Sprintf("%s/peers=%d/%s", name, n, v.name), func(b *testing.B) {
+					p, err := a.New(benchPeers(n), v.opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Run("serial", func(b *testing.B) {
+						b.ReportAllocs()
+						i := 0
+						for b.Loop() {
+							peer, err := p.Pick(nil)
+							if err != nil {
+								b.Fatal(err)
+							}
+							_ = p.Done(peer, Outcome{Latency: lat[i%len(lat)]})
+							i++
+						}
+					})
+					b.Run("parallel", func(b *testing.B) {
+						b.ReportAllocs()
+						var seq atomic.Int64
+						b.ResetTimer()
+						b.RunParallel(func(pb *testing.PB) {
+							i := int(seq.Add(1)) * 977
+							for pb.Next() {
+								peer, err := p.Pick(nil)
+								if err != nil {
+									panic(err)
+								}
+								_ = p.Done(peer, Outcome{Latency: lat[i%len(lat)]})
+								i++
+							}
+						})
+					})
+				})
+			}
+		}
+	}
+}
+
+// guardVariant is one configuration a guard benchmark times.
+type guardVariant struct {
+	name string
+	opts []Option
+}
+
+// BenchmarkGuardBackoff: WithEjectionBackoff against the plain picker. On
+// healthy peers the option reads nothing (the window is read only for a
+// peer with failures on record): the two should match.
+func BenchmarkGuardBackoff(b *testing.B) {
+	benchGuardVariants(b, []guardVariant{
+		{"backoff", []Option{WithEjectionBackoff(5 * time.Minute)}},
+	})
+}
+
+// BenchmarkGuardSuccessRate: WithSuccessRateEjection (A50's defaults)
+// against the plain picker, and with WithEjectionBackoff too. Each Done
+// adds one clock read and one atomic add; an evaluation, O(n) under the
+// lock, runs once per 10 s interval of the real clock.
+func BenchmarkGuardSuccessRate(b *testing.B) {
+	benchGuardVariants(b, []guardVariant{
+		{"successrate", []Option{WithSuccessRateEjection(SuccessRateEjection{})}},
+		{"successrate+backoff", []Option{WithSuccessRateEjection(SuccessRateEjection{}), WithEjectionBackoff(5 * time.Minute)}},
+	})
+}
