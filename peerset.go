@@ -360,6 +360,7 @@ func (s *peerSet) freshLocked(p *Peer, now int64) {
 		st = s.fresh(now)
 	}
 	p.state.Store(st)
+	p.outcomes.Store(0) // WithSuccessRateEjection's counts are the picker's too
 }
 
 // NextEligible returns the earliest time at which a peer now inside its
