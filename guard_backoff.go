@@ -27,7 +27,11 @@ import (
 // the decay to the base keeps the rule free of a second knob: a peer out
 // for k·fail_timeout is forgiven one step per fail_timeout it then stays in.
 // The time after a window passes without a probe (no traffic) counts as
-// healthy, as Envoy's un-ejected host with no traffic decrements.
+// healthy, as Envoy's un-ejected host with no traffic decrements. Under
+// WithPanicThreshold a pick in panic counts as a probe, so each failure
+// reported in panic is an ejection: a pool that keeps failing in panic
+// reaches the cap within cap/fail_timeout + 1 failures a peer, as Envoy's
+// ejections go on in panic too.
 //
 // The multiplier and the window's end live on the Peer beside fails and
 // checked: they are nginx-model state that the shared window test
@@ -52,8 +56,8 @@ func WithEjectionBackoff(max time.Duration) Option {
 	return ownOption("WithEjectionBackoff", func(s *backoffSetting) { *s = backoffSetting{max, true} })
 }
 
-// checkBackoff returns the error for a bad WithEjectionBackoff value,
-// naming the picker and the value.
+// check returns the error for a bad WithEjectionBackoff value, naming the
+// picker and the value.
 func (b backoffSetting) check(picker string) error {
 	if b.set && b.max <= 0 {
 		return fmt.Errorf("balancer: %s: WithEjectionBackoff(%v): not positive: %w", picker, b.max, ErrInvalidConfig)
@@ -78,7 +82,8 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// initGuards applies the guards' options of cfg to s. Called by init.
+// initGuards applies the backoff's and the success rate's options of cfg
+// to s, refusing a bad value. Called by init.
 func (s *peerSet) initGuards(cfg *config) error {
 	var b backoffSetting
 	applyOwn(cfg, &b)

@@ -2,6 +2,8 @@ package balancer
 
 import (
 	"math"
+	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -214,5 +216,34 @@ func TestBackoff_belowMaxFailsIsNginx(t *testing.T) {
 		r.attempt(T+10*time.Second+1, false) // checked, and cleared
 		r.attempt(T+10*time.Second+1, true)  // one failure on record
 		r.attempt(T+10*time.Second+1, false) // still in
+	})
+}
+
+// TestBackoff_inPanic: a pick in panic counts as a probe, so its failure
+// is an ejection. a and b (max_fails 1, fail_timeout 10s) both fail at
+// one instant: out, count 1 each, and under WithPanicThreshold(50) the
+// picker is in panic (0 of 2 eligible). Four more failed picks of each in
+// panic make the counts 5 (1 → 5, each while count × 10s < 45s; more
+// failures leave it there), so both are out for min(5 × 10s, 35s) = 35s.
+func TestBackoff_inPanic(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		peers := []*Peer{NewPeer("a", FailTimeout(10*time.Second)), NewPeer("b", FailTimeout(10*time.Second))}
+		p, err := pc.new(peers, clk.opt(), WithPanicThreshold(50), WithEjectionBackoff(35*time.Second))
+		require.NoError(t, err)
+		fails := map[*Peer]int{}
+		for n := 0; (fails[peers[0]] < 5 || fails[peers[1]] < 5) && n < 1000; n++ {
+			var r Request
+			r.SetKey(strconv.Itoa(n))
+			r.SetAddr(netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)}))
+			q, err := p.Pick(&r)
+			require.NoError(t, err, "in panic every pick finds a peer")
+			fails[q]++
+			require.NoError(t, p.Done(q, Outcome{Failed: true})) // past 5, the count stays 5
+		}
+		for _, q := range peers {
+			assert.Equal(t, int64(5), q.ejections.Load(), q.Addr())
+			assert.Equal(t, int64(35*time.Second), q.window(), q.Addr())
+		}
 	})
 }
