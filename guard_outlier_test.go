@@ -1,6 +1,8 @@
 package balancer
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"net/netip"
@@ -542,6 +544,126 @@ func TestOutlier_cleanPeerEjected(t *testing.T) {
 			p := r.pick()
 			require.NotEqual(t, "p0", p.Addr(), "picked while ejected")
 			require.NoError(t, r.p.Done(p, Outcome{}))
+		}
+	})
+}
+
+// TestStress_backoffAndOutliers runs, for every picker with both of this
+// file's guards (short intervals: 100 ms, 20 attempts, 3 peers) and the
+// ejection cap, four callers that retry (p0 fails every other attempt,
+// the others one in fifty; max_fails 1000, so that the success rate takes
+// p0 out), on a clock moving 1 ms every 10 requests (about 1,000 requests
+// an interval), while another goroutine marks a peer down and up, removes
+// and adds one, and sends the same peers through Update. Afterwards:
+// every pick was reported and accepted, nothing is in flight, the outlier
+// events match OutlierEjectionCount, and but for the latency-aware
+// pickers (which starve p0) p0 was ejected. Run it under -race.
+func TestStress_backoffAndOutliers(t *testing.T) {
+	const workers, requests = 4, 800
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClockAt(time.Unix(1_700_000_000, 0))
+		opts := func(int) []PeerOption { return []PeerOption{FailTimeout(50 * time.Millisecond), MaxFails(1000)} }
+		peers := makePeers(8, numbered, opts)
+		extra := NewPeer("x", opts(0)...)
+		var outliers atomic.Int64
+		b, err := pc.new(peers, clk.opt(), WithEjectionBackoff(time.Second), WithMaxEjectionPercent(50),
+			WithSuccessRateEjection(SuccessRateEjection{Interval: 100 * time.Millisecond, RequestVolume: 20, MinimumHosts: 3}),
+			WithEvents(func(e Event) {
+				if e.Kind == EventPeerOutlier {
+					outliers.Add(1)
+				}
+			}))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var errs []string
+		fail := func(format string, args ...any) {
+			mu.Lock()
+			errs = append(errs, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+		var picked, reported, p0, seq atomic.Int64
+		var work sync.WaitGroup
+		for g := range workers {
+			work.Add(1)
+			go func() {
+				defer work.Done()
+				var r Request
+				for k := range requests {
+					if seq.Add(1)%10 == 0 {
+						clk.add(time.Millisecond)
+					}
+					r.Reset()
+					r.SetKey(strconv.Itoa(g*requests + k))
+					r.SetAddr(netip.AddrFrom4([4]byte{byte(k), byte(k >> 8), byte(g), 1})) // IPHash reads the first three bytes
+					for {
+						p, err := b.Pick(&r)
+						if err != nil {
+							if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
+								fail("Pick: %v", err)
+							}
+							break
+						}
+						picked.Add(1)
+						failed := k%50 == 0
+						if p.Addr() == "p0" {
+							failed = p0.Add(1)%2 == 0
+						}
+						if err := b.Done(p, Outcome{Failed: failed, Latency: time.Millisecond}); err != nil {
+							fail("Done(%s): %v", p, err)
+						} else {
+							reported.Add(1)
+						}
+						if !failed {
+							break
+						}
+					}
+				}
+			}()
+		}
+		stop := make(chan struct{})
+		var upd sync.WaitGroup
+		upd.Add(1)
+		go func() {
+			defer upd.Done()
+			set := toSet(b)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				switch i % 4 {
+				case 0:
+					err = set.SetDown(peers[7], i%8 == 0)
+				case 1:
+					err = set.Add(extra)
+				case 2:
+					err = set.Remove(extra)
+				case 3:
+					snap := make([]*Peer, len(peers))
+					for j, p := range peers {
+						snap[j] = NewPeer(p.Addr(), opts(j)...)
+					}
+					err = set.Update(snap)
+				}
+				if err != nil {
+					fail("update %d: %v", i%4, err)
+					return
+				}
+			}
+		}()
+		work.Wait()
+		close(stop)
+		upd.Wait()
+		require.Empty(t, errs)
+		assert.Equal(t, picked.Load(), reported.Load())
+		for _, p := range append(toSet(b).Peers(), extra) {
+			assert.Zero(t, p.InFlight(), "peer %s", p)
+		}
+		assert.Equal(t, uint64(outliers.Load()), b.(interface{ OutlierEjectionCount() uint64 }).OutlierEjectionCount())
+		if !pc.alg.Latency {
+			assert.Positive(t, outliers.Load(), "p0 ejected")
 		}
 	})
 }

@@ -514,7 +514,7 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	default:
 		readmitted = s.succeedLocked(p)
 	}
-	if s.backoffMax != 0 {
+	if s.backoffMax != 0 && p.owner.Load() == s {
 		s.backoffLocked(p, before)
 	}
 	if s.events != nil {
