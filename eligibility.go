@@ -156,7 +156,7 @@ func (p *Peer) probeLocked(now int64) {
 	if now-p.checked.Load() > p.window() {
 		p.checked.Store(now)
 		p.probed(now)
-	} else {
+	} else if p.fails.Load() != 0 {
 		p.panicked(now) // chosen inside its window: a pick in panic
 	}
 }

@@ -73,12 +73,17 @@ type Event struct {
 // WithEvents makes the picker call hook on each change of its failure
 // accounting: a peer taken out after max_fails failures (EventPeerOut),
 // probed once its fail_timeout has passed (EventPeerProbe), readmitted by
-// a success that cleared its failures (EventPeerReadmitted); and for
-// FastestFirst, each recompute of its weights (EventReweighted). Every
+// a success that cleared its failures (EventPeerReadmitted); for
+// FastestFirst, each recompute of its weights (EventReweighted); and with
+// the guards, panic mode engaging and disengaging (EventPanic,
+// EventPanicOver), a failure the ejection cap kept from taking a peer
+// out (EventEjectionCapped) and a peer taken out for its success rate
+// (EventPeerOutlier). Every
 // picker accepts it; WithEvents(nil) is refused. Default: no hook, which
 // costs one nil check where a change happens.
 //
-// The hook runs synchronously inside Pick or Done, under the picker's lock
+// The hook runs synchronously inside Pick or Done (or InPanic, which
+// evaluates panic mode as a pick does), under the picker's lock
 // when the picker holds one there, and the lock-free pickers report a
 // probe from Pick with no lock held, so the hook may run on several
 // goroutines at once. It must be quick, safe for concurrent use, and must

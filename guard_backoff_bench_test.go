@@ -7,30 +7,30 @@ import (
 	"time"
 )
 
-// guardBenchPickers are the pickers the backoff and success-rate
+// backoffBenchPickers are the pickers the backoff and success-rate
 // benchmarks time: nginx's default (SmoothWRR, its lock-free cycle on
 // healthy peers), the lock-free rotation and a lock-free latency-aware
 // one. The options' cost is in the peer set's report path (finish), the
 // same for every picker; an O(n) locked scan (LeastConn) would only hide it.
-var guardBenchPickers = []string{"RoundRobin", "SmoothWRR", "P2CPeakEWMA"}
+var backoffBenchPickers = []string{"RoundRobin", "SmoothWRR", "P2CPeakEWMA"}
 
-// guardBenchSizes are the peer counts of the guards' benchmarks.
-var guardBenchSizes = []int{10, 100, 1000, 10000}
+// backoffBenchSizes are the peer counts of the guards' benchmarks.
+var backoffBenchSizes = []int{10, 100, 1000, 10000}
 
-// benchGuardVariants times Pick+Done of every picker of
-// guardBenchPickers at every size, with lognormal latencies (median 1 ms,
+// benchBackoffVariants times Pick+Done of every picker of
+// backoffBenchPickers at every size, with lognormal latencies (median 1 ms,
 // σ 1.2) reported, healthy peers (the steady state), serially and in
 // parallel, once per variant: "plain" (no option, the baseline, in the
 // same run) and each of variants.
-func benchGuardVariants(b *testing.B, variants []guardVariant) {
+func benchBackoffVariants(b *testing.B, variants []backoffVariant) {
 	lat := benchLognormal(4096, 1)
-	variants = append([]guardVariant{{"plain", nil}}, variants...)
-	for _, name := range guardBenchPickers {
+	variants = append([]backoffVariant{{"plain", nil}}, variants...)
+	for _, name := range backoffBenchPickers {
 		a, err := AlgorithmNamed(name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range guardBenchSizes {
+		for _, n := range backoffBenchSizes {
 			for _, v := range variants {
 				b.Run(fmt.Sprintf("%s/peers=%d/%s", name, n, v.name), func(b *testing.B) {
 					p, err := a.New(benchPeers(n), v.opts...)
@@ -71,8 +71,8 @@ func benchGuardVariants(b *testing.B, variants []guardVariant) {
 	}
 }
 
-// guardVariant is one configuration a guard benchmark times.
-type guardVariant struct {
+// backoffVariant is one configuration a guard benchmark times.
+type backoffVariant struct {
 	name string
 	opts []Option
 }
@@ -81,7 +81,7 @@ type guardVariant struct {
 // healthy peers the option reads nothing (the window is read only for a
 // peer with failures on record): the two should match.
 func BenchmarkGuardBackoff(b *testing.B) {
-	benchGuardVariants(b, []guardVariant{
+	benchBackoffVariants(b, []backoffVariant{
 		{"backoff", []Option{WithEjectionBackoff(5 * time.Minute)}},
 	})
 }
@@ -91,7 +91,7 @@ func BenchmarkGuardBackoff(b *testing.B) {
 // adds one clock read and one atomic add; an evaluation, O(n) under the
 // lock, runs once per 10 s interval of the real clock.
 func BenchmarkGuardSuccessRate(b *testing.B) {
-	benchGuardVariants(b, []guardVariant{
+	benchBackoffVariants(b, []backoffVariant{
 		{"successrate", []Option{WithSuccessRateEjection(SuccessRateEjection{})}},
 		{"successrate+backoff", []Option{WithSuccessRateEjection(SuccessRateEjection{}), WithEjectionBackoff(5 * time.Minute)}},
 	})

@@ -30,9 +30,11 @@ import (
 //     after its end, which counts again.
 //
 // A count is O(n) and lock-free (atomic loads of the peers of the current
-// list); it runs at most once per epoch and window end, by whichever pick
-// or report needs it first, and a count made concurrently with a change is
-// tagged with the epoch read before it and so never outlives the change.
+// list); it runs once per epoch and window end, by whichever pick or
+// report needs it first (picks racing there may each count), and a count
+// made concurrently with a change is tagged with the epoch read before it
+// and so never outlives the change. No lock and no allocation but the
+// count's own 64-byte view.
 
 // WithPanicThreshold makes the picker ignore failures when fewer than
 // percent% of its peers not down are eligible, as Envoy's
@@ -44,7 +46,12 @@ import (
 // (or none not down), so a pool whose primaries are out still moves to
 // healthy backups as nginx does. A pick in panic of a peer inside its
 // window makes its next report count as a probe's: a success readmits it,
-// a failure restarts its window. percent is in [0, 100]; 0 never panics.
+// a failure restarts its window. Panic changes eligibility only: weights
+// and latency estimates a failure lowered (nginx's effective weight, the
+// latency pickers' failure penalty) recover as they would. Events:
+// EventPanic and EventPanicOver, once per transition, found by the first
+// pick meeting a peer out, report or InPanic after it. percent is in
+// [0, 100]; 0 never panics.
 // Every picker accepts it. Default: no panic mode, nginx's behaviour.
 func WithPanicThreshold(percent float64) Option {
 	return option{"WithPanicThreshold", func(c *config) { c.guards.panicPct, c.guards.panicSet = percent, true }}
@@ -58,7 +65,9 @@ func WithPanicThreshold(percent float64) Option {
 // Envoy's documentation of the field promises. A failure the cap refuses
 // is counted (Stats.Failures, the effective weight lowered) but leaves the
 // peer one failure short of max_fails, eligible, and reports
-// EventEjectionCapped; its next failure asks the cap again. percent is in
+// EventEjectionCapped; its next failure asks the cap again. A cap at or
+// below 100 − WithPanicThreshold's percent keeps failures from bringing
+// panic mode (probes in flight aside, which count as out). percent is in
 // [0, 100]. Every picker accepts it. Default: no cap, nginx's behaviour.
 func WithMaxEjectionPercent(percent float64) Option {
 	return option{"WithMaxEjectionPercent", func(c *config) { c.guards.capPct, c.guards.capSet = percent, true }}
@@ -181,11 +190,17 @@ func (s *peerSet) panics(now int64) bool {
 }
 
 // panics reports whether the picker holding p is in panic, for a pick
-// that met p inside its fail window. Off the healthy path only.
+// that met p inside its fail window. Off the healthy path only; without
+// the guards, one load and a nil check, inlined.
 func (p *Peer) panics(clk *lazyClock) bool {
-	s := p.owner.Load()
-	return s != nil && s.guard != nil && s.panics(clk.get())
+	if s := p.owner.Load(); s != nil && s.guard != nil {
+		return s.panicsClk(clk)
+	}
+	return false
 }
+
+// panicsClk is panics at clk's time.
+func (s *peerSet) panicsClk(clk *lazyClock) bool { return s.panics(clk.get()) }
 
 // panicTake is take's step for a peer inside its fail window: in panic it
 // is taken, and marked so that its report counts as a probe's.
@@ -295,7 +310,8 @@ func (s *peerSet) PanicCount() uint64 {
 }
 
 // InPanic reports whether the picker is in panic mode now. Lock-free; it
-// counts the peers, O(n), if its last count is stale.
+// counts the peers, O(n), if its last count is stale, and reports a change
+// it finds to the WithEvents hook, as a pick would.
 func (s *peerSet) InPanic() bool { return s.panics(s.now()) }
 
 // EjectionCappedCount returns how many failures WithMaxEjectionPercent

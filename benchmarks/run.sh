@@ -12,7 +12,8 @@
 # real latencies" and rewrites that section alone, saying so in it;
 # ONLY=load likewise for the section "Server-reported load"; ONLY=probe
 # for the section on probes (with the root module's BenchmarkPrequal*,
-# if there are any).
+# if there are any); ONLY=guards for the section on the guards, the root
+# module's BenchmarkGuard* (panic mode, the ejection cap and the others).
 set -eu
 
 ROUNDS=${ROUNDS:-7}
@@ -83,6 +84,21 @@ if [ "$ONLY" = probe ]; then
 		i=$((i + 1))
 	done
 	write_section probe "probes"
+	exit 0
+fi
+
+if [ "$ONLY" = guards ]; then
+	# The guards' benchmarks live in the root module.
+	(cd "$root" && go test -c -o "$work/root.test" .)
+	load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)
+	i=1
+	while [ "$i" -le "$ROUNDS" ]; do
+		echo "round $i of $ROUNDS" >&2
+		(cd "$root" && "$work/root.test" -test.run '^$' -test.benchtime "$BENCHTIME" \
+			-test.bench '^BenchmarkGuard') >"$work/round$i.txt"
+		i=$((i + 1))
+	done
+	write_section guards "guards"
 	exit 0
 fi
 

@@ -680,7 +680,7 @@ func main() {
 	flag.StringVar(&m.benchtime, "benchtime", "?", "-benchtime of each round")
 	coreFiles := flag.String("cores-rounds", "", "comma-separated rounds run with -cpu 1,N, for the table of cores")
 	load := flag.String("load", "", "the load average when the rounds started, for -only's note")
-	only := flag.String("only", "", "rewrite only this section of -out, which must exist: fastest (FastestFirst under real latencies), load (server-reported load) or probe (probes)")
+	only := flag.String("only", "", "rewrite only this section of -out: fastest (FastestFirst under real latencies), load (server-reported load), probe (probes) or guards (the guards; added before the section on cores if -out has none)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "report: no round files")
@@ -693,7 +693,7 @@ func main() {
 	var b strings.Builder
 	switch *only {
 	case "":
-	case "fastest", "load", "probe":
+	case "fastest", "load", "probe", "guards":
 		note := fmt.Sprintf("This section was measured apart from the rest of the file, with `%s`: %d round(s) of -benchtime %s, medians and within-round ratios as above, on %s, %s cores, %s, %s. The rest of the file is from its own run, dated at the top.", m.cmd, r.rounds, m.benchtime, m.cpu, m.cores, m.goVersion, m.date)
 		if *load != "" {
 			note += fmt.Sprintf(" The load average (1, 5, 15 minutes) was %s when the rounds started; other work may share the cores of this machine at any time, so compare the ratios, taken within a round, rather than times across sections.", *load)
@@ -705,6 +705,9 @@ func main() {
 		case "load":
 			heading = loadSection
 			r.writeLoad(&b, note)
+		case "guards":
+			heading = guardsSection
+			r.writeGuards(&b, note)
 		default:
 			heading = probeSection
 			r.writeProbe(&b, note)
@@ -715,7 +718,7 @@ func main() {
 		}
 		return
 	default:
-		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest, load or probe\n", *only)
+		fmt.Fprintf(os.Stderr, "report: -only %q: want fastest, load, probe or guards\n", *only)
 		os.Exit(2)
 	}
 	r.write(&b, m)
