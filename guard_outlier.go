@@ -57,8 +57,8 @@ type SuccessRateEjection struct {
 	// MinimumHosts is how many peers must have RequestVolume attempts in
 	// the interval for any to be ejected. Default 5.
 	MinimumHosts int
-	// RequestVolume is the attempts a peer needs in the interval to count.
-	// Default 100.
+	// RequestVolume is the attempts a peer needs in the interval to count
+	// (reports of attempts abandoned are not attempts here). Default 100.
 	RequestVolume int
 	// Rand is the source the enforcement draws from, used under the
 	// picker's lock. Default: the runtime's generator.
@@ -66,7 +66,7 @@ type SuccessRateEjection struct {
 }
 
 // The largest RequestVolume: the attempts a peer's counter holds in one
-// interval before it ends the interval early (see count).
+// interval before it ends the interval early (see countOutcome).
 const maxRequestVolume = 1 << 31
 
 // WithSuccessRateEjection takes out, every interval, the peers whose
@@ -77,8 +77,9 @@ const maxRequestVolume = 1 << 31
 // EventPeerOutlier reports it. Counting costs each Done one atomic add,
 // and a clock read for failures and one success in 16; the interval's end
 // is seen by the first failure after it or within 16 successes on any
-// one peer. Every picker accepts it; a negative, NaN or infinite
-// field, or a percent above 100, is refused. Default: off.
+// one peer. Every picker accepts it; a negative, NaN or infinite field, a
+// percent above 100 or a RequestVolume above 2^31 is refused with
+// ErrInvalidConfig naming it. Default: off.
 func WithSuccessRateEjection(c SuccessRateEjection) Option {
 	return ownOption("WithSuccessRateEjection", func(s *outlierSetting) { *s = outlierSetting{c, true} })
 }
