@@ -40,12 +40,13 @@ func clockAt(now int64) lazyClock { return lazyClock{t: now, ok: true} }
 
 // inFailWindow reports whether the peer is inside its fail window at now:
 // it has max_fails failures and the last failure or probe was at most
-// fail_timeout ago (RR.c 554-556). Like nginx we compare with <=, so a peer
+// fail_timeout ago (RR.c 554-556; the window is longer under
+// WithEjectionBackoff, see window). Like nginx we compare with <=, so a peer
 // that failed at t with fail_timeout 10s stays out through t+10s; nginx
 // reads whole seconds, this reads the injected clock at full resolution.
 func (p *Peer) inFailWindow(now int64) bool {
 	return p.maxFails.Load() != 0 && p.fails.Load() >= p.maxFails.Load() &&
-		now-p.checked.Load() <= p.failTimeout.Load()
+		now-p.checked.Load() <= p.window()
 }
 
 // full reports whether the peer is at its max_conns limit.
@@ -152,7 +153,7 @@ func (p *Peer) take(clk *lazyClock) bool {
 // peer is out for another fail_timeout (RR.c 591-593). Requires the owner's
 // lock.
 func (p *Peer) probeLocked(now int64) {
-	if now-p.checked.Load() > p.failTimeout.Load() {
+	if now-p.checked.Load() > p.window() {
 		p.checked.Store(now)
 		p.probed(now)
 	} else if p.fails.Load() != 0 {
@@ -167,7 +168,7 @@ func (p *Peer) probeLocked(now int64) {
 func (p *Peer) claimProbe(now int64) bool {
 	for {
 		c := p.checked.Load()
-		if now-c <= p.failTimeout.Load() {
+		if now-c <= p.window() {
 			// Inside the window: a probe is claimed only past it, so this
 			// peer is eligible only because it is below max_fails.
 			return !p.inFailWindow(now)

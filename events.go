@@ -46,9 +46,13 @@ const (
 	// EventEjectionCapped: WithMaxEjectionPercent kept a failure from
 	// taking the peer out, as that many peers were out already.
 	EventEjectionCapped
+
+	// EventPeerOutlier: WithSuccessRateEjection took the peer out, its
+	// success rate over the last interval an outlier among its peers'.
+	EventPeerOutlier
 )
 
-var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped"}
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped", "PeerOutlier"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -72,8 +76,9 @@ type Event struct {
 // a success that cleared its failures (EventPeerReadmitted); for
 // FastestFirst, each recompute of its weights (EventReweighted); and with
 // the guards, panic mode engaging and disengaging (EventPanic,
-// EventPanicOver) and a failure the ejection cap kept from taking a peer
-// out (EventEjectionCapped). Every
+// EventPanicOver), a failure the ejection cap kept from taking a peer
+// out (EventEjectionCapped) and a peer taken out for its success rate
+// (EventPeerOutlier). Every
 // picker accepts it; WithEvents(nil) is refused. Default: no hook, which
 // costs one nil check where a change happens.
 //

@@ -282,7 +282,7 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool, rep repor
 		// the floor, so the probe is made explicit. The oldest goes first.
 		// A peer of weight 0 is never chosen while another has weight,
 		// probe or not.
-		if p.fails.Load() != 0 && p.weight.Load() != 0 && pc == 1 && now-p.checked.Load() > p.failTimeout.Load() &&
+		if p.fails.Load() != 0 && p.weight.Load() != 0 && pc == 1 && now-p.checked.Load() > p.window() &&
 			(probe == nil || p.checked.Load() < probe.checked.Load()) {
 			probe, probeAt = p, i
 		}

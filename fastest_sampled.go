@@ -300,7 +300,7 @@ func probeSampled(t *ffTable, peers []*Peer, backup bool, r *Request, clk *lazyC
 		p := peers[i]
 		if r.isTried(i) || p.down.Load() ||
 			p.fails.Load() == 0 || p.weight.Load() == 0 || p.inFlight() != 0 ||
-			clk.get()-p.checked.Load() <= p.failTimeout.Load() {
+			clk.get()-p.checked.Load() <= p.window() {
 			continue
 		}
 		if best < 0 || p.checked.Load() < peers[best].checked.Load() {

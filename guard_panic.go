@@ -74,7 +74,7 @@ func WithMaxEjectionPercent(percent float64) Option {
 }
 
 // guardOptions are the guards' options, which every picker accepts.
-var guardOptions = []string{"WithPanicThreshold", "WithMaxEjectionPercent"}
+var guardOptions = []string{"WithPanicThreshold", "WithMaxEjectionPercent", "WithEjectionBackoff", "WithSuccessRateEjection"}
 
 // guardConfig holds the guards' options as given.
 type guardConfig struct {
@@ -150,7 +150,7 @@ func (g *guard) viewAt(s *peerSet, now int64) *guardView {
 				continue // nginx's single server is never out for its failures
 			}
 			v.out[k]++
-			end := p.checked.Load() + p.failTimeout.Load()
+			end := p.checked.Load() + p.window()
 			if end < p.checked.Load() {
 				end = math.MaxInt64 // a window past the last instant
 			}

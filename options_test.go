@@ -45,6 +45,8 @@ var optionCases = []struct {
 	{"WithEvents", WithEvents(func(Event) {})},
 	{"WithPanicThreshold", WithPanicThreshold(50)},
 	{"WithMaxEjectionPercent", WithMaxEjectionPercent(10)},
+	{"WithEjectionBackoff", WithEjectionBackoff(time.Minute)},
+	{"WithSuccessRateEjection", WithSuccessRateEjection(SuccessRateEjection{})},
 }
 
 // TestOptions_everyOptionEveryPicker builds every picker with every option,

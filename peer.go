@@ -69,12 +69,25 @@ type Peer struct {
 
 	// Total failures reported since NewPeer, for Stats.
 	failures atomic.Uint64
+	// outcomes counts the attempts (high 32 bits) and successes (low 32)
+	// reported in WithSuccessRateEjection's current interval
+	// (guard_outlier.go); written lock-free by Done, swapped to 0 by the
+	// interval's evaluation.
+	outcomes atomic.Uint64
 
 	// Failure accounting. Written by the owning picker, under its lock or,
 	// for the probe claim, by compare-and-swap; read lock-free.
 	fails    atomic.Int64
 	accessed atomic.Int64 // unix nanoseconds of the last failure
 	checked  atomic.Int64 // unix nanoseconds of the last failure or probe
+
+	// ejections is Envoy's ejection multiplier under WithEjectionBackoff
+	// (guard_backoff.go), 0 without it; written under the owner's lock,
+	// read lock-free by the window test. outUntil is the end of the last
+	// ejection's window (unix ns), from which its decay is counted;
+	// guarded by owner.mu.
+	ejections atomic.Int64
+	outUntil  int64
 
 	owner atomic.Pointer[peerSet]
 	// held is the picker that claimed the peer last, kept after it lets

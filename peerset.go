@@ -57,6 +57,13 @@ type peerSet struct {
 	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
 
+	// backoffMax is WithEjectionBackoff's cap (ns), 0 without it
+	// (guard_backoff.go). Immutable after init.
+	backoffMax int64
+	// outlier is WithSuccessRateEjection's state (guard_outlier.go), nil
+	// without it. Set by init.
+	outlier *outlierGuard
+
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
 	picker    string
@@ -80,6 +87,9 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	s.events = cfg.events
 	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
+	if err := s.initGuards(&cfg); err != nil {
+		return err
+	}
 	s.list.Store(&peerList{noLive: &s.noLive})
 	if err := s.slow.setup(s.picker, &cfg); err != nil {
 		return err
@@ -370,6 +380,7 @@ func (s *peerSet) freshLocked(p *Peer, now int64) {
 		st = s.fresh(now)
 	}
 	p.state.Store(st)
+	p.outcomes.Store(0) // WithSuccessRateEjection's counts are the picker's too
 }
 
 // NextEligible returns the earliest time at which a peer now inside its
@@ -396,7 +407,7 @@ func (s *peerSet) NextEligible() (time.Time, bool) {
 			// (fail_timeout is never negative, so only an overflow makes
 			// the sum fall below checked.)
 			c := p.checked.Load()
-			at := c + p.failTimeout.Load() + 1
+			at := c + p.window() + 1
 			if at <= c {
 				at = math.MaxInt64
 			}
@@ -484,6 +495,9 @@ func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if o.Failed {
 		p.failures.Add(1)
 	}
+	if s.outlier != nil && !o.Abandoned {
+		s.countOutcome(p, o.Failed)
+	}
 	return nil
 }
 
@@ -506,7 +520,7 @@ func (s *peerSet) done(p *Peer, o Outcome) error {
 // Requires s.mu.
 func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 	var before failMark
-	if s.events != nil {
+	if s.events != nil || s.backoffMax != 0 {
 		before = p.markLocked()
 	}
 	readmitted := false
@@ -521,6 +535,9 @@ func (s *peerSet) doneLocked(l *peerList, p *Peer, o Outcome) {
 		p.succeedLocked()
 	default:
 		readmitted = s.succeedLocked(p)
+	}
+	if s.backoffMax != 0 && p.owner.Load() == s {
+		s.backoffLocked(p, before)
 	}
 	if s.events != nil {
 		s.noteDoneLocked(p, before)

@@ -624,7 +624,7 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 // With max_fails 0 nginx never takes a peer out, and its answers stay out
 // until an attempt on it succeeds.
 func readmittable(p *Peer, now int64) bool {
-	return p.maxFails.Load() != 0 && now-p.accessed.Load() > p.failTimeout.Load()
+	return p.maxFails.Load() != 0 && now-p.accessed.Load() > p.window()
 }
 
 // checkProbe returns an error naming the first field of a out of range.

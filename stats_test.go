@@ -127,6 +127,6 @@ func TestStats_healthNames(t *testing.T) {
 	}
 	assert.Equal(t, []string{"healthy", "down", "failed", "probing", "full"}, names)
 	assert.Equal(t, "Health(9)", Health(9).String())
-	assert.Equal(t, "EventKind(9)", EventKind(9).String())
+	assert.Equal(t, "EventKind(10)", EventKind(10).String())
 	assert.Equal(t, "PeerProbe", EventPeerProbe.String())
 }

@@ -29,18 +29,19 @@ import (
 // Peers that share an address are rare (an nginx block that repeats a server
 // line); a series that jumps back is Prometheus's counter reset.
 const (
-	InFlightName        = "balancer_peer_in_flight"
-	AttemptsName        = "balancer_peer_attempts_total"
-	FailuresName        = "balancer_peer_failures_total"
-	HealthName          = "balancer_peer_health"
-	FailsName           = "balancer_peer_fails"
-	WeightName          = "balancer_peer_weight"
-	EffectiveWeightName = "balancer_peer_effective_weight"
-	LatencyName         = "balancer_peer_latency_seconds"
-	NoLivePeerName      = "balancer_no_live_peer_total"
-	PanicsName          = "balancer_panics_total"
-	InPanicName         = "balancer_in_panic"
-	EjectionsCappedName = "balancer_ejections_capped_total"
+	InFlightName         = "balancer_peer_in_flight"
+	AttemptsName         = "balancer_peer_attempts_total"
+	FailuresName         = "balancer_peer_failures_total"
+	HealthName           = "balancer_peer_health"
+	FailsName            = "balancer_peer_fails"
+	WeightName           = "balancer_peer_weight"
+	EffectiveWeightName  = "balancer_peer_effective_weight"
+	LatencyName          = "balancer_peer_latency_seconds"
+	NoLivePeerName       = "balancer_no_live_peer_total"
+	PanicsName           = "balancer_panics_total"
+	InPanicName          = "balancer_in_panic"
+	EjectionsCappedName  = "balancer_ejections_capped_total"
+	OutlierEjectionsName = "balancer_outlier_ejections_total"
 )
 
 // Source is what a Collector reads: every picker of the balancer package
@@ -66,6 +67,10 @@ type guarded interface {
 	EjectionCappedCount() uint64
 }
 
+// outlierCounter is what every picker of the balancer package implements
+// to count its success-rate ejections (balancer.WithSuccessRateEjection).
+type outlierCounter interface{ OutlierEjectionCount() uint64 }
+
 // Collector is a prometheus.Collector for one picker. Each scrape exports,
 // for every peer the picker holds (labels picker, peer):
 //
@@ -90,7 +95,10 @@ type guarded interface {
 // them), balancer_panics_total (counter): the times panic mode engaged
 // (one per balancer.EventPanic), balancer_in_panic (gauge): 1 while it is
 // engaged, and balancer_ejections_capped_total (counter): the failures the
-// cap kept from taking a peer out (one per balancer.EventEjectionCapped).
+// cap kept from taking a peer out (one per balancer.EventEjectionCapped);
+// and balancer_outlier_ejections_total (counter): the peers
+// balancer.WithSuccessRateEjection took out (one per
+// balancer.EventPeerOutlier; 0 without it).
 //
 // The totals belong to the peer and only grow; a removed peer's series
 // disappear. Create it with New; register it with prometheus.Register or
@@ -102,7 +110,7 @@ type Collector struct {
 
 type descs struct {
 	inFlight, attempts, failures, health, fails, weight, effective, latency, noLive *prometheus.Desc
-	panics, inPanic, capped                                                         *prometheus.Desc
+	panics, inPanic, capped, outliers                                               *prometheus.Desc
 }
 
 // New returns a Collector for b, labelling its series picker=name: give
@@ -123,13 +131,14 @@ func New(name string, b Source) *Collector {
 		panics:    prometheus.NewDesc(PanicsName, "Times panic mode engaged.", nil, c),
 		inPanic:   prometheus.NewDesc(InPanicName, "1 while panic mode is engaged, 0 otherwise.", nil, c),
 		capped:    prometheus.NewDesc(EjectionsCappedName, "Failures the ejection cap kept from taking a peer out.", nil, c),
+		outliers:  prometheus.NewDesc(OutlierEjectionsName, "Peers taken out for their success rate (WithSuccessRateEjection).", nil, c),
 	}}
 }
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.d.inFlight, c.d.attempts, c.d.failures, c.d.health,
-		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive, c.d.panics, c.d.inPanic, c.d.capped} {
+		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive, c.d.panics, c.d.inPanic, c.d.capped, c.d.outliers} {
 		ch <- d
 	}
 }
@@ -179,5 +188,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.d.panics, prometheus.CounterValue, float64(g.PanicCount()))
 		gauge(c.d.inPanic, in)
 		ch <- prometheus.MustNewConstMetric(c.d.capped, prometheus.CounterValue, float64(g.EjectionCappedCount()))
+	}
+	if o, ok := c.b.(outlierCounter); ok {
+		ch <- prometheus.MustNewConstMetric(c.d.outliers, prometheus.CounterValue, float64(o.OutlierEjectionCount()))
 	}
 }

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +300,71 @@ balancer_ejections_capped_total{picker="rr"} 1
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(strings.Replace(during, `balancer_in_panic{picker="rr"} 1`, `balancer_in_panic{picker="rr"} 0`, 1)), PanicsName, InPanicName, EjectionsCappedName); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestCollector_outliers: balancer_outlier_ejections_total counts the
+// picker's success-rate ejections, one per balancer.EventPeerOutlier. Ten
+// peers under RoundRobin, 200 attempts each in the first interval: p0
+// fails every other one (rate 0.5), the others none (1.0): mean 0.95,
+// stdev √((0.45² + 9 × 0.05²)/10) = 0.15, threshold 0.95 − 1.9 × 0.15 =
+// 0.665: p0 alone is ejected by the first failure past the interval.
+func TestCollector_outliers(t *testing.T) {
+	clk := &clock{time.Unix(1000, 0)}
+	var peers []*balancer.Peer
+	for i := range 10 {
+		peers = append(peers, balancer.NewPeer(strconv.Itoa(i), balancer.MaxFails(1000)))
+	}
+	var events int
+	rr, err := balancer.NewRoundRobin(peers, balancer.WithClock(clk.now), balancer.WithSuccessRateEjection(balancer.SuccessRateEjection{}),
+		balancer.WithEvents(func(e balancer.Event) {
+			if e.Kind == balancer.EventPeerOutlier {
+				events++
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(New("rr", rr)); err != nil {
+		t.Fatal(err)
+	}
+	want := func(n int) string {
+		return fmt.Sprintf(`
+# HELP balancer_outlier_ejections_total Peers taken out for their success rate (WithSuccessRateEjection).
+# TYPE balancer_outlier_ejections_total counter
+balancer_outlier_ejections_total{picker="rr"} %d
+`, n)
+	}
+	k := 0
+	for range 2000 {
+		p, err := rr.Pick(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := p == peers[0] && k%2 == 0
+		if p == peers[0] {
+			k++
+		}
+		if err := rr.Done(p, balancer.Outcome{Failed: failed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0)), OutlierEjectionsName); err != nil {
+		t.Error(err)
+	}
+	p, err := rr.Pick(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.t = clk.t.Add(10*time.Second + 1)
+	if err := rr.Done(p, balancer.Outcome{Failed: true}); err != nil { // a failure reads the clock
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(1)), OutlierEjectionsName); err != nil {
+		t.Error(err)
+	}
+	if events != 1 {
+		t.Errorf("%d EventPeerOutlier, want 1", events)
 	}
 }
