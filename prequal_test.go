@@ -773,6 +773,8 @@ type asyncProber struct {
 	ring [256]*Peer
 	n    int
 	to   ProbeReceiver
+	// drained counts the probes drain has answered.
+	drained atomic.Int64
 }
 
 func (q *asyncProber) Probe(p *Peer, to ProbeReceiver) {
@@ -796,6 +798,7 @@ func (q *asyncProber) drain(lat time.Duration) {
 	for _, p := range batch[:n] {
 		_ = to.Answer(p, ProbeAnswer{InFlight: float64(p.InFlight()), Latency: lat, RoundTrip: lat / 10})
 	}
+	q.drained.Add(int64(n))
 }
 
 // TestPrequal_allocs checks that Pick, Done and Answer allocate nothing,
@@ -879,7 +882,10 @@ func TestPrequal_concurrent(t *testing.T) {
 	for g := range 4 {
 		pickers.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 9))
-			for range 2000 {
+			// 2000 picks, and more until some answers have come back while
+			// picks ran: on a loaded machine the answering goroutine may
+			// not run at all during the first 2000.
+			for i := 0; i < 2000 || q.drained.Load() < 100 && i < 1_000_000; i++ {
 				p, err := b.Pick(nil)
 				if err != nil {
 					continue
