@@ -86,12 +86,16 @@ type ClassicWRR struct {
 	built   *cycle  // last cycle built, reused for the same list
 	primary []*Peer // the list's primaries, sorted by weight descending, stable
 	backup  []*Peer // the list's backups, sorted the same way
+	// With WithSlowStart, the round weights of primary and backup,
+	// parallel to the sorted lists (guard_slowstart.go's classicWarm).
+	warmW [2][]int64
 }
 
 // classicWRRSpec is ClassicWRR's declaration (see pickerSpec).
-var classicWRRSpec = pickerSpec{name: "ClassicWRR"}
+var classicWRRSpec = pickerSpec{name: "ClassicWRR", options: []string{"WithSlowStart"}}
 
-// NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock.
+// NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock and
+// WithSlowStart.
 func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
 	cfg, err := newConfig(classicWRRSpec, opts)
 	if err != nil {
@@ -125,13 +129,19 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	clk := lazyClock{now: s.now}
+	warm := s.classicWarmLocked(l, &clk)
 	p, err := pickFrame(l, r, func(_ []*Peer, backup bool) int {
 		s.closeLocked()
-		sorted := s.primary
+		sorted, k := s.primary, 0
 		if backup {
-			sorted = s.backup
+			sorted, k = s.backup, 1
 		}
-		p := scanClassic(sorted, r, &clk)
+		var p *Peer
+		if warm {
+			p = scanClassicWarm(sorted, s.warmW[k], r, &clk, &s.slow)
+		} else {
+			p = scanClassic(sorted, r, &clk)
+		}
 		if p == nil {
 			return -1
 		}
@@ -217,7 +227,11 @@ func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 		// which the classic algorithm does not have.
 		p.setEffectiveLocked(p.weight.Load())
 		if p.maxFails.Load() != 0 {
-			p.currentWeight = max(0, p.currentWeight-p.weight.Load()/p.maxFails.Load())
+			cost := p.weight.Load() / p.maxFails.Load()
+			if s.slow.scaled {
+				cost *= classicWarmScale // slow start's rounds (guard_slowstart.go)
+			}
+			p.currentWeight = max(0, p.currentWeight-cost)
 		}
 	}
 	s.maybeOpenLocked(l)
@@ -232,6 +246,9 @@ func (s *ClassicWRR) changedLocked(l *peerList) {
 	}
 	s.primary = sortByWeight(l.primary)
 	s.backup = sortByWeight(l.backup)
+	if s.slow.on() {
+		s.warmW = [2][]int64{classicWarmWeights(s.primary), classicWarmWeights(s.backup)}
+	}
 	s.maybeOpenLocked(l)
 }
 
@@ -300,8 +317,8 @@ func (s *ClassicWRR) impliedLocked(p *Peer) (int64, bool) {
 // record and no max_conns, and either every one has its whole round left or
 // none has any left (so the next pick starts a round).
 func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
-	if s.cycle.Load() != nil || l.single {
-		return
+	if s.cycle.Load() != nil || l.single || s.slow.until.Load() != 0 || s.slow.scaled {
+		return // a warming peer (slow start) breaks the period too
 	}
 	var w int64
 	full, spent := true, true

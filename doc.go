@@ -67,6 +67,16 @@
 // peers it already holds; Add, Remove, SetWeight and SetDown change one
 // peer.
 //
+// # Subsetting
+//
+// [Subset] wraps any Balancer and hands it only this client's subset of a
+// large backend list, chosen by a [Subsetter]. For clients with an index,
+// [RingSubsetter] keeps every backend within one client of the same count
+// (the SRE book's [DeterministicSubsetter] does when the subset size
+// divides the backend count); for clients without one,
+// [RendezvousSubsetter] and [RandomSubsetter] change one member per
+// backend added or removed.
+//
 // # Errors
 //
 // Bad input never panics and never changes a picker in use: constructors

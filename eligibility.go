@@ -202,6 +202,9 @@ func (p *Peer) failLocked(now int64) {
 // lock.
 func (p *Peer) succeedLocked() {
 	if p.accessed.Load() < p.checked.Load() {
+		if p.outForFails() {
+			p.readmittedLocked() // slow start, if on (guard_slowstart.go)
+		}
 		p.fails.Store(0)
 	}
 }

@@ -140,14 +140,14 @@ const maxExponent = 8
 var fastestFirstSpec = pickerSpec{
 	name: "FastestFirst",
 	options: []string{"WithRand", "WithDecay", "WithFailurePenalty",
-		"WithBand", "WithExponent", "WithFloor", "WithTolerance", "WithReportedLoad"},
+		"WithBand", "WithExponent", "WithFloor", "WithTolerance", "WithReportedLoad", "WithSlowStart"},
 	latency: true,
 }
 
 // NewFastestFirst returns a FastestFirst over peers. It accepts WithClock,
 // WithRand (the sampled mode's draws, above 32 peers), WithDecay,
-// WithFailurePenalty, WithBand, WithExponent, WithFloor, WithTolerance and
-// WithReportedLoad.
+// WithFailurePenalty, WithBand, WithExponent, WithFloor, WithTolerance,
+// WithReportedLoad and WithSlowStart.
 func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 	cfg, err := newConfig(fastestFirstSpec, opts)
 	if err != nil {
@@ -196,8 +196,13 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	defer f.mu.Unlock()
 	l := f.load()
 	now := f.now()
+	clk := clockAt(now)
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
+	if f.scaleLocked(l, &clk, slowScale) {
+		ws = &f.slow
+	}
 	p, err := pickFrame(l, r, func(peers []*Peer, _ bool) int {
-		return scanFastest(peers, r, now, f.rep)
+		return scanFastest(peers, r, now, f.rep, ws)
 	})
 	if err != nil {
 		return nil, err
@@ -230,19 +235,23 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 // as first read; a count that drops meanwhile can only make a peer look
 // busier than it is for this one pick. With rep on, in flight is the
 // reported load (reported_load.go), read the same way.
-func scanFastest(peers []*Peer, r *Request, now int64, rep reportedLoad) int {
-	if i := scanFastestGated(peers, r, now, true, rep); i >= 0 {
+//
+// With ws set (a peer may be warming), every derived weight is in
+// slowScale units, scaled by the peer's slow-start factor, in the delays
+// compared and in the step among ties.
+func scanFastest(peers []*Peer, r *Request, now int64, rep reportedLoad, ws *slowStart) int {
+	if i := scanFastestGated(peers, r, now, true, rep, ws); i >= 0 {
 		return i
 	}
 	// Every eligible peer is being explored and has its attempt out: the
 	// one-at-a-time rule is a preference, and a healthy peer must not be
 	// refused, so the attempt goes to the least loaded of them.
-	return scanFastestGated(peers, r, now, false, rep)
+	return scanFastestGated(peers, r, now, false, rep, ws)
 }
 
 // scanFastestGated is scanFastest's pass; with gate set it skips the peers
 // being explored that have their one attempt out.
-func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool, rep reportedLoad) int {
+func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool, rep reportedLoad, ws *slowStart) int {
 	clk := clockAt(now)
 	var least, probe *Peer
 	var at, probeAt int // least's position in peers
@@ -261,6 +270,9 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool, rep repor
 			}
 		}
 		pc, pw := p.inFlight()+1, st.derived.Load()
+		if ws != nil {
+			pw = ws.scaledWeight(p, pw, now)
+		}
 		var pl float64
 		if rep.on() {
 			pl = rep.load(&st.srv, pc-1, &clk) + 1
@@ -303,6 +315,9 @@ func scanFastestGated(peers []*Peer, r *Request, now int64, gate bool, rep repor
 				continue
 			}
 			d := st.derived.Load()
+			if ws != nil {
+				d = ws.scaledWeight(p, d, now)
+			}
 			if p != least {
 				pc := p.inFlight() + 1
 				var pl float64

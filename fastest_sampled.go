@@ -198,12 +198,16 @@ func (f *FastestFirst) publishFailingIn(t *ffTable) {
 // without a lock.
 func (f *FastestFirst) pickSampled(t *ffTable, r *Request) (*Peer, error) {
 	clk := lazyClock{now: f.now}
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
+	if f.slow.warming(&clk) {
+		ws = &f.slow
+	}
 	return pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
 		tb := &t.primary
 		if backup {
 			tb = &t.backup
 		}
-		i := f.chooseSampled(t, peers, tb, backup, r, &clk)
+		i := f.chooseSampled(t, peers, tb, backup, r, &clk, ws)
 		if i >= 0 && peers[i].inFlight() == 1 {
 			// A peer idle until now starts its silence now (takeFastest).
 			tb.st[i].since.Store(clk.get())
@@ -212,8 +216,10 @@ func (f *FastestFirst) pickSampled(t *ffTable, r *Request) (*Peer, error) {
 	})
 }
 
-// chooseSampled returns the index in peers of the peer taken, or -1.
-func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable, backup bool, r *Request, clk *lazyClock) int {
+// chooseSampled returns the index in peers of the peer taken, or -1. With
+// ws set, the derived weights compared are scaled by the slow-start
+// factors, as scanFastest's.
+func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable, backup bool, r *Request, clk *lazyClock, ws *slowStart) int {
 	if t.n == 0 || uint64(len(peers)) != t.n {
 		return -1
 	}
@@ -231,6 +237,9 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 				continue
 			}
 			c, w := p.inFlight()+1, t.w[i].Load()
+			if ws != nil {
+				w = ws.scaledWeight(p, w, clk.get())
+			}
 			var l float64
 			if f.rep.on() {
 				l = f.rep.load(&t.st[i].srv, c-1, clk) + 1
@@ -253,6 +262,9 @@ func (f *FastestFirst) chooseSampled(ft *ffTable, peers []*Peer, t *ffAliasTable
 				continue
 			}
 			c, w := p.inFlight()+1, t.w[i].Load()
+			if ws != nil {
+				w = ws.scaledWeight(p, w, clk.get())
+			}
 			var l float64
 			if f.rep.on() {
 				l = f.rep.load(&t.st[i].srv, c-1, clk) + 1

@@ -1,5 +1,7 @@
 package balancer
 
+import "math/bits"
+
 // LeastConn in detail. Each pick goes to the eligible peer with the fewest
 // attempts in flight per unit of weight, the first such peer in order
 // winning, and when several peers share that lowest load, smooth weighted
@@ -66,10 +68,10 @@ type LeastConn struct {
 }
 
 // leastConnSpec is LeastConn's declaration (see pickerSpec).
-var leastConnSpec = pickerSpec{name: "LeastConn", options: []string{"WithReportedLoad"}}
+var leastConnSpec = pickerSpec{name: "LeastConn", options: []string{"WithReportedLoad", "WithSlowStart"}}
 
-// NewLeastConn returns a LeastConn over peers. It accepts WithClock and
-// WithReportedLoad.
+// NewLeastConn returns a LeastConn over peers. It accepts WithClock,
+// WithReportedLoad and WithSlowStart.
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	cfg, err := newConfig(leastConnSpec, opts)
 	if err != nil {
@@ -99,12 +101,17 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clk := lazyClock{now: b.now}
-	return pickFrame(b.load(), r, func(peers []*Peer, backup bool) int {
+	l := b.load()
+	var ws *slowStart // non-nil while a peer may be warming
+	if b.scaleLocked(l, &clk, slowScale) {
+		ws = &b.slow
+	}
+	return pickFrame(l, r, func(peers []*Peer, backup bool) int {
 		srv := b.srv[0]
 		if backup {
 			srv = b.srv[1]
 		}
-		return scanLeastConn(peers, r, &clk, b.rep, srv)
+		return scanLeastConn(peers, r, &clk, b.rep, srv, ws)
 	})
 }
 
@@ -130,7 +137,17 @@ func (b *LeastConn) changedLocked(l *peerList) {
 // busier than it is for this one pick. With rep on, the loads compared are
 // the reported ones (reported_load.go), read the same way, srv[i] holding
 // peer i's reports.
-func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount) int {
+//
+// With ws set (a peer may be warming, guard_slowstart.go), every weight is in
+// slowScale units, scaled by the peer's slow-start factor: in the loads
+// compared and in the smooth step among ties (warmStep).
+func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount, ws *slowStart) int {
+	weight := func(p *Peer) int64 {
+		if ws != nil {
+			return ws.scaledWeight(p, p.weight.Load(), clk.get())
+		}
+		return p.weight.Load()
+	}
 	var least *Peer
 	var at int         // least's position in peers
 	var conns, w int64 // least's in-flight count and weight, as read
@@ -140,7 +157,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 		if r.isTried(i) || !p.eligible(clk) {
 			continue
 		}
-		pc, pw := p.inFlight(), p.weight.Load()
+		pc, pw := p.inFlight(), weight(p)
 		var pl float64
 		if rep.on() {
 			pl = rep.load(srv[i], pc, clk)
@@ -175,11 +192,15 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 				if rep.on() {
 					pl = rep.load(srv[i], pc, clk)
 				}
-				if rep.compare(pc, pl, p.weight.Load(), conns, load, w) != 0 {
+				if rep.compare(pc, pl, weight(p), conns, load, w) != 0 {
 					continue
 				}
 			}
-			total += smoothStep(p)
+			if ws != nil {
+				total += warmStep(p, ws, clk.get())
+			} else {
+				total += smoothStep(p)
+			}
 			if p.currentWeight > best.currentWeight {
 				best, bestAt = p, i
 			}
@@ -194,8 +215,7 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 // compareLoad compares the load of a peer with pc attempts in flight and
 // weight pw with that of one with qc and qw: negative when the first is
 // less loaded, 0 when equal. Loads are conns/weight, compared as
-// pc·qw against qc·pw; both factors stay below 2^30 (MaxWeightSum) times
-// the in-flight count, far from overflow. A peer of weight 0 is more
+// pc·qw against qc·pw, exactly. A peer of weight 0 is more
 // loaded than any peer with weight, and two of them compare by count.
 func compareLoad(pc, pw, qc, qw int64) int {
 	switch {
@@ -206,10 +226,14 @@ func compareLoad(pc, pw, qc, qw int64) int {
 	case qw == 0:
 		return -1
 	}
-	switch a, b := pc*qw, qc*pw; {
-	case a < b:
+	// In 128 bits: under slow start the weights are scaled by 2^10
+	// (guard_slowstart.go), and a product could pass 2^63.
+	ah, al := bits.Mul64(uint64(pc), uint64(qw))
+	bh, bl := bits.Mul64(uint64(qc), uint64(pw))
+	switch {
+	case ah < bh || ah == bh && al < bl:
 		return -1
-	case a > b:
+	case ah > bh || al > bl:
 		return 1
 	}
 	return 0

@@ -104,8 +104,9 @@ func (s *smoothRR) fallbackLocked(l *peerList, r *Request, clk *lazyClock) int {
 		}
 	}
 	s.closeLocked()
+	ws := s.warmLocked(l, clk)
 	for {
-		p := s.scanPrimaryLocked(l, r, clk)
+		p := s.scanPrimaryLocked(l, r, clk, ws)
 		if p == nil {
 			s.recFor = nil // the scan moved weights: not a step of the period
 			return -1

@@ -86,6 +86,9 @@ func applyOptions(name string, accepts func(option string) bool, opts []Option) 
 			return c, fmt.Errorf("balancer: %s: opts[%d] is nil: %w", name, i, ErrInvalidConfig)
 		}
 		if !accepts(o.optionName()) {
+			if why := refusedWhy(name, o.optionName()); why != "" {
+				return c, fmt.Errorf("balancer: %s does not use %s: %s: %w", name, o.optionName(), why, ErrInvalidConfig)
+			}
 			return c, fmt.Errorf("balancer: %s does not use %s: %w", name, o.optionName(), ErrInvalidConfig)
 		}
 		o.apply(&c)

@@ -41,6 +41,7 @@ var optionCases = []struct {
 	{"WithProbeRate", WithProbeRate(2, 100)},
 	{"WithProbePool", WithProbePool(8, time.Second)},
 	{"WithHotQuantile", WithHotQuantile(0.8)},
+	{"WithSlowStart", WithSlowStart(30*time.Second, 1, 10)},
 	{"WithEvents", WithEvents(func(Event) {})},
 	{"WithPanicThreshold", WithPanicThreshold(50)},
 	{"WithMaxEjectionPercent", WithMaxEjectionPercent(10)},

@@ -76,12 +76,13 @@ type peakEWMA struct {
 // p2cSpec is P2CPeakEWMA's declaration (see pickerSpec).
 var p2cSpec = pickerSpec{
 	name:    "P2CPeakEWMA",
-	options: []string{"WithRand", "WithDecay", "WithFailurePenalty", "WithReportedLoad"},
+	options: []string{"WithRand", "WithDecay", "WithFailurePenalty", "WithReportedLoad", "WithSlowStart"},
 	latency: true,
 }
 
 // NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
-// WithRand, WithDecay, WithFailurePenalty and WithReportedLoad.
+// WithRand, WithDecay, WithFailurePenalty, WithReportedLoad and
+// WithSlowStart.
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 	cfg, err := newConfig(p2cSpec, opts)
 	if err != nil {

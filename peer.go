@@ -62,6 +62,11 @@ type Peer struct {
 	// loaded lock-free. Beside slots, which every pick reads too.
 	state atomic.Pointer[peerState]
 
+	// warmFrom is when the peer's slow start began (unix nanoseconds), 0
+	// if it never did (guard_slowstart.go): written under the owner's lock,
+	// read lock-free by the picks.
+	warmFrom atomic.Int64
+
 	// Total failures reported since NewPeer, for Stats.
 	failures atomic.Uint64
 
@@ -301,6 +306,7 @@ func (p *Peer) weightsNow() (cw, ew int64) {
 				cw = v
 			}
 		}
+		cw = s.slow.currentLocked(cw) // while a peer warms (guard_slowstart.go)
 		s.mu.Unlock()
 		return cw, ew
 	}

@@ -61,6 +61,8 @@ type peerSet struct {
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
 	picker    string
 	noBackups bool
+
+	slow slowStart // WithSlowStart's guard (guard_slowstart.go); set by init
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
@@ -79,7 +81,17 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
 	s.list.Store(&peerList{noLive: &s.noLive})
-	return s.Add(peers...)
+	if err := s.slow.setup(s.picker, &cfg); err != nil {
+		return err
+	}
+	if err := s.Add(peers...); err != nil {
+		return err
+	}
+	// The peers given at construction do not warm (guard_slowstart.go);
+	// those added from here on do. Before the picker is in use: no lock
+	// needed.
+	s.slow.ready = true
+	return nil
 }
 
 // backupErr is the error for a backup peer given to a picker that refuses
@@ -225,7 +237,9 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 	if err := s.ownsLocked(p); err != nil {
 		return err
 	}
-	p.down.Store(down)
+	if p.down.Swap(down) && !down {
+		s.slow.startLocked(p, s.now()) // back up: it warms, if slow start is on
+	}
 	l := s.load()
 	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
 	return nil
@@ -326,7 +340,11 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			k.setWeightLocked(k.weight.Load())
 			s.freshLocked(k, now)
 		case k != q:
+			wasDown := k.down.Load()
 			k.adopt(q)
+			if wasDown && !k.down.Load() {
+				s.slow.startLocked(k, now) // back up: it warms, if slow start is on
+			}
 		}
 	}
 	ownerMu.Lock()
@@ -345,6 +363,8 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 // algorithm, or none. Requires s.mu, and p claimed by s but not yet in a
 // published list.
 func (s *peerSet) freshLocked(p *Peer, now int64) {
+	p.warmFrom.Store(0)
+	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
 	var st *peerState
 	if s.fresh != nil {
 		st = s.fresh(now)

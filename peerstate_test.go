@@ -53,6 +53,7 @@ func TestPeer_fieldsSharedOnly(t *testing.T) {
 		"owner":           "the peer set holding the peer",
 		"held":            "the peer set that held the peer last",
 		"state":           "the holding algorithm's own state, which it declares",
+		"warmFrom":        "when its slow start began: a guard every weighted picker shares (guard_slowstart.go), as nginx Plus keeps slow_start per server",
 	}
 	typ := reflect.TypeFor[Peer]()
 	seen := map[string]bool{}

@@ -391,7 +391,7 @@ func (b *Prequal) Pick(r *Request) (*Peer, error) {
 // latency is lower; without a candidate, P2CPeakEWMA's choice.
 func (b *Prequal) choose(peers []*Peer, d *drawList, backup bool, r *Request, clk *lazyClock) int {
 	if b.pool.n.Load() == 0 {
-		return b.twoChoices.choose(peers, d, r, &b.peakEWMA, clk)
+		return b.twoChoices.choose(peers, d, r, &b.peakEWMA, clk, nil)
 	}
 	u, limit := -1, math.Inf(1)
 	if b.unprobed.Load() > 0 {
@@ -412,7 +412,7 @@ func (b *Prequal) choose(peers []*Peer, d *drawList, backup bool, r *Request, cl
 	case found && u >= 0 && peers[u].take(clk):
 		return u // the unprobed peer's cost was the lower
 	}
-	return b.twoChoices.choose(peers, d, r, &b.peakEWMA, clk)
+	return b.twoChoices.choose(peers, d, r, &b.peakEWMA, clk, nil)
 }
 
 // poolPick runs the pool's part of a pick under its lock: ages the

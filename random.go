@@ -75,12 +75,12 @@ type randomTable struct {
 // randomSpec and randomTwoSpec are Random's and RandomTwo's declarations
 // (see pickerSpec).
 var (
-	randomSpec    = pickerSpec{name: "Random", options: []string{"WithRand"}, noBackups: true}
-	randomTwoSpec = pickerSpec{name: "RandomTwo", options: []string{"WithRand", "WithReportedLoad"}, noBackups: true}
+	randomSpec    = pickerSpec{name: "Random", options: []string{"WithRand", "WithSlowStart"}, noBackups: true}
+	randomTwoSpec = pickerSpec{name: "RandomTwo", options: []string{"WithRand", "WithReportedLoad", "WithSlowStart"}, noBackups: true}
 )
 
-// NewRandom returns a Random over peers. It accepts WithClock and
-// WithRand. A backup peer is rejected with ErrInvalidConfig naming it.
+// NewRandom returns a Random over peers. It accepts WithClock, WithRand
+// and WithSlowStart. A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 	b := &Random{}
 	if err := b.setup(randomSpec, peers, opts); err != nil {
@@ -90,7 +90,7 @@ func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 }
 
 // NewRandomTwo returns a RandomTwo over peers. It accepts WithClock,
-// WithRand and WithReportedLoad. A backup peer is rejected with ErrInvalidConfig naming it.
+// WithRand, WithReportedLoad and WithSlowStart. A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandomTwo(peers []*Peer, opts ...Option) (*RandomTwo, error) {
 	b := &RandomTwo{}
 	if err := b.setup(randomTwoSpec, peers, opts); err != nil {
@@ -142,6 +142,10 @@ func (b *randomPicker) changedLocked(l *peerList) {
 func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 	t := b.table.Load()
 	clk := lazyClock{now: b.now}
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
+	if b.slow.warming(&clk) {
+		ws = &b.slow
+	}
 	var spare hashState
 	p, err := pickFrame(t.list, r, func(_ []*Peer, _ bool) int {
 		hs, _ := r.hashState(&spare)
@@ -149,9 +153,9 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 			return handOff
 		}
 		if two {
-			return b.drawTwo(t, r, hs, &clk)
+			return b.drawTwo(t, r, hs, &clk, ws)
 		}
-		return b.drawOne(t, r, hs, &clk)
+		return b.drawOne(t, r, hs, &clk, ws)
 	})
 	if err == errHandOff {
 		return b.roundRobin(r)
@@ -163,12 +167,14 @@ func (b *randomPicker) pick(r *Request, two bool) (*Peer, error) {
 // O(1) a draw, without a lock.
 func (b *Random) Pick(r *Request) (*Peer, error) { return b.pick(r, false) }
 
-// drawOne is ngx_http_upstream_get_random_peer's loop.
-func (b *randomPicker) drawOne(t *randomTable, r *Request, hs *hashState, clk *lazyClock) int {
+// drawOne is ngx_http_upstream_get_random_peer's loop. With ws set, a draw
+// stands only with its peer's slow-start factor (a draw thinned away counts
+// a try, as an ineligible one does), which draws by weight · factor.
+func (b *randomPicker) drawOne(t *randomTable, r *Request, hs *hashState, clk *lazyClock, ws *slowStart) int {
 	peers := t.list.primary
 	for {
 		i := t.alias.draw(b.rng.uint64())
-		if p := peers[i]; !r.isTried(i) && p.eligible(clk) && p.take(clk) {
+		if p := peers[i]; !r.isTried(i) && p.eligible(clk) && ws.stands(p, clk, &b.rng) && p.take(clk) {
 			return i
 		}
 		if hs.tries++; hs.tries > maxHashTries {
@@ -184,12 +190,13 @@ func (b *RandomTwo) Pick(r *Request) (*Peer, error) { return b.pick(r, true) }
 
 // drawTwo is ngx_http_upstream_get_random2_peer's loop: the first eligible
 // draw is kept (and counts a try), the second decides.
-func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *lazyClock) int {
+// With ws set, each draw is thinned as drawOne's.
+func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *lazyClock, ws *slowStart) int {
 	peers := t.list.primary
 	first := -1
 	for {
 		i := t.alias.draw(b.rng.uint64())
-		if p := peers[i]; i != first && !r.isTried(i) && p.eligible(clk) {
+		if p := peers[i]; i != first && !r.isTried(i) && p.eligible(clk) && ws.stands(p, clk, &b.rng) {
 			if first < 0 {
 				first = i
 			} else {

@@ -40,6 +40,14 @@ import (
 // Warm-up changes nothing for a peer of weight 1; Dubbo's default weight is
 // 100, which ramps in steps of 1%.
 //
+// WithWarmup stays Dubbo's, not an alias of WithSlowStart: it is there to
+// pick as Dubbo picks, integer steps, clamps and edge cases included, which
+// Envoy's formula does not reproduce (WithSlowStart(d, 1, 100/weight) comes
+// near, but rounds otherwise, reaches no full weight at an uptime of 0 and
+// also warms readmitted peers). Both ramp the same peers, so both at once
+// are refused; WithSlowStart here thins the draws as it does for the other
+// random pickers (guard_slowstart.go), and leaves the table alone.
+//
 // To keep picks O(1) while weights ramp, the table is not rebuilt on every
 // change of a weight but at most every s = max(d/128, 1ms) (rwSteps), by the
 // first Pick past that time (Pick reads the clock while any peer is
@@ -64,7 +72,7 @@ import (
 // apache/dubbo): each pick chooses among the eligible peers at random, in
 // exact proportion to their weights, a peer of weight 0 only when its whole
 // list has weight 0. [WithWarmup] ramps a new peer's weight up as Dubbo
-// does. Failures take a peer out through max_fails but never lower its
+// does; [WithSlowStart] as Envoy does (not both). Failures take a peer out through max_fails but never lower its
 // weight. Choose it for many uncoordinated clients.
 //
 // A first attempt is O(1) and lock-free by Vose's alias table, with no
@@ -100,10 +108,10 @@ type rwState struct {
 }
 
 // randomWeightedSpec is RandomWeighted's declaration (see pickerSpec).
-var randomWeightedSpec = pickerSpec{name: "RandomWeighted", options: []string{"WithRand", "WithWarmup"}}
+var randomWeightedSpec = pickerSpec{name: "RandomWeighted", options: []string{"WithRand", "WithWarmup", "WithSlowStart"}}
 
 // NewRandomWeighted returns a RandomWeighted over peers. It accepts
-// WithClock, WithRand and WithWarmup.
+// WithClock, WithRand, WithWarmup and WithSlowStart.
 func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
 	cfg, err := newConfig(randomWeightedSpec, opts)
 	if err != nil {
@@ -113,6 +121,10 @@ func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
 	applyOwn(&cfg, &warmup)
 	if warmup < 0 {
 		return nil, fmt.Errorf("balancer: RandomWeighted: WithWarmup(%v): negative: %w", time.Duration(warmup), ErrInvalidConfig)
+	}
+	var slow slowStartSetting
+	if applyOwn(&cfg, &slow); slow.set && warmup != 0 {
+		return nil, fmt.Errorf("balancer: RandomWeighted: WithWarmup(%v) and WithSlowStart both ramp a new peer up; give one: %w", time.Duration(warmup), ErrInvalidConfig)
 	}
 	b := &RandomWeighted{warmup: int64(warmup), rng: newRandSource(cfg)}
 	b.fresh = newRWPeer
@@ -240,9 +252,16 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	if st.warming {
 		st = b.rewarm(st, &clk)
 	}
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
+	if b.slow.warming(&clk) {
+		ws = &b.slow
+	}
 	if t := &st.primary; t.n != 0 && r.fresh() {
 		i := t.draw(b.rng.uint64())
 		p := t.peers[i]
+		if ws != nil && !ws.accepts(p, clk.get(), b.rng.uint64()) {
+			return b.pickSlow(st, r, &clk, -1, ws) // thinned: a new draw
+		}
 		// As in RoundRobin.Pick, ahead of pickFrame: a clean peer needs
 		// neither the clock nor a compare-and-swap.
 		if p.clean() {
@@ -251,9 +270,9 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 		}
 		// The same draw goes on to the full check: discarding it here
 		// would favour the peers the fast check accepts.
-		return b.pickSlow(st, r, &clk, i)
+		return b.pickSlow(st, r, &clk, i, ws)
 	}
-	return b.pickSlow(st, r, &clk, -1)
+	return b.pickSlow(st, r, &clk, -1, ws)
 }
 
 // rewarm rebuilds the tables if the warm-up schedule says so and no other
@@ -272,20 +291,23 @@ func (b *RandomWeighted) rewarm(st *rwState, clk *lazyClock) *rwState {
 }
 
 // pickSlow runs the frame: the primaries' table (starting with draw first,
-// if not negative), then the backups'.
-func (b *RandomWeighted) pickSlow(st *rwState, r *Request, clk *lazyClock, first int) (*Peer, error) {
+// if not negative), then the backups'. With ws set, a draw stands with the
+// peer's slow-start factor (first has stood already).
+func (b *RandomWeighted) pickSlow(st *rwState, r *Request, clk *lazyClock, first int, ws *slowStart) (*Peer, error) {
 	return pickFrame(st.list, r, func(_ []*Peer, backup bool) int {
 		if backup {
-			return b.pickFrom(&st.backup, r, clk, -1)
+			return b.pickFrom(&st.backup, r, clk, -1, ws)
 		}
-		return b.pickFrom(&st.primary, r, clk, first)
+		return b.pickFrom(&st.primary, r, clk, first, ws)
 	})
 }
 
 // pickFrom draws from t until an eligible peer comes up, at most rwDraws
 // times (the first draw is first, if not negative), then scans. It returns
-// the index of the peer taken, or -1.
-func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *lazyClock, first int) int {
+// the index of the peer taken, or -1. With ws set, a draw also stands only
+// with its peer's slow-start factor, and the scan weighs each peer by it:
+// the pick is then in proportion to weight · factor.
+func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *lazyClock, first int, ws *slowStart) int {
 	if t.n == 0 {
 		return -1
 	}
@@ -293,26 +315,35 @@ func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *lazyClock, first 
 		i := first
 		if k > 0 || i < 0 {
 			i = t.draw(b.rng.uint64())
+			if ws != nil && !ws.accepts(t.peers[i], clk.get(), b.rng.uint64()) {
+				continue
+			}
 		}
 		if !r.isTried(i) && t.peers[i].take(clk) {
 			return i
 		}
 	}
-	return b.scan(t, r, clk)
+	return b.scan(t, r, clk, ws)
 }
 
 // scan draws by weight among the eligible peers of t: one pass sums their
 // weights, a draw below the sum picks one in a second pass. If the peer it
 // lands on stopped being eligible in between (a concurrent Pick took its
 // probe or its last connection), the first eligible peer after it is taken.
-func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
+func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock, ws *slowStart) int {
 	ok := func(i int) bool {
 		return t.w[i] != 0 && !r.isTried(i) && t.peers[i].eligible(clk)
+	}
+	weight := func(i int) uint64 {
+		if ws != nil { // in slowScale units, scaled by the factor
+			return uint64(ws.scaledWeight(t.peers[i], int64(t.w[i]), clk.get()))
+		}
+		return t.w[i]
 	}
 	var sum uint64
 	for i := range t.peers {
 		if ok(i) {
-			sum += t.w[i]
+			sum += weight(i)
 		}
 	}
 	if sum == 0 {
@@ -324,11 +355,11 @@ func (b *RandomWeighted) scan(t *rwTable, r *Request, clk *lazyClock) int {
 		if !ok(i) {
 			continue
 		}
-		if x < t.w[i] {
+		if x < weight(i) {
 			start = i
 			break
 		}
-		x -= t.w[i]
+		x -= weight(i)
 	}
 	n := len(t.peers)
 	for k := range n {
@@ -371,7 +402,8 @@ type warmupSetting time.Duration
 
 // WithWarmup makes RandomWeighted ramp a new peer's weight up linearly over
 // d, as Dubbo does: weight·uptime/d, clamped to [1, weight]. Default: 0, no
-// warm-up.
+// warm-up. It is Dubbo's exactly; WithSlowStart is Envoy's, and the two
+// are refused together.
 func WithWarmup(d time.Duration) Option {
 	return ownOption("WithWarmup", func(s *warmupSetting) { *s = warmupSetting(d) })
 }

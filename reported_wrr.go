@@ -184,7 +184,7 @@ type ReportedWRR struct {
 // reportedWRRSpec is ReportedWRR's declaration (see pickerSpec).
 var reportedWRRSpec = pickerSpec{
 	name:    "ReportedWRR",
-	options: []string{"WithRand", "WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty"},
+	options: []string{"WithRand", "WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty", "WithSlowStart"},
 }
 
 // reportedWRRSettings are ReportedWRR's own options, defaults first.
@@ -249,7 +249,7 @@ func (s reportedWRRSettings) check() error {
 
 // NewReportedWRR returns a ReportedWRR over peers. It accepts WithClock,
 // WithRand, WithBlackoutPeriod, WithWeightExpirationPeriod,
-// WithWeightUpdatePeriod and WithErrorUtilizationPenalty.
+// WithWeightUpdatePeriod, WithErrorUtilizationPenalty and WithSlowStart.
 func NewReportedWRR(peers []*Peer, opts ...Option) (*ReportedWRR, error) {
 	cfg, err := newConfig(reportedWRRSpec, opts)
 	if err != nil {

@@ -98,9 +98,10 @@ type smoothRR struct {
 }
 
 // smoothWRRSpec is SmoothWRR's declaration (see pickerSpec).
-var smoothWRRSpec = pickerSpec{name: "SmoothWRR"}
+var smoothWRRSpec = pickerSpec{name: "SmoothWRR", options: []string{"WithSlowStart"}}
 
-// NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock.
+// NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock and
+// WithSlowStart.
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 	cfg, err := newConfig(smoothWRRSpec, opts)
 	if err != nil {
@@ -152,13 +153,17 @@ func (s *smoothRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	fresh := r.fresh()
 	clk := lazyClock{now: s.now}
+	ws := s.warmLocked(l, &clk)
 	p, err := pickFrame(l, r, func(peers []*Peer, backup bool) int {
 		s.closeLocked()
 		var p *Peer
-		if backup {
+		switch {
+		case backup && ws != nil:
+			p = scanWarm(peers, r, &clk, ws)
+		case backup:
 			p = scanSmooth(peers, r, &clk)
-		} else {
-			p = s.scanPrimaryLocked(l, r, &clk)
+		default:
+			p = s.scanPrimaryLocked(l, r, &clk, ws)
 		}
 		if p == nil {
 			return -1
@@ -245,21 +250,31 @@ func (s *smoothRR) startRecordLocked(l *peerList, w int64) {
 }
 
 // scanPrimaryLocked runs the scan over l's primaries, grouped by weight
-// where that is cheaper (see weightGroups), plain otherwise.
-func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock) *Peer {
+// where that is cheaper (see weightGroups), plain otherwise; with ws set (a
+// peer may be warming), in slowScale units (scanWarm, weightGroups.unit).
+func (s *smoothRR) scanPrimaryLocked(l *peerList, r *Request, clk *lazyClock, ws *slowStart) *Peer {
 	if s.groupedFor != l {
 		g := s.groupsBuilt
 		if g == nil || g.list != l {
 			g = newWeightGroups(l)
 			s.groupsBuilt = g
 		}
-		if g != nil && !g.regroup() {
-			g = nil
+		if g != nil {
+			g.unit = 1
+			if s.slow.scaled {
+				g.unit = slowScale
+			}
+			if !g.regroup() {
+				g = nil
+			}
 		}
 		s.groups, s.groupedFor = g, l
 	}
-	if s.groups != nil {
-		return s.groups.scan(r, clk)
+	switch {
+	case s.groups != nil:
+		return s.groups.scan(r, clk, ws)
+	case ws != nil:
+		return scanWarm(l.primary, r, clk, ws)
 	}
 	return scanSmooth(l.primary, r, clk)
 }
@@ -366,8 +381,8 @@ func (s *smoothRR) impliedLocked(p *Peer) (int64, bool) {
 // has no failures on record, no max_conns, and a current weight of 0. If
 // all that holds but the current weights are not 0, it starts the recorder.
 func (s *smoothRR) maybeOpenLocked(l *peerList) {
-	if s.cycle.Load() != nil || l.single || s.recFor == l {
-		return
+	if s.cycle.Load() != nil || l.single || s.recFor == l || s.slow.until.Load() != 0 {
+		return // a warming peer (slow start) breaks the period too
 	}
 	if g := s.groups; g != nil {
 		if g.live > 0 {

@@ -105,18 +105,25 @@ func (b *twoChoices) pick(r *Request, c loadCost) (*Peer, error) {
 		return nil, ErrNoPeers
 	}
 	clk := lazyClock{now: b.now}
+	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
+	if b.slow.warming(&clk) {
+		ws = &b.slow
+	}
 	return pickFrame(t.list, r, func(peers []*Peer, backup bool) int {
 		if backup {
-			return b.choose(peers, &t.backup, r, c, &clk)
+			return b.choose(peers, &t.backup, r, c, &clk, ws)
 		}
-		return b.choose(peers, &t.primary, r, c, &clk)
+		return b.choose(peers, &t.primary, r, c, &clk, ws)
 	})
 }
 
 // choose returns the index of the winner of a pair of distinct eligible
 // peers of one list, with its attempt already counted in flight, or -1 if
-// no peer of the list is eligible.
-func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCost, clk *lazyClock) int {
+// no peer of the list is eligible. With ws set (a peer may be warming),
+// each draw of the pair is thinned by its peer's slow-start factor
+// (thinPair), so that each is in proportion to weight · factor; the costs
+// compare as without it.
+func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCost, clk *lazyClock, ws *slowStart) int {
 	if len(peers) == 0 { // a list of backups only: nothing to draw from the primaries
 		return -1
 	}
@@ -124,14 +131,17 @@ func (b *twoChoices) choose(peers []*Peer, d *drawList, r *Request, cost loadCos
 		a, c := -1, -1
 		for try := 0; try < p2cEffort; try++ {
 			a, c = b.drawPair(d, len(peers))
-			if eligibleAt(peers, a, r, clk) && (c < 0 || eligibleAt(peers, c, r, clk)) {
+			if ws != nil {
+				a, c = b.thinPair(d, peers, a, c, clk, ws)
+			}
+			if a >= 0 && eligibleAt(peers, a, r, clk) && (c < 0 || eligibleAt(peers, c, r, clk)) {
 				break
 			}
 			a, c = -1, -1
 		}
 		if a < 0 {
 			// The draws keep missing: draw exactly among the eligible.
-			a, c = b.drawEligible(peers, r, clk)
+			a, c = b.drawEligible(peers, r, clk, ws)
 			if a < 0 {
 				return -1
 			}
@@ -172,8 +182,21 @@ func (b *twoChoices) drawPair(d *drawList, n int) (int, int) {
 		}
 		return a, c
 	}
+	return b.drawOther(d, n, d.alias.draw(b.rng.uint64()))
+}
+
+// drawOther draws an index of a list of n > 1 peers other than a, in
+// proportion to its weight, or -1 when only a has weight: drawPair's second
+// draw.
+func (b *twoChoices) drawOther(d *drawList, n int, a int) (int, int) {
+	if d.uniform {
+		c := int(b.rng.int64N(int64(n - 1)))
+		if c >= a {
+			c++
+		}
+		return a, c
+	}
 	total := d.cum[n-1]
-	a := d.alias.draw(b.rng.uint64())
 	start, w := d.cum[a]-d.weight(a), d.weight(a)
 	if total == w {
 		return a, -1 // only a has weight: the others wait for the exact draw
@@ -211,11 +234,14 @@ func search(cum []int64, x int64) int {
 // drawEligible counts the eligible peers and draws two distinct ones among
 // them in proportion to their weights, or uniformly when none of them has
 // a weight. It returns -1 for a peer it cannot draw. O(n).
-func (b *twoChoices) drawEligible(peers []*Peer, r *Request, clk *lazyClock) (int, int) {
+//
+// With ws set, the weights are in slowScale units, scaled by each peer's
+// slow-start factor.
+func (b *twoChoices) drawEligible(peers []*Peer, r *Request, clk *lazyClock, ws *slowStart) (int, int) {
 	var sum, count int64
 	for i, p := range peers {
 		if eligibleAt(peers, i, r, clk) {
-			sum += p.weight.Load()
+			sum += drawWeight(p, false, ws, clk)
 			count++
 		}
 	}
@@ -226,22 +252,26 @@ func (b *twoChoices) drawEligible(peers []*Peer, r *Request, clk *lazyClock) (in
 	if unit {
 		sum = count
 	}
-	a := findEligible(peers, b.rng.int64N(sum), -1, unit, r, clk)
+	a := findEligible(peers, b.rng.int64N(sum), -1, unit, r, clk, ws)
 	if a < 0 {
 		return -1, -1
 	}
-	wa := drawWeight(peers[a], unit)
+	wa := drawWeight(peers[a], unit, ws, clk)
 	if sum <= wa { // <: a concurrent SetWeight raised a's weight since sum was taken
 		return a, -1
 	}
-	return a, findEligible(peers, b.rng.int64N(sum-wa), a, unit, r, clk)
+	return a, findEligible(peers, b.rng.int64N(sum-wa), a, unit, r, clk, ws)
 }
 
 // drawWeight is p's weight in an exact draw: 1 when only weightless peers
-// are eligible.
-func drawWeight(p *Peer, unit bool) int64 {
+// are eligible; with ws set, scaled by its slow-start factor, in slowScale
+// units.
+func drawWeight(p *Peer, unit bool, ws *slowStart, clk *lazyClock) int64 {
 	if unit {
 		return 1
+	}
+	if ws != nil {
+		return ws.scaledWeight(p, p.weight.Load(), clk.get())
 	}
 	return p.weight.Load()
 }
@@ -251,13 +281,13 @@ func drawWeight(p *Peer, unit bool) int64 {
 // range, because a peer went down or lost weight between the count and
 // this pass, it returns the last eligible peer the pass met: a live peer
 // is never missed for a race with a change. -1 only if the pass met none.
-func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, clk *lazyClock) int {
+func findEligible(peers []*Peer, x int64, skip int, unit bool, r *Request, clk *lazyClock, ws *slowStart) int {
 	last := -1
 	for i, p := range peers {
 		if i == skip || !eligibleAt(peers, i, r, clk) {
 			continue
 		}
-		if x -= drawWeight(p, unit); x < 0 {
+		if x -= drawWeight(p, unit, ws, clk); x < 0 {
 			return i
 		}
 		last = i

@@ -41,6 +41,7 @@ type weightGroups struct {
 	pos    []int32         // pos[i]: place of grouped i in its group's heap
 	others []int32         // primaries scanned one by one, in no particular order
 	live   int             // others that are not down: the cycle cannot resume while > 0
+	unit   int64           // what a weight of 1 adds a scan: 1, or slowScale while a peer warms (guard_slowstart.go)
 
 	out   []int32 // scratch: tried grouped peers held out of the scan
 	outCW []int64
@@ -54,9 +55,10 @@ type weightGroup struct {
 	heap []int32
 }
 
-// regular reports whether p can be grouped: see weightGroups.
+// regular reports whether p can be grouped: see weightGroups. A peer in
+// slow start is not (guard_slowstart.go): its step moves with time.
 func regular(p *Peer) bool {
-	return p.clean() && p.effectiveWeight == p.smooth
+	return p.clean() && p.effectiveWeight == p.smooth && p.warmFrom.Load() == 0
 }
 
 // newWeightGroups returns the groups for l's primaries, not yet filled (see
@@ -216,8 +218,10 @@ func (g *weightGroups) materializeLocked() {
 }
 
 // scan is scanSmooth over the list's primaries; see weightGroups. It
-// leaves the winner's current weight written to it.
-func (g *weightGroups) scan(r *Request, clk *lazyClock) *Peer {
+// leaves the winner's current weight written to it. With ws set (a peer
+// may be warming), the others step by warmStep, in the units g.unit
+// says, and a peer whose warm-up is over is let out of slow start.
+func (g *weightGroups) scan(r *Request, clk *lazyClock, ws *slowStart) *Peer {
 	peers := g.list.primary
 	g.out, g.outCW = g.out[:0], g.outCW[:0]
 	if r != nil && r.attempts > 0 {
@@ -230,8 +234,8 @@ func (g *weightGroups) scan(r *Request, clk *lazyClock) *Peer {
 		if len(gr.heap) == 0 {
 			continue
 		}
-		gr.off += gr.w
-		total += gr.w * int64(len(gr.heap))
+		gr.off += gr.w * g.unit
+		total += gr.w * g.unit * int64(len(gr.heap))
 		top := gr.heap[0]
 		if cw := g.base[top] + gr.off; best < 0 || cw > bestCW || cw == bestCW && top < best {
 			best, bestCW = top, cw
@@ -243,7 +247,12 @@ func (g *weightGroups) scan(r *Request, clk *lazyClock) *Peer {
 			p.fails.Load() != 0 && p.inFailWindow(clk.get()) && !p.panics(clk) {
 			continue // ineligible, as in scanSmooth
 		}
-		total += smoothStep(p)
+		if ws != nil {
+			total += warmStep(p, ws, clk.get())
+			ws.settleLocked(p, clk.get())
+		} else {
+			total += smoothStep(p)
+		}
 		if cw := p.currentWeight; best < 0 || cw > bestCW || cw == bestCW && i < best {
 			best, bestCW = i, cw
 		}

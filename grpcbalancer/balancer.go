@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,7 @@ func (bb builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingCo
 var testBuilt func(*lbBalancer)
 
 func (bb builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
-	b := &lbBalancer{cc: cc, alg: bb.alg, name: bb.name, target: opts.Target.String(), ends: map[string]*endpoint{}}
+	b := &lbBalancer{cc: cc, alg: bb.alg, name: bb.name, target: opts.Target.String(), ends: map[string]*endpoint{}, seed: rand.Uint64()}
 	b.probing = probes(bb.alg) || testProbeAll
 	remember(b)
 	if testBuilt != nil {
@@ -89,6 +90,7 @@ type lbBalancer struct {
 	alg    lbgo.Algorithm
 	name   string
 	target string // the channel's target, for Channel
+	seed   uint64 // the channel's seed for random subsetting (gRFC A68 draws one a channel)
 
 	// probing is set for a picker that balances by probes: conns then
 	// holds each READY SubConn's connection, and prober probes through
@@ -133,12 +135,14 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 			eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{a}, Attributes: a.BalancerAttributes})
 		}
 	}
+	eps = b.subsetOf(cfg, eps) // the config's subset, if any: only its endpoints get a SubConn
 
 	// Reconcile SubConns: keep those of kept endpoints, create the new ones.
 	next := make(map[string]*endpoint, len(eps))
 	weights := make(map[string]int, len(eps))
 	order := make([]*endpoint, 0, len(eps))
-	for _, ep := range eps {
+	ws := weightsOf(eps)
+	for i, ep := range eps {
 		if len(ep.Addresses) == 0 {
 			continue
 		}
@@ -151,7 +155,7 @@ func (b *lbBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 			e = &endpoint{key: key, addrs: ep.Addresses, state: connectivity.Idle}
 		}
 		next[key] = e
-		weights[key] = weightOf(ep)
+		weights[key] = ws[i]
 		order = append(order, e)
 	}
 

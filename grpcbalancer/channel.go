@@ -36,6 +36,15 @@ func (c Channel) Peers() []*lbgo.Peer {
 	return lb.Peers()
 }
 
+// Policy returns the name of the channel's lbgo_* policy
+// ("lbgo_roundrobin"), or "" with none open.
+func (c Channel) Policy() string {
+	if b := c.policy(); b != nil {
+		return b.name
+	}
+	return ""
+}
+
 // NoLivePeerCount returns how many of the picker's picks found no live
 // peer. A change of the policy's picker options builds a new picker, whose
 // count starts from 0.

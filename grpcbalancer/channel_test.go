@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 )
 
-// TestChannel: Channel(target) reads the peers of the policy of the open
-// channel on target, the one built last when two share it, and nothing
+// TestChannel: Channel(target) reads the name and the peers of the policy
+// of the open channel on target, the one built last when two share it, and nothing
 // once the channels are closed; the attempts on its peers are the RPCs
 // sent (no backend fails, so one attempt each).
 func TestChannel(t *testing.T) {
@@ -38,6 +38,12 @@ func TestChannel(t *testing.T) {
 	}
 	if got := Channel("other:///backends").Peers(); got != nil {
 		t.Errorf("unknown target: peers %v, want nil", got)
+	}
+	if got := Channel(target).Policy(); got != "lbgo_roundrobin" {
+		t.Errorf("Channel(%q).Policy() = %q, want lbgo_roundrobin", target, got)
+	}
+	if got := Channel("other:///backends").Policy(); got != "" {
+		t.Errorf("unknown target: policy %q, want none", got)
 	}
 
 	if !waitFor(5*time.Second, func() bool { return allReady(lb1) }) {
@@ -80,5 +86,8 @@ func TestChannel(t *testing.T) {
 	conn1.Close()
 	if got := Channel(target).Peers(); got != nil {
 		t.Errorf("both closed: peers %v, want nil", got)
+	}
+	if got := Channel(target).Policy(); got != "" {
+		t.Errorf("both closed: policy %q, want none", got)
 	}
 }

@@ -45,6 +45,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	errorUtilizationPenalty    number ≥ 0 (ReportedWRR)
 //	reportedLoad               {"window": duration, "clients": int ≥ 1}
 //	                           (WithReportedLoad; clients default 1)
+//	slowStart                  {"window": duration, "aggression": number,
+//	                           "minWeightPercent": number} (WithSlowStart;
+//	                           Envoy's defaults 1 and 10)
 //	probeRate                  {"perPick": number, "perSecond": number}
 //	                           (Prequal's WithProbeRate; each defaults)
 //	probePool                  {"size": int, "maxAge": duration}
@@ -54,6 +57,9 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	                           (a probing policy; default "250ms")
 //	probeWorkers, probeQueue   int in [1, 1024], [0, 65536]: probe RPCs at
 //	                           once, probes waiting (default 16, 128)
+//	subset                     {"algorithm": "deterministic", "clientIndex":
+//	                           int, "clientCount": int, "size": int}, or
+//	                           ring, rendezvous, random (SubsetConfig)
 //
 // A picker option field is the option's name less its With, its first
 // letter in lower case (decay: WithDecay); a policy takes the fields of the
@@ -62,7 +68,10 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 // fields (probeTimeout, probeWorkers, probeQueue) configure the prober it
 // gives, and only a probing policy (lbgo_prequal) takes them.
 // A duration is a string time.ParseDuration reads ("0.5s", "250ms"); a code
-// is its name ("UNAVAILABLE") or number. A picker option the picker does not
+// is its name ("UNAVAILABLE") or number. An int may be written as any JSON
+// number whose value is an integer (3, 3.0, 3e0), as it arrives from an xDS
+// control plane, whose google.protobuf.Struct holds numbers as doubles;
+// 3.5 is refused. A picker option the picker does not
 // take, a value out of range or of the wrong type is rejected with
 // ErrBadConfig.
 //
@@ -93,6 +102,7 @@ type Config struct {
 	WeightUpdatePeriod      *string       `json:"weightUpdatePeriod,omitempty"`
 	ErrorUtilizationPenalty *float64      `json:"errorUtilizationPenalty,omitempty"`
 	ReportedLoad            *ReportedLoad `json:"reportedLoad,omitempty"`
+	SlowStart               *SlowStart    `json:"slowStart,omitempty"`
 
 	ProbeRate    *ProbeRate `json:"probeRate,omitempty"`
 	ProbePool    *ProbePool `json:"probePool,omitempty"`
@@ -100,6 +110,8 @@ type Config struct {
 	ProbeTimeout *string    `json:"probeTimeout,omitempty"`
 	ProbeWorkers *int       `json:"probeWorkers,omitempty"`
 	ProbeQueue   *int       `json:"probeQueue,omitempty"`
+
+	Subset *SubsetConfig `json:"subset,omitempty"`
 }
 
 // ReportedLoad is Config's reportedLoad: the arguments of
@@ -107,6 +119,15 @@ type Config struct {
 type ReportedLoad struct {
 	Window  *string `json:"window,omitempty"`
 	Clients *int    `json:"clients,omitempty"`
+}
+
+// SlowStart is Config's slowStart: the arguments of
+// balancer.WithSlowStart, Envoy's SlowStartConfig. Window is required;
+// Aggression defaults to 1 and MinWeightPercent to 10, Envoy's defaults.
+type SlowStart struct {
+	Window           *string  `json:"window,omitempty"`
+	Aggression       *float64 `json:"aggression,omitempty"`
+	MinWeightPercent *float64 `json:"minWeightPercent,omitempty"`
 }
 
 // ProbeRate is Config's probeRate: the arguments of
@@ -134,9 +155,11 @@ type lbConfig struct {
 	maxConns    int
 	failures    codeSet
 	hashHeader  string
+	subset      *subsetSpec // nil: every endpoint
 	probe       probeSettings
 	opts        []lbgo.Option
 	optsKey     string // the picker options, canonical: a change rebuilds the picker
+	js          []byte // the JSON parsed, for MarshalJSON
 }
 
 // codeSet has bit c set for each code c that counts as a failure.
@@ -160,6 +183,10 @@ func defaultConfig() *lbConfig {
 // the policy, which gRPC's message around it names ("error parsing config
 // for policy ...").
 func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
+	subset, err := parseSubsetField(js) // first: its own messages name its fields
+	if err != nil {
+		return nil, err
+	}
 	var c Config
 	var raw map[string]json.RawMessage // the fields as written, for errors
 	if len(bytes.TrimSpace(js)) > 0 {
@@ -170,11 +197,12 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			}
 			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
 		}
-		if err := json.Unmarshal(js, &c); err != nil {
+		if err := json.Unmarshal(integralNumbers(js), &c); err != nil {
 			return nil, unmarshalError(raw, err)
 		}
 	}
 	cfg := defaultConfig()
+	cfg.js = bytes.Clone(js)
 	bad := func(field, why string) error {
 		name, v := rawField(raw, field)
 		return configError(name, clip(v), why)
@@ -290,6 +318,24 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		v := fmt.Sprintf("{%v %d}", w, clients)
 		opts = append(opts, option{"reportedLoad", v, lbgo.WithReportedLoad(w, clients)})
 	}
+	if s := c.SlowStart; s != nil {
+		if s.Window == nil {
+			return nil, bad("slowStart", "no window")
+		}
+		w, err := dur("slowStart", s.Window)
+		if err != nil {
+			return nil, err
+		}
+		aggression, minPct := 1.0, 10.0
+		if s.Aggression != nil {
+			aggression = *s.Aggression
+		}
+		if s.MinWeightPercent != nil {
+			minPct = *s.MinWeightPercent
+		}
+		v := fmt.Sprintf("{%v %v %v}", w, aggression, minPct)
+		opts = append(opts, option{"slowStart", v, lbgo.WithSlowStart(w, aggression, minPct)})
+	}
 	if r := c.ProbeRate; r != nil {
 		perPick, perSecond := float64(lbgo.DefaultProbesPerPick), float64(lbgo.DefaultProbesPerSecond)
 		if r.PerPick != nil {
@@ -339,6 +385,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	if _, err := alg.New(probe(), cfg.opts...); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrBadConfig, optionReason(err))
 	}
+	cfg.subset = subset
 	return cfg, nil
 }
 
@@ -376,12 +423,18 @@ func rawField(raw map[string]json.RawMessage, field string) (string, json.RawMes
 func unmarshalError(raw map[string]json.RawMessage, err error) error {
 	var ute *json.UnmarshalTypeError
 	if errors.As(err, &ute) {
-		if name, v := rawField(raw, ute.Field); v != nil {
+		// A field of an object field ("reportedLoad.clients") is named
+		// after the object's value, as its other errors are.
+		field, inner, _ := strings.Cut(ute.Field, ".")
+		if name, v := rawField(raw, field); v != nil {
 			want := map[reflect.Kind]string{reflect.Int: "an integer", reflect.Float64: "a number", reflect.String: "a string", reflect.Slice: "a list", reflect.Struct: "an object"}[ute.Type.Kind()]
 			if want == "" {
 				want = ute.Type.String()
 			}
-			return configError(name, clip(v), "not "+want)
+			if inner != "" {
+				inner += " "
+			}
+			return configError(name, clip(v), inner+"not "+want)
 		}
 	}
 	var elems []json.RawMessage

@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental/balancer/weight"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 )
@@ -27,7 +29,7 @@ import (
 // field.
 func TestParseConfig_optionsFollowDeclaration(t *testing.T) {
 	fields := map[string]string{
-		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`, "reportedLoad": `{"window":"1s"}`,
+		"decay": `"1s"`, "failurePenalty": `"1s"`, "warmup": `"1s"`, "reportedLoad": `{"window":"1s"}`, "slowStart": `{"window":"30s"}`,
 		"band": `1.5`, "exponent": `1`, "tolerance": `2`, "floor": `2`, "boundedLoad": `1.25`,
 		"blackoutPeriod": `"0s"`, "weightExpirationPeriod": `"3m"`, "weightUpdatePeriod": `"100ms"`,
 		"errorUtilizationPenalty": `0.5`,
@@ -89,6 +91,21 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_consistenthash", json: `{"boundedLoad":1.25}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_randomweighted", json: `{"warmup":"30s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"10s","clients":16},"decay":"1s"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
+		// An integer field takes a number written with a fraction or an
+		// exponent whose value is an integer, as it arrives from an xDS
+		// control plane (a google.protobuf.Struct holds every number as a
+		// double) or from any JSON writer that writes 3 as 3.0.
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.0,"maxConns":7e0,"failureCodes":[14.0]}`, want: &lbConfig{maxFails: 3, failTimeout: 10 * time.Second, maxConns: 7, failures: 1 << codes.Unavailable}},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":-0.0}`, want: &lbConfig{maxFails: 0, failTimeout: 10 * time.Second, failures: defaultFailures}},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":0.02E2,"maxConns":1500e-2}`, want: &lbConfig{maxFails: 2, failTimeout: 10 * time.Second, maxConns: 15, failures: defaultFailures}},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","clients":2.0}}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+		{policy: "lbgo_prequal", json: `{"probePool":{"size":8.000},"probeWorkers":4.0,"floor":1}`, wantErr: `floor 1: not an option of Prequal`},
+		{policy: "lbgo_prequal", json: `{"probePool":{"size":8.000},"probeWorkers":4.0}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
+		{policy: "lbgo_fastestfirst", json: `{"floor":5.0,"band":2.0}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 2)}},
+		// A string stays as it is, escaped quotes and all.
+		{policy: "lbgo_hash", json: `{"hashHeader":"3.0"}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: "3.0"}},
+		{policy: "lbgo_hash", json: `{"hashHeader":"x\"1.0\\","maxFails":2.0}`, want: &lbConfig{maxFails: 2, failTimeout: 10 * time.Second, failures: defaultFailures, hashHeader: `x"1.0\`}},
+		{policy: "lbgo_smoothwrr", json: `{"slowStart":{"window":"30s","aggression":1.5,"minWeightPercent":20}}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures, opts: make([]lbgo.Option, 1)}},
 
 		// The message after "grpcbalancer: bad load-balancing config: "
 		// names the field as the JSON spells it, the value as written and
@@ -105,6 +122,15 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: `failTimeout 5: not a string`},
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":"1"}`, wantErr: `maxFails "1": not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":1.5}`, wantErr: `maxFails 1.5: not an integer`},
+		// A number that is not an integer as written stays refused, named as
+		// written: a fraction, a fraction hidden by an exponent, digits a
+		// double would round away, and integers beyond a double's 2^53.
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.5}`, wantErr: `maxFails 3.5: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":35e-1}`, wantErr: `maxFails 35e-1: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.0000000000000000001}`, wantErr: `maxFails 3.0000000000000000001: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":1e-999999999}`, wantErr: `maxFails 1e-999999999: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxConns":1e300}`, wantErr: `maxConns 1e300: not an integer`},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","clients":2.5}}`, wantErr: `reportedLoad {"window":"1s","clients":2.5}: clients not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"band":"wide"}`, wantErr: `band "wide": not a number`},
 		{policy: "lbgo_smoothwrr", json: `{"failureCodes":"UNAVAILABLE"}`, wantErr: `failureCodes "UNAVAILABLE": not a list`},
 		{policy: "lbgo_smoothwrr", json: `[1]`, wantErr: `[1]: not a JSON object`},
@@ -127,6 +153,11 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_p2cpeakewma", json: `{"reportedLoad":{"window":"soon"}}`, wantErr: `reportedLoad {"window":"soon"}: not a duration`},
 		{policy: "lbgo_smoothwrr", json: `{"reportedLoad":{"window":"1s"}}`, wantErr: `reportedLoad {"window":"1s"}: not an option of SmoothWRR`},
 		{policy: "lbgo_randomtwo", json: `{"reportedLoad":"1s"}`, wantErr: `reportedLoad "1s": not an object`},
+		{policy: "lbgo_smoothwrr", json: `{"slowStart":{"aggression":2}}`, wantErr: `slowStart {"aggression":2}: no window`},
+		{policy: "lbgo_leastconn", json: `{"slowStart":{"window":"-1s"}}`, wantErr: `slowStart {"window":"-1s"}: window -1s is not positive`},
+		{policy: "lbgo_random", json: `{"slowStart":{"window":"10s","aggression":0}}`, wantErr: `slowStart {"window":"10s","aggression":0}: aggression 0 is not positive and finite`},
+		{policy: "lbgo_p2cpeakewma", json: `{"slowStart":{"window":"10s","minWeightPercent":101}}`, wantErr: `slowStart {"window":"10s","minWeightPercent":101}: minWeightPercent 101 is outside [0, 100]`},
+		{policy: "lbgo_hash", json: `{"slowStart":{"window":"10s"}}`, wantErr: `slowStart {"window":"10s"}: not an option of Hash`},
 	} {
 		t.Run(tc.policy+tc.json, func(t *testing.T) {
 			parser := balancer.Get(tc.policy).(balancer.ConfigParser)
@@ -165,6 +196,13 @@ func TestWeightAttribute(t *testing.T) {
 		{"endpoint weight wins", WithEndpointWeight(resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 5)}}, 3), 3},
 		// gRPC moves an address's balancer attributes to its endpoint.
 		{"moved to the endpoint", resolver.Endpoint{Addresses: []resolver.Address{plain}, Attributes: WithWeight(plain, 4).BalancerAttributes}, 4},
+		// gRPC's own endpoint weight, which its xDS resolver sets from
+		// EDS (an endpoint's load_balancing_weight, scaled with its
+		// locality's), counts where ours is not set.
+		{"gRPC's weight", weight.Set(resolver.Endpoint{Addresses: []resolver.Address{plain}}, weight.EndpointInfo{Weight: 21845}), 21845},
+		{"gRPC's weight 0 is none", weight.Set(resolver.Endpoint{Addresses: []resolver.Address{plain}}, weight.EndpointInfo{}), 1},
+		{"endpoint weight wins over gRPC's", weight.Set(WithEndpointWeight(resolver.Endpoint{Addresses: []resolver.Address{plain}}, 3), weight.EndpointInfo{Weight: 9}), 3},
+		{"address weight wins over gRPC's", weight.Set(resolver.Endpoint{Addresses: []resolver.Address{WithWeight(plain, 5)}}, weight.EndpointInfo{Weight: 9}), 5},
 	} {
 		if got := weightOf(tc.ep); got != tc.want {
 			t.Errorf("%s: weight %d, want %d", tc.name, got, tc.want)
@@ -228,7 +266,7 @@ func TestREADME_optionFields(t *testing.T) {
 			fields = append(fields, strings.Trim(strings.TrimSpace(f), "`"))
 		}
 		for _, field := range fields {
-			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad", "probeRate", "probePool", "hotQuantile"}, field) {
+			if !slices.Contains([]string{"decay", "failurePenalty", "band", "exponent", "tolerance", "floor", "warmup", "boundedLoad", "reportedLoad", "slowStart", "probeRate", "probePool", "hotQuantile"}, field) {
 				continue
 			}
 			rows++
@@ -243,8 +281,8 @@ func TestREADME_optionFields(t *testing.T) {
 			}
 		}
 	}
-	if rows != 12 {
-		t.Errorf("README: %d picker option fields in the config table, want 12", rows)
+	if rows != 13 {
+		t.Errorf("README: %d picker option fields in the config table, want 13", rows)
 	}
 }
 
@@ -255,11 +293,11 @@ func TestREADME_optionFields(t *testing.T) {
 func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 	values := map[string][2]string{
 		"decay": {`"1s"`, `"2s"`}, "failurePenalty": {`"1s"`, `"2s"`}, "warmup": {`"1s"`, `"2s"`}, "reportedLoad": {`{"window":"1s"}`, `{"window":"1s","clients":16}`},
+		"hotQuantile": {`0.6`, `0.84`}, "slowStart": {`{"window":"30s"}`, `{"window":"30s","aggression":2}`},
 		"band": {`1.5`, `2`}, "exponent": {`1`, `2`}, "tolerance": {`2`, `3`}, "floor": {`2`, `3`}, "boundedLoad": {`1.25`, `1.5`},
 		"blackoutPeriod": {`"0s"`, `"10s"`}, "weightExpirationPeriod": {`"3m"`, `"5s"`},
 		"weightUpdatePeriod": {`"100ms"`, `"1s"`}, "errorUtilizationPenalty": {`0.5`, `1`},
 		"probeRate": {`{"perPick":1}`, `{"perPick":1,"perSecond":10}`}, "probePool": {`{"size":8}`, `{"size":8,"maxAge":"2s"}`},
-		"hotQuantile": {`0.6`, `0.84`},
 	}
 	key := func(a lbgo.Algorithm, js string) string {
 		t.Helper()
@@ -282,6 +320,45 @@ func TestParseConfig_optsKeyFollowsEveryOption(t *testing.T) {
 			if one != again {
 				t.Errorf("%s: %s %s gives keys %q then %q", a.Name, field, v[0], one, again)
 			}
+		}
+	}
+}
+
+// TestWeightsOf: gRPC's own endpoint weights become small integers: since
+// gRFC A113 gRPC's xds resolver gives them as shares in 1.31 fixed point,
+// floor(w·2^31/S) for EDS weight w of a locality's sum S, about 2^31 in
+// all, past nginx's hash (a 15-bit hash modulo the total) and
+// ConsistentHash's ring. Equal ones become 1; small ones stay; others
+// become their share of 1000, rounded, at least 1. Ours stay.
+func TestWeightsOf(t *testing.T) {
+	ep := func(i int) resolver.Endpoint {
+		return resolver.Endpoint{Addresses: []resolver.Address{{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}}}
+	}
+	grpcs := func(ws ...uint32) []resolver.Endpoint {
+		var eps []resolver.Endpoint
+		for i, w := range ws {
+			eps = append(eps, weight.Set(ep(i), weight.EndpointInfo{Weight: w}))
+		}
+		return eps
+	}
+	share := func(w, sum uint64) uint32 { return uint32(w << 31 / sum) }
+	for _, tc := range []struct {
+		name string
+		eps  []resolver.Endpoint
+		want []int
+	}{
+		{"small: as they are", grpcs(1, 2, 3), []int{1, 2, 3}},
+		{"small, 1000 in all: as they are", grpcs(400, 600), []int{400, 600}},
+		// 357913941, 715827882, 1073741824 of 2^31-1: 166.7, 333.3, 500.0
+		// of 1000.
+		{"EDS 1, 2, 3 as A113 shares", grpcs(share(1, 6), share(2, 6), share(3, 6)), []int{167, 333, 500}},
+		{"EDS 1, 1, 1 as A113 shares", grpcs(share(1, 3), share(1, 3), share(1, 3)), []int{1, 1, 1}},
+		{"one endpoint", grpcs(1 << 31), []int{1}},
+		{"a tiny one stays 1", grpcs(1<<32-1, 1), []int{1000, 1}},
+		{"ours stay", append(grpcs(1<<30, 1<<29), WithEndpointWeight(ep(2), 1<<29)), []int{667, 333, 1 << 29}},
+	} {
+		if got := weightsOf(tc.eps); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: weights %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

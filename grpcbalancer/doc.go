@@ -11,7 +11,9 @@
 //	{"loadBalancingConfig": [{"lbgo_fastestfirst": {"maxFails": 1, "failTimeout": "10s"}}]}
 //
 // The fields are listed at Config. Peer weights come from the resolver: set
-// them with WithWeight (or WithEndpointWeight); the default is 1.
+// them with WithWeight (or WithEndpointWeight); the default is 1. An xDS
+// control plane can choose and configure the policies too (gRFC A52): see
+// the xdsbalancer module.
 //
 // How gRPC's events map onto the picker:
 //

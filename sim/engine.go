@@ -207,6 +207,10 @@ type world struct {
 	q       []event // binary heap of replies
 	arrival event   // the next arrival; none once its time reaches dur
 
+	// subset runs the subsetting comparison's scale events (subset.go);
+	// nil in every other run.
+	subset *subsetRun
+
 	backends []backendState
 	clients  []client
 	reqs     []request
@@ -465,6 +469,9 @@ func (w *world) loop() {
 			ev = w.arrival
 		} else {
 			ev = w.pop()
+		}
+		if w.subset != nil {
+			w.subset.advance(w, ev.at)
 		}
 		for w.nextSample <= ev.at && w.nextSample < w.dur {
 			w.sample()

@@ -121,6 +121,8 @@ func simulationPage(t *testing.T) string {
 	require.Contains(t, []int{0, 1}, code, errOut) // -check exits 1 on a missed target
 	code, prequal, errOut := exec([]string{"sim", "-check", "-candidate", "Prequal"}, "")
 	require.Contains(t, []int{0, 1}, code, errOut)
+	code, subsets, errOut := exec([]string{"sim", "-scenario", "subset300", "-format", "markdown"}, "")
+	require.Equal(t, 0, code, errOut)
 	var b strings.Builder
 	b.WriteString(`# Simulation results
 
@@ -182,6 +184,16 @@ shows; [PREQUAL_SWEEP.md](PREQUAL_SWEEP.md) sweeps Prequal's settings.
 ` + "```\n")
 	b.WriteString(prequal)
 	b.WriteString("```\n")
+	b.WriteString(`
+## Subsetting
+
+` + "`balance sim -scenario subset300 -format markdown`" + ` compares the subsettings over the SRE
+book's fleet, each client's round robin wrapped in a balancer.Subset, with two scale events
+inside the run: at each, every client's picker gets the new backend list through Update, and
+the churn is what that Update changed.
+
+`)
+	b.WriteString(subsets)
 	return b.String()
 }
 

@@ -1,0 +1,186 @@
+package grpcbalancer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	lbgo "github.com/lbgo/balancer"
+	"google.golang.org/grpc/resolver"
+)
+
+// SubsetConfig is Config's subset: the client connects to, and balances
+// over, only its subset of the resolver's endpoints, chosen by one of the
+// balancer package's subsetters from the endpoints' keys (an endpoint's
+// addresses, comma-separated: its peer's address). Algorithm is
+// "deterministic" (balancer.DeterministicSubsetter, the SRE book's; with
+// clientIndex, clientCount, size), "ring" (balancer.RingSubsetter; the
+// same fields), "rendezvous" (balancer.RendezvousSubsetter; clientKey,
+// size) or "random" (balancer.RandomSubsetter, gRFC A68's; size and an
+// optional seed, else one drawn for each channel). A number may be written
+// as a float (3.0, as xDS sends it) but must be an integer.
+type SubsetConfig struct {
+	Algorithm   string      `json:"algorithm,omitempty"`
+	ClientIndex json.Number `json:"clientIndex,omitempty"`
+	ClientCount json.Number `json:"clientCount,omitempty"`
+	Size        json.Number `json:"size,omitempty"`
+	ClientKey   string      `json:"clientKey,omitempty"`
+	Seed        json.Number `json:"seed,omitempty"`
+}
+
+// subsetSpec is a checked SubsetConfig.
+type subsetSpec struct {
+	alg                string
+	index, count, size int
+	key                string
+	seed               uint64
+	seeded             bool // seed given; else the channel's
+}
+
+// subsetter returns the spec's Subsetter, with channelSeed as the random
+// algorithm's seed if the config gave none. Every value was checked.
+func (s *subsetSpec) subsetter(channelSeed uint64) lbgo.Subsetter {
+	var by lbgo.Subsetter
+	switch s.alg {
+	case "deterministic":
+		by, _ = lbgo.DeterministicSubsetter(s.index, s.count, s.size)
+	case "ring":
+		by, _ = lbgo.RingSubsetter(s.index, s.count, s.size)
+	case "rendezvous":
+		by, _ = lbgo.RendezvousSubsetter(s.key, s.size)
+	default:
+		if s.seeded {
+			channelSeed = s.seed
+		}
+		by, _ = lbgo.RandomSubsetter(s.size, channelSeed)
+	}
+	return by
+}
+
+// parseSubsetField parses and checks the subset field of a policy's JSON,
+// nil if there is none. JSON that is not an object is left to
+// parseConfig, which says so.
+func parseSubsetField(js []byte) (*subsetSpec, error) {
+	var raw map[string]json.RawMessage
+	if len(bytes.TrimSpace(js)) == 0 || json.Unmarshal(js, &raw) != nil {
+		return nil, nil
+	}
+	if _, v := rawField(raw, "subset"); v != nil {
+		return parseSubset(v)
+	}
+	return nil, nil
+}
+
+// parseSubset checks the subset field, written as raw.
+func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
+	var c SubsetConfig
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&c); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" {
+			var fields map[string]json.RawMessage
+			_ = json.Unmarshal(raw, &fields)
+			name, v := rawField(fields, ute.Field)
+			want := "a string"
+			if ute.Type.Name() == "Number" {
+				want = "a number"
+			}
+			return nil, configError("subset."+name, clip(v), "not "+want)
+		}
+		return nil, configError("subset", clip(raw), "not an object")
+	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &fields) // an object: decoded above
+	s := &subsetSpec{alg: c.Algorithm}
+	integer := func(field string, n json.Number, lo, hi int64) (int, error) {
+		name, v := rawField(fields, field)
+		if n == "" {
+			return 0, missing(field)
+		}
+		f, err := strconv.ParseFloat(string(n), 64)
+		switch {
+		case bytes.HasPrefix(v, []byte(`"`)) || err != nil && !errors.Is(err, strconv.ErrRange):
+			return 0, configError("subset."+name, clip(v), "not a number")
+		case f != math.Trunc(f):
+			return 0, configError("subset."+name, clip(v), "not an integer")
+		case f < float64(lo) || f > float64(hi):
+			return 0, configError("subset."+name, clip(v), fmt.Sprintf("out of [%d, %d]", lo, hi))
+		}
+		return int(f), nil
+	}
+	var err error
+	switch c.Algorithm {
+	case "deterministic", "ring":
+		if s.count, err = integer("clientCount", c.ClientCount, 1, lbgo.MaxSubsetClients); err != nil {
+			return nil, err
+		}
+		if s.index, err = integer("clientIndex", c.ClientIndex, math.MinInt32, math.MaxInt32); err != nil {
+			return nil, err
+		}
+		if s.index < 0 || s.index >= s.count {
+			return nil, configError("subset.clientIndex", string(c.ClientIndex), fmt.Sprintf("out of [0, %d)", s.count))
+		}
+	case "rendezvous":
+		if c.ClientKey == "" {
+			return nil, missing("clientKey")
+		}
+		s.key = c.ClientKey
+	case "random":
+		if c.Seed != "" {
+			u, err := strconv.ParseUint(string(c.Seed), 10, 64)
+			if err != nil { // a float: exact only up to 2⁵³
+				f, ferr := integer("seed", c.Seed, 0, 1<<53)
+				if ferr != nil {
+					return nil, ferr
+				}
+				u = uint64(f)
+			}
+			s.seed, s.seeded = u, true
+		}
+	case "":
+		return nil, missing("algorithm")
+	default:
+		return nil, configError("subset.algorithm", strconv.Quote(c.Algorithm), "not one of deterministic, ring, rendezvous, random")
+	}
+	if s.size, err = integer("size", c.Size, 1, lbgo.MaxSubsetClients); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// missing is the error for a subset field the algorithm needs.
+func missing(field string) error {
+	return fmt.Errorf("%w: subset.%s: missing", ErrBadConfig, field)
+}
+
+// subsetEndpoints returns the endpoints of eps in by's subset, in their
+// order; endpoints without an address are left out, as the policy skips
+// them.
+func subsetEndpoints(by lbgo.Subsetter, eps []resolver.Endpoint) []resolver.Endpoint {
+	var with []resolver.Endpoint
+	var keys []string
+	for _, ep := range eps {
+		if len(ep.Addresses) > 0 {
+			with = append(with, ep)
+			keys = append(keys, endpointKey(ep))
+		}
+	}
+	out := make([]resolver.Endpoint, 0, len(with))
+	for _, i := range by.Subset(keys) {
+		out = append(out, with[i])
+	}
+	return out
+}
+
+// subsetOf is b's config's subset of eps, or eps without one. Requires
+// b.mu.
+func (b *lbBalancer) subsetOf(cfg *lbConfig, eps []resolver.Endpoint) []resolver.Endpoint {
+	if cfg.subset == nil {
+		return eps
+	}
+	return subsetEndpoints(cfg.subset.subsetter(b.seed), eps)
+}
