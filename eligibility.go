@@ -26,6 +26,10 @@ type lazyClock struct {
 	now func() int64
 	t   int64
 	ok  bool
+
+	// asked and inPanic hold the guards' answer for this pick, once a
+	// peer out has asked it (Peer.panics, guard_panic.go).
+	asked, inPanic bool
 }
 
 func (c *lazyClock) get() int64 {

@@ -190,17 +190,19 @@ func (s *peerSet) panics(now int64) bool {
 }
 
 // panics reports whether the picker holding p is in panic, for a pick
-// that met p inside its fail window. Off the healthy path only; without
-// the guards, one load and a nil check, inlined.
+// that met p inside its fail window. Off the healthy path only. The pick
+// asks once: its clock keeps the answer for the other peers out it meets
+// (a locked scan may meet thousands). Without the guards, one load of p's
+// picker and a nil check, once a pick.
 func (p *Peer) panics(clk *lazyClock) bool {
-	if s := p.owner.Load(); s != nil && s.guard != nil {
-		return s.panicsClk(clk)
+	if !clk.asked {
+		clk.asked = true
+		if s := p.owner.Load(); s != nil && s.guard != nil {
+			clk.inPanic = s.panics(clk.get())
+		}
 	}
-	return false
+	return clk.inPanic
 }
-
-// panicsClk is panics at clk's time.
-func (s *peerSet) panicsClk(clk *lazyClock) bool { return s.panics(clk.get()) }
 
 // panicTake is take's step for a peer inside its fail window: in panic it
 // is taken, and marked so that its report counts as a probe's.

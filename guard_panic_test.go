@@ -104,15 +104,15 @@ func TestPanicThreshold_everyPicker(t *testing.T) {
 					continue
 				}
 				got := reached(t, b, 2000)
-				assert.Equal(t, setAddrs(want), setAddrs(got), "k=%d guarded=%v", k, guarded)
+				assert.Equal(t, guardAddrs(want), guardAddrs(got), "k=%d guarded=%v", k, guarded)
 				assert.Equal(t, panics, b.(interface{ InPanic() bool }).InPanic(), "k=%d guarded=%v", k, guarded)
 			}
 		}
 	})
 }
 
-// setAddrs returns the sorted addresses of a set of peers.
-func setAddrs(set map[*Peer]bool) []string {
+// guardAddrs returns the sorted addresses of a set of peers.
+func guardAddrs(set map[*Peer]bool) []string {
 	var out []string
 	for p := range set {
 		out = append(out, p.Addr())
@@ -191,7 +191,7 @@ func TestMaxEjectionPercent_everyPicker(t *testing.T) {
 			}
 			assert.Len(t, in, n-wantOut)
 			if len(in) > 0 {
-				assert.Equal(t, setAddrs(in), setAddrs(reached(t, b, 2000)), "%v%%: picks reach the peers kept in", pct)
+				assert.Equal(t, guardAddrs(in), guardAddrs(reached(t, b, 2000)), "%v%%: picks reach the peers kept in", pct)
 			}
 		}
 	})
@@ -301,7 +301,7 @@ func TestPanicThreshold_readmits(t *testing.T) {
 		for _, p := range held[3:] {
 			require.NoError(t, b.Done(p, Outcome{}))
 		}
-		assert.Equal(t, setAddrs(map[*Peer]bool{peers[0]: true, peers[1]: true}), setAddrs(reached(t, b, 200)))
+		assert.Equal(t, guardAddrs(map[*Peer]bool{peers[0]: true, peers[1]: true}), guardAddrs(reached(t, b, 200)))
 	})
 }
 
@@ -385,7 +385,7 @@ func TestPanicThreshold_backups(t *testing.T) {
 			for _, i := range tt.reachB {
 				want[backups[i]] = true
 			}
-			assert.Equal(t, setAddrs(want), setAddrs(reached(t, b, 1000)), tt.name)
+			assert.Equal(t, guardAddrs(want), guardAddrs(reached(t, b, 1000)), tt.name)
 			assert.Equal(t, tt.panics, b.(interface{ InPanic() bool }).InPanic(), tt.name)
 		}
 	})
