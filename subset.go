@@ -183,8 +183,25 @@ func (s *Subset) updateLocked(all []*Peer) error {
 	}
 	pos := s.by.Subset(keys)
 	sub := make([]*Peer, len(pos))
+	inSub := make(map[int]bool, len(pos))
 	for i, at := range pos {
-		sub[i] = all[at]
+		sub[i], inSub[at] = all[at], true
+	}
+	// A member leaving the subset while it stays in the list may be kept
+	// by the inner Update for a new member of its address (see below):
+	// remember where it stands and a copy of the configuration it was
+	// given there.
+	type stand struct {
+		at    int
+		given *Peer
+	}
+	leaving := map[*Peer]stand{}
+	for j, p := range all {
+		if !inSub[j] && s.member[p] {
+			c := &Peer{addr: p.addr}
+			c.adopt(p)
+			leaving[p] = stand{j, c}
+		}
 	}
 	if err := s.inner.Update(sub); err != nil {
 		return err
@@ -206,6 +223,15 @@ func (s *Subset) updateLocked(all []*Peer) error {
 	for _, at := range pos {
 		k := kind{all[at].addr, all[at].backup.Load()}
 		if q := held[k]; len(q) > 0 {
+			if l, ok := leaving[q[0]]; ok && q[0] != all[at] {
+				// Kept for this member, so it no longer stands where it
+				// was: the snapshot peer it matched, held by no picker,
+				// takes its place with the configuration given there.
+				ownerMu.Lock()
+				all[at].adopt(l.given)
+				ownerMu.Unlock()
+				all[l.at] = all[at]
+			}
 			all[at], held[k] = q[0], q[1:]
 		}
 		member[all[at]] = true
