@@ -50,6 +50,16 @@ func TestParseConfig_subset(t *testing.T) {
 		{json: `{"subset":{"algorithm":"aperture","size":3}}`, wantErr: `subset.algorithm "aperture": not one of deterministic, ring, rendezvous, random`},
 		{json: `{"subset":{"size":3}}`, wantErr: `subset.algorithm: missing`},
 		{json: `{"subset":3}`, wantErr: `subset 3: not an object`},
+		// As the other int fields: a fraction a double rounds away is
+		// still a fraction, a quoted number is no number (the seed too),
+		// and the index's range is the one that applies.
+		{json: `{"subset":{"algorithm":"random","size":3.0000000000000000001}}`, wantErr: `subset.size 3.0000000000000000001: not an integer`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":"7"}}`, wantErr: `subset.seed "7": not a number`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1.5}}`, wantErr: `subset.seed 1.5: not an integer`},
+		{json: `{"subset":{"algorithm":"ring","clientIndex":1e30,"clientCount":10,"size":3}}`, wantErr: `subset.clientIndex 1e30: out of [0, 10)`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551615}}`, want: must(lbgo.RandomSubsetter(3, 18446744073709551615))},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e15}}`, want: must(lbgo.RandomSubsetter(3, 1e15))},
+		{json: `{"subset":{"algorithm":"ring","clientIndex":-0.0,"clientCount":1,"size":3e0}}`, want: must(lbgo.RingSubsetter(0, 1, 3))},
 	} {
 		t.Run(tc.json, func(t *testing.T) {
 			got, err := balancer.Get("lbgo_roundrobin").(balancer.ConfigParser).ParseConfig([]byte(tc.json))
@@ -71,6 +81,17 @@ func TestParseConfig_subset(t *testing.T) {
 				t.Errorf("ParseConfig(%s) subsets %v, want %v", tc.json, g, w)
 			}
 		})
+	}
+}
+
+// A null subset is no subset, as a null field is its default elsewhere.
+func TestParseConfig_subsetNull(t *testing.T) {
+	got, err := balancer.Get("lbgo_roundrobin").(balancer.ConfigParser).ParseConfig([]byte(`{"subset":null,"maxFails":null}`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if s := got.(*lbConfig).subset; s != nil {
+		t.Errorf("subset %+v, want none", s)
 	}
 }
 
