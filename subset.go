@@ -80,6 +80,15 @@ func (s *Subset) Connected(p *Peer) error {
 	return nil
 }
 
+// NoLivePeerCount is the inner picker's count of picks that returned
+// ErrNoLivePeer, 0 if it keeps none (every picker of this package does).
+func (s *Subset) NoLivePeerCount() uint64 {
+	if c, ok := s.inner.(interface{ NoLivePeerCount() uint64 }); ok {
+		return c.NoLivePeerCount()
+	}
+	return 0
+}
+
 // Peers returns the subset: the inner picker's peers.
 func (s *Subset) Peers() []*Peer { return s.inner.Peers() }
 

@@ -213,3 +213,20 @@ func TestSubset_concurrent(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, s.Peers(), 5)
 }
+
+// A Subset counts its picks that found no live peer, as every picker of
+// the package does (the metrics Collector reads NoLivePeerCount): the
+// inner picker's count.
+func TestSubset_noLivePeerCount(t *testing.T) {
+	inner, err := NewRoundRobin(nil)
+	require.NoError(t, err)
+	s, err := NewSubset(inner, addrPeers(6, 0, Down()), mustSubsetter(RingSubsetter(0, 2, 3)))
+	require.NoError(t, err)
+	for range 4 {
+		_, err := s.Pick(nil)
+		require.ErrorIs(t, err, ErrNoLivePeer)
+	}
+	c, ok := any(s).(interface{ NoLivePeerCount() uint64 })
+	require.True(t, ok, "Subset has no NoLivePeerCount")
+	assert.Equal(t, uint64(4), c.NoLivePeerCount())
+}
