@@ -174,15 +174,17 @@ func missing(field string) error {
 }
 
 // subsetEndpoints returns the endpoints of eps in by's subset, in their
-// order; endpoints without an address are left out, as the policy skips
-// them.
+// order; endpoints without an address are left out, and one listed again
+// is counted once, as the policy makes one peer of it.
 func subsetEndpoints(by lbgo.Subsetter, eps []resolver.Endpoint) []resolver.Endpoint {
 	var with []resolver.Endpoint
 	var keys []string
+	seen := make(map[string]bool, len(eps))
 	for _, ep := range eps {
-		if len(ep.Addresses) > 0 {
+		if k := endpointKey(ep); len(ep.Addresses) > 0 && !seen[k] {
+			seen[k] = true
 			with = append(with, ep)
-			keys = append(keys, endpointKey(ep))
+			keys = append(keys, k)
 		}
 	}
 	out := make([]resolver.Endpoint, 0, len(with))

@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -206,5 +207,25 @@ func TestSubset_endToEnd(t *testing.T) {
 				t.Errorf("%d members changed, want at most 2 (one per backend)", changed)
 			}
 		})
+	}
+}
+
+// An endpoint the resolver lists twice is one peer (the policy dedupes
+// it): the subset counts it once, so a subset of 4 of 5 distinct
+// endpoints holds 4, whichever client key ranks the duplicate.
+func TestSubsetEndpoints_duplicate(t *testing.T) {
+	ep := func(addr string) resolver.Endpoint {
+		return resolver.Endpoint{Addresses: []resolver.Address{{Addr: addr}}}
+	}
+	eps := []resolver.Endpoint{ep("10.0.0.1:80"), ep("10.0.0.1:80"), ep("10.0.0.2:80"), ep("10.0.0.3:80"), ep("10.0.0.4:80"), ep("10.0.0.5:80")}
+	for c := range 20 {
+		by := must(lbgo.RendezvousSubsetter(fmt.Sprint("client-", c), 4))
+		keys := map[string]bool{}
+		for _, e := range subsetEndpoints(by, eps) {
+			keys[endpointKey(e)] = true
+		}
+		if len(keys) != 4 {
+			t.Errorf("client-%d: subset of %d distinct endpoints, want 4: %v", c, len(keys), keys)
+		}
 	}
 }
