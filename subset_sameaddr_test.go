@@ -1,6 +1,8 @@
 package balancer
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,5 +45,61 @@ func TestSubset_sameAddressReordered(t *testing.T) {
 			assert.NoError(t, s.Add(NewPeer(ipAddr(2))))
 			assert.NoError(t, s.Remove(bs[1]))
 		})
+	}
+}
+
+// Lists drawn over three addresses, many peers to each, given fresh, as
+// Backends returns them reordered, shortened or grown: after every Update
+// Backends lists each position's address and given weight, no peer twice,
+// and the subset is the Subsetter's over the given keys.
+func TestSubset_sameAddressLists(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	fresh := func() []*Peer {
+		ps := make([]*Peer, r.IntN(9))
+		for i := range ps {
+			ps[i] = NewPeer(ipAddr(r.IntN(3)), Weight(1+r.IntN(9)))
+		}
+		return ps
+	}
+	for trial := range 100 {
+		inner, err := NewLeastConn(nil)
+		require.NoError(t, err)
+		by := mustSubsetter(RendezvousSubsetter(fmt.Sprint("client-", trial), 1+r.IntN(5)))
+		s, err := NewSubset(inner, fresh(), by)
+		require.NoError(t, err)
+		for step := range 30 {
+			var given []*Peer
+			switch r.IntN(3) {
+			case 0:
+				given = fresh()
+			case 1:
+				given = s.Backends()
+				r.Shuffle(len(given), func(i, j int) { given[i], given[j] = given[j], given[i] })
+				if len(given) > 0 && r.IntN(2) == 0 {
+					given = given[1:]
+				}
+			case 2:
+				given = append(s.Backends(), fresh()...)
+				r.Shuffle(len(given), func(i, j int) { given[i], given[j] = given[j], given[i] })
+			}
+			weights := make([]int, len(given))
+			for i, p := range given {
+				weights[i] = p.Weight()
+			}
+			require.NoError(t, s.Update(given), "trial %d step %d", trial, step)
+			bs := s.Backends()
+			require.Len(t, bs, len(given))
+			seen := map[*Peer]bool{}
+			for i, p := range bs {
+				require.False(t, seen[p], "trial %d step %d: %s listed twice", trial, step, p)
+				seen[p] = true
+				require.Equal(t, given[i].Addr(), p.Addr(), "trial %d step %d position %d", trial, step, i)
+				require.Equal(t, weights[i], p.Weight(), "trial %d step %d position %d", trial, step, i)
+			}
+			for _, p := range s.Peers() {
+				require.True(t, seen[p], "trial %d step %d: member %s not a backend", trial, step, p)
+			}
+			require.ElementsMatch(t, subsetAddrs(by, given), addrsOf(s.Peers()), "trial %d step %d", trial, step)
+		}
 	}
 }
