@@ -96,7 +96,10 @@ func (s *Subset) Peers() []*Peer { return s.inner.Peers() }
 func (s *Subset) NextEligible() (time.Time, bool) { return s.inner.NextEligible() }
 
 // Backends returns the whole backend list, in a new slice: the members as
-// the inner picker's peers, the others as last given.
+// the inner picker's peers, the others as last given, but where the inner
+// picker kept a peer leaving the subset for a new member of its address:
+// there the snapshot peer it matched stands, with the configuration given
+// for that place.
 func (s *Subset) Backends() []*Peer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
