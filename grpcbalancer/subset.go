@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	lbgo "github.com/lbgo/balancer"
 	"google.golang.org/grpc/resolver"
@@ -146,10 +147,14 @@ func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 		s.key = c.ClientKey
 	case "random":
 		if c.Seed != "" {
-			_, v := rawField(fields, "seed")
+			name, v := rawField(fields, "seed")
 			u, err := strconv.ParseUint(string(c.Seed), 10, 64)
-			if err != nil || bytes.HasPrefix(v, []byte(`"`)) { // a float: exact only up to 2⁵³
-				f, ferr := integer("seed", c.Seed, 0, 1<<53, fmt.Sprintf("out of [0, %d]", uint64(1<<53)))
+			switch {
+			case err == nil && !bytes.HasPrefix(v, []byte(`"`)):
+			case !strings.ContainsAny(string(c.Seed), ".eE") && !bytes.HasPrefix(v, []byte(`"`)):
+				return nil, configError("subset."+name, clip(v), fmt.Sprintf("out of [0, %d]", uint64(math.MaxUint64)))
+			default: // a float: exact only up to 2⁵³
+				f, ferr := integer("seed", c.Seed, 0, 1<<53, fmt.Sprintf("out of [0, %d] (a float)", uint64(1<<53)))
 				if ferr != nil {
 					return nil, ferr
 				}

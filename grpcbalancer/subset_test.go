@@ -59,6 +59,9 @@ func TestParseConfig_subset(t *testing.T) {
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":1.5}}`, wantErr: `subset.seed 1.5: not an integer`},
 		{json: `{"subset":{"algorithm":"ring","clientIndex":1e30,"clientCount":10,"size":3}}`, wantErr: `subset.clientIndex 1e30: out of [0, 10)`},
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551615}}`, want: must(lbgo.RandomSubsetter(3, 18446744073709551615))},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551616}}`, wantErr: `subset.seed 18446744073709551616: out of [0, 18446744073709551615]`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":-1}}`, wantErr: `subset.seed -1: out of [0, 18446744073709551615]`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e16}}`, wantErr: `subset.seed 1e16: out of [0, 9007199254740992] (a float)`},
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e15}}`, want: must(lbgo.RandomSubsetter(3, 1e15))},
 		{json: `{"subset":{"algorithm":"ring","clientIndex":-0.0,"clientCount":1,"size":3e0}}`, want: must(lbgo.RingSubsetter(0, 1, 3))},
 	} {
