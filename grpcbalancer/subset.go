@@ -126,7 +126,8 @@ func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 		return i, nil
 	}
 	count := func(field string, n json.Number) (int, error) {
-		i, err := integer(field, n, 1, lbgo.MaxSubsetClients, fmt.Sprintf("out of [1, %d]", lbgo.MaxSubsetClients))
+		const most = min(lbgo.MaxSubsetClients, math.MaxInt) // an int of 32 bits holds 2^31-1
+		i, err := integer(field, n, 1, most, fmt.Sprintf("out of [1, %d]", int64(most)))
 		return int(i), err
 	}
 	var err error
