@@ -109,8 +109,9 @@ func (s *Subset) Backends() []*Peer {
 // Update makes snapshot the backend list and hands its subset to the
 // inner picker's Update, in snapshot's order. Nothing changes if snapshot
 // holds a nil or misconfigured peer (ErrInvalidConfig), one *Peer twice
-// (ErrDuplicatePeer) or a peer of another picker (ErrPeerInUse), or if the
-// inner Update refuses the subset.
+// (ErrDuplicatePeer) or a peer of another picker (ErrPeerInUse), if the
+// Subsetter returns a position out of the list or one twice
+// (ErrInvalidConfig), or if the inner Update refuses the subset.
 func (s *Subset) Update(snapshot []*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -197,6 +198,12 @@ func (s *Subset) updateLocked(all []*Peer) error {
 	sub := make([]*Peer, len(pos))
 	inSub := make(map[int]bool, len(pos))
 	for i, at := range pos {
+		switch {
+		case at < 0 || at >= len(all):
+			return fmt.Errorf("balancer: Subset: the subsetter gave position %d of %d backends: %w", at, len(all), ErrInvalidConfig)
+		case inSub[at]:
+			return fmt.Errorf("balancer: Subset: the subsetter gave position %d twice: %w", at, ErrInvalidConfig)
+		}
 		sub[i], inSub[at] = all[at], true
 	}
 	// A member leaving the subset while it stays in the list may be kept
