@@ -80,6 +80,15 @@ func (s *Subset) Connected(p *Peer) error {
 	return nil
 }
 
+// NoLivePeerCount is the inner picker's count of picks that returned
+// ErrNoLivePeer, 0 if it keeps none (every picker of this package does).
+func (s *Subset) NoLivePeerCount() uint64 {
+	if c, ok := s.inner.(interface{ NoLivePeerCount() uint64 }); ok {
+		return c.NoLivePeerCount()
+	}
+	return 0
+}
+
 // Peers returns the subset: the inner picker's peers.
 func (s *Subset) Peers() []*Peer { return s.inner.Peers() }
 
@@ -87,7 +96,10 @@ func (s *Subset) Peers() []*Peer { return s.inner.Peers() }
 func (s *Subset) NextEligible() (time.Time, bool) { return s.inner.NextEligible() }
 
 // Backends returns the whole backend list, in a new slice: the members as
-// the inner picker's peers, the others as last given.
+// the inner picker's peers, the others as last given, but where the inner
+// picker kept a peer leaving the subset for a new member of its address:
+// there the snapshot peer it matched stands, with the configuration given
+// for that place.
 func (s *Subset) Backends() []*Peer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,8 +109,9 @@ func (s *Subset) Backends() []*Peer {
 // Update makes snapshot the backend list and hands its subset to the
 // inner picker's Update, in snapshot's order. Nothing changes if snapshot
 // holds a nil or misconfigured peer (ErrInvalidConfig), one *Peer twice
-// (ErrDuplicatePeer) or a peer of another picker (ErrPeerInUse), or if the
-// inner Update refuses the subset.
+// (ErrDuplicatePeer) or a peer of another picker (ErrPeerInUse), if the
+// Subsetter returns a position out of the list or one twice
+// (ErrInvalidConfig), or if the inner Update refuses the subset.
 func (s *Subset) Update(snapshot []*Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,8 +196,31 @@ func (s *Subset) updateLocked(all []*Peer) error {
 	}
 	pos := s.by.Subset(keys)
 	sub := make([]*Peer, len(pos))
+	inSub := make(map[int]bool, len(pos))
 	for i, at := range pos {
-		sub[i] = all[at]
+		switch {
+		case at < 0 || at >= len(all):
+			return fmt.Errorf("balancer: Subset: the subsetter gave position %d of %d backends: %w", at, len(all), ErrInvalidConfig)
+		case inSub[at]:
+			return fmt.Errorf("balancer: Subset: the subsetter gave position %d twice: %w", at, ErrInvalidConfig)
+		}
+		sub[i], inSub[at] = all[at], true
+	}
+	// A member leaving the subset while it stays in the list may be kept
+	// by the inner Update for a new member of its address (see below):
+	// remember where it stands and a copy of the configuration it was
+	// given there.
+	type stand struct {
+		at    int
+		given *Peer
+	}
+	leaving := map[*Peer]stand{}
+	for j, p := range all {
+		if !inSub[j] && s.member[p] {
+			c := &Peer{addr: p.addr}
+			c.adopt(p)
+			leaving[p] = stand{j, c}
+		}
 	}
 	if err := s.inner.Update(sub); err != nil {
 		return err
@@ -206,6 +242,15 @@ func (s *Subset) updateLocked(all []*Peer) error {
 	for _, at := range pos {
 		k := kind{all[at].addr, all[at].backup.Load()}
 		if q := held[k]; len(q) > 0 {
+			if l, ok := leaving[q[0]]; ok && q[0] != all[at] {
+				// Kept for this member, so it no longer stands where it
+				// was: the snapshot peer it matched, held by no picker,
+				// takes its place with the configuration given there.
+				ownerMu.Lock()
+				all[at].adopt(l.given)
+				ownerMu.Unlock()
+				all[l.at] = all[at]
+			}
 			all[at], held[k] = q[0], q[1:]
 		}
 		member[all[at]] = true

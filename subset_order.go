@@ -72,10 +72,11 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// checkSubsetSize refuses a size out of [1, MaxSubsetClients].
+// checkSubsetSize refuses a size out of [1, MaxSubsetClients]. The bound
+// is compared as an int64: an int of 32 bits does not hold it.
 func checkSubsetSize(who string, size int) error {
-	if size <= 0 || size > MaxSubsetClients {
-		return fmt.Errorf("balancer: %s: subset size %d out of [1, %d]: %w", who, size, MaxSubsetClients, ErrInvalidConfig)
+	if size <= 0 || int64(size) > MaxSubsetClients {
+		return fmt.Errorf("balancer: %s: subset size %d out of [1, %d]: %w", who, size, int64(MaxSubsetClients), ErrInvalidConfig)
 	}
 	return nil
 }
@@ -84,8 +85,8 @@ func checkSubsetSize(who string, size int) error {
 // index out of [0, count).
 func checkClient(who string, index, count int) error {
 	switch {
-	case count <= 0 || count > MaxSubsetClients:
-		return fmt.Errorf("balancer: %s: client count %d out of [1, %d]: %w", who, count, MaxSubsetClients, ErrInvalidConfig)
+	case count <= 0 || int64(count) > MaxSubsetClients:
+		return fmt.Errorf("balancer: %s: client count %d out of [1, %d]: %w", who, count, int64(MaxSubsetClients), ErrInvalidConfig)
 	case index < 0 || index >= count:
 		return fmt.Errorf("balancer: %s: client index %d out of [0, %d): %w", who, index, count, ErrInvalidConfig)
 	}

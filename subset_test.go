@@ -213,3 +213,62 @@ func TestSubset_concurrent(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, s.Peers(), 5)
 }
+
+// A Subset counts its picks that found no live peer, as every picker of
+// the package does (the metrics Collector reads NoLivePeerCount): the
+// inner picker's count.
+func TestSubset_noLivePeerCount(t *testing.T) {
+	inner, err := NewRoundRobin(nil)
+	require.NoError(t, err)
+	s, err := NewSubset(inner, addrPeers(6, 0, Down()), mustSubsetter(RingSubsetter(0, 2, 3)))
+	require.NoError(t, err)
+	for range 4 {
+		_, err := s.Pick(nil)
+		require.ErrorIs(t, err, ErrNoLivePeer)
+	}
+	c, ok := any(s).(interface{ NoLivePeerCount() uint64 })
+	require.True(t, ok, "Subset has no NoLivePeerCount")
+	assert.Equal(t, uint64(4), c.NoLivePeerCount())
+}
+
+// fixedSubsetter returns the same positions whatever the keys: a
+// Subsetter of the caller's that breaks the interface's contract.
+type fixedSubsetter []int
+
+func (f fixedSubsetter) Subset([]string) []int { return f }
+
+// A Subsetter of the caller's that returns a position out of the list or
+// one twice is refused, naming it, and changes nothing.
+func TestSubset_badSubsetter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pos  []int
+		want string
+	}{
+		{"past the end", []int{0, 4}, "position 4 of 4 backends"},
+		{"negative", []int{-1}, "position -1 of 4 backends"},
+		{"twice", []int{1, 1}, "position 1 twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			good := fixedSubsetter{0}
+			by := &switchSubsetter{s: good}
+			inner, err := NewRoundRobin(nil)
+			require.NoError(t, err)
+			s, err := NewSubset(inner, addrPeers(4, 0), by)
+			require.NoError(t, err)
+			before := s.Backends()
+			by.s = fixedSubsetter(tc.pos)
+			err = s.Update(addrPeers(4, 0))
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, before, s.Backends())
+			assert.Equal(t, addrsOf(before[:1]), addrsOf(s.Peers()))
+		})
+	}
+}
+
+// switchSubsetter is the Subsetter s, which the test changes between
+// calls.
+type switchSubsetter struct{ s Subsetter }
+
+func (w *switchSubsetter) Subset(keys []string) []int { return w.s.Subset(keys) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	lbgo "github.com/lbgo/balancer"
 	"google.golang.org/grpc/resolver"
@@ -68,7 +69,7 @@ func parseSubsetField(js []byte) (*subsetSpec, error) {
 	if len(bytes.TrimSpace(js)) == 0 || json.Unmarshal(js, &raw) != nil {
 		return nil, nil
 	}
-	if _, v := rawField(raw, "subset"); v != nil {
+	if _, v := rawField(raw, "subset"); v != nil && string(bytes.TrimSpace(v)) != "null" {
 		return parseSubset(v)
 	}
 	return nil, nil
@@ -96,34 +97,50 @@ func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 	var fields map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &fields) // an object: decoded above
 	s := &subsetSpec{alg: c.Algorithm}
-	integer := func(field string, n json.Number, lo, hi int64) (int, error) {
+	// integer reads a field as the other int fields are read (see
+	// integralNumbers): an integer literal, or one written with a point or
+	// an exponent whose fraction is zero as written, within 2^53 of 0.
+	integer := func(field string, n json.Number, lo, hi int64, outOf string) (int64, error) {
 		name, v := rawField(fields, field)
 		if n == "" {
 			return 0, missing(field)
 		}
-		f, err := strconv.ParseFloat(string(n), 64)
-		switch {
-		case bytes.HasPrefix(v, []byte(`"`)) || err != nil && !errors.Is(err, strconv.ErrRange):
+		if bytes.HasPrefix(v, []byte(`"`)) {
 			return 0, configError("subset."+name, clip(v), "not a number")
-		case f != math.Trunc(f):
-			return 0, configError("subset."+name, clip(v), "not an integer")
-		case f < float64(lo) || f > float64(hi):
-			return 0, configError("subset."+name, clip(v), fmt.Sprintf("out of [%d, %d]", lo, hi))
 		}
-		return int(f), nil
+		lit := string(n)
+		if m, ok := integerOf(lit); ok {
+			lit = m
+		}
+		i, err := strconv.ParseInt(lit, 10, 64)
+		if err != nil {
+			f, _ := strconv.ParseFloat(lit, 64) // a JSON number: ±Inf past the doubles
+			if !errors.Is(err, strconv.ErrRange) && math.Abs(f) <= 1<<53 {
+				return 0, configError("subset."+name, clip(v), "not an integer")
+			}
+			return 0, configError("subset."+name, clip(v), outOf)
+		}
+		if i < lo || i > hi {
+			return 0, configError("subset."+name, clip(v), outOf)
+		}
+		return i, nil
+	}
+	count := func(field string, n json.Number) (int, error) {
+		const most = min(lbgo.MaxSubsetClients, math.MaxInt) // an int of 32 bits holds 2^31-1
+		i, err := integer(field, n, 1, most, fmt.Sprintf("out of [1, %d]", int64(most)))
+		return int(i), err
 	}
 	var err error
 	switch c.Algorithm {
 	case "deterministic", "ring":
-		if s.count, err = integer("clientCount", c.ClientCount, 1, lbgo.MaxSubsetClients); err != nil {
+		if s.count, err = count("clientCount", c.ClientCount); err != nil {
 			return nil, err
 		}
-		if s.index, err = integer("clientIndex", c.ClientIndex, math.MinInt32, math.MaxInt32); err != nil {
+		i, err := integer("clientIndex", c.ClientIndex, 0, int64(s.count)-1, fmt.Sprintf("out of [0, %d)", s.count))
+		if err != nil {
 			return nil, err
 		}
-		if s.index < 0 || s.index >= s.count {
-			return nil, configError("subset.clientIndex", string(c.ClientIndex), fmt.Sprintf("out of [0, %d)", s.count))
-		}
+		s.index = int(i)
 	case "rendezvous":
 		if c.ClientKey == "" {
 			return nil, missing("clientKey")
@@ -131,9 +148,14 @@ func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 		s.key = c.ClientKey
 	case "random":
 		if c.Seed != "" {
+			name, v := rawField(fields, "seed")
 			u, err := strconv.ParseUint(string(c.Seed), 10, 64)
-			if err != nil { // a float: exact only up to 2⁵³
-				f, ferr := integer("seed", c.Seed, 0, 1<<53)
+			switch {
+			case err == nil && !bytes.HasPrefix(v, []byte(`"`)):
+			case !strings.ContainsAny(string(c.Seed), ".eE") && !bytes.HasPrefix(v, []byte(`"`)):
+				return nil, configError("subset."+name, clip(v), fmt.Sprintf("out of [0, %d]", uint64(math.MaxUint64)))
+			default: // a float: exact only up to 2⁵³
+				f, ferr := integer("seed", c.Seed, 0, 1<<53, fmt.Sprintf("out of [0, %d] (a float)", uint64(1<<53)))
 				if ferr != nil {
 					return nil, ferr
 				}
@@ -146,7 +168,7 @@ func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 	default:
 		return nil, configError("subset.algorithm", strconv.Quote(c.Algorithm), "not one of deterministic, ring, rendezvous, random")
 	}
-	if s.size, err = integer("size", c.Size, 1, lbgo.MaxSubsetClients); err != nil {
+	if s.size, err = count("size", c.Size); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -158,15 +180,17 @@ func missing(field string) error {
 }
 
 // subsetEndpoints returns the endpoints of eps in by's subset, in their
-// order; endpoints without an address are left out, as the policy skips
-// them.
+// order; endpoints without an address are left out, and one listed again
+// is counted once, as the policy makes one peer of it.
 func subsetEndpoints(by lbgo.Subsetter, eps []resolver.Endpoint) []resolver.Endpoint {
 	var with []resolver.Endpoint
 	var keys []string
+	seen := make(map[string]bool, len(eps))
 	for _, ep := range eps {
-		if len(ep.Addresses) > 0 {
+		if k := endpointKey(ep); len(ep.Addresses) > 0 && !seen[k] {
+			seen[k] = true
 			with = append(with, ep)
-			keys = append(keys, endpointKey(ep))
+			keys = append(keys, k)
 		}
 	}
 	out := make([]resolver.Endpoint, 0, len(with))

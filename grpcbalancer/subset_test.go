@@ -3,6 +3,7 @@ package grpcbalancer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -50,6 +51,19 @@ func TestParseConfig_subset(t *testing.T) {
 		{json: `{"subset":{"algorithm":"aperture","size":3}}`, wantErr: `subset.algorithm "aperture": not one of deterministic, ring, rendezvous, random`},
 		{json: `{"subset":{"size":3}}`, wantErr: `subset.algorithm: missing`},
 		{json: `{"subset":3}`, wantErr: `subset 3: not an object`},
+		// As the other int fields: a fraction a double rounds away is
+		// still a fraction, a quoted number is no number (the seed too),
+		// and the index's range is the one that applies.
+		{json: `{"subset":{"algorithm":"random","size":3.0000000000000000001}}`, wantErr: `subset.size 3.0000000000000000001: not an integer`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":"7"}}`, wantErr: `subset.seed "7": not a number`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1.5}}`, wantErr: `subset.seed 1.5: not an integer`},
+		{json: `{"subset":{"algorithm":"ring","clientIndex":1e30,"clientCount":10,"size":3}}`, wantErr: `subset.clientIndex 1e30: out of [0, 10)`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551615}}`, want: must(lbgo.RandomSubsetter(3, 18446744073709551615))},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551616}}`, wantErr: `subset.seed 18446744073709551616: out of [0, 18446744073709551615]`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":-1}}`, wantErr: `subset.seed -1: out of [0, 18446744073709551615]`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e16}}`, wantErr: `subset.seed 1e16: out of [0, 9007199254740992] (a float)`},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e15}}`, want: must(lbgo.RandomSubsetter(3, 1e15))},
+		{json: `{"subset":{"algorithm":"ring","clientIndex":-0.0,"clientCount":1,"size":3e0}}`, want: must(lbgo.RingSubsetter(0, 1, 3))},
 	} {
 		t.Run(tc.json, func(t *testing.T) {
 			got, err := balancer.Get("lbgo_roundrobin").(balancer.ConfigParser).ParseConfig([]byte(tc.json))
@@ -71,6 +85,17 @@ func TestParseConfig_subset(t *testing.T) {
 				t.Errorf("ParseConfig(%s) subsets %v, want %v", tc.json, g, w)
 			}
 		})
+	}
+}
+
+// A null subset is no subset, as a null field is its default elsewhere.
+func TestParseConfig_subsetNull(t *testing.T) {
+	got, err := balancer.Get("lbgo_roundrobin").(balancer.ConfigParser).ParseConfig([]byte(`{"subset":null,"maxFails":null}`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if s := got.(*lbConfig).subset; s != nil {
+		t.Errorf("subset %+v, want none", s)
 	}
 }
 
@@ -185,5 +210,25 @@ func TestSubset_endToEnd(t *testing.T) {
 				t.Errorf("%d members changed, want at most 2 (one per backend)", changed)
 			}
 		})
+	}
+}
+
+// An endpoint the resolver lists twice is one peer (the policy dedupes
+// it): the subset counts it once, so a subset of 4 of 5 distinct
+// endpoints holds 4, whichever client key ranks the duplicate.
+func TestSubsetEndpoints_duplicate(t *testing.T) {
+	ep := func(addr string) resolver.Endpoint {
+		return resolver.Endpoint{Addresses: []resolver.Address{{Addr: addr}}}
+	}
+	eps := []resolver.Endpoint{ep("10.0.0.1:80"), ep("10.0.0.1:80"), ep("10.0.0.2:80"), ep("10.0.0.3:80"), ep("10.0.0.4:80"), ep("10.0.0.5:80")}
+	for c := range 20 {
+		by := must(lbgo.RendezvousSubsetter(fmt.Sprint("client-", c), 4))
+		keys := map[string]bool{}
+		for _, e := range subsetEndpoints(by, eps) {
+			keys[endpointKey(e)] = true
+		}
+		if len(keys) != 4 {
+			t.Errorf("client-%d: subset of %d distinct endpoints, want 4: %v", c, len(keys), keys)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/big"
 	"slices"
 	"strconv"
@@ -37,7 +38,8 @@ var ErrBadPolicy = errors.New("xdsbalancer: bad load-balancing policy")
 // type_url is TypeURLPrefix+name and whose value is config as a
 // google.protobuf.Struct. config is a JSON object given as JSON text
 // ([]byte, json.RawMessage or string), as a value that encoding/json
-// marshals to an object (a map, a grpcbalancer.Config), or nil for {}.
+// marshals to an object (a map, a grpcbalancer.Config), or nil (or blank
+// text) for {}.
 //
 // Where name is registered in this process's gRPC balancer registry (an
 // lbgo_ policy is, by this package's import of grpcbalancer), Policy
@@ -47,8 +49,10 @@ var ErrBadPolicy = errors.New("xdsbalancer: bad load-balancing policy")
 // checked, since a client may have it: a client without it skips the
 // entry for the next one in the list.
 //
-// A Struct holds numbers as doubles: Policy refuses an integer a double
-// does not hold exactly (beyond 2^53), rather than send another one.
+// A Struct holds numbers as doubles: Policy refuses an integer, however
+// written (3, 3.0, 30e-1), that a double does not hold exactly (some
+// beyond 2^53), and a fraction that a double rounds to an integer
+// (3.0000000000000000001), rather than send another number.
 func Policy(name string, config any) (*clusterv3.LoadBalancingPolicy_Policy, error) {
 	if name == "" || strings.Contains(name, "/") {
 		return nil, fmt.Errorf("%w: name %q: empty or with a /", ErrBadPolicy, name)
@@ -83,17 +87,25 @@ func configJSON(config any) ([]byte, error) {
 	case nil:
 		return []byte("{}"), nil
 	case []byte:
-		return c, nil
+		return orEmpty(c), nil
 	case json.RawMessage:
-		return c, nil
+		return orEmpty(c), nil
 	case string:
-		return []byte(c), nil
+		return orEmpty([]byte(c)), nil
 	}
 	js, err := json.Marshal(config)
 	if err != nil {
 		return nil, fmt.Errorf("config %T: %v", config, err)
 	}
 	return js, nil
+}
+
+// orEmpty returns js, or {} for blank text, as grpcbalancer reads none.
+func orEmpty(js []byte) []byte {
+	if len(bytes.TrimSpace(js)) == 0 {
+		return []byte("{}")
+	}
+	return js
 }
 
 // structFields decodes a JSON object into the values structpb.NewStruct
@@ -132,10 +144,17 @@ func doubles(v any, path string) error {
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: beyond a double", at, n)
 		}
-		if i, ok := new(big.Int).SetString(string(n), 10); ok {
-			if held, _ := new(big.Float).SetFloat64(f).Int(nil); held.Cmp(i) != 0 {
-				return nil, fmt.Errorf("%s %s: not exact as a double (%s)", at, n, held)
+		held, _ := new(big.Float).SetFloat64(f).Int(nil)
+		switch i, ok := integerLiteral(string(n)); {
+		case ok && held.Cmp(i) != 0,
+			// A fraction the double rounds to an integer, which an int
+			// field would take.
+			!ok && f != 0 && f == math.Trunc(f):
+			h := held.String()
+			if len(h) > 24 {
+				h = strconv.FormatFloat(f, 'g', -1, 64)
 			}
+			return nil, fmt.Errorf("%s %s: not exact as a double (%s)", at, n, h)
 		}
 		return f, nil
 	}
@@ -155,6 +174,39 @@ func doubles(v any, path string) error {
 		}
 	}
 	return nil
+}
+
+// integerLiteral returns the value of lit, a JSON number whose double is
+// finite, if it is an integer as written (3, 3.0, 30e-1, 9007199254740993e0).
+func integerLiteral(lit string) (*big.Int, bool) {
+	sign, unsigned := "", lit
+	if rest, ok := strings.CutPrefix(lit, "-"); ok {
+		sign, unsigned = "-", rest
+	}
+	mant, exp, hasExp := strings.Cut(strings.ToLower(unsigned), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	if digits == "" {
+		return new(big.Int), true // zero, whatever the exponent
+	}
+	e := 0
+	if hasExp {
+		var err error
+		if e, err = strconv.Atoi(exp); err != nil {
+			return nil, false // an exponent past an int's: no finite double's integer
+		}
+	}
+	// The value is digits × 10^k, digits without its leading zeros.
+	switch k := e - len(frac); {
+	case k >= 0:
+		digits += strings.Repeat("0", k) // k ≤ 308: the double is finite
+	case -k >= len(digits) || strings.Trim(digits[len(digits)+k:], "0") != "":
+		return nil, false // a nonzero digit after the point
+	default:
+		digits = digits[:len(digits)+k]
+	}
+	i, ok := new(big.Int).SetString(sign+digits, 10)
+	return i, ok
 }
 
 func join(path, key string) string {

@@ -28,6 +28,10 @@ func TestPolicy(t *testing.T) {
 		{"RawMessage", "lbgo_leastconn", json.RawMessage(`{"reportedLoad":{"window":"1s","clients":4}}`), map[string]any{"reportedLoad": map[string]any{"window": "1s", "clients": 4.0}}},
 		{"grpcbalancer.Config", "lbgo_randomtwo", grpcbalancer.Config{MaxFails: &maxFails}, map[string]any{"maxFails": 3.0}},
 		{"nil", "lbgo_random", nil, map[string]any{}},
+		{"empty JSON text", "lbgo_random", json.RawMessage(nil), map[string]any{}},
+		{"blank JSON text", "lbgo_random", " \n", map[string]any{}},
+		// Integers a double holds exactly, however written.
+		{"exact integers", "lbgo_roundrobin", `{"maxConns":4611686018427387904,"maxFails":30e-1,"failTimeout":"1s","subset":{"algorithm":"random","size":0.3e1,"seed":1e15}}`, map[string]any{"maxConns": 4611686018427387904.0, "maxFails": 3.0, "failTimeout": "1s", "subset": map[string]any{"algorithm": "random", "size": 3.0, "seed": 1e15}}},
 		// Not registered here: not checked, as a client may have it.
 		{"unregistered", "someone_elses_policy", map[string]any{"maxFails": -1.5}, map[string]any{"maxFails": -1.5}},
 	} {
@@ -65,6 +69,13 @@ func TestPolicy_refused(t *testing.T) {
 		{"lbgo_hash", `{`, `xdsbalancer: bad load-balancing policy: lbgo_hash: config {: unexpected EOF`, false},
 		{"lbgo_hash", make(chan int), `xdsbalancer: bad load-balancing policy: lbgo_hash: config chan int: json: unsupported type: chan int`, false},
 		{"lbgo_roundrobin", `{"maxConns":9007199254740993}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: maxConns 9007199254740993: not exact as a double (9007199254740992)`, false},
+		// An integer written with a point or an exponent is an integer
+		// too, and a fraction a double rounds to an integer is not one:
+		// the client's parser would take the double's integer.
+		{"lbgo_roundrobin", `{"maxConns":9007199254740993.0}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: maxConns 9007199254740993.0: not exact as a double (9007199254740992)`, false},
+		{"lbgo_roundrobin", `{"maxConns":9007199254740993e0}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: maxConns 9007199254740993e0: not exact as a double (9007199254740992)`, false},
+		{"lbgo_roundrobin", `{"subset":{"algorithm":"random","size":3.0000000000000000001}}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: subset.size 3.0000000000000000001: not exact as a double (3)`, false},
+		{"lbgo_roundrobin", `{"maxConns":1e23}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: maxConns 1e23: not exact as a double (99999999999999991611392)`, false},
 		{"lbgo_roundrobin", `{"probePool":{"size":1e400}}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: probePool.size 1e400: beyond a double`, false},
 		{"lbgo_roundrobin", map[string]any{"maxFails": 3.5}, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: maxFails 3.5: not an integer`, true},
 		{"lbgo_roundrobin", `{"failTimeout":10}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: failTimeout 10: not a string`, true},
