@@ -142,12 +142,6 @@ func (b *LeastConn) changedLocked(l *peerList) {
 // slowScale units, scaled by the peer's slow-start factor: in the loads
 // compared and in the smooth step among ties (warmStep).
 func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount, ws *slowStart) int {
-	weight := func(p *Peer) int64 {
-		if ws != nil {
-			return ws.scaledWeight(p, p.weight.Load(), clk.get())
-		}
-		return p.weight.Load()
-	}
 	var least *Peer
 	var at int         // least's position in peers
 	var conns, w int64 // least's in-flight count and weight, as read
@@ -157,7 +151,10 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 		if r.isTried(i) || !p.eligible(clk) {
 			continue
 		}
-		pc, pw := p.inFlight(), weight(p)
+		pc, pw := p.inFlight(), p.weight.Load()
+		if ws != nil {
+			pw = ws.scaledWeight(p, pw, clk.get())
+		}
 		var pl float64
 		if rep.on() {
 			pl = rep.load(srv[i], pc, clk)
@@ -192,7 +189,11 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 				if rep.on() {
 					pl = rep.load(srv[i], pc, clk)
 				}
-				if rep.compare(pc, pl, weight(p), conns, load, w) != 0 {
+				pw := p.weight.Load()
+				if ws != nil {
+					pw = ws.scaledWeight(p, pw, clk.get())
+				}
+				if rep.compare(pc, pl, pw, conns, load, w) != 0 {
 					continue
 				}
 			}
@@ -215,8 +216,11 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 // compareLoad compares the load of a peer with pc attempts in flight and
 // weight pw with that of one with qc and qw: negative when the first is
 // less loaded, 0 when equal. Loads are conns/weight, compared as
-// pc·qw against qc·pw, exactly. A peer of weight 0 is more
-// loaded than any peer with weight, and two of them compare by count.
+// pc·qw against qc·pw, exactly while every factor is below 2^31 (nginx's
+// weights and any real in-flight count: the products fit in 63 bits);
+// compareLoadWide takes the rest. A peer of weight 0 is more loaded than
+// any peer with weight, and two of them compare by count. Small enough to
+// inline in the scans' comparison (reportedLoad.compare).
 func compareLoad(pc, pw, qc, qw int64) int {
 	switch {
 	case pw == 0 && qw == 0:
@@ -226,8 +230,27 @@ func compareLoad(pc, pw, qc, qw int64) int {
 	case qw == 0:
 		return -1
 	}
-	// In 128 bits: under slow start the weights are scaled by 2^10
-	// (guard_slowstart.go), and a product could pass 2^63.
+	switch a, b := pc*qw, qc*pw; {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// compareLoadWide is compareLoad with the products in 128 bits: under slow
+// start the weights are scaled by 2^10 (guard_slowstart.go), and a product
+// could pass 2^63.
+func compareLoadWide(pc, pw, qc, qw int64) int {
+	switch {
+	case pw == 0 && qw == 0:
+		pw, qw = 1, 1
+	case pw == 0:
+		return 1
+	case qw == 0:
+		return -1
+	}
 	ah, al := bits.Mul64(uint64(pc), uint64(qw))
 	bh, bl := bits.Mul64(uint64(qc), uint64(pw))
 	switch {

@@ -37,7 +37,25 @@ func TestCompareLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, compareLoad(tt.pc, tt.pw, tt.qc, tt.qw))
+			assert.Equal(t, tt.want, compareLoadWide(tt.pc, tt.pw, tt.qc, tt.qw), "wide")
+			assert.Equal(t, tt.want, reportedLoad{}.compare(tt.pc, 0, tt.pw, tt.qc, 0, tt.qw), "as the scans call it")
 		})
+	}
+	// Past 2^63: weights scaled by slow start's 2^10 (weight 2^30, the
+	// most a list may sum to) with 2^23 attempts in flight. 2^23·2^40 =
+	// 2^63 overflows int64; the loads 2^23/2^40 and (2^23-1)/2^40 still
+	// compare as their counts do, and 2^23/2^40 equals 2^22/2^39.
+	const w, c = int64(1) << 40, int64(1) << 23
+	for _, tt := range []struct {
+		name           string
+		pc, pw, qc, qw int64
+		want           int
+	}{
+		{"wide busier", c, w, c - 1, w, 1},
+		{"wide idler", c - 1, w, c, w, -1},
+		{"wide equal ratios", c, w, c / 2, w / 2, 0},
+	} {
+		assert.Equal(t, tt.want, reportedLoad{}.compare(tt.pc, 0, tt.pw, tt.qc, 0, tt.qw), tt.name)
 	}
 }
 

@@ -156,10 +156,13 @@ func compareReported(pl float64, pw int64, ql float64, qw int64) int {
 }
 
 // compare compares two peers' loads as a picker does: their own counts pc
-// and qc (compareLoad) with the option off, their reported loads pl and ql
+// and qc (compareLoad, compareLoadWide) with the option off, their reported loads pl and ql
 // (compareReported) with it on.
 func (r reportedLoad) compare(pc int64, pl float64, pw int64, qc int64, ql float64, qw int64) int {
 	if !r.on() {
+		if (pc|pw|qc|qw)>>31 != 0 {
+			return compareLoadWide(pc, pw, qc, qw)
+		}
 		return compareLoad(pc, pw, qc, qw)
 	}
 	return compareReported(pl, pw, ql, qw)
