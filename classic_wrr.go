@@ -129,7 +129,7 @@ func (s *ClassicWRR) Pick(r *Request) (*Peer, error) {
 func (s *ClassicWRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	clk := lazyClock{now: s.now}
-	warm := s.classicWarmLocked(l, &clk)
+	warm := !s.slow.idleLocked() && s.classicWarmLocked(l, &clk)
 	p, err := pickFrame(l, r, func(_ []*Peer, backup bool) int {
 		s.closeLocked()
 		sorted, k := s.primary, 0

@@ -198,7 +198,7 @@ func (f *FastestFirst) Pick(r *Request) (*Peer, error) {
 	now := f.now()
 	clk := clockAt(now)
 	var ws *slowStart // non-nil while a peer may be warming (guard_slowstart.go)
-	if f.scaleLocked(l, &clk, slowScale) {
+	if !f.slow.idleLocked() && f.scaleLocked(l, &clk, slowScale) {
 		ws = &f.slow
 	}
 	p, err := pickFrame(l, r, func(peers []*Peer, _ bool) int {

@@ -198,13 +198,23 @@ func (w *slowStart) startLocked(p *Peer, now int64) {
 	}
 }
 
+// idleLocked reports, in a load and a branch, that no peer warms nor has
+// since the last pick: a locked pick checks it before the warm-up's step
+// (scaleLocked, warmLocked, classicWarmLocked), which is a call. Requires
+// the owner's lock.
+func (w *slowStart) idleLocked() bool { return w.until.Load() == 0 && !w.scaled }
+
 // warming reports whether a peer may be warming at clk's time, reading the
 // clock only if a warm-up is in progress, and clears until past its end.
 func (w *slowStart) warming(clk *lazyClock) bool {
 	u := w.until.Load()
-	if u == 0 {
-		return false
-	}
+	return u != 0 && w.warmingUntil(u, clk)
+}
+
+// warmingUntil is warming once a warm-up ending at u is on record: a call
+// of its own, so that warming, on every pick, inlines to a load and a
+// branch.
+func (w *slowStart) warmingUntil(u int64, clk *lazyClock) bool {
 	if clk.get() < u {
 		return true
 	}
@@ -303,9 +313,13 @@ func (w *slowStart) currentLocked(cw int64) int64 {
 // weight goes back to 0, as after a weight change. It reports whether the
 // units changed. Requires the owner's lock.
 func (w *slowStart) leaveScaleLocked(l *peerList) bool {
-	if !w.scaled {
-		return false
-	}
+	return w.scaled && w.unscaleLocked(l)
+}
+
+// unscaleLocked is leaveScaleLocked's work, a call of its own so that
+// leaveScaleLocked, on every locked pick, inlines to a branch. Requires
+// the owner's lock.
+func (w *slowStart) unscaleLocked(l *peerList) bool {
 	w.scaled = false
 	for _, peers := range [2][]*Peer{l.primary, l.backup} {
 		for _, p := range peers {

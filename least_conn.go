@@ -103,7 +103,7 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	clk := lazyClock{now: b.now}
 	l := b.load()
 	var ws *slowStart // non-nil while a peer may be warming
-	if b.scaleLocked(l, &clk, slowScale) {
+	if !b.slow.idleLocked() && b.scaleLocked(l, &clk, slowScale) {
 		ws = &b.slow
 	}
 	return pickFrame(l, r, func(peers []*Peer, backup bool) int {

@@ -104,7 +104,10 @@ func (s *smoothRR) fallbackLocked(l *peerList, r *Request, clk *lazyClock) int {
 		}
 	}
 	s.closeLocked()
-	ws := s.warmLocked(l, clk)
+	var ws *slowStart // non-nil while a peer may be warming
+	if !s.slow.idleLocked() {
+		ws = s.warmLocked(l, clk)
+	}
 	for {
 		p := s.scanPrimaryLocked(l, r, clk, ws)
 		if p == nil {

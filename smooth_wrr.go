@@ -153,7 +153,10 @@ func (s *smoothRR) pickLocked(r *Request) (*Peer, error) {
 	l := s.load()
 	fresh := r.fresh()
 	clk := lazyClock{now: s.now}
-	ws := s.warmLocked(l, &clk)
+	var ws *slowStart // non-nil while a peer may be warming
+	if !s.slow.idleLocked() {
+		ws = s.warmLocked(l, &clk)
+	}
 	p, err := pickFrame(l, r, func(peers []*Peer, backup bool) int {
 		s.closeLocked()
 		var p *Peer
