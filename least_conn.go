@@ -175,42 +175,53 @@ func scanLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, 
 	}
 	best, bestAt := least, at
 	if many {
-		// nginx's smooth step, restricted to the tied peers; least is
-		// among them whatever its count reads now.
-		var total int64
-		for i := at; i < len(peers); i++ {
-			p := peers[i]
-			if r.isTried(i) || !p.eligible(clk) {
-				continue
-			}
-			if p != least {
-				pc := p.inFlight()
-				var pl float64
-				if rep.on() {
-					pl = rep.load(srv[i], pc, clk)
-				}
-				pw := p.weight.Load()
-				if ws != nil {
-					pw = ws.scaledWeight(p, pw, clk.get())
-				}
-				if rep.compare(pc, pl, pw, conns, load, w) != 0 {
-					continue
-				}
-			}
-			if ws != nil {
-				total += warmStep(p, ws, clk.get())
-			} else {
-				total += smoothStep(p)
-			}
-			if p.currentWeight > best.currentWeight {
-				best, bestAt = p, i
-			}
-		}
-		best.currentWeight -= total
+		best, bestAt = tieLeastConn(peers, r, clk, rep, srv, ws, least, at, conns, w, load)
 	}
 	best.probeLocked(clk.get())
 	best.pick()
 	return bestAt
+}
+
+// tieLeastConn is scanLeastConn's second pass, nginx's smooth step
+// restricted to the peers that tie with least (found at at, with conns in
+// flight, weight w and reported load load): least is among them whatever
+// its count reads now. It returns the winner and its position. A function
+// of its own so that the first pass, run on every pick, keeps its
+// variables in registers. Requires the owner's lock.
+func tieLeastConn(peers []*Peer, r *Request, clk *lazyClock, rep reportedLoad, srv []*serverCount, ws *slowStart,
+	least *Peer, at int, conns, w int64, load float64) (*Peer, int) {
+	best, bestAt := least, at
+	var total int64
+	for i := at; i < len(peers); i++ {
+		p := peers[i]
+		if r.isTried(i) || !p.eligible(clk) {
+			continue
+		}
+		if p != least {
+			pc := p.inFlight()
+			var pl float64
+			if rep.on() {
+				pl = rep.load(srv[i], pc, clk)
+			}
+			pw := p.weight.Load()
+			if ws != nil {
+				pw = ws.scaledWeight(p, pw, clk.get())
+			}
+			if rep.compare(pc, pl, pw, conns, load, w) != 0 {
+				continue
+			}
+		}
+		if ws != nil {
+			total += warmStep(p, ws, clk.get())
+		} else {
+			total += smoothStep(p)
+		}
+		if p.currentWeight > best.currentWeight {
+			best, bestAt = p, i
+		}
+	}
+	best.currentWeight -= total
+	return best, bestAt
 }
 
 // compareLoad compares the load of a peer with pc attempts in flight and
