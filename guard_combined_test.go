@@ -1,9 +1,14 @@
 package balancer
 
 import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,5 +39,153 @@ func TestGuards_panicWhileWarming(t *testing.T) {
 			clk.add(time.Millisecond)
 		}
 		require.True(t, b.(interface{ InPanic() bool }).InPanic(), "failed: %v", out)
+	})
+}
+
+// TestStress_allGuards runs every guard on one picker at once (panic mode,
+// the cap, the backoff, success-rate ejection and, where the picker takes
+// it, slow start), over peers with max_conns and a backup, while callers
+// retry through an outage and another goroutine marks a peer down and up,
+// adds and removes one, reweighs one and sends the peers through Update.
+// Afterwards every pick was reported and accepted, nothing is in flight,
+// and each counter equals its events. Run it under -race.
+func TestStress_allGuards(t *testing.T) {
+	const workers, requests = 4, 800
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClockAt(time.Unix(1_700_000_000, 0))
+		popts := func(i int) []PeerOption {
+			o := []PeerOption{FailTimeout(time.Second), MaxFails(3)}
+			if i%3 == 0 {
+				o = append(o, MaxConns(2))
+			}
+			return o
+		}
+		peers := makePeers(6, numbered, popts)
+		peers = append(peers, backupOf(pc, "bk", FailTimeout(time.Second)))
+		extra := NewPeer("x", FailTimeout(time.Second))
+		var panics, overs, capped, outliers atomic.Int64
+		opts := []Option{clk.opt(), WithPanicThreshold(50), WithMaxEjectionPercent(60),
+			WithEjectionBackoff(5 * time.Second),
+			WithSuccessRateEjection(SuccessRateEjection{Interval: 100 * time.Millisecond, RequestVolume: 5, MinimumHosts: 3}),
+			WithEvents(func(e Event) {
+				switch e.Kind {
+				case EventPanic:
+					panics.Add(1)
+				case EventPanicOver:
+					overs.Add(1)
+				case EventEjectionCapped:
+					capped.Add(1)
+				case EventPeerOutlier:
+					outliers.Add(1)
+				}
+			})}
+		b, err := pc.new(peers, append(opts, WithSlowStart(2*time.Second, 1, 10))...)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			b, err = pc.new(peers, opts...)
+		}
+		require.NoError(t, err)
+		var errs stressErrs
+		var picked, reported atomic.Int64
+		var work sync.WaitGroup
+		for g := range workers {
+			work.Add(1)
+			go func() {
+				defer work.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), 7))
+				var r Request
+				for k := range requests {
+					clk.add(time.Millisecond)
+					pFail := 0.05
+					if k < requests/3 {
+						pFail = 0.9
+					}
+					r.Reset()
+					r.SetKey(guardKeys[rng.IntN(len(guardKeys))])
+					for {
+						p, err := b.Pick(&r)
+						if err != nil {
+							if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
+								errs.add("Pick: %v", err)
+							}
+							break
+						}
+						picked.Add(1)
+						failed := rng.Float64() < pFail || p.Addr() == "p1" && rng.Float64() < 0.5
+						if err := b.Done(p, Outcome{Failed: failed, Latency: time.Duration(rng.IntN(3000)) * time.Microsecond}); err != nil {
+							errs.add("Done(%s): %v", p, err)
+						} else {
+							reported.Add(1)
+						}
+						if !failed {
+							break
+						}
+					}
+				}
+			}()
+		}
+		stop := make(chan struct{})
+		var upd sync.WaitGroup
+		upd.Add(1)
+		go func() {
+			defer upd.Done()
+			set := toSet(b)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				switch i % 5 {
+				case 0:
+					err = set.SetDown(peers[4], i%10 == 0)
+				case 1:
+					err = set.Add(extra)
+				case 2:
+					err = set.Remove(extra)
+				case 3:
+					if w, ok := set.(interface{ SetWeight(*Peer, int) error }); ok {
+						err = w.SetWeight(peers[2], 1+i%3)
+					}
+				case 4:
+					snap := make([]*Peer, len(peers))
+					for j, p := range peers {
+						snap[j] = NewPeer(p.Addr(), popts(j)...)
+						if p.IsBackup() {
+							snap[j] = backupOf(pc, p.Addr(), FailTimeout(time.Second))
+						}
+					}
+					err = set.Update(snap)
+				}
+				if err != nil {
+					errs.add("update %d: %v", i%5, err)
+					return
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+		work.Wait()
+		close(stop)
+		upd.Wait()
+
+		require.Empty(t, errs.errs)
+		assert.Equal(t, picked.Load(), reported.Load())
+		for _, p := range append(toSet(b).Peers(), extra) {
+			assert.Zero(t, p.InFlight(), "peer %s", p)
+		}
+		g := b.(interface {
+			PanicCount() uint64
+			EjectionCappedCount() uint64
+			OutlierEjectionCount() uint64
+			InPanic() bool
+		})
+		assert.Equal(t, uint64(panics.Load()), g.PanicCount())
+		assert.Equal(t, uint64(capped.Load()), g.EjectionCappedCount())
+		assert.Equal(t, uint64(outliers.Load()), g.OutlierEjectionCount())
+		d := panics.Load() - overs.Load()
+		inPanic := g.InPanic()
+		assert.True(t, d == 0 && !inPanic || d == 1 && inPanic, "%d panics, %d overs, in panic %v", panics.Load(), overs.Load(), inPanic)
+		t.Logf("panics %d capped %d outliers %d", panics.Load(), capped.Load(), outliers.Load())
 	})
 }
