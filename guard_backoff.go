@@ -28,10 +28,13 @@ import (
 // for k·fail_timeout is forgiven one step per fail_timeout it then stays in.
 // The time after a window passes without a probe (no traffic) counts as
 // healthy, as Envoy's un-ejected host with no traffic decrements. Under
-// WithPanicThreshold a pick in panic counts as a probe, so each failure
-// reported in panic is an ejection: a pool that keeps failing in panic
-// reaches the cap within cap/fail_timeout + 1 failures a peer, as Envoy's
-// ejections go on in panic too.
+// WithPanicThreshold a pick in panic counts as a probe for readmission,
+// but its failure is an ejection only once the window of the peer's last
+// ejection has ended: a peer that keeps failing in panic is ejected again
+// once per window (10, 20, 30 s... with fail_timeout 10 s), as Envoy's
+// ejections go on in panic, a host already ejected not ejected again;
+// not once per failed request, which would take every peer of a pool
+// under load to the cap within a second of a total outage.
 //
 // The multiplier and the window's end live on the Peer beside fails and
 // checked: they are nginx-model state that the shared window test
@@ -128,11 +131,19 @@ func (p *Peer) backedOff(n int64) int64 {
 // backoffLocked keeps p's ejection count after a report that left p out
 // for its failures: a report that took it out (before was not out) is an
 // ejection; any failure while out moves the window's end, from which the
-// next ejection counts the decay. Requires s.mu and the option on.
+// next ejection counts the decay. A failure of a pick in panic before
+// that end is not an ejection (the peer was out all along, and Envoy
+// ejects a host once per ejection, not per failed request) and leaves the
+// end where it is, so that a peer failing on in panic is ejected again
+// once per window, as Envoy's is once its ejection time has passed.
+// Requires s.mu and the option on.
 func (s *peerSet) backoffLocked(p *Peer, before failMark) {
 	after, limit := p.markLocked(), p.maxFails.Load()
 	if !after.outFor(limit) {
 		return
+	}
+	if before.fails >= limit && !before.outFor(limit) && after.checked <= p.outUntil {
+		return // picked in panic (Peer.panicked) inside its last ejection's window
 	}
 	if !before.outFor(limit) {
 		s.ejectedLocked(p, after.checked)

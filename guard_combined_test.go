@@ -3,6 +3,8 @@ package balancer
 import (
 	"errors"
 	"math/rand/v2"
+	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,9 +185,70 @@ func TestStress_allGuards(t *testing.T) {
 		assert.Equal(t, uint64(panics.Load()), g.PanicCount())
 		assert.Equal(t, uint64(capped.Load()), g.EjectionCappedCount())
 		assert.Equal(t, uint64(outliers.Load()), g.OutlierEjectionCount())
+		inPanic := g.InPanic() // first: it may report the change it finds
 		d := panics.Load() - overs.Load()
-		inPanic := g.InPanic()
 		assert.True(t, d == 0 && !inPanic || d == 1 && inPanic, "%d panics, %d overs, in panic %v", panics.Load(), overs.Load(), inPanic)
 		t.Logf("panics %d capped %d outliers %d", panics.Load(), capped.Load(), outliers.Load())
+	})
+}
+
+// TestBackoff_panicCountsEjectionsNotRequests: the backoff counts
+// ejections, as Envoy's multiplier does, not the failed requests panic
+// mode sends to a peer while it is out. The outage: three peers
+// (max_fails 1, fail_timeout 10s, WithEjectionBackoff(300s), Envoy's
+// max_ejection_time) all fail at once, so panic engages (0 of 3 eligible),
+// and 100 more requests fail in panic within 1s: each peer was ejected
+// once (Envoy does not eject a host already ejected), count 1. They
+// recover: a success in panic readmits a peer. 5s later one failure takes the first readmitted out again: its second ejection, no whole fail_timeout since its last
+// window ended (1s + 10s later), so count 2 and a window of 2 × 10s = 20s,
+// not the 300s that counting each failed request would give.
+func TestBackoff_panicCountsEjectionsNotRequests(t *testing.T) {
+	forEachPicker(t, func(t *testing.T, pc pickerCase) {
+		clk := newFakeClock()
+		peers := makePeers(3, letter, func(int) []PeerOption { return []PeerOption{FailTimeout(10 * time.Second)} })
+		b, err := pc.new(peers, clk.opt(), WithPanicThreshold(50), WithEjectionBackoff(300*time.Second))
+		require.NoError(t, err)
+		pick := func(n int) *Peer {
+			var r Request
+			r.SetKey(strconv.Itoa(n))
+			r.SetAddr(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0})) // IPHash keys on the first three octets
+			q, err := b.Pick(&r)
+			require.NoError(t, err, "in panic every pick finds a peer")
+			return q
+		}
+		for n := range 200 {
+			q := pick(n)
+			require.NoError(t, b.Done(q, Outcome{Failed: true}))
+			if n >= 100 && peers[0].ejections.Load() > 0 && peers[1].ejections.Load() > 0 && peers[2].ejections.Load() > 0 {
+				break
+			}
+			clk.add(5 * time.Millisecond)
+		}
+		for _, q := range peers {
+			require.Equal(t, int64(1), q.ejections.Load(), "%s: one ejection in the outage", q.Addr())
+		}
+		var first *Peer // the first peer readmitted
+		for n := 0; n < 200 && outCount(peers, clk.now()) > 1; n++ {
+			q := pick(1000 + n)
+			require.NoError(t, b.Done(q, Outcome{}))
+			if first == nil && q.fails.Load() == 0 {
+				first = q
+			}
+		}
+		require.NotNil(t, first, "a success in panic readmits its peer")
+		clk.add(5 * time.Second)
+		var a *Peer
+		for n := 0; n < 200 && a == nil; n++ {
+			q := pick(2000 + n)
+			if q != first {
+				require.NoError(t, b.Done(q, Outcome{}))
+				continue
+			}
+			a = q
+		}
+		require.NotNil(t, a)
+		require.NoError(t, b.Done(a, Outcome{Failed: true}))
+		assert.Equal(t, int64(2), a.ejections.Load())
+		assert.Equal(t, int64(20*time.Second), a.window())
 	})
 }
