@@ -17,7 +17,8 @@ import (
 // Here the base is the peer's fail_timeout (nginx's window) and an
 // ejection is what EventPeerOut reports: max_fails failures taking the peer
 // out, or a failed probe (and, with WithSuccessRateEjection, an outlier
-// ejection). There is no timer. The healthy interval is one fail_timeout:
+// ejection), but for the failures of picks in panic inside the window (see
+// below). There is no timer. The healthy interval is one fail_timeout:
 // each whole fail_timeout from the end of the peer's last window (the
 // instant it became eligible again, Envoy's uneject) to its next ejection
 // takes one off the multiplier, computed at that ejection (lazily, under
@@ -53,7 +54,9 @@ type backoffSetting struct {
 // most max (and never shorter than fail_timeout). Each fail_timeout the
 // peer then spends eligible without an ejection takes one off that number.
 // An ejection is what EventPeerOut reports: max_fails failures, or a failed
-// probe. Every picker accepts it; max must be positive. Default: off, every
+// probe; under WithPanicThreshold, the failures of picks in panic count
+// once per window (a peer out is not ejected again until its window has
+// ended, as Envoy's is not). Every picker accepts it; max must be positive. Default: off, every
 // window is fail_timeout, as nginx's.
 func WithEjectionBackoff(max time.Duration) Option {
 	return ownOption("WithEjectionBackoff", func(s *backoffSetting) { *s = backoffSetting{max, true} })
