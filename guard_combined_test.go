@@ -246,3 +246,48 @@ func TestBackoff_panicCountsEjectionsNotRequests(t *testing.T) {
 		assert.Equal(t, int64(20*time.Second), a.window())
 	})
 }
+
+// TestGuards_outlierCountsForPanic: a peer the success rate ejects is out
+// as nginx's failures take it out, so panic mode counts it. Six peers
+// (max_fails 1000, so no failure count ejects), RoundRobin; a fails every
+// attempt, the others none: rates 0 and 1 × 5, mean 5/6, stdev √5/6, so a
+// is below mean − 1.9 × stdev (0.833 − 0.708 = 0.125) and is ejected when
+// the interval ends. 5 of 6 eligible is 83%: in panic under a threshold of
+// 90, not under 80; in panic RoundRobin picks a again within a turn.
+func TestGuards_outlierCountsForPanic(t *testing.T) {
+	for _, tc := range []struct {
+		threshold float64
+		panic     bool
+	}{{90, true}, {80, false}} {
+		clk := newFakeClock()
+		peers := makePeers(6, letter, func(int) []PeerOption { return []PeerOption{FailTimeout(time.Minute), MaxFails(1000)} })
+		b, err := NewRoundRobin(peers, clk.opt(), WithPanicThreshold(tc.threshold),
+			WithSuccessRateEjection(SuccessRateEjection{Interval: time.Second, RequestVolume: 10}))
+		require.NoError(t, err)
+		report := func() *Peer {
+			p, err := b.Pick(nil)
+			require.NoError(t, err)
+			require.NoError(t, b.Done(p, Outcome{Failed: p == peers[0]}))
+			return p
+		}
+		for range 60 {
+			report()
+		}
+		clk.add(2 * time.Second)
+		report() // ends the interval (a's failure, or a 16th success soon after)
+		for i := 0; i < 16 && b.OutlierEjectionCount() == 0; i++ {
+			report()
+		}
+		require.Equal(t, uint64(1), b.OutlierEjectionCount(), "threshold %v", tc.threshold)
+		require.True(t, peers[0].inFailWindow(clk.now().UnixNano()), "a is out")
+		assert.Equal(t, tc.panic, b.InPanic(), "threshold %v", tc.threshold)
+		picked := false
+		for range 6 {
+			p, err := b.Pick(nil)
+			require.NoError(t, err)
+			picked = picked || p == peers[0]
+			require.NoError(t, b.Done(p, Outcome{}))
+		}
+		assert.Equal(t, tc.panic, picked, "threshold %v: a picked in a turn", tc.threshold)
+	}
+}
