@@ -291,3 +291,58 @@ func TestGuards_outlierCountsForPanic(t *testing.T) {
 		assert.Equal(t, tc.panic, picked, "threshold %v: a picked in a turn", tc.threshold)
 	}
 }
+
+// TestGuards_readmittedWarmsAndKeepsBackoff: a peer readmitted after
+// failures warms (slow start) and keeps its ejection count (backoff), all
+// five guards on. SmoothWRR, a of four (max_fails 1, fail_timeout 10s):
+// out at T (count 1); its probe at T+11s fails (count 2: 1s past its
+// window's end, no whole fail_timeout, no decay; window 20s, to T+31s);
+// its probe at T+32s succeeds: readmitted, in slow start from T+32s; a
+// failure at T+33s is its third ejection (2s past T+31s: no decay), count
+// 3, window 30s. The cap (50% of 4: 2 out) and panic (50%) never engage
+// with one peer out.
+func TestGuards_readmittedWarmsAndKeepsBackoff(t *testing.T) {
+	clk := newFakeClock()
+	T := clk.now().UnixNano()
+	peers := makePeers(4, letter, func(int) []PeerOption { return []PeerOption{FailTimeout(10 * time.Second)} })
+	var kinds []EventKind
+	b, err := NewSmoothWRR(peers, clk.opt(), WithPanicThreshold(50), WithMaxEjectionPercent(50),
+		WithEjectionBackoff(100*time.Second), WithSlowStart(10*time.Second, 1, 10),
+		WithSuccessRateEjection(SuccessRateEjection{Interval: time.Hour}),
+		WithEvents(func(e Event) {
+			if e.Peer == peers[0] || e.Peer == nil {
+				kinds = append(kinds, e.Kind)
+			}
+		}))
+	require.NoError(t, err)
+	a := peers[0]
+	attemptA := func(failed bool) {
+		for range 50 {
+			p, err := b.Pick(nil)
+			require.NoError(t, err)
+			if p == a {
+				require.NoError(t, b.Done(p, Outcome{Failed: failed}))
+				return
+			}
+			require.NoError(t, b.Done(p, Outcome{}))
+		}
+		t.Fatal("a not picked in 50")
+	}
+	attemptA(true)
+	assert.Equal(t, int64(1), a.ejections.Load())
+	clk.add(11 * time.Second)
+	attemptA(true)
+	assert.Equal(t, int64(2), a.ejections.Load())
+	assert.Equal(t, int64(20*time.Second), a.window())
+	clk.add(21 * time.Second)
+	attemptA(false)
+	assert.Equal(t, T+int64(32*time.Second), a.warmFrom.Load(), "readmitted: in slow start")
+	assert.Equal(t, int64(2), a.ejections.Load(), "readmission keeps the count")
+	clk.add(time.Second)
+	attemptA(true)
+	assert.Equal(t, int64(3), a.ejections.Load())
+	assert.Equal(t, int64(30*time.Second), a.window())
+	assert.Equal(t, []EventKind{EventPeerOut, EventPeerProbe, EventPeerOut, EventPeerProbe, EventPeerReadmitted, EventPeerOut}, kinds)
+	assert.False(t, b.InPanic())
+	assert.Zero(t, b.EjectionCappedCount())
+}
