@@ -17,7 +17,8 @@ import (
 // Here the base is the peer's fail_timeout (nginx's window) and an
 // ejection is what EventPeerOut reports: max_fails failures taking the peer
 // out, or a failed probe (and, with WithSuccessRateEjection, an outlier
-// ejection). There is no timer. The healthy interval is one fail_timeout:
+// ejection), but for the failures of picks in panic inside the window (see
+// below). There is no timer. The healthy interval is one fail_timeout:
 // each whole fail_timeout from the end of the peer's last window (the
 // instant it became eligible again, Envoy's uneject) to its next ejection
 // takes one off the multiplier, computed at that ejection (lazily, under
@@ -28,10 +29,13 @@ import (
 // for k·fail_timeout is forgiven one step per fail_timeout it then stays in.
 // The time after a window passes without a probe (no traffic) counts as
 // healthy, as Envoy's un-ejected host with no traffic decrements. Under
-// WithPanicThreshold a pick in panic counts as a probe, so each failure
-// reported in panic is an ejection: a pool that keeps failing in panic
-// reaches the cap within cap/fail_timeout + 1 failures a peer, as Envoy's
-// ejections go on in panic too.
+// WithPanicThreshold a pick in panic counts as a probe for readmission,
+// but its failure is an ejection only once the window of the peer's last
+// ejection has ended: a peer that keeps failing in panic is ejected again
+// once per window (10, 20, 30 s... with fail_timeout 10 s), as Envoy's
+// ejections go on in panic, a host already ejected not ejected again;
+// not once per failed request, which would take every peer of a pool
+// under load to the cap within a second of a total outage.
 //
 // The multiplier and the window's end live on the Peer beside fails and
 // checked: they are nginx-model state that the shared window test
@@ -50,7 +54,9 @@ type backoffSetting struct {
 // most max (and never shorter than fail_timeout). Each fail_timeout the
 // peer then spends eligible without an ejection takes one off that number.
 // An ejection is what EventPeerOut reports: max_fails failures, or a failed
-// probe. Every picker accepts it; max must be positive. Default: off, every
+// probe; under WithPanicThreshold, the failures of picks in panic count
+// once per window (a peer out is not ejected again until its window has
+// ended, as Envoy's is not). Every picker accepts it; max must be positive. Default: off, every
 // window is fail_timeout, as nginx's.
 func WithEjectionBackoff(max time.Duration) Option {
 	return ownOption("WithEjectionBackoff", func(s *backoffSetting) { *s = backoffSetting{max, true} })
@@ -128,11 +134,19 @@ func (p *Peer) backedOff(n int64) int64 {
 // backoffLocked keeps p's ejection count after a report that left p out
 // for its failures: a report that took it out (before was not out) is an
 // ejection; any failure while out moves the window's end, from which the
-// next ejection counts the decay. Requires s.mu and the option on.
+// next ejection counts the decay. A failure of a pick in panic before
+// that end is not an ejection (the peer was out all along, and Envoy
+// ejects a host once per ejection, not per failed request) and leaves the
+// end where it is, so that a peer failing on in panic is ejected again
+// once per window, as Envoy's is once its ejection time has passed.
+// Requires s.mu and the option on.
 func (s *peerSet) backoffLocked(p *Peer, before failMark) {
 	after, limit := p.markLocked(), p.maxFails.Load()
 	if !after.outFor(limit) {
 		return
+	}
+	if before.fails >= limit && !before.outFor(limit) && after.checked <= p.outUntil {
+		return // picked in panic (Peer.panicked) inside its last ejection's window
 	}
 	if !before.outFor(limit) {
 		s.ejectedLocked(p, after.checked)

@@ -219,31 +219,56 @@ func TestBackoff_belowMaxFailsIsNginx(t *testing.T) {
 	})
 }
 
-// TestBackoff_inPanic: a pick in panic counts as a probe, so its failure
-// is an ejection. a and b (max_fails 1, fail_timeout 10s) both fail at
-// one instant: out, count 1 each, and under WithPanicThreshold(50) the
-// picker is in panic (0 of 2 eligible). Four more failed picks of each in
-// panic make the counts 5 (1 → 5, each while count × 10s < 45s; more
-// failures leave it there), so both are out for min(5 × 10s, 35s) = 35s.
+// TestBackoff_inPanic: a pick in panic counts as a probe for
+// readmission, but its failure is an ejection only once the window of the
+// peer's last ejection has ended (Envoy ejects a host once per ejection,
+// not per failed request). a and b (max_fails 1, fail_timeout 10s) both
+// fail at one instant T: out, count 1 each, and under
+// WithPanicThreshold(50) the picker is in panic (0 of 2 eligible). Four
+// more failed picks of each in panic at T leave the counts at 1, windows
+// 10s. Then picks at T+5s, inside the window, until each peer has one,
+// reported failed at T+10s+1ns, past its end: a second ejection each (no whole fail_timeout
+// since the window ended, so no decay), count 2, windows 2 × 10s = 20s.
 func TestBackoff_inPanic(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
 		clk := newFakeClock()
 		peers := []*Peer{NewPeer("a", FailTimeout(10*time.Second)), NewPeer("b", FailTimeout(10*time.Second))}
 		p, err := pc.new(peers, clk.opt(), WithPanicThreshold(50), WithEjectionBackoff(35*time.Second))
 		require.NoError(t, err)
-		fails := map[*Peer]int{}
-		for n := 0; (fails[peers[0]] < 5 || fails[peers[1]] < 5) && n < 1000; n++ {
+		n := 0
+		pick := func() *Peer {
 			var r Request
 			r.SetKey(strconv.Itoa(n))
 			r.SetAddr(netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)}))
+			n++
 			q, err := p.Pick(&r)
 			require.NoError(t, err, "in panic every pick finds a peer")
+			return q
+		}
+		fails := map[*Peer]int{}
+		for (fails[peers[0]] < 5 || fails[peers[1]] < 5) && n < 1000 {
+			q := pick()
 			fails[q]++
-			require.NoError(t, p.Done(q, Outcome{Failed: true})) // past 5, the count stays 5
+			require.NoError(t, p.Done(q, Outcome{Failed: true}))
 		}
 		for _, q := range peers {
-			assert.Equal(t, int64(5), q.ejections.Load(), q.Addr())
-			assert.Equal(t, int64(35*time.Second), q.window(), q.Addr())
+			assert.Equal(t, int64(1), q.ejections.Load(), q.Addr())
+			assert.Equal(t, int64(10*time.Second), q.window(), q.Addr())
+		}
+		clk.add(5 * time.Second)
+		var held []*Peer // until both are picked; a peer picked twice is ejected by its first report only
+		for seen := map[*Peer]bool{}; len(seen) < 2 && n < 2000; {
+			q := pick()
+			seen[q] = true
+			held = append(held, q)
+		}
+		clk.add(5*time.Second + 1)
+		for _, q := range held {
+			require.NoError(t, p.Done(q, Outcome{Failed: true}))
+		}
+		for _, q := range peers {
+			assert.Equal(t, int64(2), q.ejections.Load(), q.Addr())
+			assert.Equal(t, int64(20*time.Second), q.window(), q.Addr())
 		}
 	})
 }

@@ -386,8 +386,8 @@ func scanWarm(peers []*Peer, r *Request, clk *lazyClock, w *slowStart) *Peer {
 	now := clk.get()
 	for i, p := range peers {
 		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
-			p.fails.Load() != 0 && p.inFailWindow(now) {
-			continue // ineligible (RR.c 546-563)
+			p.fails.Load() != 0 && p.inFailWindow(now) && !p.panics(clk) {
+			continue // ineligible (RR.c 546-563), or, in panic, not
 		}
 		total += warmStep(p, w, now)
 		if best == nil || p.currentWeight > best.currentWeight {
