@@ -93,7 +93,9 @@ type slowStartSetting struct {
 // Envoy's slow start does: for window it counts for weight ·
 // max(minWeightPercent/100, (max(t, 1 ms)/window)^(1/aggression)), t the
 // time since, on the picker's clock. The peers given to the constructor do
-// not warm. Envoy's defaults are aggression 1 and minWeightPercent 10;
+// not warm, nor does a peer readmitted while the picker is in panic mode
+// (WithPanicThreshold), which would then get less than the peers still
+// out. Envoy's defaults are aggression 1 and minWeightPercent 10;
 // nginx Plus's server parameter slow_start=time is the analogue: a server
 // that becomes healthy recovers its weight from zero over time.
 //
@@ -332,9 +334,12 @@ func (w *slowStart) unscaleLocked(l *peerList) bool {
 
 // readmittedLocked starts the slow start of p, whose failures a success
 // is clearing while it is out for them (max_fails on record), if its
-// owner has slow start on. Requires the owner's lock.
+// owner has slow start on and is not in panic mode: in panic the peers
+// still out take their full weight, and a readmitted peer warming beside
+// them would be the least picked of all, the one that answers. Requires
+// the owner's lock.
 func (p *Peer) readmittedLocked() {
-	if s := p.owner.Load(); s != nil && s.slow.on() {
+	if s := p.owner.Load(); s != nil && s.slow.on() && !(s.guard != nil && s.guard.panicking.Load()) {
 		s.slow.startLocked(p, s.now())
 	}
 }
