@@ -14,7 +14,9 @@ type EventKind uint8
 const (
 	// EventPeerOut: a failure took the peer out of rotation for its
 	// fail_timeout, its failures having reached max_fails, or a probe of
-	// it failed. Failures reported while it is already out add none.
+	// it failed, or, in panic mode (WithPanicThreshold), an attempt on it
+	// picked while it was out failed (its window restarts, as a failed
+	// probe's does). Other failures reported while it is out add none.
 	EventPeerOut EventKind = iota + 1
 
 	// EventPeerProbe: the peer's fail_timeout passed and a pick chose it

@@ -395,7 +395,12 @@ func TestOutlier_concurrent(t *testing.T) {
 				for i := range 2500 {
 					req.Reset()
 					req.SetKey(strconv.Itoa(g*10000 + i))
-					req.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(i >> 8), byte(i)}))
+					// IPHash keys on the first three octets: the third
+					// changes every request, so that every interval
+					// spreads over the peers (with it fixed for 256
+					// requests at a time, four keys at once reached fewer
+					// than MinimumHosts peers in some intervals).
+					req.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(i), byte(i >> 8)}))
 					q, err := p.Pick(&req)
 					if err != nil {
 						continue
