@@ -128,45 +128,21 @@ func TestStress_allGuards(t *testing.T) {
 		}
 		stop := make(chan struct{})
 		var upd sync.WaitGroup
-		upd.Add(1)
-		go func() {
-			defer upd.Done()
-			set := toSet(b)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var err error
-				switch i % 5 {
-				case 0:
-					err = set.SetDown(peers[4], i%10 == 0)
-				case 1:
-					err = set.Add(extra)
-				case 2:
-					err = set.Remove(extra)
-				case 3:
-					if w, ok := set.(interface{ SetWeight(*Peer, int) error }); ok {
-						err = w.SetWeight(peers[2], 1+i%3)
+		upd.Go(func() {
+			snapshot := func() []*Peer {
+				snap := make([]*Peer, len(peers))
+				for j, p := range peers {
+					snap[j] = NewPeer(p.Addr(), popts(j)...)
+					if p.IsBackup() {
+						snap[j] = backupOf(pc, p.Addr(), FailTimeout(time.Second))
 					}
-				case 4:
-					snap := make([]*Peer, len(peers))
-					for j, p := range peers {
-						snap[j] = NewPeer(p.Addr(), popts(j)...)
-						if p.IsBackup() {
-							snap[j] = backupOf(pc, p.Addr(), FailTimeout(time.Second))
-						}
-					}
-					err = set.Update(snap)
 				}
-				if err != nil {
-					errs.add("update %d: %v", i%5, err)
-					return
-				}
-				time.Sleep(50 * time.Microsecond)
+				return snap
 			}
-		}()
+			if err := churnList(toSet(b), peers[4], extra, peers[2], snapshot, stop); err != nil {
+				errs.add("%v", err)
+			}
+		})
 		work.Wait()
 		close(stop)
 		upd.Wait()

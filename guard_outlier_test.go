@@ -627,37 +627,18 @@ func TestStress_backoffAndOutliers(t *testing.T) {
 		}
 		stop := make(chan struct{})
 		var upd sync.WaitGroup
-		upd.Add(1)
-		go func() {
-			defer upd.Done()
-			set := toSet(b)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+		upd.Go(func() {
+			snapshot := func() []*Peer {
+				snap := make([]*Peer, len(peers))
+				for j, p := range peers {
+					snap[j] = NewPeer(p.Addr(), opts(j)...)
 				}
-				var err error
-				switch i % 4 {
-				case 0:
-					err = set.SetDown(peers[7], i%8 == 0)
-				case 1:
-					err = set.Add(extra)
-				case 2:
-					err = set.Remove(extra)
-				case 3:
-					snap := make([]*Peer, len(peers))
-					for j, p := range peers {
-						snap[j] = NewPeer(p.Addr(), opts(j)...)
-					}
-					err = set.Update(snap)
-				}
-				if err != nil {
-					fail("update %d: %v", i%4, err)
-					return
-				}
+				return snap
 			}
-		}()
+			if err := churnList(toSet(b), peers[7], extra, nil, snapshot, stop); err != nil {
+				fail("%v", err)
+			}
+		})
 		work.Wait()
 		close(stop)
 		upd.Wait()

@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -217,5 +218,42 @@ func attemptUpTo(t testing.TB, p Picker, r *Request, tries int, failed bool, che
 		if !failed {
 			return
 		}
+	}
+}
+
+// churnList changes set's list until stop is closed, one change a turn:
+// down marked down and up again, extra added and removed, weigh reweighed
+// (when weigh is not nil and the picker has SetWeight), and the list
+// replaced by snapshot(). It returns the first error, naming the change.
+// The stress tests run it beside their picking goroutines.
+func churnList(set updater, down, extra, weigh *Peer, snapshot func() []*Peer, stop <-chan struct{}) error {
+	steps := []string{"SetDown", "Add", "Remove", "Update"}
+	w, canWeigh := set.(interface{ SetWeight(*Peer, int) error })
+	if weigh != nil && canWeigh {
+		steps = append(steps, "SetWeight")
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		var err error
+		switch step := steps[i%len(steps)]; step {
+		case "SetDown":
+			err = set.SetDown(down, i/len(steps)%2 == 0)
+		case "Add":
+			err = set.Add(extra)
+		case "Remove":
+			err = set.Remove(extra)
+		case "Update":
+			err = set.Update(snapshot())
+		case "SetWeight":
+			err = w.SetWeight(weigh, 1+i%3)
+		}
+		if err != nil {
+			return fmt.Errorf("%s (turn %d): %w", steps[i%len(steps)], i, err)
+		}
+		runtime.Gosched() // let the pickers in between changes
 	}
 }
