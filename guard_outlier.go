@@ -106,8 +106,8 @@ func (o *outlierSetting) check(picker string) error {
 		return bad("EnforcementPercent", c.EnforcementPercent, "want a percent in [0, 100]")
 	case c.MinimumHosts < 0:
 		return bad("MinimumHosts", c.MinimumHosts, "negative")
-	case c.RequestVolume < 0 || c.RequestVolume > maxRequestVolume:
-		return bad("RequestVolume", c.RequestVolume, fmt.Sprintf("want [0, %d]", maxRequestVolume))
+	case c.RequestVolume < 0 || int64(c.RequestVolume) > maxRequestVolume: // int64: 2^31 overflows a 32-bit int
+		return bad("RequestVolume", c.RequestVolume, fmt.Sprintf("want [0, %d]", int64(maxRequestVolume)))
 	}
 	c.Interval = orDefault(c.Interval, 10*time.Second)
 	c.StdevFactor = orDefault(c.StdevFactor, 1.9)
