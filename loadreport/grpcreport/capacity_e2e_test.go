@@ -164,11 +164,19 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "weighted_round_robin", lb: `{"weighted_round_robin":{` + capWRRSettings + `}}`, shares: true},
 		{name: "RoundRobin", lb: fmt.Sprintf(`{%q:{}}`, grpcbalancer.PolicyName("RoundRobin")), control: true},
 	}
-	fleets := make([]*capacity.Fleet, len(variants))
+	var checked []int // the variants that must follow capacity
 	for i, v := range variants {
-		fleets[i] = newCapFleet(t, v.lb)
+		if v.shares {
+			checked = append(checked, i)
+		}
 	}
-	results := capacity.Run(t.Context(), fleets, capacity.Schedule)
+	results := capacity.RunChecked(t.Context(), t.Logf, func() []*capacity.Fleet {
+		fleets := make([]*capacity.Fleet, len(variants))
+		for i, v := range variants {
+			fleets[i] = newCapFleet(t, v.lb)
+		}
+		return fleets
+	}, checked, capacity.Schedule)
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]
