@@ -259,18 +259,18 @@ func (w *slowStart) scaledWeight(p *Peer, ew int64, now int64) int64 {
 }
 
 // accepts reports whether a draw that landed on p at now stands: with
-// probability p's factor, by x, a uniform 64-bit draw. Redrawing the
-// rejected ones draws each peer in proportion to weight · factor.
-func (w *slowStart) accepts(p *Peer, now int64, x uint64) bool {
+// probability p's factor, by one draw of rng, taken only for a peer that
+// warms (factor below 1). Redrawing the rejected ones draws each peer in
+// proportion to weight · factor.
+func (w *slowStart) accepts(p *Peer, now int64, rng *randSource) bool {
 	f := w.factor(p, now)
-	return f >= 1 || float64(x>>11)*(1.0/(1<<53)) < f
+	return f >= 1 || float64(rng.uint64()>>11)*(1.0/(1<<53)) < f
 }
 
 // stands is accepts for a draw by a picker that may be warming: true at
-// once for a nil w (no peer warming), else with p's factor, from one draw
-// of rng.
+// once for a nil w (no peer warming), else as accepts.
 func (w *slowStart) stands(p *Peer, clk *lazyClock, rng *randSource) bool {
-	return w == nil || w.accepts(p, clk.get(), rng.uint64())
+	return w == nil || w.accepts(p, clk.get(), rng)
 }
 
 // enterScaleLocked puts the current weights of l's peers in slowScale

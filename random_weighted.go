@@ -259,7 +259,7 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 	if t := &st.primary; t.n != 0 && r.fresh() {
 		i := t.draw(b.rng.uint64())
 		p := t.peers[i]
-		if ws != nil && !ws.accepts(p, clk.get(), b.rng.uint64()) {
+		if !ws.stands(p, &clk, &b.rng) {
 			return b.pickSlow(st, r, &clk, -1, ws) // thinned: a new draw
 		}
 		// As in RoundRobin.Pick, ahead of pickFrame: a clean peer needs
@@ -315,7 +315,7 @@ func (b *RandomWeighted) pickFrom(t *rwTable, r *Request, clk *lazyClock, first 
 		i := first
 		if k > 0 || i < 0 {
 			i = t.draw(b.rng.uint64())
-			if ws != nil && !ws.accepts(t.peers[i], clk.get(), b.rng.uint64()) {
+			if !ws.stands(t.peers[i], clk, &b.rng) {
 				continue
 			}
 		}
