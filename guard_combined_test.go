@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"strconv"
@@ -104,25 +103,10 @@ func TestStress_allGuards(t *testing.T) {
 					}
 					r.Reset()
 					r.SetKey(guardKeys[rng.IntN(len(guardKeys))])
-					for {
-						p, err := b.Pick(&r)
-						if err != nil {
-							if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
-								errs.add("Pick: %v", err)
-							}
-							break
-						}
-						picked.Add(1)
+					tryRequest(b, &r, func(p *Peer) Outcome {
 						failed := rng.Float64() < pFail || p.Addr() == "p1" && rng.Float64() < 0.5
-						if err := b.Done(p, Outcome{Failed: failed, Latency: time.Duration(rng.IntN(3000)) * time.Microsecond}); err != nil {
-							errs.add("Done(%s): %v", p, err)
-						} else {
-							reported.Add(1)
-						}
-						if !failed {
-							break
-						}
-					}
+						return Outcome{Failed: failed, Latency: time.Duration(rng.IntN(3000)) * time.Microsecond}
+					}, &picked, &reported, errs.add)
 				}
 			}()
 		}

@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -600,28 +599,13 @@ func TestStress_backoffAndOutliers(t *testing.T) {
 					r.Reset()
 					r.SetKey(strconv.Itoa(g*requests + k))
 					r.SetAddr(netip.AddrFrom4([4]byte{byte(k), byte(k >> 8), byte(g), 1})) // IPHash reads the first three bytes
-					for {
-						p, err := b.Pick(&r)
-						if err != nil {
-							if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
-								fail("Pick: %v", err)
-							}
-							break
-						}
-						picked.Add(1)
+					tryRequest(b, &r, func(p *Peer) Outcome {
 						failed := k%50 == 0
 						if p.Addr() == "p0" {
 							failed = p0.Add(1)%2 == 0
 						}
-						if err := b.Done(p, Outcome{Failed: failed, Latency: time.Millisecond}); err != nil {
-							fail("Done(%s): %v", p, err)
-						} else {
-							reported.Add(1)
-						}
-						if !failed {
-							break
-						}
-					}
+						return Outcome{Failed: failed, Latency: time.Millisecond}
+					}, &picked, &reported, fail)
 				}
 			}()
 		}

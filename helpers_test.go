@@ -257,3 +257,31 @@ func churnList(set updater, down, extra, weigh *Peer, snapshot func() []*Peer, s
 		runtime.Gosched() // let the pickers in between changes
 	}
 }
+
+// tryRequest makes one request with r on b as a retrying caller does:
+// pick, report the outcome outcome gives the peer, and again after a
+// failure, until a success or no peer is left (ErrNoLivePeer or
+// ErrTriesExhausted; any other error is reported through fail, as a
+// refused Done is). It counts each pick in picked and each accepted report
+// in reported, for the stress tests' balance of the two.
+func tryRequest(b Picker, r *Request, outcome func(*Peer) Outcome, picked, reported *atomic.Int64, fail func(string, ...any)) {
+	for {
+		p, err := b.Pick(r)
+		if err != nil {
+			if !errors.Is(err, ErrNoLivePeer) && !errors.Is(err, ErrTriesExhausted) {
+				fail("Pick: %v", err)
+			}
+			return
+		}
+		picked.Add(1)
+		o := outcome(p)
+		if err := b.Done(p, o); err != nil {
+			fail("Done(%s): %v", p, err)
+		} else {
+			reported.Add(1)
+		}
+		if !o.Failed {
+			return
+		}
+	}
+}
