@@ -429,3 +429,26 @@ func (s *smoothRR) maybeOpenLocked(l *peerList) {
 	// writes them all back, and the scan groups them afresh.
 	s.groups, s.groupedFor = nil, nil
 }
+
+// warmLocked returns the guard if a peer of l may be warming, for a pick by
+// the smooth scan, nil if none is. On the first such pick the current
+// weights go to slowScale units (the cycle closed, the groups written back
+// and rebuilt in those units); once none warms, they end. Requires s.mu.
+func (s *smoothRR) warmLocked(l *peerList, clk *lazyClock) *slowStart {
+	if !s.slow.warming(clk) {
+		if s.slow.leaveScaleLocked(l) {
+			s.groups, s.groupedFor = nil, nil // regrouped in units of 1
+		}
+		return nil
+	}
+	if !s.slow.scaled {
+		s.closeLocked()
+		if g := s.groups; g != nil {
+			g.materializeLocked()
+		}
+		s.slow.enterScaleLocked(l, slowScale)
+		s.groups, s.groupedFor = nil, nil // regrouped in slowScale units
+	}
+	s.recFor = nil
+	return &s.slow
+}

@@ -1,0 +1,182 @@
+package balancer
+
+import (
+	"go/ast"
+	"go/build"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fileGraph is the package's type-checked file graph: from[a][b] lists
+// the objects (types, funcs, methods, vars, consts, fields) file a uses
+// that file b declares, a != b, over the package's non-test files.
+type fileGraph struct {
+	pkg   *types.Package
+	info  *types.Info
+	fset  *token.FileSet
+	files map[string]*ast.File
+	from  map[string]map[string][]string
+}
+
+// loadFileGraph type-checks the package in the current directory, its
+// imports from source, and builds its file graph.
+func loadFileGraph(t *testing.T) *fileGraph {
+	t.Helper()
+	bp, err := build.ImportDir(".", 0)
+	require.NoError(t, err)
+	g := &fileGraph{
+		fset:  token.NewFileSet(),
+		files: map[string]*ast.File{},
+		from:  map[string]map[string][]string{},
+		info: &types.Info{
+			Uses:       map[*ast.Ident]types.Object{},
+			Selections: map[*ast.SelectorExpr]*types.Selection{},
+		},
+	}
+	var files []*ast.File
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(g.fset, name, nil, 0)
+		require.NoError(t, err)
+		g.files[name] = f
+		files = append(files, f)
+	}
+	conf := types.Config{Importer: importer.ForCompiler(g.fset, "source", nil)}
+	g.pkg, err = conf.Check(bp.ImportPath, g.fset, files, g.info)
+	require.NoError(t, err)
+	use := func(at token.Pos, obj types.Object) {
+		if obj == nil || obj.Pkg() != g.pkg || !obj.Pos().IsValid() {
+			return
+		}
+		a, b := g.fileOf(at), g.fileOf(obj.Pos())
+		if a == b {
+			return
+		}
+		if g.from[a] == nil {
+			g.from[a] = map[string][]string{}
+		}
+		if !slices.Contains(g.from[a][b], obj.Name()) {
+			g.from[a][b] = append(g.from[a][b], obj.Name())
+		}
+	}
+	for id, obj := range g.info.Uses {
+		use(id.Pos(), obj)
+	}
+	for sel, s := range g.info.Selections {
+		use(sel.Sel.Pos(), s.Obj())
+	}
+	return g
+}
+
+func (g *fileGraph) fileOf(pos token.Pos) string {
+	return filepath.Base(g.fset.Position(pos).Filename)
+}
+
+// reach returns the files reachable from start (start included), along
+// the edges if forward, against them if not.
+func (g *fileGraph) reach(start string, forward bool) map[string]bool {
+	seen := map[string]bool{start: true}
+	for queue := []string{start}; len(queue) > 0; queue = queue[1:] {
+		for a, to := range g.from {
+			for b := range to {
+				x, y := a, b
+				if !forward {
+					x, y = b, a
+				}
+				if x == queue[0] && !seen[y] {
+					seen[y] = true
+					queue = append(queue, y)
+				}
+			}
+		}
+	}
+	return seen
+}
+
+// path returns a shortest path of edges from a to b, each step naming the
+// objects used, or "" if there is none.
+func (g *fileGraph) path(a, b string) string {
+	prev := map[string]string{a: ""}
+	for queue := []string{a}; len(queue) > 0; queue = queue[1:] {
+		x := queue[0]
+		if x == b {
+			var steps []string
+			for y := b; y != a; y = prev[y] {
+				steps = append(steps, prev[y]+" -> "+y+" "+strings.Join(g.from[prev[y]][y], ","))
+			}
+			slices.Reverse(steps)
+			return strings.Join(steps, "; ")
+		}
+		next := make([]string, 0, len(g.from[x]))
+		for y := range g.from[x] {
+			next = append(next, y)
+		}
+		slices.Sort(next) // a path the same from run to run
+		for _, y := range next {
+			if _, ok := prev[y]; !ok {
+				prev[y] = x
+				queue = append(queue, y)
+			}
+		}
+	}
+	return ""
+}
+
+// pickerFiles returns the files that declare the pickers of the registry:
+// for each entry of registry.go's algorithms, the file of the type its
+// constructor (the argument of as) returns.
+func (g *fileGraph) pickerFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	ast.Inspect(g.files["registry.go"], func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if fn, ok := call.Fun.(*ast.Ident); !ok || fn.Name != "as" || len(call.Args) != 1 {
+			return true
+		}
+		ctor, ok := call.Args[0].(*ast.Ident)
+		require.True(t, ok, "as's argument is a constructor's name")
+		sig := g.info.Uses[ctor].Type().(*types.Signature)
+		ptr, ok := sig.Results().At(0).Type().(*types.Pointer)
+		require.True(t, ok, "%s returns a pointer", ctor.Name)
+		files = append(files, g.fileOf(ptr.Elem().(*types.Named).Obj().Pos()))
+		return true
+	})
+	require.Len(t, files, len(Algorithms()), "one constructor per entry of the registry")
+	return files
+}
+
+// TestFileGraph_pickersOutsideCore holds the package's layering: the core
+// (the file of peerSet and whatever sits in one strongly connected set of
+// the file graph with it: Peer, the frame, eligibility, options, events,
+// the guards) uses no picker's file, directly or through others, so that
+// no picker file is in the core's cycle. Pickers use the core and the
+// shared mechanisms (nginx_rr.go, weight_groups.go, two_choices.go ...);
+// those may form cycles with pickers, and pickers with each other.
+func TestFileGraph_pickersOutsideCore(t *testing.T) {
+	g := loadFileGraph(t)
+	core := g.fileOf(g.pkg.Scope().Lookup("peerSet").Pos())
+	fwd, back := g.reach(core, true), g.reach(core, false)
+	for _, f := range g.pickerFiles(t) {
+		if fwd[f] && back[f] {
+			t.Errorf("picker file %s is in the core's cycle: %s; and back: %s", f, g.path(core, f), g.path(f, core))
+		}
+	}
+	var cycle []string
+	for f := range fwd {
+		if back[f] {
+			cycle = append(cycle, f)
+		}
+	}
+	slices.Sort(cycle)
+	t.Logf("the core's cycle, %d files: %v", len(cycle), cycle)
+}
