@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,12 +27,25 @@ type fileGraph struct {
 	from  map[string]map[string][]string
 }
 
-// loadFileGraph type-checks the package in the current directory, its
-// imports from source, and builds its file graph.
+// loadFileGraph returns the package's file graph, built once for every
+// test that asks (about a second: the imports are type-checked from
+// source).
 func loadFileGraph(t *testing.T) *fileGraph {
 	t.Helper()
-	bp, err := build.ImportDir(".", 0)
+	g, err := fileGraphOnce()
 	require.NoError(t, err)
+	return g
+}
+
+var fileGraphOnce = sync.OnceValues(buildFileGraph)
+
+// buildFileGraph type-checks the package in the current directory, its
+// imports from source, and builds its file graph.
+func buildFileGraph() (*fileGraph, error) {
+	bp, err := build.ImportDir(".", 0)
+	if err != nil {
+		return nil, err
+	}
 	g := &fileGraph{
 		fset:  token.NewFileSet(),
 		files: map[string]*ast.File{},
@@ -44,13 +58,16 @@ func loadFileGraph(t *testing.T) *fileGraph {
 	var files []*ast.File
 	for _, name := range bp.GoFiles {
 		f, err := parser.ParseFile(g.fset, name, nil, 0)
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		g.files[name] = f
 		files = append(files, f)
 	}
 	conf := types.Config{Importer: importer.ForCompiler(g.fset, "source", nil)}
-	g.pkg, err = conf.Check(bp.ImportPath, g.fset, files, g.info)
-	require.NoError(t, err)
+	if g.pkg, err = conf.Check(bp.ImportPath, g.fset, files, g.info); err != nil {
+		return nil, err
+	}
 	use := func(at token.Pos, obj types.Object) {
 		if obj == nil || obj.Pkg() != g.pkg || !obj.Pos().IsValid() {
 			return
@@ -72,7 +89,7 @@ func loadFileGraph(t *testing.T) *fileGraph {
 	for sel, s := range g.info.Selections {
 		use(sel.Sel.Pos(), s.Obj())
 	}
-	return g
+	return g, nil
 }
 
 func (g *fileGraph) fileOf(pos token.Pos) string {
@@ -179,4 +196,28 @@ func TestFileGraph_pickersOutsideCore(t *testing.T) {
 	}
 	slices.Sort(cycle)
 	t.Logf("the core's cycle, %d files: %v", len(cycle), cycle)
+}
+
+// TestFileGraph_guardsOneSeam holds the peer set to one seam to its
+// guards: of peerSet's fields, only the embedded guardSet (guards.go) has a
+// type declared in a guard's file (guard*.go), so a new guard joins
+// guardSet rather than the peer set.
+func TestFileGraph_guardsOneSeam(t *testing.T) {
+	g := loadFileGraph(t)
+	ps := g.pkg.Scope().Lookup("peerSet").Type().Underlying().(*types.Struct)
+	var seams []string
+	for f := range ps.Fields() {
+		typ := f.Type()
+		if ptr, ok := typ.(*types.Pointer); ok {
+			typ = ptr.Elem()
+		}
+		named, ok := typ.(*types.Named)
+		if !ok || named.Obj().Pkg() != g.pkg {
+			continue
+		}
+		if file := g.fileOf(named.Obj().Pos()); strings.HasPrefix(file, "guard") {
+			seams = append(seams, f.Name()+" ("+file+")")
+		}
+	}
+	require.Equal(t, []string{"guardSet (guards.go)"}, seams, "peerSet's fields of a guard's type")
 }
