@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"cmp"
+	"math"
 	"math/bits"
 	"slices"
 	"sync/atomic"
@@ -87,7 +88,7 @@ type ClassicWRR struct {
 	primary []*Peer // the list's primaries, sorted by weight descending, stable
 	backup  []*Peer // the list's backups, sorted the same way
 	// With WithSlowStart, the round weights of primary and backup,
-	// parallel to the sorted lists (guard_slowstart.go's classicWarm).
+	// parallel to the sorted lists (classicWarmLocked, below).
 	warmW [2][]int64
 }
 
@@ -229,7 +230,7 @@ func (s *ClassicWRR) Done(p *Peer, o Outcome) error {
 		if p.maxFails.Load() != 0 {
 			cost := p.weight.Load() / p.maxFails.Load()
 			if s.slow.scaled {
-				cost *= classicWarmScale // slow start's rounds (guard_slowstart.go)
+				cost *= classicWarmScale // slow start's rounds (classicWarmScale, below)
 			}
 			p.currentWeight = max(0, p.currentWeight-cost)
 		}
@@ -487,4 +488,87 @@ func (b *bitset2) first() int32 {
 		}
 	}
 	return -1
+}
+
+// classicWarmScale is the length of ClassicWRR's rounds while a peer warms,
+// in rounds of its weights: each round gives a peer weight · 64 · factor
+// picks (rounded, at least 1), the factor read at the round's start. Long
+// enough that a factor resolves to 1/64, short enough that it is read
+// again every 64·W picks.
+const classicWarmScale = 64
+
+// classicWarmWeights returns the round weights of sorted while none of
+// them warms: weight · classicWarmScale.
+func classicWarmWeights(sorted []*Peer) []int64 {
+	w := make([]int64, len(sorted))
+	for i, p := range sorted {
+		w[i] = p.weight.Load() * classicWarmScale
+	}
+	return w
+}
+
+// classicWarmLocked reports whether a peer of l may be warming, for a pick
+// by ClassicWRR: if so the current weights count picks of rounds
+// classicWarmScale times as long (scanClassicWarm), the round weights
+// starting at weight · classicWarmScale; once none warms they end, and
+// the next pick starts a round of nginx's. Requires s.mu.
+func (s *ClassicWRR) classicWarmLocked(l *peerList, clk *lazyClock) bool {
+	if !s.slow.warming(clk) {
+		s.slow.leaveScaleLocked(l)
+		return false
+	}
+	if !s.slow.scaled {
+		s.closeLocked() // its current weights back in the peers' fields first
+		s.slow.enterScaleLocked(l, classicWarmScale)
+		for k, sorted := range [2][]*Peer{s.primary, s.backup} {
+			for i, p := range sorted {
+				s.warmW[k][i] = p.weight.Load() * classicWarmScale
+			}
+		}
+	}
+	return true
+}
+
+// scanClassicWarm is scanClassic over rounds classicWarmScale times as
+// long, rw the round weights parallel to peers: a round starts each peer at
+// its weight · classicWarmScale · slow-start factor (at least 1 for a
+// positive weight), and the scan compares the current weights against
+// those. Requires the owner's lock.
+func scanClassicWarm(peers []*Peer, rw []int64, r *Request, clk *lazyClock, ws *slowStart) *Peer {
+	for reset := false; ; reset = true {
+		var first, best *Peer
+		var bw int64 // best's round weight
+		for i, p := range peers {
+			if r.isTried(p.index) || !p.eligible(clk) {
+				continue
+			}
+			if first == nil {
+				first = p
+			}
+			if p.currentWeight <= 0 {
+				continue
+			}
+			if best != nil && best.currentWeight*1000/p.currentWeight > bw*1000/rw[i] {
+				break
+			}
+			best, bw = p, rw[i]
+		}
+		switch {
+		case best != nil:
+			best.currentWeight--
+			return best
+		case first == nil:
+			return nil
+		case reset:
+			return first
+		}
+		now := clk.get()
+		for i, p := range peers {
+			w := p.weight.Load() * classicWarmScale
+			if f := ws.factor(p, now); f < 1 && w > 0 {
+				w = max(1, int64(math.Round(float64(w)*f)))
+			}
+			rw[i], p.currentWeight = w, w
+		}
+	}
 }

@@ -46,28 +46,6 @@ func (s *peerSet) Connected(p *Peer) error {
 	return nil
 }
 
-// Connected also restarts the latency estimate of a peer it readmits, from
-// the next reply Done reports, as when Done itself readmits a probe: the
-// estimate a failing peer dropped to says nothing about the peer that
-// answers again.
-func (f *FastestFirst) Connected(p *Peer) error {
-	if err := f.connectable(p); err != nil || p.fails.Load() == 0 {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.connectable(p); err != nil {
-		return err
-	}
-	if f.connectedLocked(p) {
-		ffOf(p).connected.Store(true)
-		if f.lockFree {
-			f.publishFailingLocked(f.load()) // p no longer has failures on record
-		}
-	}
-	return nil
-}
-
 // connectable returns Connected's error for p, if any.
 func (s *peerSet) connectable(p *Peer) error {
 	switch {

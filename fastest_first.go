@@ -479,7 +479,7 @@ type ffPeer struct {
 	lo, hi    atomic.Uint64 // math.Float64bits of the band (ns) the current weight was set for
 	exploring atomic.Bool   // probed one attempt at a time: its weight is not borne out by replies
 	confirmed atomic.Int64  // replies in a row that bore out the weight while exploring
-	connected atomic.Bool   // failures cleared by Connected (connect.go), which Done then treats as its own
+	connected atomic.Bool   // failures cleared by Connected, which Done then treats as its own
 	derived   atomic.Int64  // the weight derived from latency, out of fastestScale; read by Peer.State
 	est       float64       // scratch of a recompute: the estimate (ns)
 	share     float64       // scratch of a recompute: the unscaled weight
@@ -576,4 +576,26 @@ func fastestOptions(cfg *config) (fastestSettings, error) {
 		return c, fmt.Errorf("balancer: FastestFirst: WithTolerance(%v): out of [1, 100]: %w", c.tol, ErrInvalidConfig)
 	}
 	return c, nil
+}
+
+// Connected also restarts the latency estimate of a peer it readmits, from
+// the next reply Done reports, as when Done itself readmits a probe: the
+// estimate a failing peer dropped to says nothing about the peer that
+// answers again.
+func (f *FastestFirst) Connected(p *Peer) error {
+	if err := f.connectable(p); err != nil || p.fails.Load() == 0 {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.connectable(p); err != nil {
+		return err
+	}
+	if f.connectedLocked(p) {
+		ffOf(p).connected.Store(true)
+		if f.lockFree {
+			f.publishFailingLocked(f.load()) // p no longer has failures on record
+		}
+	}
+	return nil
 }

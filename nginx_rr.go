@@ -151,3 +151,47 @@ func takeLocked(p *Peer, clk *lazyClock) int {
 	}
 	return p.index
 }
+
+// scanWarm is scanSmooth with each peer's step in slowScale units, scaled
+// by its slow-start factor (warmStep). Requires the owner's lock and the
+// current weights scaled (enterScaleLocked).
+func scanWarm(peers []*Peer, r *Request, clk *lazyClock, w *slowStart) *Peer {
+	var best *Peer
+	var total int64
+	now := clk.get()
+	for i, p := range peers {
+		if r != nil && r.isTried(i) || p.down.Load() || p.full() ||
+			p.fails.Load() != 0 && p.inFailWindow(now) && !p.panics(clk) {
+			continue // ineligible (RR.c 546-563), or, in panic, not
+		}
+		total += warmStep(p, w, now)
+		if best == nil || p.currentWeight > best.currentWeight {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	best.currentWeight -= total
+	if best.fails.Load() != 0 {
+		best.probeLocked(now)
+	}
+	return best
+}
+
+// warmStep is smoothStep in slowScale units: the current weight grows by
+// the effective weight scaled by p's factor at now, and the effective
+// weight recovers by one toward its weight, as in nginx. It returns what
+// the peer adds to the round's total. Requires the owner's lock.
+func warmStep(p *Peer, w *slowStart, now int64) int64 {
+	ew := p.effectiveWeight
+	step := w.scaledWeight(p, ew, now)
+	p.currentWeight += step
+	if ew < p.smooth {
+		p.effectiveWeight++
+		if ew+1 == p.smooth {
+			p.recovering.Store(false)
+		}
+	}
+	return step
+}

@@ -54,22 +54,14 @@ type peerSet struct {
 	fresh func(now int64) *peerState
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
-	guard  *guard        // panic mode and the ejection cap (guard_panic.go); nil: neither. Set by init
 	events func(Event)   // WithEvents' hook; nil: none
-
-	// backoffMax is WithEjectionBackoff's cap (ns), 0 without it
-	// (guard_backoff.go). Immutable after init.
-	backoffMax int64
-	// outlier is WithSuccessRateEjection's state (guard_outlier.go), nil
-	// without it. Set by init.
-	outlier *outlierGuard
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.
 	picker    string
 	noBackups bool
 
-	slow slowStart // WithSlowStart's guard (guard_slowstart.go); set by init
+	guardSet // the guards, all behind one seam (guards.go); set by init
 }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
@@ -85,22 +77,15 @@ func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error
 	}
 	s.changed = changed
 	s.events = cfg.events
-	s.guard = newGuard(cfg.guards)
 	s.picker, s.noBackups = cfg.spec.name, cfg.spec.noBackups
-	if err := s.initGuards(&cfg); err != nil {
+	if err := s.setupGuards(&cfg); err != nil {
 		return err
 	}
 	s.list.Store(&peerList{noLive: &s.noLive})
-	if err := s.slow.setup(s.picker, &cfg); err != nil {
-		return err
-	}
 	if err := s.Add(peers...); err != nil {
 		return err
 	}
-	// The peers given at construction do not warm (guard_slowstart.go);
-	// those added from here on do. Before the picker is in use: no lock
-	// needed.
-	s.slow.ready = true
+	s.guardsReady() // before the picker is in use: no lock needed
 	return nil
 }
 
@@ -248,7 +233,7 @@ func (s *peerSet) SetDown(p *Peer, down bool) error {
 		return err
 	}
 	if p.down.Swap(down) && !down {
-		s.slow.startLocked(p, s.now()) // back up: it warms, if slow start is on
+		s.upLocked(p, s.now())
 	}
 	l := s.load()
 	s.publishLocked(append(slices.Clip(l.primary), l.backup...))
@@ -353,7 +338,7 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 			wasDown := k.down.Load()
 			k.adopt(q)
 			if wasDown && !k.down.Load() {
-				s.slow.startLocked(k, now) // back up: it warms, if slow start is on
+				s.upLocked(k, now)
 			}
 		}
 	}
@@ -374,7 +359,7 @@ func (s *peerSet) Update(snapshot []*Peer) error {
 // published list.
 func (s *peerSet) freshLocked(p *Peer, now int64) {
 	p.warmFrom.Store(0)
-	s.slow.startLocked(p, now) // a peer that joins warms, if slow start is on
+	s.joinedLocked(p, now)
 	var st *peerState
 	if s.fresh != nil {
 		st = s.fresh(now)
@@ -451,7 +436,7 @@ func (s *peerSet) publishLocked(all []*Peer) {
 	}
 	l.single = len(l.primary) == 1 && len(l.backup) == 0
 	s.list.Store(l)
-	s.guard.invalidate()
+	s.listChanged()
 	if s.changed != nil {
 		s.changed(l)
 	}
@@ -495,9 +480,7 @@ func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if o.Failed {
 		p.failures.Add(1)
 	}
-	if s.outlier != nil && !o.Abandoned {
-		s.countOutcome(p, o.Failed)
-	}
+	s.outcome(p, o)
 	return nil
 }
 

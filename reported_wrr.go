@@ -89,6 +89,29 @@ import (
 // the first recompute after its expiration, which the next report of any
 // peer or, with none, at most checkEvery picks bring.
 
+// Choosing ReportedWRR, and its costs. The configured weight multiplies the
+// reported one, where A58 ignores it: with default weights the shares are
+// A58's, and a weight= set still means what it says (weight=2 doubles a
+// peer's share among peers that report alike; weight=0 gives it none). A
+// sequence over derived weights is entered at a random position, drawn
+// from WithRand's source or else the runtime's (see Scheduling). A58's
+// defaults (blackout 10 s, expiration 3 min, update 1 s, penalty 1) suit
+// slowly changing fleets. For capacities that change within tens of
+// seconds, or step (a server slowed or restarted), with a report on every
+// reply: WithBlackoutPeriod(0) (a fresh report is trusted at once),
+// WithWeightUpdatePeriod(100*time.Millisecond) and an expiration of a few
+// seconds, long enough for the least picked peer to reply at least once.
+// For speeds redrawn every second or so with many clients, LeastConn with
+// WithReportedLoad does better: in the simulator's fleet16 (16 clients)
+// ReportedWRR's p99 is 605 ms against its 186 ms, and in fleet64 (64
+// clients) 1726 ms with 21% errors against 389 ms (docs/SIMULATION.md).
+// Pick is SmoothWRR's (O(1), lock-free from the precomputed cycle while the
+// primaries are healthy); Done with a report is lock-free and reads the
+// clock. A recompute is O(n), and when the weights change O(n + W·d) more
+// to build their cycle (W their sum, d the distinct ones, bounded), paid by
+// the Done or Pick that runs it while the other picks go on from the old
+// cycle.
+
 // reportScale is the smooth-step weight of a peer at the mean, per unit of
 // configured weight, on short lists; maxReportedSum bounds the budget of
 // the scaled weights (see ReportedWRR in detail).
@@ -111,46 +134,23 @@ const reportedBuildWork = maxCycleWork / 8
 const checkEvery = 256
 
 // ReportedWRR is weighted round robin by the servers' own load reports:
-// the weights are gRFC A58's (grpc-go's weighted_round_robin), scheduled by
-// nginx's smooth weighted round robin with nginx's failure model, as
-// [SmoothWRR] runs them. A peer's weight is RPS / (Utilization + EPS/RPS ×
-// penalty) from the Outcome.Load of its last report, counted once it has
-// reported without a break for the blackout period and dropped when its
-// last report is older than the expiration period (it then goes through the
-// blackout again); a report with Utilization or RPS 0 is ignored. Peers
-// without a weight get the mean; while fewer than two peers of a list have
-// one, the list runs on the configured weights alone, exactly as SmoothWRR.
-// A sequence over derived weights is entered at a random position (drawn
-// from WithRand's source, or else the runtime's), so that clients seeing
-// the same reports do not pick in step.
-// The configured weight multiplies the reported one, where A58 ignores
-// it: with default weights the shares are A58's, and a weight= set still
-// means what it says (weight=2 doubles a peer's share among peers that
-// report alike; weight=0 gives it none).
+// gRFC A58's weights (grpc-go's weighted_round_robin), RPS / (Utilization
+// + EPS/RPS × penalty) from each peer's last Outcome.Load, times its
+// configured weight, in nginx's smooth order with nginx's failure model, as
+// [SmoothWRR] runs them. A weight counts once the peer has reported without
+// a break for the blackout period and lapses after the expiration period
+// without a report; peers without one get the mean, and while fewer than
+// two peers of a list have one, the list runs exactly as SmoothWRR. A
+// sequence of derived weights starts at a random position (WithRand's
+// source), so that clients seeing the same reports do not pick in step.
+// Choose it when the servers know their load better than one client can
+// (many clients, capacities that differ or change slowly); for speeds that
+// change every second, LeastConn with WithReportedLoad does better.
 //
-// Weights are recomputed at most once per update period, lazily: by the
-// Done with a report, or else the 256th Pick, that finds the period over;
-// a server that stops reporting expires at the first recompute after its
-// expiration period. Choose it when the servers know their load better
-// than one client can (many clients, a fleet with different capacities);
-// A58's defaults (blackout 10 s, expiration 3 min, update 1 s, penalty 1)
-// suit slowly changing fleets. For capacities that change within tens of
-// seconds, or step (a server slowed or restarted), with a report on every
-// reply: WithBlackoutPeriod(0) (a fresh report is trusted at once),
-// WithWeightUpdatePeriod(100*time.Millisecond) and an expiration of a few
-// seconds, long enough for the least picked peer to reply at least once.
-// For speeds redrawn every second or so with many clients, LeastConn with
-// WithReportedLoad does better: in the simulator's fleet16 (16 clients)
-// ReportedWRR's p99 is 605 ms against its 186 ms, and in fleet64 (64
-// clients) 1726 ms with 21% errors against 389 ms (docs/SIMULATION.md).
-//
-// Pick costs what SmoothWRR's does (O(1), lock-free from the precomputed
-// cycle while the primaries are healthy); Done with a report is lock-free
-// and reads the clock. A recompute is O(n), and when the weights change
-// O(n + W·d) more to build their cycle (W their sum, d the distinct ones,
-// bounded), paid by the Done or Pick that runs it while the other picks go
-// on from the old cycle. The zero value is not usable; use
-// [NewReportedWRR]. ReportedWRR is safe for concurrent use.
+// Pick costs what SmoothWRR's does; Done with a report is lock-free.
+// Weights are recomputed lazily, at most once per update period, in O(n)
+// and a new cycle. The zero value is not usable; use [NewReportedWRR].
+// ReportedWRR is safe for concurrent use.
 type ReportedWRR struct {
 	smoothRR
 

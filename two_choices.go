@@ -306,3 +306,21 @@ func cheaper(pp bool, pc float64, pw int64, qp bool, qc float64, qw int64) bool 
 	}
 	return pc*float64(max(qw, 1)) < qc*float64(max(pw, 1))
 }
+
+// thinPair thins the pair (a, c) drawPair drew: a stands with its peer's
+// factor, or the pair is a miss (-1, -1, which counts a try); c, given a,
+// stands with its own, or is drawn again among the others, up to
+// p2cRedraws+4 times, after which a is alone (c = -1). Each of the two is
+// then drawn in proportion to weight · factor, but for that last bound.
+func (b *twoChoices) thinPair(d *drawList, peers []*Peer, a, c int, clk *lazyClock, ws *slowStart) (int, int) {
+	if !ws.stands(peers[a], clk, &b.rng) {
+		return -1, -1
+	}
+	for range p2cRedraws + 4 {
+		if c < 0 || ws.stands(peers[c], clk, &b.rng) {
+			return a, c
+		}
+		_, c = b.drawOther(d, len(peers), a)
+	}
+	return a, -1
+}
