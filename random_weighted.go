@@ -60,7 +60,7 @@ import (
 // added.
 //
 // Randomness comes from the runtime's per-thread wyrand generator
-// (fastRand64), about half the cost of math/rand/v2's top-level ChaCha8
+// (fastRand64), under half the cost of math/rand/v2's top-level ChaCha8
 // and, like it, per thread: picks on different cores share no written
 // memory. With
 // WithRand(src) every draw comes from src under a small mutex, so that src
@@ -257,9 +257,19 @@ func (b *RandomWeighted) Pick(r *Request) (*Peer, error) {
 		ws = &b.slow
 	}
 	if t := &st.primary; t.n != 0 && r.fresh() {
-		i := t.draw(b.rng.uint64())
+		// b.rng.uint64(), with its common case inlined by hand (the method
+		// is too big for the compiler to inline).
+		var x uint64
+		if b.rng.rnd == nil {
+			x = fastRand64()
+		} else {
+			x = b.rng.uint64()
+		}
+		i := t.draw(x)
 		p := t.peers[i]
-		if !ws.stands(p, &clk, &b.rng) {
+		// stands is a call the compiler does not inline: skipped while no
+		// peer warms.
+		if ws != nil && !ws.stands(p, &clk, &b.rng) {
 			return b.pickSlow(st, r, &clk, -1, ws) // thinned: a new draw
 		}
 		// As in RoundRobin.Pick, ahead of pickFrame: a clean peer needs

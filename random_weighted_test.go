@@ -262,6 +262,31 @@ func TestRandomWeighted_distribution(t *testing.T) {
 	}
 }
 
+func TestRandomWeighted_unseededShares(t *testing.T) {
+	// Without WithRand the draws come from the runtime's generator, which
+	// no seed fixes: each peer's count is held to 6 standard deviations of
+	// its binomial, sqrt(n·p·(1−p)), a false alarm about once in 10^8 runs.
+	// A draw that lost a bit misses by far: with the top bit stuck at 0
+	// only the first half of the table's columns would come up.
+	weights := []int{1, 2, 3, 4, 0, 10}
+	peers := weighted(weights...)
+	b, err := NewRandomWeighted(peers)
+	require.NoError(t, err)
+	const n = 60000
+	counts := map[*Peer]int{}
+	for range n {
+		p, err := b.Pick(nil)
+		require.NoError(t, err)
+		counts[p]++
+		require.NoError(t, b.Done(p, Outcome{}))
+	}
+	for i, p := range peers {
+		share := float64(weights[i]) / 20
+		sd := math.Sqrt(n * share * (1 - share))
+		assert.InDelta(t, n*share, counts[p], 6*sd, "peer %d of weight %d", i, weights[i])
+	}
+}
+
 func TestRandomWeighted_chiSquaredLimit(t *testing.T) {
 	// The 99.9% quantiles from tables: 16.27 (3 df), 29.59 (10 df) and
 	// 111.06 (69 df).

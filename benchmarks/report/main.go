@@ -508,7 +508,7 @@ var targets = []target{
 	{
 		"RandomWeighted: ≤ 0.7× kitex's alias method, serial, at every size",
 		ratioTarget("random", "lbgo.RandomWeighted", "random", "kitex.alias", 0.7, sizes, []string{"serial"}, false),
-		"both now draw from the runtime's per-thread wyrand (kitex twice, through bytedance/gopkg's link to runtime.cheaprand; RandomWeighted one 64-bit value from two cheaprand calls); RandomWeighted then pays the in-flight atomic add on the chosen peer, which kitex does not count, and that add is about half of kitex's whole pick. The add is also the one write the pick shares between cores: with few peers the cores write the same peer lines, so the parallel rows do not halve as kitex's do.",
+		"both now draw from the runtime's per-thread wyrand (kitex twice, through bytedance/gopkg's link to runtime.cheaprand; RandomWeighted once, one call to runtime.cheaprand64, then the alias column or its alias chosen without a branch); RandomWeighted then pays the in-flight atomic add on the chosen peer, which kitex does not count, and that add is about half of kitex's whole pick. The add is also the one write the pick shares between cores: with few peers the cores write the same peer lines, so the parallel rows do not halve as kitex's do.",
 	},
 	{
 		"LeastConn, Pick plus report: ≤ 0.2× kratos p2c",
