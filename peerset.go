@@ -62,7 +62,12 @@ type peerSet struct {
 	noBackups bool
 
 	guardSet // the guards, all behind one seam (guards.go); set by init
+
+	inSubset atomic.Bool // a Subset holds the picker as its inner one (subset.go)
 }
+
+func (s *peerSet) claimInner() bool { return s.inSubset.CompareAndSwap(false, true) }
+func (s *peerSet) releaseInner()    { s.inSubset.Store(false) }
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
 	clock := cfg.now

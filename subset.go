@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,8 +36,9 @@ type Subsetter interface {
 // Subset is safe for concurrent use: changes are serialized, and a pick
 // sees a change once its inner Update has returned.
 type Subset struct {
-	inner Balancer  // immutable
-	by    Subsetter // immutable
+	inner   Balancer    // immutable
+	by      Subsetter   // immutable
+	claimed atomic.Bool // a Subset holds this one as its inner picker
 
 	mu sync.Mutex // serializes changes
 	// Guarded by mu: the backend list as last given, where each member is
@@ -52,18 +54,39 @@ var (
 
 // NewSubset wraps inner, handing it by's subset of backends (see Update).
 // Give it an inner picker built with no peers of its own: Update replaces
-// them. It refuses a nil inner or by with ErrInvalidConfig, and backends
-// as Update does.
+// them. An inner picker serves one Subset for its life: one of this
+// package's pickers (or a Subset) already given to a NewSubset that
+// succeeded is refused with ErrPeerInUse, as a peer held by another
+// picker is. It refuses a nil inner or by with ErrInvalidConfig, and
+// backends as Update does.
 func NewSubset(inner Balancer, backends []*Peer, by Subsetter) (*Subset, error) {
 	if inner == nil || by == nil {
 		return nil, fmt.Errorf("balancer: NewSubset: nil inner picker or subsetter: %w", ErrInvalidConfig)
 	}
+	c, claims := inner.(subsetInner)
+	if claims && !c.claimInner() {
+		return nil, fmt.Errorf("balancer: NewSubset: the inner %T serves another Subset: %w", inner, ErrPeerInUse)
+	}
 	s := &Subset{inner: inner, by: by}
 	if err := s.Update(backends); err != nil {
+		if claims {
+			c.releaseInner()
+		}
 		return nil, err
 	}
 	return s, nil
 }
+
+// subsetInner is an inner picker that knows whether a Subset holds it
+// (peerSet, and Subset itself): two Subsets handing one inner picker
+// their subsets in turn would take each other's peers.
+type subsetInner interface {
+	claimInner() bool // false if a Subset holds it already
+	releaseInner()    // undoes a claim whose NewSubset failed
+}
+
+func (s *Subset) claimInner() bool { return s.claimed.CompareAndSwap(false, true) }
+func (s *Subset) releaseInner()    { s.claimed.Store(false) }
 
 // Pick picks from the subset with the inner picker.
 func (s *Subset) Pick(r *Request) (*Peer, error) { return s.inner.Pick(r) }

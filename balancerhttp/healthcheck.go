@@ -236,7 +236,8 @@ func HealthJitter(f float64) HealthOption {
 // HealthTransport sets the RoundTripper the checks go through. Default: a
 // clone of http.DefaultTransport that opens a new connection for each
 // check, as HAProxy's checks do, so a peer that stopped listening fails
-// its next check.
+// its next check. A check whose transport breaks http.RoundTripper's
+// contract or panics fails with ErrBadRoundTripper.
 func HealthTransport(rt http.RoundTripper) HealthOption {
 	return func(c *healthConfig) {
 		if rt == nil {
@@ -544,7 +545,7 @@ func (h *HealthChecker) check(p *balancer.Peer) error {
 	if err != nil {
 		return err
 	}
-	resp, err := h.cfg.rt.RoundTrip(req)
+	resp, err := recoveredRoundTrip(h.cfg.rt, req)
 	if err != nil {
 		return err
 	}

@@ -48,8 +48,9 @@ const (
 // request (a new connection's dial included) to the body read, is
 // measured on WithProbeClock's clock. A non-200 status, a body
 // loadreport.ParseProbe refuses, a transport error or a timeout is
-// answered Failed; Stats counts the answers and keeps the latest
-// failure's cause. The probes go through their own http.RoundTripper
+// answered Failed, as is a transport that breaks http.RoundTripper's
+// contract or panics (ErrBadRoundTripper); Stats counts the answers and
+// keeps the latest failure's cause. The probes go through their own http.RoundTripper
 // (WithProbeTransport), by default one kept apart from the requests' so
 // that a probe never waits behind them.
 //
@@ -103,7 +104,8 @@ func WithProbeScheme(scheme string) ProberOption {
 }
 
 // WithProbeTransport sets the http.RoundTripper the probes go through,
-// not nil. Default: a clone of http.DefaultTransport keeping up to 4 idle
+// not nil. A probe it answers against http.RoundTripper's contract, or
+// panicking, is answered Failed with ErrBadRoundTripper. Default: a clone of http.DefaultTransport keeping up to 4 idle
 // connections per peer and 256 in all, which Close closes.
 func WithProbeTransport(rt http.RoundTripper) ProberOption {
 	return func(s *proberSettings) { s.rt, s.rtSet = rt, true }
@@ -229,7 +231,7 @@ func (p *Prober) probe(ctx context.Context, peer *balancer.Peer) (balancer.Probe
 	if err != nil {
 		return balancer.ProbeAnswer{}, err
 	}
-	resp, err := p.rt.RoundTrip(req)
+	resp, err := recoveredRoundTrip(p.rt, req)
 	if err != nil {
 		return balancer.ProbeAnswer{}, err
 	}

@@ -100,7 +100,9 @@ type Proxy struct {
 	// http.DefaultTransport keeping up to 256 idle connections per
 	// backend, so that a busy proxy reuses its connections as nginx's
 	// keepalive does, and waiting at most 60 s for a response's headers,
-	// nginx's proxy_read_timeout; a timeout is a failure.
+	// nginx's proxy_read_timeout; a timeout is a failure. One breaking
+	// http.RoundTripper's contract, or panicking, is handled as
+	// ErrBadRoundTripper says.
 	Transport http.RoundTripper
 
 	// IsFailure reports whether a response counts as a failure of the
@@ -268,7 +270,11 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		}
 		sent, timer := to.begin(&req)
 		start := time.Now()
-		resp, err := p.tr.RoundTrip(sent)
+		resp, err := attemptRoundTrip(p.tr, sent, func() {
+			// It panicked: the attempt ends here, and the panic goes on.
+			timer.finish()
+			_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: time.Since(start)})
+		})
 		latency := time.Since(start)
 		if terr := timer.roundTripped(); terr != nil {
 			if err == nil {
@@ -285,6 +291,12 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 				// backend's latency.
 				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
 				return stop(why)
+			}
+			if errors.Is(err, ErrBadRoundTripper) {
+				// Not the peer's doing, and the next peer's attempt
+				// would go through the same RoundTripper.
+				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
+				return stop(ErrBadRoundTripper)
 			}
 			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
 			if why := whyNotRetried(out, err, safe, noReplay); why != nil {

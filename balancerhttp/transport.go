@@ -74,6 +74,8 @@ type Transport struct {
 	// keeping up to 256 idle connections per peer and waiting at most
 	// 60 s for a response's headers, nginx's proxy_read_timeout; a
 	// timeout is a failure.
+	// A Base breaking http.RoundTripper's contract, or panicking, is
+	// handled as ErrBadRoundTripper says.
 	Base http.RoundTripper
 
 	// FailureStatuses lists the statuses that count as the peer's
@@ -289,7 +291,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.Body = body
 		sent, timer := to.begin(&out)
 		start := time.Now()
-		resp, err := t.base.RoundTrip(sent)
+		resp, err := attemptRoundTrip(t.base, sent, func() {
+			// It panicked: the attempt ends here, and the panic goes on.
+			timer.finish()
+			_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: time.Since(start)})
+		})
 		latency := time.Since(start)
 		if terr := timer.roundTripped(); terr != nil {
 			if err == nil {
@@ -305,6 +311,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				// a lower bound on its latency.
 				_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
 				return stop(errs, why)
+			}
+			if errors.Is(err, ErrBadRoundTripper) {
+				// Not the peer's doing, and the next peer's attempt
+				// would go through the same RoundTripper.
+				_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
+				return stop(errs, ErrBadRoundTripper)
 			}
 			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
 			if why := whyNotRetried(req, err, safe, noReplay); why != nil {

@@ -76,7 +76,8 @@ const (
 
 // Header returns r encoded as HeaderName's value in format f, prefix
 // included. It fails with ErrInvalidValue or ErrTooLarge if r does not
-// validate or a name cannot be written in f (TEXT cannot carry
+// validate, its encoding in f is longer than MaxHeaderLen (which Parse
+// would refuse), or a name cannot be written in f (TEXT cannot carry
 // request_cost, nor names with ',', '=', spaces or non-ASCII), and with
 // ErrNoReport for a report with nothing set in TEXT or BIN (Envoy rejects
 // an empty BIN value, and HTTP strips the trailing space of an empty
@@ -115,6 +116,7 @@ func (r Report) AppendHeader(dst []byte, f Format) ([]byte, error) {
 		{nameUtilization, fieldUtilization, r.Utilization},
 		{nameCost, fieldCost, r.RequestCost},
 	}
+	begin := len(dst)
 	dst = append(dst, f.prefix()...)
 	switch f {
 	case Text:
@@ -172,6 +174,11 @@ func (r Report) AppendHeader(dst []byte, f Format) ([]byte, error) {
 			}
 		}
 		dst = base64.StdEncoding.AppendEncode(dst, pb)
+	}
+	// Validate bounds the names' count, not their length: a value Parse
+	// would refuse is refused here too.
+	if n := len(dst) - begin; n > MaxHeaderLen {
+		return dst[:begin], fmt.Errorf("%w: %v value of %d bytes, more than %d", ErrTooLarge, f, n, MaxHeaderLen)
 	}
 	return dst, nil
 }

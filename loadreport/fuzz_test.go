@@ -2,6 +2,7 @@ package loadreport
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/lbgo/balancer"
@@ -22,6 +23,8 @@ func FuzzParse(f *testing.F) {
 		"TEXT rps_fractional=1e400",
 		"BAD x",
 		"",
+		// Parses as JSON (7,029 bytes); its BIN encoding would be 9,360.
+		`JSON {"named_metrics":{"` + strings.Repeat("a", 7000) + `":1}}`,
 	} {
 		f.Add(s)
 	}

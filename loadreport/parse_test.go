@@ -195,3 +195,46 @@ func TestEmptyJSONHeader(t *testing.T) {
 		t.Fatalf(`Header(JSON) of the zero Report = %q, %v; want "JSON {}"`, h, err)
 	}
 }
+
+// TestHeaderLength: Header refuses with ErrTooLarge a value Parse would
+// refuse for its length, whatever the metric count, and gives one that
+// fits whole. A name of k > 127 bytes (its length a 2-byte varint) is one
+// named_metrics entry of 1 (tag) + 2 (entry length) + 1 + 2 + k (key) +
+// 1 + 8 (value) = k+15 protobuf bytes: base64 writes 4 bytes per 3, so
+// "BIN " + base64 is 4 + 4*ceil((k+15)/3) bytes. At k = 6126 that is
+// 4 + 4*2047 = 8192, MaxHeaderLen exactly; at k = 6127, 8196. At
+// k = 7000, 9360 in BIN, while JSON, `JSON {"named_metrics":{"` + k +
+// `":1}}`, is 29+k = 7029 bytes and TEXT, "TEXT named_metrics." + k +
+// "=1", 21+k = 7021.
+func TestHeaderLength(t *testing.T) {
+	tests := []struct {
+		k       int
+		f       Format
+		wantLen int // 0: refused with ErrTooLarge
+	}{
+		{6126, Binary, 8192},
+		{6127, Binary, 0},
+		{7000, Binary, 0},
+		{7000, JSON, 7029},
+		{7000, Text, 7021},
+		{8200, JSON, 0},
+		{8200, Text, 0},
+	}
+	for _, tt := range tests {
+		r := Report{NamedMetrics: map[string]float64{strings.Repeat("a", tt.k): 1}}
+		h, err := r.Header(tt.f)
+		if tt.wantLen == 0 {
+			if !errors.Is(err, ErrTooLarge) || h != "" {
+				t.Errorf("%d-byte name in %v: Header = %d bytes, %v; want ErrTooLarge", tt.k, tt.f, len(h), err)
+			}
+			continue
+		}
+		if err != nil || len(h) != tt.wantLen {
+			t.Errorf("%d-byte name in %v: Header = %d bytes, %v; want %d bytes", tt.k, tt.f, len(h), err, tt.wantLen)
+			continue
+		}
+		if back, err := Parse(h); err != nil || !back.Equal(r) {
+			t.Errorf("%d-byte name in %v: Parse(Header) = %v; want the report back", tt.k, tt.f, err)
+		}
+	}
+}
