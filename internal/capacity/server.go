@@ -16,6 +16,7 @@ type Server struct {
 	// Busy is the utilization the server reports.
 	Busy *BusyMeter
 
+	clk  clock
 	sem  chan struct{}
 	mean atomic.Int64 // nanoseconds
 
@@ -48,11 +49,15 @@ var Specs = []Spec{
 }
 
 // NewServer returns the workers of sp, their BusyMeter over Window.
-func NewServer(sp Spec) *Server {
+func NewServer(sp Spec) *Server { return newServer(sp, wallClock{}) }
+
+// newServer is NewServer on the clock clk.
+func newServer(sp Spec, clk clock) *Server {
 	s := &Server{
 		Name:  sp.Name,
+		clk:   clk,
 		sem:   make(chan struct{}, sp.Workers),
-		Busy:  NewBusyMeter(sp.Workers, Window),
+		Busy:  newBusyMeter(sp.Workers, Window, clk.now),
 		draws: NewDrawer(sp.Seed),
 	}
 	s.mean.Store(int64(sp.Mean))
@@ -79,14 +84,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	began := time.Now()
-	tm := time.NewTimer(s.draw())
-	select {
-	case <-tm.C:
-	case <-ctx.Done():
-		tm.Stop()
-	}
-	took := time.Since(began)
+	began := s.clk.now()
+	s.clk.sleepUntil(ctx, began.Add(s.draw()))
+	took := s.clk.now().Sub(began)
 	s.Busy.Done(took)
 	s.mu.Lock()
 	s.services = append(s.services, service{began, took})
