@@ -62,10 +62,10 @@ const (
 // 40, medium's 80. That noise moves a share by 2 points or less (one
 // standard deviation; after the change big's by 25% × 10% × (1 − 25%) =
 // 1.9, medium's by 50% × 6.5% × 50% = 1.6; before, big's and small's by
-// about 1.1). ShareTol, 8 points, is four of those, which leaves room
-// for a busy machine's late timers (a 1 ms overshoot costs the 20 ms
-// servers 5% of their capacity, medium's share 1 point after the change).
-// It is less than the distance from the equal split RoundRobin gives (24
+// about 1.1). ShareTol, 8 points, is four of those. A busy machine's
+// late timers take nothing from the capacities (Server serves on its own
+// schedule), but they slow the clients: fewer requests in each window,
+// so more noise in its weights and shares. It is less than the distance from the equal split RoundRobin gives (24
 // points for big before, 17 for medium after): the control must miss.
 // The servers' seeds are fixed, so every run draws the same sequences and
 // a share's offset from capacity recurs from run to run: with these
