@@ -154,6 +154,9 @@ func TestCapacity_endToEnd(t *testing.T) {
 		}
 		return fleets
 	}, checked, capacity.Schedule)
+	ran := results[0].Phases
+	t.Logf("every client had heard from every server %v after the clients began, the schedule's start; windows measured: %v before the change, %v after",
+		results[0].Heard.Round(time.Millisecond), ran.Before.Round(time.Millisecond), ran.After.Round(time.Millisecond))
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]

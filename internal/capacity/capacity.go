@@ -74,9 +74,13 @@ const (
 const shareTol = 0.08
 
 // Phases is a run's schedule: warm, measured before the change, change,
-// settle (the report windows refill), measured after.
+// settle (the report windows refill), measured after. Run stretches each
+// measured window past its length until every fleet has begun Requests
+// requests in it, to at most Stretch times its length, and returns the
+// phases as they ran.
 type Phases struct {
 	Warm, Before, Settle, After time.Duration
+	Requests, Stretch           int
 }
 
 // Change is when the big server slows down, since the run began.
@@ -90,8 +94,23 @@ func (p Phases) End() time.Duration { return p.AfterFrom() + p.After }
 
 // Schedule is the tests' schedule. The settle time is the rps window plus
 // 20%: by then every report counts only requests served after the change
-// (but for the few that began before it and ended after).
-var Schedule = Phases{Warm: 500 * time.Millisecond, Before: time.Second, Settle: 1200 * time.Millisecond, After: time.Second}
+// (but for the few that began before it and ended after). The windows
+// measured last a second on a quiet machine, where RoundRobin's fleet,
+// the slowest (it queues at small), begins 130 to 155 requests a second
+// and the others 145 to 320; on a busy one, where the clients get too
+// little of the CPU to keep the servers busy, a second holds a third to a
+// half of that, so a window lasts until the slowest fleet has begun 120.
+// Why: the shares' noise comes from the weights', which each come from
+// one report window of the servers' requests (shareTol). A measured
+// window of n seconds averages the weights of about n report windows, so
+// its shares vary about as 1/√(requests a second × n), as 1/√(requests
+// in the window): the same count keeps the noise the tolerance was
+// derived for, however slow the machine. Three CPU hogs beside other
+// builds, with one-second windows: shares off by up to 10 points, and
+// the share-checked fleets missed in 3 of 12 first runs.
+// A window stops at five times its length (5 s), however few requests it
+// holds.
+var Schedule = Phases{Warm: 500 * time.Millisecond, Before: time.Second, Settle: 1200 * time.Millisecond, After: time.Second, Requests: 120, Stretch: 5}
 
 // ChangedMean is the big server's mean service time after the change.
 const ChangedMean = 80 * time.Millisecond
