@@ -115,12 +115,14 @@ func Run(ctx context.Context, fleets []*Fleet, ph Phases) []Result {
 	// measure keeps a window open for d, then until every fleet has begun
 	// ph.Requests in it or ph.Stretch × d has passed, and returns when it
 	// opened and how long it stayed open.
+	short := false
 	measure := func(d time.Duration) (time.Time, time.Duration) {
 		w := ws.open(len(fleets))
 		wait(nil, d)
 		for w.least() < int64(ph.Requests) && time.Since(w.from) < time.Duration(ph.Stretch)*d && ctx.Err() == nil {
 			wait(nil, 10*time.Millisecond)
 		}
+		short = short || w.least() < int64(ph.Requests)
 		return w.from, time.Since(w.from)
 	}
 	wait(cold.closed, MaxHear)
@@ -145,7 +147,7 @@ func Run(ctx context.Context, fleets []*Fleet, ph Phases) []Result {
 			}
 		}
 		out[i] = f.result(start, ran)
-		out[i].Heard, out[i].Phases = start.Sub(began), ran
+		out[i].Heard, out[i].Phases, out[i].Short = start.Sub(began), ran, short
 	}
 	return out
 }
@@ -167,6 +169,10 @@ type Result struct {
 	// as it ran (the same for every fleet).
 	Heard  time.Duration
 	Phases Phases
+	// Short is set when a window closed at its stretch's end with fewer
+	// than Requests requests of some fleet: a machine too busy for the
+	// shares to tell anything at the tolerance (Schedule).
+	Short bool
 }
 
 // result returns the shares and latencies of the requests begun in the
