@@ -39,8 +39,8 @@ type Fleet struct {
 // servers can serve in a run), and returns when all have ended (each
 // within the clients' own timeout). It counts down cold once for each
 // client, when the client has had an answer from every server, and each
-// request begun in ws's open window as fleet i's.
-func (f *Fleet) drive(stop <-chan struct{}, cold *countdown, ws *windows, i int) {
+// request begun in ws's open window as fleet number fleet's.
+func (f *Fleet) drive(stop <-chan struct{}, cold *countdown, ws *windows, fleet int) {
 	const maxPer = 1000
 	f.samples = make([][]Sample, Clients*Conc)
 	index := map[string]int{}
@@ -61,13 +61,13 @@ func (f *Fleet) drive(stop <-chan struct{}, cold *countdown, ws *windows, i int)
 				default:
 				}
 				t0 := time.Now()
-				ws.count(i, t0)
+				ws.count(fleet, t0)
 				server, err := call()
 				s := Sample{Server: server, Err: err, Lat: time.Since(t0), at: t0}
 				if err != nil {
 					s.Server = ""
-				} else if i, ok := index[server]; ok {
-					bit := uint64(1) << i
+				} else if k, ok := index[server]; ok {
+					bit := uint64(1) << k
 					if old := heard[c].Or(bit); old != all && old|bit == all {
 						cold.done()
 					}
