@@ -117,7 +117,8 @@ func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*ba
 // before and after the change; RoundRobin, the control, must miss.
 //
 // The p99s (of the requests begun in both windows, some 500 a picker: the
-// 5th longest) are logged, not asserted. Over 20 runs, 10 under -race,
+// 5th longest) are logged, not asserted. Over 20 runs, 10 under -race
+// (measured while a late timer still held a server's worker),
 // ReportedWRR's ran 0.87 to 1.38 times P2CPeakEWMA's and RoundRobin's
 // 1.28 to 1.91 times (the gRPC test's, 20 runs: 0.85 to 1.55 and 1.22 to
 // 1.97): a bound ReportedWRR keeps on a busy 2-core machine would pass
@@ -125,7 +126,11 @@ func capAlgorithm(t *testing.T, name string, opts ...balancer.Option) func([]*ba
 // backlog, so a picker that reads its own queues may beat it. The other
 // pickers' shares are logged, P2CPeakEWMA's and LeastConn's also with the
 // servers' reported requests in flight (+rif, WithReportedLoad). The test
-// takes about 4 s a run, with -race too, so -short keeps it.
+// takes about 4.5 s a run on a quiet machine, so -short keeps it; on a
+// busy one the windows stretch (capacity.Schedule) to 17 s at most, and
+// a run whose windows still hold too few requests checks no share (it
+// says so and skips). Under -race only the checked fleets and the
+// control run.
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
 		name    string
@@ -141,6 +146,18 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "LeastConn+rif", new: capAlgorithm(t, "LeastConn", capReportedLoad)},
 		{name: "RoundRobin", new: capAlgorithm(t, "RoundRobin"), control: true},
 	}
+	if raceSlowdown > 1 {
+		// Under the detector's cost the clients of seven fleets began a
+		// few requests a second on a busy machine: the fleets nothing is
+		// asserted on stay out, leaving their CPU to the others.
+		var kept []variant
+		for _, v := range variants {
+			if v.shares || v.control {
+				kept = append(kept, v)
+			}
+		}
+		variants = kept
+	}
 	var checked []int // the variants that must follow capacity
 	for i, v := range variants {
 		if v.shares {
@@ -154,6 +171,9 @@ func TestCapacity_endToEnd(t *testing.T) {
 		}
 		return fleets
 	}, checked, capacity.Schedule)
+	ran := results[0].Phases
+	t.Logf("every client had heard from every server %v after the clients began, the schedule's start; windows measured: %v before the change, %v after",
+		results[0].Heard.Round(time.Millisecond), ran.Before.Round(time.Millisecond), ran.After.Round(time.Millisecond))
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]
@@ -161,6 +181,9 @@ func TestCapacity_endToEnd(t *testing.T) {
 				v.name, capacity.FormatShares(r.Before), r.NBefore, capacity.FormatShares(r.After), r.NAfter, capacity.FormatShares(r.CapBefore), capacity.FormatShares(r.CapAfter),
 				r.P99Before.Round(time.Millisecond), r.P99After.Round(time.Millisecond), r.P99.Round(time.Millisecond))
 			require.Empty(t, r.Errs, "requests that failed")
+			if r.Short {
+				t.Skipf("the machine was too busy: a window held fewer than %d requests of some fleet in %v and %v: the shares tell nothing at the tolerance", capacity.Schedule.Requests, r.Phases.Before.Round(time.Millisecond), r.Phases.After.Round(time.Millisecond))
+			}
 			mb, ma := capacity.ShareMisses(r.Before, capacity.SharesBefore, capacity.ShareTol), capacity.ShareMisses(r.After, capacity.SharesAfter, capacity.ShareTol)
 			switch {
 			case v.shares:

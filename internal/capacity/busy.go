@@ -20,6 +20,7 @@ import (
 type BusyMeter struct {
 	workers float64
 	width   time.Duration // of a bucket
+	now     func() time.Time
 	start   time.Time
 
 	mu   sync.Mutex
@@ -30,7 +31,12 @@ type BusyMeter struct {
 // NewBusyMeter returns the meter of a server of workers workers whose rps
 // window is window, starting now.
 func NewBusyMeter(workers int, window time.Duration) *BusyMeter {
-	m := &BusyMeter{workers: float64(workers), width: window / 10, start: time.Now()}
+	return newBusyMeter(workers, window, time.Now)
+}
+
+// newBusyMeter is NewBusyMeter on the clock now.
+func newBusyMeter(workers int, window time.Duration, now func() time.Time) *BusyMeter {
+	m := &BusyMeter{workers: float64(workers), width: window / 10, now: now, start: now()}
 	for i := range m.idx {
 		m.idx[i] = -1
 	}
@@ -39,7 +45,7 @@ func NewBusyMeter(workers int, window time.Duration) *BusyMeter {
 
 // Done counts a service of d completed now.
 func (m *BusyMeter) Done(d time.Duration) {
-	cur := time.Since(m.start) / m.width
+	cur := m.now().Sub(m.start) / m.width
 	m.mu.Lock()
 	b := cur % 10
 	if m.idx[b] != cur {
@@ -51,7 +57,7 @@ func (m *BusyMeter) Done(d time.Duration) {
 
 // Value returns the utilization now.
 func (m *BusyMeter) Value() float64 {
-	e := time.Since(m.start)
+	e := m.now().Sub(m.start)
 	cur := e / m.width
 	var sum time.Duration
 	m.mu.Lock()

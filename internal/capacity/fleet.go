@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,6 +15,8 @@ type Sample struct {
 	Lat    time.Duration
 	Server string // the Name of the server that answered; "" on error
 	Err    error
+
+	at time.Time // Run: when it began, before the run's start is known
 }
 
 // Fleet is one picker's run: servers of its own and its clients. In the
@@ -31,23 +34,43 @@ type Fleet struct {
 	samples [][]Sample // Run: one list per client goroutine; RunShifting: per client
 }
 
-// drive sends requests from Conc goroutines per client until end, each
-// loop bounded to 1000 requests (several times what the servers can
-// serve in the run), and returns when all have ended (each within the
-// clients' own timeout).
-func (f *Fleet) drive(start, end time.Time) {
+// drive sends requests from Conc goroutines per client until stop is
+// closed, each loop bounded to 1000 requests (several times what the
+// servers can serve in a run), and returns when all have ended (each
+// within the clients' own timeout). It counts down cold once for each
+// client, when the client has had an answer from every server, and each
+// request begun in ws's open window as fleet number fleet's.
+func (f *Fleet) drive(stop <-chan struct{}, cold *countdown, ws *windows, fleet int) {
 	const maxPer = 1000
 	f.samples = make([][]Sample, Clients*Conc)
+	index := map[string]int{}
+	for i, s := range f.Servers {
+		index[s.Name] = i
+	}
+	all := uint64(1)<<len(f.Servers) - 1
+	heard := make([]atomic.Uint64, Clients) // each client's servers that answered, a bit each
 	var wg sync.WaitGroup
 	for g := range f.samples {
 		call := f.NewCall(g)
+		c := g / Conc
 		wg.Go(func() {
-			for i := 0; i < maxPer && time.Now().Before(end); i++ {
+			for range maxPer {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				t0 := time.Now()
+				ws.count(fleet, t0)
 				server, err := call()
-				s := Sample{Server: server, Err: err, Lat: time.Since(t0), Began: t0.Sub(start)}
+				s := Sample{Server: server, Err: err, Lat: time.Since(t0), at: t0}
 				if err != nil {
 					s.Server = ""
+				} else if k, ok := index[server]; ok {
+					bit := uint64(1) << k
+					if old := heard[c].Or(bit); old != all && old|bit == all {
+						cold.done()
+					}
 				}
 				f.samples[g] = append(f.samples[g], s)
 			}
@@ -56,27 +79,75 @@ func (f *Fleet) drive(start, end time.Time) {
 	wg.Wait()
 }
 
+// MaxHear bounds how long Run waits for every client to hear from every
+// server before it starts the schedule anyway.
+const MaxHear = 10 * time.Second
+
 // Run drives every fleet at once on one schedule, so that the pickers
 // share the machine's moments, and slows each fleet's big server
-// (Servers[0]) to ChangedMean at the change. The servers' work is real
-// time; the loops end at the schedule's end.
+// (Servers[0]) to ChangedMean at the change. The schedule starts once
+// every client of every fleet has had an answer from every server (its
+// first report of each), or after MaxHear: on a busy machine the
+// connections and first answers take from tens of milliseconds to most
+// of a second, and a schedule started with the clients would then measure
+// some clients still without a weight for some server. Each measured
+// window lasts until every fleet has begun ph.Requests requests in it
+// (Phases). The servers' work is real time; the loops end at the
+// schedule's end. Each Result holds the phases as they ran.
 func Run(ctx context.Context, fleets []*Fleet, ph Phases) []Result {
-	start := time.Now()
+	stop := make(chan struct{})
+	cold := newCountdown(len(fleets) * Clients)
+	var ws windows
 	var wg sync.WaitGroup
-	for _, f := range fleets {
-		wg.Go(func() { f.drive(start, start.Add(ph.End())) })
+	for i, f := range fleets {
+		wg.Go(func() { f.drive(stop, cold, &ws, i) })
 	}
-	select {
-	case <-time.After(time.Until(start.Add(ph.Change()))):
-	case <-ctx.Done():
+	began := time.Now()
+	wait := func(ch <-chan struct{}, d time.Duration) {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-ch:
+		case <-tm.C:
+		case <-ctx.Done():
+		}
 	}
+	// measure keeps a window open for d, then until every fleet has begun
+	// ph.Requests in it or ph.Stretch × d has passed, and returns when it
+	// opened and how long it stayed open.
+	short := false
+	measure := func(d time.Duration) (time.Time, time.Duration) {
+		w := ws.open(len(fleets))
+		wait(nil, d)
+		for w.least() < int64(ph.Requests) && time.Since(w.from) < time.Duration(ph.Stretch)*d && ctx.Err() == nil {
+			wait(nil, 10*time.Millisecond)
+		}
+		short = short || w.least() < int64(ph.Requests)
+		return w.from, time.Since(w.from)
+	}
+	wait(cold.closed, MaxHear)
+	start := time.Now()
+	ran := ph
+	wait(nil, ph.Warm)
+	from, open := measure(ph.Before)
+	ran.Warm, ran.Before = from.Sub(start), open
 	for _, f := range fleets {
 		f.Servers[0].SetMean(ChangedMean)
 	}
+	wait(nil, ph.Settle)
+	from, open = measure(ph.After)
+	ran.Settle, ran.After = from.Sub(start)-ran.Change(), open
+	close(stop)
 	wg.Wait()
 	out := make([]Result, len(fleets))
 	for i, f := range fleets {
-		out[i] = f.result(start, ph)
+		for _, ss := range f.samples {
+			for k := range ss {
+				ss[k].Began = ss[k].at.Sub(start)
+			}
+		}
+		out[i] = f.result(start, ran)
+		out[i].Heard, out[i].Phases, out[i].Short = start.Sub(began), ran, short
 	}
 	return out
 }
@@ -93,6 +164,15 @@ type Result struct {
 	P99Before, P99After         time.Duration
 	P99                         time.Duration // over both windows
 	Errs                        []error
+	// Heard is how long every client of every fleet took to hear from
+	// every server, when the schedule started, and Phases the schedule
+	// as it ran (the same for every fleet).
+	Heard  time.Duration
+	Phases Phases
+	// Short is set when a window closed at its stretch's end with fewer
+	// than Requests requests of some fleet: a machine too busy for the
+	// shares to tell anything at the tolerance (Schedule).
+	Short bool
 }
 
 // result returns the shares and latencies of the requests begun in the

@@ -47,7 +47,7 @@ func (o *Oracle) Choose(among []int) int {
 	defer o.mu.Unlock()
 	for i, s := range among {
 		srv := o.servers[s]
-		d := float64(o.rif[s]+1) * float64(srv.Mean()) / float64(cap(srv.sem))
+		d := float64(o.rif[s]+1) * float64(srv.Mean()) / float64(cap(srv.workers))
 		switch {
 		case best < 0 || d < bestD:
 			best, bestD, ties = i, d, 1

@@ -142,12 +142,16 @@ const capReportedLoad = `"reportedLoad":{"window":"1s","clients":4}`
 // weighted_round_robin's (the same reports, read by the real peer) must
 // follow capacity within capacity.ShareTol before and after the change; round
 // robin, the control, must miss. The p99s are logged, not asserted: over
-// 20 runs, 10 under -race, lbgo_reportedwrr's ran 0.85 to 1.55 times
+// 20 runs, 10 under -race (measured while a late timer still held a
+// server's worker), lbgo_reportedwrr's ran 0.85 to 1.55 times
 // lbgo_p2cpeakewma's and round robin's 1.22 to 1.97 times, so a bound
 // that holds would pass round robin too (balancerhttp's capacity test
 // says more). P2CPeakEWMA's and LeastConn's shares, also with the
 // servers' reported requests in flight (+rif, reportedLoad), are logged
-// too. About 4 s, with -race too.
+// too (not under -race, where only the checked fleets and the control
+// run). About 4.5 s on a quiet machine; on a busy one the windows stretch
+// (capacity.Schedule) to 17 s at most, and a run whose windows still
+// hold too few calls checks no share (it says so and skips).
 func TestCapacity_endToEnd(t *testing.T) {
 	type variant struct {
 		name    string
@@ -164,6 +168,18 @@ func TestCapacity_endToEnd(t *testing.T) {
 		{name: "weighted_round_robin", lb: `{"weighted_round_robin":{` + capWRRSettings + `}}`, shares: true},
 		{name: "RoundRobin", lb: fmt.Sprintf(`{%q:{}}`, grpcbalancer.PolicyName("RoundRobin")), control: true},
 	}
+	if raceEnabled {
+		// Under the detector's cost the clients of seven fleets began a
+		// few requests a second on a busy machine: the fleets nothing is
+		// asserted on stay out, leaving their CPU to the others.
+		var kept []variant
+		for _, v := range variants {
+			if v.shares || v.control {
+				kept = append(kept, v)
+			}
+		}
+		variants = kept
+	}
 	var checked []int // the variants that must follow capacity
 	for i, v := range variants {
 		if v.shares {
@@ -177,6 +193,9 @@ func TestCapacity_endToEnd(t *testing.T) {
 		}
 		return fleets
 	}, checked, capacity.Schedule)
+	ran := results[0].Phases
+	t.Logf("every client had heard from every server %v after the clients began, the schedule's start; windows measured: %v before the change, %v after",
+		results[0].Heard.Round(time.Millisecond), ran.Before.Round(time.Millisecond), ran.After.Round(time.Millisecond))
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			r := results[i]
@@ -185,6 +204,9 @@ func TestCapacity_endToEnd(t *testing.T) {
 				r.P99Before.Round(time.Millisecond), r.P99After.Round(time.Millisecond), r.P99.Round(time.Millisecond))
 			if len(r.Errs) > 0 {
 				t.Fatalf("%d calls failed, first: %v", len(r.Errs), r.Errs[0])
+			}
+			if r.Short {
+				t.Skipf("the machine was too busy: a window held fewer than %d calls of some fleet in %v and %v: the shares tell nothing at the tolerance", capacity.Schedule.Requests, r.Phases.Before.Round(time.Millisecond), r.Phases.After.Round(time.Millisecond))
 			}
 			mb, ma := capacity.ShareMisses(r.Before, capacity.SharesBefore, capacity.ShareTol), capacity.ShareMisses(r.After, capacity.SharesAfter, capacity.ShareTol)
 			switch {

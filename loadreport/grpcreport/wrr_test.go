@@ -60,9 +60,10 @@ func dialPolicy(t *testing.T, lb string, servers []*testServer) *grpc.ClientConn
 	return conn
 }
 
-// shares sends n calls from workers goroutines and returns the fraction
-// each server received, by the peer the client saw each call go to; a
-// server's failEvery failures count as calls it received.
+// shares sends n calls from workers goroutines, for 30 s at most, and
+// returns the fraction of the calls done each server received, by the
+// peer the client saw each call go to; a server's failEvery failures
+// count as calls it received. Fewer than minShareCalls done fails t.
 func shares(t *testing.T, conn *grpc.ClientConn, servers []*testServer, n, workers int) []float64 {
 	t.Helper()
 	var mu sync.Mutex
@@ -92,15 +93,25 @@ func shares(t *testing.T, conn *grpc.ClientConn, servers []*testServer, n, worke
 	for _, c := range count {
 		total += c
 	}
-	if total != n {
-		t.Fatalf("%d of %d calls done", total, n)
+	switch {
+	case total < minShareCalls:
+		t.Fatalf("%d of %d calls done in 30 s, fewer than the %d the tolerance needs", total, n, minShareCalls)
+	case total < n:
+		t.Logf("%d of %d calls done in 30 s: the shares are of those", total, n)
 	}
 	out := make([]float64, len(servers))
 	for i, s := range servers {
-		out[i] = float64(count[s.addr]) / float64(n)
+		out[i] = float64(count[s.addr]) / float64(total)
 	}
 	return out
 }
+
+// minShareCalls is the fewest calls shares takes when its 30 s cut the
+// run short (a machine too busy for 3000: under -race beside CPU hogs and
+// other builds, 2554 and 2553 of the differential test's two policies):
+// the schedulers give each server its share to within a pick or two
+// (shareTolerance), 0.2 points of 1000 calls, a fifth of the tolerance.
+const minShareCalls = 1000
 
 // warmUp sends calls from shareWorkers goroutines, as shares does (so
 // that the servers' rates are those of the measurement when it begins),
