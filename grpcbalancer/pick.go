@@ -57,6 +57,9 @@ type attempt struct {
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.err != nil {
+		if f := testNoPeer.Load(); f != nil && p.err == balancer.ErrNoSubConnAvailable {
+			(*f)(p.b, info.Ctx)
+		}
 		return balancer.PickResult{}, p.err
 	}
 	b := p.b
@@ -86,6 +89,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		if errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrNoPeers) {
 			// Wait for a peer: at the end of the nearest fail window, or
 			// at the next Done (a max_conns slot) or SubConn change.
+			if f := testNoPeer.Load(); f != nil {
+				(*f)(b, info.Ctx)
+			}
 			b.waiting.Store(true)
 			if at, ok := p.lb.NextEligible(); ok {
 				b.wakeAt(at)
@@ -125,6 +131,10 @@ func (p *picker) setKey(r *lbgo.Request, ctx context.Context) {
 	addr, _ := netip.ParseAddr(v[0])
 	r.SetAddr(addr)
 }
+
+// testNoPeer, when set by a test, is told of every pick that returns
+// ErrNoSubConnAvailable for want of a peer, with the attempt's context.
+var testNoPeer atomic.Pointer[func(*lbBalancer, context.Context)]
 
 // testDone, when set by a test, sees every outcome the policies report.
 var testDone atomic.Pointer[func(*lbgo.Peer, lbgo.Outcome)]
