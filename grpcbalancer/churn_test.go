@@ -2,8 +2,10 @@ package grpcbalancer
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +14,6 @@ import (
 	lbgo "github.com/lbgo/balancer"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
@@ -31,6 +32,9 @@ type churnFleet struct {
 	delay time.Duration // each health check's service time
 	live  []*probeServer
 	gone  []*probeServer // replaced and stopped
+	// onTick, if set, is called at each tick of churn, before its push,
+	// with the tick's number from 1.
+	onTick func(i int)
 }
 
 func newChurnFleet(t testing.TB, n int, seed uint64, delay time.Duration) *churnFleet {
@@ -85,6 +89,9 @@ func (f *churnFleet) churn(ctx context.Context, replaceEvery int) {
 			return
 		case <-tick.C:
 		}
+		if f.onTick != nil {
+			f.onTick(i)
+		}
 		if i%replaceEvery == 0 {
 			f.replace()
 		} else {
@@ -97,29 +104,54 @@ func (f *churnFleet) churn(ctx context.Context, replaceEvery int) {
 type waitedKey struct{}
 
 // noPeerCounter counts the picks that found no peer, and those among them
-// made while the policy saw a SubConn READY, through the testNoPeer hook.
+// made while the policy saw a SubConn READY and healthy and had handed
+// gRPC no newer picker (so the RPC waits for another event), through the
+// testNoPeer hook; first describes the policy's endpoints at the first of
+// those.
 type noPeerCounter struct {
 	all, ready atomic.Int64
+	mu         sync.Mutex
+	first      string
 }
 
 func (c *noPeerCounter) install(t testing.TB) {
-	f := func(b *lbBalancer, ctx context.Context) {
+	f := func(p *picker, ctx context.Context) {
+		b := p.b
 		c.all.Add(1)
 		if w, ok := ctx.Value(waitedKey{}).(*atomic.Bool); ok {
 			w.Store(true)
 		}
 		b.mu.Lock()
+		// A READY peer counts only if p is still gRPC's picker: a peer
+		// that came up after p's pick came with a new picker, on which
+		// the RPC picks again at once.
 		ready := false
+		current := b.pushed == p
+		var desc strings.Builder
 		for _, e := range b.ends {
-			ready = ready || e.state == connectivity.Ready && e.health == connectivity.Ready
+			ready = ready || current && e.up()
+			fmt.Fprintf(&desc, "\n  %s %v health %v", e.key, e.state, e.health)
+			if e.peer != nil {
+				st := e.peer.State()
+				fmt.Fprintf(&desc, ", peer down %v fails %d in flight %d checked %v ago", st.Down, st.Fails, st.InFlight, time.Since(st.Checked))
+			}
 		}
 		b.mu.Unlock()
-		if ready {
-			c.ready.Add(1)
+		if ready && c.ready.Add(1) == 1 {
+			c.mu.Lock()
+			c.first = desc.String()
+			c.mu.Unlock()
 		}
 	}
 	testNoPeer.Store(&f)
 	t.Cleanup(func() { testNoPeer.Store(nil) })
+}
+
+// String describes the count, and the endpoints at the first pick while READY.
+func (c *noPeerCounter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%d picks found no peer while a SubConn was READY and healthy; at the first:%s", c.ready.Load(), c.first)
 }
 
 // latencies is what a load phase measured: every RPC's latency, sorted,
@@ -201,6 +233,7 @@ func dialAny(t testing.TB, r *manual.Resolver, policy, lbConfig string) *grpc.Cl
 type churnResult struct {
 	churn, steady     *latencies
 	noPeer, noPeerRdy int64  // picks with no peer, and those while READY
+	noPeerWhy         string // the endpoints at the first while READY
 	noLive            uint64 // the picker's NoLivePeerCount after the churn
 }
 
@@ -233,7 +266,7 @@ func runChurn(t *testing.T, policy string, churnFor, steadyFor time.Duration) ch
 	}()
 	res.churn = pace(ctx, conn, churnWorkers, churnThink)
 	<-done
-	res.noPeer, res.noPeerRdy = c.all.Load(), c.ready.Load()
+	res.noPeer, res.noPeerRdy, res.noPeerWhy = c.all.Load(), c.ready.Load(), c.String()
 	res.noLive = Channel(f.r.Scheme() + ":///backends").NoLivePeerCount()
 
 	sctx, scancel := context.WithTimeout(context.Background(), steadyFor)
@@ -272,7 +305,7 @@ func TestChurn_noPickFailsWhileReady(t *testing.T) {
 				len(r.churn.waited), ms(maxOf(r.churn.waited)), ms(r.steady.quantile(0.99)), r.noPeer, r.noPeerRdy, r.noLive)
 			require.Empty(t, r.churn.errs, "RPCs failed under churn")
 			require.Empty(t, r.steady.errs, "RPCs failed after the churn")
-			require.Zero(t, r.noPeerRdy, "picks found no peer while a SubConn was READY and healthy")
+			require.Zero(t, r.noPeerRdy, r.noPeerWhy)
 			require.Zero(t, r.noLive, "the picker found no live peer")
 		})
 	}

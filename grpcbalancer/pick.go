@@ -58,7 +58,7 @@ type attempt struct {
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.err != nil {
 		if f := testNoPeer.Load(); f != nil && p.err == balancer.ErrNoSubConnAvailable {
-			(*f)(p.b, info.Ctx)
+			(*f)(p, info.Ctx)
 		}
 		return balancer.PickResult{}, p.err
 	}
@@ -90,7 +90,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			// Wait for a peer: at the end of the nearest fail window, or
 			// at the next Done (a max_conns slot) or SubConn change.
 			if f := testNoPeer.Load(); f != nil {
-				(*f)(b, info.Ctx)
+				(*f)(p, info.Ctx)
 			}
 			b.waiting.Store(true)
 			if at, ok := p.lb.NextEligible(); ok {
@@ -133,8 +133,9 @@ func (p *picker) setKey(r *lbgo.Request, ctx context.Context) {
 }
 
 // testNoPeer, when set by a test, is told of every pick that returns
-// ErrNoSubConnAvailable for want of a peer, with the attempt's context.
-var testNoPeer atomic.Pointer[func(*lbBalancer, context.Context)]
+// ErrNoSubConnAvailable for want of a peer: the picker, and the attempt's
+// context.
+var testNoPeer atomic.Pointer[func(*picker, context.Context)]
 
 // testDone, when set by a test, sees every outcome the policies report.
 var testDone atomic.Pointer[func(*lbgo.Peer, lbgo.Outcome)]
