@@ -305,7 +305,7 @@ func TestEndToEnd(t *testing.T) {
 
 			// Phase 4: the resolver drops the slow backend and adds a new
 			// one. The kept peers are the same Peer values with the same
-			// state (the flaky backend's last failure time shows it).
+			// state (the flaky backend's last failure time shows it), up.
 			kept := peersOf(lb)
 			flakyState := kept[flaky.addr].State()
 			if flakyState.Accessed.IsZero() {
@@ -323,6 +323,9 @@ func TestEndToEnd(t *testing.T) {
 			for _, b := range []*backend{fast, flaky, restarted} {
 				if now[b.addr] != kept[b.addr] {
 					t.Errorf("phase 4: peer %s was replaced by the update", b.addr)
+				}
+				if now[b.addr].State().Down {
+					t.Errorf("phase 4: kept peer %s is down after the update", b.addr)
 				}
 			}
 			if got := now[flaky.addr].State().Accessed; !got.Equal(flakyState.Accessed) {
