@@ -56,7 +56,8 @@
 //   - When no peer is eligible, Pick returns balancer.ErrNoSubConnAvailable
 //     and the policy wakes at the picker's NextEligible time to hand gRPC a
 //     new picker, so a waiting RPC proceeds as soon as a peer's fail_timeout
-//     ends.
+//     ends; an attempt that ends while an RPC waits hands gRPC a new picker
+//     too, so one waiting for a max_conns slot proceeds when a slot frees.
 //
 // # Probing: lbgo_prequal
 //

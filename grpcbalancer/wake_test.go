@@ -1,0 +1,76 @@
+package grpcbalancer
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	lbgo "github.com/lbgo/balancer"
+	"github.com/stretchr/testify/require"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+)
+
+// TestWake_doneBeforeWait: one backend, max_conns 1. A call holds the one
+// slot; a second call's pick finds no live peer, and the first call ends
+// (its Done frees the slot) before the policy notes that a pick waits.
+// Nothing else happens on the channel (no push, no state change, no fail
+// window), so the second call proceeds only if the policy saw the slot
+// freed: it must end well within its 3 s deadline, not wait through it.
+func TestWake_doneBeforeWait(t *testing.T) {
+	a := startBackend(t)
+	r := manual.NewBuilderWithScheme("wake")
+	r.InitialState(resolver.State{Addresses: addrs(a)})
+	conn, lb := dial(t, r, serviceConfig("lbgo_roundrobin", `{"maxConns": 1}`, 2))
+	client := healthpb.NewHealthClient(conn)
+	require.True(t, waitFor(5*time.Second, func() bool { return allReady(lb) }), "the backend is not READY")
+
+	// Done of the first call, seen by the hook below.
+	first := make(chan struct{})
+	var once sync.Once
+	report := func(*lbgo.Peer, lbgo.Outcome) { once.Do(func() { close(first) }) }
+	testDone.Store(&report)
+	t.Cleanup(func() { testDone.Store(nil) })
+	var hooked sync.Once
+	wait := func() {
+		hooked.Do(func() {
+			select {
+			case <-first:
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}
+	testBeforeWait.Store(&wait)
+	t.Cleanup(func() { testBeforeWait.Store(nil) })
+
+	a.delay.Store(int64(300 * time.Millisecond))
+	errs := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		errs <- err
+	}()
+	var held *lbgo.Peer
+	require.True(t, waitFor(2*time.Second, func() bool {
+		for _, p := range peersOf(lb) {
+			if p.Stats().InFlight == 1 {
+				held = p
+			}
+		}
+		return held != nil
+	}), "the first call is not in flight")
+	a.delay.Store(0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+	took := time.Since(start)
+	require.NoError(t, <-errs, "the first call")
+	require.NoError(t, err, "the second call, after %v", took)
+	require.Less(t, took, 2*time.Second, "the second call waited past the first one's end")
+	t.Logf("the second call took %v (the first held the slot for 300 ms)", took.Round(time.Millisecond))
+}
