@@ -40,7 +40,7 @@ func settled(goroutines, fds int) (g, f int, ok bool) {
 // so that what gRPC starts once per process (its global goroutines, the
 // health-check codec) is in the baseline.
 func warmGRPC(t *testing.T) {
-	f := newChurnFleet(t, 1, 0, 0)
+	f := newChurnFleet(t, "warm", 1, 0, 0)
 	conn := dialAny(t, f.r, "lbgo_prequal", "{}")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -74,7 +74,7 @@ func soak(t *testing.T, policy string) {
 	goroutines, fds := runtime.NumGoroutine(), openFDs()
 
 	var c noPeerCounter
-	c.install(t)
+	c.install(t, "soak:///backends")
 	var seen sync.Map // every peer an outcome was reported on
 	var mu sync.Mutex
 	var failing *probeServer
@@ -90,7 +90,7 @@ func soak(t *testing.T, policy string) {
 	testDone.Store(&report)
 	t.Cleanup(func() { testDone.Store(nil) })
 
-	f := newChurnFleet(t, 6, 34, churnService)
+	f := newChurnFleet(t, "soak", 6, 34, churnService)
 	// The newest server fails from tick 10 (2 s) to tick 25 (5 s): with a
 	// replacement every 5 ticks it stays in the fleet throughout.
 	var windowStart, windowEnd int64
