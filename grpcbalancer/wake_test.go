@@ -74,3 +74,45 @@ func TestWake_doneBeforeWait(t *testing.T) {
 	require.Less(t, took, 2*time.Second, "the second call waited past the first one's end")
 	t.Logf("the second call took %v (the first held the slot for 300 ms)", took.Round(time.Millisecond))
 }
+
+// TestWake_slotFreed: one backend, max_conns 1, a call holding the slot
+// for 300 ms. A second call's pick finds no live peer twice (the pick and
+// the one made after noting that it waits) and waits; the first call's
+// Done hands gRPC a new picker, on which it proceeds: it ends within the
+// first call's 300 ms plus a margin, and NoLivePeerCount reads 2.
+func TestWake_slotFreed(t *testing.T) {
+	a := startBackend(t)
+	r := manual.NewBuilderWithScheme("wakeslot")
+	r.InitialState(resolver.State{Addresses: addrs(a)})
+	conn, lb := dial(t, r, serviceConfig("lbgo_roundrobin", `{"maxConns": 1}`, 2))
+	client := healthpb.NewHealthClient(conn)
+	require.True(t, waitFor(5*time.Second, func() bool { return allReady(lb) }), "the backend is not READY")
+
+	a.delay.Store(int64(300 * time.Millisecond))
+	errs := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		errs <- err
+	}()
+	require.True(t, waitFor(2*time.Second, func() bool { return a.delay.Load() > 0 && inFlight(lb) == 1 }), "the first call is not in flight")
+	a.delay.Store(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+	took := time.Since(start)
+	require.NoError(t, <-errs, "the first call")
+	require.NoError(t, err, "the second call, after %v", took)
+	require.Less(t, took, 2*time.Second, "the second call waited past the first one's end")
+	require.Equal(t, uint64(2), Channel("wakeslot:///backends").NoLivePeerCount())
+}
+
+// inFlight sums the policy's attempts in flight.
+func inFlight(lb *lbBalancer) (n int) {
+	for _, p := range peersOf(lb) {
+		n += p.Stats().InFlight
+	}
+	return n
+}
