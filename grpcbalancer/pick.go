@@ -73,18 +73,23 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		a.rpc = &a.own
 	}
 	peer, err := p.pick(a.rpc, info.Ctx)
+	var wake time.Time
+	var wakes bool
 	if err != nil && noPeer(err) {
 		if f := testBeforeWait.Load(); f != nil {
 			(*f)()
 		}
-		// Wait for a peer: at the end of the nearest fail window, or at
-		// the next Done (a max_conns slot) or SubConn change. A Done that
-		// freed a peer after the pick above and before the Store below
-		// found no waiter and pushed no picker: the pick is made once
-		// more after the Store, so that such a Done is seen by it or
-		// sees the waiter (both sides are sequentially consistent
-		// atomics), and the RPC never waits for a peer already free.
+		// Wait for a peer: at the next Done (a max_conns slot) or SubConn
+		// change, or at the end of the nearest fail window. Nothing must
+		// fall between the pick and the waiting: a Done after the pick
+		// above and before the Store below found no waiter and pushed no
+		// picker, and a window that ended after the pick and before
+		// NextEligible is not in it. So the pick is made once more after
+		// both: such a Done is seen by it or sees the waiter (sequentially
+		// consistent atomics on both sides), and such a window by it or
+		// by the wake-up.
 		b.waiting.Store(true)
+		wake, wakes = p.lb.NextEligible()
 		peer, err = p.pick(a.rpc, info.Ctx)
 	}
 	if err != nil {
@@ -92,8 +97,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			if f := testNoPeer.Load(); f != nil {
 				(*f)(p, info.Ctx)
 			}
-			if at, ok := p.lb.NextEligible(); ok {
-				b.wakeAt(at)
+			if f := testBeforeWake.Load(); f != nil {
+				(*f)()
+			}
+			if wakes {
+				b.wakeAt(wake)
 			}
 			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 		}
@@ -162,6 +170,10 @@ var testNoPeer atomic.Pointer[func(*picker, context.Context)]
 // testBeforeWait, when set by a test, runs between a pick that found no
 // live peer and the policy's note that a pick waits.
 var testBeforeWait atomic.Pointer[func()]
+
+// testBeforeWake, when set by a test, runs between the last pick that
+// found no live peer and the policy's wake-up for the end of a fail window.
+var testBeforeWake atomic.Pointer[func()]
 
 // testDone, when set by a test, sees every outcome the policies report.
 var testDone atomic.Pointer[func(*lbgo.Peer, lbgo.Outcome)]

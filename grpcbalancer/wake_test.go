@@ -8,6 +8,7 @@ import (
 
 	lbgo "github.com/lbgo/balancer"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -115,4 +116,52 @@ func inFlight(lb *lbBalancer) (n int) {
 		n += p.Stats().InFlight
 	}
 	return n
+}
+
+// TestWake_windowEndsBeforeWake: two backends, both out for their
+// failures (max_fails 1, fail_timeout 0.5 s), then healthy again. A
+// wait-for-ready call's pick finds no live peer, and both fail windows
+// end before the policy sets its wake-up (the hook waits past them).
+// Nothing else happens on the channel, so the call proceeds only if the
+// policy wakes for a window that ended meanwhile: it must succeed well
+// within its 3 s deadline.
+func TestWake_windowEndsBeforeWake(t *testing.T) {
+	a, b := startBackend(t), startBackend(t)
+	r := manual.NewBuilderWithScheme("wakewin")
+	r.InitialState(resolver.State{Addresses: addrs(a, b)})
+	conn, lb := dial(t, r, serviceConfig("lbgo_smoothwrr", `{"maxFails": 1, "failTimeout": "0.5s"}`, 2))
+	client := healthpb.NewHealthClient(conn)
+	require.True(t, waitFor(5*time.Second, func() bool { return allReady(lb) }), "the backends are not READY")
+
+	a.fail.Store(true)
+	b.fail.Store(true)
+	for i := 0; i < 4 && !allOut(lb); i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, _ = client.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+	}
+	require.True(t, allOut(lb), "the backends are not both in their fail window")
+	a.fail.Store(false)
+	b.fail.Store(false)
+	last, ok := lb.picker.NextEligible()
+	for _, p := range peersOf(lb) {
+		if end := p.State().Checked.Add(p.FailTimeout()); end.After(last) {
+			last = end
+		}
+	}
+	require.True(t, ok, "no fail window")
+
+	var hooked sync.Once
+	wait := func() { hooked.Do(func() { time.Sleep(time.Until(last) + 50*time.Millisecond) }) }
+	testBeforeWake.Store(&wait)
+	t.Cleanup(func() { testBeforeWake.Store(nil) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	took := time.Since(start)
+	require.NoError(t, err, "after %v", took)
+	require.Less(t, took, 2*time.Second, "the call waited past the fail windows' end (%v after it started)", time.Until(last)+took)
+	t.Logf("the call took %v; the windows ended %v after it started", took.Round(time.Millisecond), last.Sub(start).Round(time.Millisecond))
 }
