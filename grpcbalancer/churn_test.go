@@ -328,12 +328,12 @@ func runChurn(t *testing.T, policy string, d time.Duration) churnResult {
 // next push) and replaces the oldest server with one on a new port every
 // second, stopping it with calls in flight; the calls start as the client
 // is made. For every lbgo_* policy: no pick finds no peer while the policy
-// holds a READY and healthy SubConn, the picker counts no pick without a
-// live peer, and no RPC fails (the retry policy covers the calls a
-// stopped server cuts). grpc-go's round_robin runs beside it on the same
-// fleet, and the policy on a fleet without churn: the policy's p99 under
-// churn after start-up is at most 1.5 times the larger of theirs, plus
-// 10 ms.
+// holds a READY and healthy SubConn (NoLivePeerCount is only logged: a
+// pick may rightly find none while every SubConn connects), and no RPC
+// fails (the retry policy covers the calls a stopped server cuts).
+// grpc-go's round_robin runs beside it on the same fleet, and the policy
+// on a fleet without churn: the policy's p99 under churn after start-up
+// is at most 1.5 times the larger of theirs, plus 10 ms.
 func TestChurn_noPickFailsWhileReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3 s per policy")
@@ -350,7 +350,6 @@ func TestChurn_noPickFailsWhileReady(t *testing.T) {
 				require.Empty(t, l.errs, "RPCs failed")
 			}
 			require.Zero(t, r.noPeerRdy, r.noPeerWhy)
-			require.Zero(t, r.noLive, "the picker found no live peer")
 			// The clients ran at once on one machine, so a loaded
 			// machine slows the three alike. The bound is loose (the
 			// target is 1.2 times), to catch a stall of a picker's
