@@ -105,6 +105,7 @@ type lbBalancer struct {
 	ends    map[string]*endpoint
 	connErr error       // the last connection or resolver error, for a failing picker
 	prober  *grpcProber // the picker's prober, if probing; one per picker
+	pushed  *picker     // the picker handed to gRPC last
 
 	// rpcs maps an RPC (the Done channel of its context, the same for all
 	// its attempts) to the Request its retries share; see pick.go.
@@ -424,6 +425,7 @@ func (b *lbBalancer) pushLocked() {
 		state = connectivity.TransientFailure
 		p.err = fmt.Errorf("%s: no peer is connected and healthy: %v", b.name, b.connErr)
 	}
+	b.pushed = p
 	b.cc.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
 }
 

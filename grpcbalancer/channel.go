@@ -46,8 +46,10 @@ func (c Channel) Policy() string {
 }
 
 // NoLivePeerCount returns how many of the picker's picks found no live
-// peer. A change of the policy's picker options builds a new picker, whose
-// count starts from 0.
+// peer. A gRPC pick that finds none counts 2: the policy picks once more
+// after noting that an RPC waits, so as not to miss a peer freed
+// meanwhile. A change of the policy's picker options builds a new picker,
+// whose count starts from 0.
 func (c Channel) NoLivePeerCount() uint64 {
 	if n, ok := c.picker().(interface{ NoLivePeerCount() uint64 }); ok {
 		return n.NoLivePeerCount()

@@ -21,7 +21,15 @@
 //     that reports addresses), carrying its SubConn as the Peer's Value, so
 //     a pick reads the SubConn with no lookup. Resolver updates reconcile the
 //     peers with the picker's Update: a kept address keeps its peer and so
-//     its failures, in-flight count and latency history.
+//     its failures, in-flight count and latency history, and its SubConn,
+//     so a READY peer stays up through the push. A new address gets a new
+//     SubConn and peer, down until that SubConn is READY (and healthy),
+//     while the others stay up. A removed address's peer leaves the
+//     picker at once and its SubConn is shut down, which lets the attempts
+//     in flight on it finish: their reports end their in-flight count and
+//     are otherwise dropped. An address given back later is a new peer.
+//     Every push hands gRPC a new picker, so RPCs waiting for a peer pick
+//     again.
 //   - A SubConn that is not READY marks its peer down (SetDown(true)); READY
 //     brings it back (SetDown(false)). The down flag, not a failure, because
 //     the connection state is gRPC's own health signal and is already
@@ -48,7 +56,8 @@
 //   - When no peer is eligible, Pick returns balancer.ErrNoSubConnAvailable
 //     and the policy wakes at the picker's NextEligible time to hand gRPC a
 //     new picker, so a waiting RPC proceeds as soon as a peer's fail_timeout
-//     ends.
+//     ends; an attempt that ends while an RPC waits hands gRPC a new picker
+//     too, so one waiting for a max_conns slot proceeds when a slot frees.
 //
 // # Probing: lbgo_prequal
 //

@@ -305,7 +305,8 @@ func TestEndToEnd(t *testing.T) {
 
 			// Phase 4: the resolver drops the slow backend and adds a new
 			// one. The kept peers are the same Peer values with the same
-			// state (the flaky backend's last failure time shows it).
+			// state (the flaky backend's last failure time shows it),
+			// up as their SubConns are.
 			kept := peersOf(lb)
 			flakyState := kept[flaky.addr].State()
 			if flakyState.Accessed.IsZero() {
@@ -324,6 +325,16 @@ func TestEndToEnd(t *testing.T) {
 				if now[b.addr] != kept[b.addr] {
 					t.Errorf("phase 4: peer %s was replaced by the update", b.addr)
 				}
+				// Up if its SubConn is: the push leaves the peer's down
+				// flag to the SubConn's state (a kept SubConn may drop
+				// its connection for reasons of its own).
+				lb.mu.Lock()
+				e := lb.ends[b.addr]
+				if e.up() == now[b.addr].State().Down {
+					t.Errorf("phase 4: kept peer %s down %v after the update, its SubConn %v, health %v",
+						b.addr, now[b.addr].State().Down, e.state, e.health)
+				}
+				lb.mu.Unlock()
 			}
 			if got := now[flaky.addr].State().Accessed; !got.Equal(flakyState.Accessed) {
 				t.Errorf("phase 4: flaky peer's last failure %v became %v across the update", flakyState.Accessed, got)

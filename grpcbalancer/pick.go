@@ -57,6 +57,9 @@ type attempt struct {
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.err != nil {
+		if f := testNoPeer.Load(); f != nil && p.err == balancer.ErrNoSubConnAvailable {
+			(*f)(p, info.Ctx)
+		}
 		return balancer.PickResult{}, p.err
 	}
 	b := p.b
@@ -69,26 +72,36 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if a.rpc == nil {
 		a.rpc = &a.own
 	}
-	r := a.rpc
-	r.mu.Lock()
-	p.setKey(&r.req, info.Ctx)
-	peer, err := p.lb.Pick(&r.req)
-	if err != nil && r.req.Attempts() > 0 && (errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrTriesExhausted)) {
-		// A retry that has tried every eligible peer, or as many as nginx
-		// allows: gRPC's retry policy bounds the attempts, so start the
-		// tried set afresh rather than fail the retry.
-		r.req.Reset()
-		p.setKey(&r.req, info.Ctx)
-		peer, err = p.lb.Pick(&r.req)
+	peer, err := p.pick(a.rpc, info.Ctx)
+	var wake time.Time
+	var wakes bool
+	if err != nil && noPeer(err) {
+		if f := testBeforeWait.Load(); f != nil {
+			(*f)()
+		}
+		// Wait for a peer: at the next Done (a max_conns slot) or SubConn
+		// change, or at the end of the nearest fail window. Nothing must
+		// fall between the pick and the waiting: a Done after the pick
+		// above and before the Store below found no waiter and pushed no
+		// picker, and a window that ended after the pick and before
+		// NextEligible is not in it. So the pick is made once more after
+		// both: such a Done is seen by it or sees the waiter (sequentially
+		// consistent atomics on both sides), and such a window by it or
+		// by the wake-up.
+		b.waiting.Store(true)
+		wake, wakes = p.lb.NextEligible()
+		peer, err = p.pick(a.rpc, info.Ctx)
 	}
-	r.mu.Unlock()
 	if err != nil {
-		if errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrNoPeers) {
-			// Wait for a peer: at the end of the nearest fail window, or
-			// at the next Done (a max_conns slot) or SubConn change.
-			b.waiting.Store(true)
-			if at, ok := p.lb.NextEligible(); ok {
-				b.wakeAt(at)
+		if noPeer(err) {
+			if f := testNoPeer.Load(); f != nil {
+				(*f)(p, info.Ctx)
+			}
+			if f := testBeforeWake.Load(); f != nil {
+				(*f)()
+			}
+			if wakes {
+				b.wakeAt(wake)
 			}
 			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 		}
@@ -105,6 +118,29 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	a.peer, a.start = peer, time.Now()
 	return balancer.PickResult{SubConn: sc, Done: a.done}, nil
+}
+
+// pick picks for the RPC r, under its lock.
+func (p *picker) pick(r *rpc, ctx context.Context) (*lbgo.Peer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.setKey(&r.req, ctx)
+	peer, err := p.lb.Pick(&r.req)
+	if err != nil && r.req.Attempts() > 0 && (errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrTriesExhausted)) {
+		// A retry that has tried every eligible peer, or as many as nginx
+		// allows: gRPC's retry policy bounds the attempts, so start the
+		// tried set afresh rather than fail the retry.
+		r.req.Reset()
+		p.setKey(&r.req, ctx)
+		peer, err = p.lb.Pick(&r.req)
+	}
+	return peer, err
+}
+
+// noPeer reports whether a pick's error means that no peer is eligible
+// now, so that the RPC waits for one.
+func noPeer(err error) bool {
+	return errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrNoPeers)
 }
 
 // setKey gives a keyed picker the RPC's hash key: the value of the
@@ -125,6 +161,19 @@ func (p *picker) setKey(r *lbgo.Request, ctx context.Context) {
 	addr, _ := netip.ParseAddr(v[0])
 	r.SetAddr(addr)
 }
+
+// testNoPeer, when set by a test, is told of every pick that returns
+// ErrNoSubConnAvailable for want of a peer: the picker, and the attempt's
+// context.
+var testNoPeer atomic.Pointer[func(*picker, context.Context)]
+
+// testBeforeWait, when set by a test, runs between a pick that found no
+// live peer and the policy's note that a pick waits.
+var testBeforeWait atomic.Pointer[func()]
+
+// testBeforeWake, when set by a test, runs between the last pick that
+// found no live peer and the policy's wake-up for the end of a fail window.
+var testBeforeWake atomic.Pointer[func()]
 
 // testDone, when set by a test, sees every outcome the policies report.
 var testDone atomic.Pointer[func(*lbgo.Peer, lbgo.Outcome)]

@@ -154,6 +154,8 @@ type probeServer struct {
 	probes  atomic.Int64       // probes that reached the server
 	served  atomic.Int64       // health checks served, not held
 	delay   atomic.Int64       // ns each health check not held takes
+	fail    atomic.Bool        // answer health checks not held UNAVAILABLE, after the delay
+	failed  atomic.Int64       // health checks answered UNAVAILABLE
 	serve   func(net.Listener) // starts srv on a listener
 }
 
@@ -189,6 +191,10 @@ func startProbeServer(t testing.TB, probes, stall bool) *probeServer {
 				case <-ctx.Done():
 					return nil, status.FromContextError(ctx.Err()).Err()
 				}
+			}
+			if s.fail.Load() {
+				s.failed.Add(1)
+				return nil, status.Error(codes.Unavailable, "failing")
 			}
 			s.served.Add(1)
 		}
