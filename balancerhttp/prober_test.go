@@ -183,6 +183,9 @@ func TestProber_refusedAnswer(t *testing.T) {
 	r.err = balancer.ErrUnknownPeer
 	pr.Probe(balancer.NewPeer(addrOf(srv)), r)
 	r.wait(t, 1)
+	// The worker counts the refusal after Answer returns: Close waits
+	// for it.
+	pr.Close()
 	assert.Equal(t, balancerhttp.ProberStats{Sent: 1, Answered: 1, Refused: 1}, pr.Stats())
 }
 
