@@ -59,7 +59,7 @@ func TestHost_failures(t *testing.T) {
 	z.set(t, "txt.test. 30 IN TXT \"no address\"", "bad.test. 30 IN A 127.0.0.2", "refused.test. 30 IN A 127.0.0.2", "slow.test. 30 IN A 127.0.0.2")
 	z.fail("bad.test", dns.RcodeServerFailure)
 	z.fail("refused.test", dns.RcodeRefused)
-	z.hang["slow.test."] = true
+	z.flag(z.hang, "slow.test")
 	ctx := context.Background()
 
 	_, err := Host{Name: "nowhere.test", Port: "80", Server: z.addr}.Resolve(ctx)
@@ -85,18 +85,22 @@ func TestHost_failures(t *testing.T) {
 		_, err := h.Resolve(ctx)
 		assert.Error(t, err, "%+v", h)
 	}
+	z.mu.Lock()
 	assert.Zero(t, z.asked["a.test. A udp"], "refused before asking")
+	z.mu.Unlock()
 }
 
 // TestHost_truncated: a truncated UDP answer is asked again over TCP.
 func TestHost_truncated(t *testing.T) {
 	z := newZone(t)
 	z.set(t, "big.test. 30 IN A 127.0.0.2")
-	z.truncate["big.test."] = true
+	z.flag(z.truncate, "big.test")
 	res, err := Host{Name: "big.test", Port: "80", Server: z.addr, Network: "ip4"}.Resolve(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"127.0.0.2:80"}, addrs(res))
+	z.mu.Lock()
 	assert.Equal(t, 1, z.asked["big.test. A tcp"])
+	z.mu.Unlock()
 }
 
 // TestSRV: nginx's service= mapping: the lowest priority primary, the

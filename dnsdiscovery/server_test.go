@@ -81,6 +81,13 @@ func (z *zone) drop(name string) {
 	}
 }
 
+// flag sets a name's hang or truncate flag.
+func (z *zone) flag(m map[string]bool, name string) {
+	z.mu.Lock()
+	m[dns.Fqdn(name)] = true
+	z.mu.Unlock()
+}
+
 func (z *zone) fail(name string, rcode int) {
 	z.mu.Lock()
 	z.rcode[dns.Fqdn(name)] = rcode
