@@ -35,6 +35,7 @@ type Target struct {
 	Addr   string // host:port
 	Weight int    // the SRV record's weight (0 read as 1); 0 for an A or AAAA record
 	Backup bool   // an SRV record below the lowest priority
+	Source int    // Merge's index of the resolver that gave it; 0 otherwise
 }
 
 // Config sets how a Watcher looks up and applies its answers. The zero

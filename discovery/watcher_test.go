@@ -369,3 +369,27 @@ func TestWatch_concurrentPicks(t *testing.T) {
 		return true
 	})
 }
+
+// TestMerge: the targets of every resolver, in order, each with its
+// resolver's index; the least TTL of those that have one; one failure or
+// empty answer fails the whole.
+func TestMerge(t *testing.T) {
+	a := Static{{Addr: "10.0.0.1:80"}}
+	b := Result{Targets: []Target{{Addr: "10.0.0.2:80", Weight: 3}, {Addr: "10.0.0.3:80", Backup: true}}, TTL: 7 * time.Second}
+	c := Result{Targets: []Target{{Addr: "10.0.0.4:80"}}, TTL: 30 * time.Second}
+	res, err := Merge(a, newScript(b), newScript(c)).Resolve(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, []Target{{Addr: "10.0.0.1:80"}, {Addr: "10.0.0.2:80", Weight: 3, Source: 1}, {Addr: "10.0.0.3:80", Backup: true, Source: 1}, {Addr: "10.0.0.4:80", Source: 2}}, res.Targets)
+	assert.Equal(t, 7*time.Second, res.TTL)
+
+	res, err = Merge(a, Static{{Addr: "10.0.0.5:80"}}).Resolve(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, res.TTL, "no source knows its TTL")
+
+	bad := newScript(Result{})
+	bad.err = errors.New("SERVFAIL")
+	_, err = Merge(a, bad).Resolve(context.Background())
+	assert.ErrorIs(t, err, bad.err)
+	_, err = Merge(a, newScript(Result{TTL: time.Second})).Resolve(context.Background())
+	assert.ErrorIs(t, err, ErrNoAddresses)
+}
