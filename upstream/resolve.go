@@ -1,0 +1,134 @@
+package upstream
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// nginx 1.27.3's run-time resolution: `server NAME resolve [service=S]`,
+// with the `resolver` and `resolver_timeout` directives inside the upstream
+// block or in the http context around it, and a `zone` directive.
+
+// defaultResolverTimeout is nginx's resolver_timeout default.
+const defaultResolverTimeout = 30 * time.Second
+
+// resolverConf is a `resolver` directive and a `resolver_timeout`, of an
+// upstream block or of the http context.
+type resolverConf struct {
+	addrs   []string
+	valid   time.Duration
+	timeout time.Duration
+	line    int // of the resolver directive; 0 for none
+}
+
+// resolver parses `resolver ADDRESS ... [valid=TIME] [ipv4=on|off]
+// [ipv6=on|off] [status_zone=ZONE]`, its ";" checked.
+func (p *parser) resolver(words []token, rc *resolverConf) *ParseError {
+	if len(words) < 2 {
+		return p.errorf(words[0].line, ErrSyntax, "invalid number of arguments in \"resolver\" directive")
+	}
+	rc.addrs, rc.valid, rc.line = nil, 0, words[0].line
+	for _, w := range words[1:] {
+		key, val, eq := strings.Cut(w.text, "=")
+		switch {
+		case eq && key == "valid":
+			d, ok := parseTime(val)
+			if !ok {
+				return p.errorf(w.line, ErrInvalidParam, "invalid parameter: %s", w.text)
+			}
+			rc.valid = d
+		case eq && (key == "ipv4" || key == "ipv6"):
+			if val != "on" && val != "off" {
+				return p.errorf(w.line, ErrInvalidParam, "invalid parameter: %s", w.text)
+			}
+		case eq && key == "status_zone":
+		default:
+			if _, reason := logAddr(w.text); reason != "" || strings.HasPrefix(strings.ToLower(w.text), "unix:") {
+				return p.errorf(w.line, ErrInvalidAddr, "invalid resolver address %v", w)
+			}
+			rc.addrs = append(rc.addrs, w.text)
+		}
+	}
+	if len(rc.addrs) == 0 {
+		return p.errorf(words[0].line, ErrSyntax, "no name servers defined in \"resolver\" directive")
+	}
+	return nil
+}
+
+// resolverTimeout parses `resolver_timeout TIME`.
+func (p *parser) resolverTimeout(words []token, rc *resolverConf) *ParseError {
+	if len(words) != 2 {
+		return p.errorf(words[0].line, ErrSyntax, "invalid number of arguments in \"resolver_timeout\" directive")
+	}
+	d, ok := parseTime(words[1].text)
+	if !ok {
+		return p.errorf(words[1].line, ErrInvalidParam, "invalid value %v in \"resolver_timeout\" directive", words[1])
+	}
+	rc.timeout = d
+	return nil
+}
+
+// zone parses `zone NAME [SIZE]`.
+func (p *parser) zone(words []token, b *Block) *ParseError {
+	if len(words) < 2 || len(words) > 3 {
+		return p.errorf(words[0].line, ErrSyntax, "invalid number of arguments in \"zone\" directive")
+	}
+	b.Zone = words[1].text
+	return nil
+}
+
+// checkService checks a server's service= against nginx's rules:
+// resolve, a name without a port, not empty.
+func (p *parser) checkService(s Server, line int) *ParseError {
+	switch {
+	case s.Service == "":
+		return p.errorf(line, ErrInvalidParam, "service is empty")
+	case !s.Resolve:
+		return p.errorf(line, ErrInvalidParam, "service upstream %q requires \"resolve\" parameter", s.Name)
+	}
+	host, _, hasPort := strings.Cut(s.Name, ":")
+	if strings.HasPrefix(s.Name, "[") {
+		return p.errorf(line, ErrInvalidParam, "service upstream %q requires domain name", s.Name)
+	}
+	if hasPort {
+		return p.errorf(line, ErrInvalidParam, "service upstream %q may not have port", s.Name)
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return p.errorf(line, ErrInvalidParam, "service upstream %q requires domain name", s.Name)
+	}
+	return nil
+}
+
+// checkResolve refuses, as nginx does when it starts, a block with resolve
+// servers but no zone or no resolver (its own or the http context's,
+// which it then takes).
+func (p *parser) checkResolve(b *Block, http resolverConf) *ParseError {
+	resolving := false
+	for _, s := range b.Servers {
+		resolving = resolving || s.Resolve
+	}
+	if !resolving {
+		return nil
+	}
+	if b.Zone == "" {
+		return p.errorf(b.Line, ErrInvalidParam, "resolving names at run time requires upstream %q in %s:%d to be in shared memory", b.Name, p.file, b.Line)
+	}
+	if len(b.Resolvers) == 0 {
+		b.Resolvers, b.ResolverValid = http.addrs, http.valid
+	}
+	if b.ResolverTimeout == 0 {
+		b.ResolverTimeout = cmpOr(http.timeout, defaultResolverTimeout)
+	}
+	if len(b.Resolvers) == 0 {
+		return p.errorf(b.Line, ErrInvalidParam, "no resolver defined to resolve names at run time in upstream %q in %s:%d", b.Name, p.file, b.Line)
+	}
+	return nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d != 0 {
+		return d
+	}
+	return def
+}

@@ -1,0 +1,136 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/discovery"
+)
+
+// FileWatcher keeps a balancer's peers those of an upstream block in a
+// file that may change, as nginx -s reload rereads its configuration; see
+// WatchFile. Its methods are safe for concurrent use.
+type FileWatcher struct {
+	path, name string
+	bal        balancer.Updater
+	c          discovery.Config
+	every      time.Duration
+	cancel     context.CancelFunc
+	done       chan struct{}
+	once       sync.Once
+
+	mu      sync.Mutex
+	src     []byte             // the text in force
+	running *Block             // the block in force
+	block   *discovery.Watcher // its Watcher; nil while none runs
+	reloads int
+	lastErr error
+}
+
+// WatchFile reads the upstream block called name ("" for the only one) in
+// the file at path, keeps bal's peers its servers (following its resolve
+// servers, as Block.Watch does, with c), and reads the file again every
+// `every` (1s if 0): a changed text that parses replaces the list, the
+// peers of the addresses it keeps keeping their state (failures, attempts
+// in flight, statistics), as a reload keeps nginx's zone; one that does
+// not parse, or whose resolve servers answer nothing, leaves the running
+// list in force and is reported to c.OnError (with its file:line) and by
+// Err. A first read that fails is WatchFile's error. Close stops it.
+func WatchFile(ctx context.Context, path, name string, bal balancer.Updater, every time.Duration, c discovery.Config) (*FileWatcher, error) {
+	if every == 0 {
+		every = time.Second
+	}
+	if every < 0 {
+		return nil, fmt.Errorf("upstream: WatchFile: interval %v: negative: %w", every, balancer.ErrInvalidConfig)
+	}
+	wait := c.Wait
+	if wait == nil {
+		wait = func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	w := &FileWatcher{path: path, name: name, bal: bal, c: c, every: every, done: make(chan struct{})}
+	if err := w.reload(ctx); err != nil {
+		return nil, err
+	}
+	ctx, w.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(w.done)
+		for wait(ctx, every) == nil {
+			if err := w.reload(ctx); err != nil && ctx.Err() == nil && c.OnError != nil {
+				c.OnError(err)
+			}
+		}
+	}()
+	return w, nil
+}
+
+// reload reads the file and, if its text changed, applies its block.
+func (w *FileWatcher) reload(ctx context.Context) error {
+	src, err := os.ReadFile(w.path)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil && w.block != nil && bytes.Equal(src, w.src) {
+		return nil
+	}
+	var b *Block
+	if err == nil {
+		b, err = ParseNamed(w.path, src, w.name)
+	}
+	if err != nil {
+		w.lastErr = err
+		return err
+	}
+	// The running block's Watcher stops first, so that none of its
+	// lookups lands after the new list; if the new block's first lookup
+	// fails, the old block is followed again.
+	if w.block != nil {
+		w.block.Close()
+	}
+	next, err := b.Watch(ctx, w.bal, w.c)
+	if err != nil {
+		w.lastErr = err
+		if w.running != nil {
+			w.block, _ = w.running.Watch(ctx, w.bal, w.c)
+		}
+		return err
+	}
+	if w.running != nil {
+		w.reloads++
+	}
+	w.block, w.running, w.src, w.lastErr = next, b, src, nil
+	return nil
+}
+
+// Reloads returns how many changed texts have replaced the list since the
+// first, and the last read's error (nil once a read succeeds).
+func (w *FileWatcher) Reloads() (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reloads, w.lastErr
+}
+
+// Close stops reading the file and following its names. The balancer
+// keeps its last list.
+func (w *FileWatcher) Close() error {
+	w.once.Do(w.cancel)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.block != nil {
+		return w.block.Close()
+	}
+	return nil
+}
