@@ -46,11 +46,41 @@ func Check(js []byte, shape reflect.Type) error {
 	}
 	d := json.NewDecoder(bytes.NewReader(js))
 	d.UseNumber()
-	return value(d, shape, "") // json.Valid holds one value only
+	return value(d, shape, &path{}) // json.Valid holds one value only
+}
+
+// path is where a value is: its objects' keys and arrays' indexes, made a
+// string only for an error, since building it at every level would cost
+// time and memory quadratic in the depth of the text.
+type path struct{ segs []seg }
+
+type seg struct {
+	key   string
+	index int // for an array's element, where key is ""
+	elem  bool
+}
+
+func (p *path) push(s seg) { p.segs = append(p.segs, s) }
+func (p *path) pop()       { p.segs = p.segs[:len(p.segs)-1] }
+
+func (p *path) String() string {
+	var b strings.Builder
+	for i, s := range p.segs {
+		switch {
+		case s.elem:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		case i > 0:
+			b.WriteString(".")
+			fallthrough
+		default:
+			b.WriteString(s.key)
+		}
+	}
+	return b.String()
 }
 
 // value reads one value of d against shape (nil: any), at path.
-func value(d *json.Decoder, shape reflect.Type, path string) error {
+func value(d *json.Decoder, shape reflect.Type, path *path) error {
 	for shape != nil && shape.Kind() == reflect.Pointer {
 		shape = shape.Elem()
 	}
@@ -66,9 +96,11 @@ func value(d *json.Decoder, shape reflect.Type, path string) error {
 				elem = shape.Elem()
 			}
 			for i := 0; d.More(); i++ {
-				if err := value(d, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				path.push(seg{index: i, elem: true})
+				if err := value(d, elem, path); err != nil {
 					return err
 				}
+				path.pop()
 			}
 		} else if err := object(d, shape, path); err != nil {
 			return err
@@ -82,7 +114,7 @@ func value(d *json.Decoder, shape reflect.Type, path string) error {
 }
 
 // object reads the keys and values of an object whose '{' was read.
-func object(d *json.Decoder, shape reflect.Type, path string) error {
+func object(d *json.Decoder, shape reflect.Type, path *path) error {
 	var fields map[string]reflect.Type // nil: any key
 	var elem reflect.Type
 	switch {
@@ -99,12 +131,9 @@ func object(d *json.Decoder, shape reflect.Type, path string) error {
 			return err
 		}
 		key := tok.(string) // an object's keys are strings, or Token fails
-		at := key
-		if path != "" {
-			at = path + "." + key
-		}
+		path.push(seg{key: key})
 		if seen[key] {
-			return &Error{Path: at, Why: "given twice"}
+			return &Error{Path: path.String(), Why: "given twice"}
 		}
 		seen[key] = true
 		t := elem
@@ -113,16 +142,17 @@ func object(d *json.Decoder, shape reflect.Type, path string) error {
 			if !ok {
 				for name := range fields {
 					if strings.EqualFold(name, key) {
-						return &Error{Path: at, Why: fmt.Sprintf("no such field; the field is %s (names match exactly)", name)}
+						return &Error{Path: path.String(), Why: fmt.Sprintf("no such field; the field is %s (names match exactly)", name)}
 					}
 				}
-				return &Error{Path: at, Why: "no such field"}
+				return &Error{Path: path.String(), Why: "no such field"}
 			}
 			t = ft
 		}
-		if err := value(d, t, at); err != nil {
+		if err := value(d, t, path); err != nil {
 			return err
 		}
+		path.pop()
 	}
 	return nil
 }
@@ -148,13 +178,13 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 }
 
 // number refuses a number that a float64 does not hold.
-func number(n json.Number, path string) error {
+func number(n json.Number, path *path) error {
 	f, err := strconv.ParseFloat(string(n), 64)
 	if err != nil {
-		return &Error{Path: path, Value: string(n), Why: "beyond a double's range"}
+		return &Error{Path: path.String(), Value: string(n), Why: "beyond a double's range"}
 	}
 	if f == 0 && strings.ContainsAny(mantissa(string(n)), "123456789") {
-		return &Error{Path: path, Value: string(n), Why: "not zero, but a double rounds it to zero"}
+		return &Error{Path: path.String(), Value: string(n), Why: "not zero, but a double rounds it to zero"}
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package strictjson
 import (
 	"encoding/json"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -75,4 +77,27 @@ func TestCheck_anyShape(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, "a.b", e.Path)
 	assert.EqualError(t, Check([]byte(`[1e-999]`), nil), "[0] 1e-999: not zero, but a double rounds it to zero")
+}
+
+// TestCheck_deep: text nested as deep as encoding/json reads (10000
+// levels), or a long array, costs memory in proportion to its length: a
+// path built at every level cost the square of the depth (hundreds of
+// megabytes for 20 kB of brackets). The path is still named on an error.
+func TestCheck_deep(t *testing.T) {
+	const n = 9999
+	for _, js := range []string{
+		strings.Repeat("[", n) + strings.Repeat("]", n),
+		strings.Repeat(`{"key":`, n) + "1" + strings.Repeat("}", n),
+		"[" + strings.Repeat("1,", 100000) + "1]",
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		require.NoError(t, Check([]byte(js), nil))
+		runtime.ReadMemStats(&after)
+		assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(200*len(js)), "bytes allocated for %d bytes of text", len(js))
+	}
+	err := Check([]byte(strings.Repeat("[", 50)+"1e999"+strings.Repeat("]", 50)), nil)
+	assert.EqualError(t, err, strings.Repeat("[0]", 50)+" 1e999: beyond a double's range")
+	err = Check([]byte(`[{"a":[0,{"b":{"c":1,"c":2}}]}]`), nil)
+	assert.EqualError(t, err, "[0].a[1].b.c: given twice")
 }
