@@ -8,9 +8,11 @@
 //	w, err := discovery.Watch(ctx, lb, dnsdiscovery.Host{Name: "api.internal", Port: "8080"}, discovery.Config{})
 //
 // Every answer is checked before use: its ID and question are the query's
-// (the client checks them), an error code is an error (NXDOMAIN wraps
-// discovery.ErrNoAddresses, as does an answer without addresses), and a
-// truncated answer over UDP is asked again over TCP.
+// (the client checks them), only the records of the name asked and of
+// the names its CNAMEs lead to are read (a CNAME loop ends the chain), a
+// TTL with its top bit set is 0 (RFC 2181), an error code is an error
+// (NXDOMAIN wraps discovery.ErrNoAddresses, as does an answer without
+// addresses), and a truncated answer over UDP is asked again over TCP.
 package dnsdiscovery
 
 import (
@@ -97,12 +99,10 @@ func (s SRV) Resolve(ctx context.Context) (discovery.Result, error) {
 	if err != nil {
 		return discovery.Result{}, err
 	}
-	ttl := minTTL(in.Answer)
+	rrs, ttl := answer(in, qname, dns.TypeSRV)
 	var recs []*dns.SRV
-	for _, rr := range in.Answer {
-		if srv, ok := rr.(*dns.SRV); ok {
-			recs = append(recs, srv)
-		}
+	for _, rr := range rrs {
+		recs = append(recs, rr.(*dns.SRV))
 	}
 	if len(recs) == 0 {
 		return discovery.Result{}, fmt.Errorf("dnsdiscovery: %s: no SRV records: %w", qname, discovery.ErrNoAddresses)
@@ -169,8 +169,9 @@ func addresses(ctx context.Context, server, name, network string) ([]netip.Addr,
 		if err != nil {
 			return nil, 0, err
 		}
-		ttl = min(ttl, minTTL(in.Answer))
-		for _, rr := range in.Answer {
+		rrs, t := answer(in, name, qtype)
+		ttl = min(ttl, t)
+		for _, rr := range rrs {
 			var ip net.IP
 			switch r := rr.(type) {
 			case *dns.A:
@@ -213,13 +214,44 @@ func exchange(ctx context.Context, server, name string, qtype uint16) (*dns.Msg,
 	return nil, fmt.Errorf("dnsdiscovery: %s %s: %s", name, dns.TypeToString[qtype], dns.RcodeToString[in.Rcode])
 }
 
-// minTTL is the least TTL of rrs, math.MaxInt64 for none.
-func minTTL(rrs []dns.RR) time.Duration {
+// answer returns the records of type qtype that answer name in in, and
+// their least TTL and that of the CNAMEs that lead to them (math.MaxInt64
+// for none). As net's resolver, it takes only the records of name and of
+// the names its CNAMEs lead to: a server may add others (of names nobody
+// asked about), which must not become peers nor set the TTL. A CNAME loop
+// ends the chain.
+func answer(in *dns.Msg, name string, qtype uint16) ([]dns.RR, time.Duration) {
+	owner := func(rr dns.RR) string { return strings.ToLower(dns.Fqdn(rr.Header().Name)) }
+	chain := map[string]bool{}
 	ttl := time.Duration(math.MaxInt64)
-	for _, rr := range rrs {
-		ttl = min(ttl, time.Duration(rr.Header().Ttl)*time.Second)
+	for cur := strings.ToLower(dns.Fqdn(name)); !chain[cur]; {
+		chain[cur] = true
+		for _, rr := range in.Answer {
+			if c, ok := rr.(*dns.CNAME); ok && qtype != dns.TypeCNAME && owner(rr) == cur {
+				ttl = min(ttl, ttlOf(rr))
+				cur = strings.ToLower(dns.Fqdn(c.Target))
+				break
+			}
+		}
 	}
-	return ttl
+	var rrs []dns.RR
+	for _, rr := range in.Answer {
+		if h := rr.Header(); h.Rrtype == qtype && h.Class == dns.ClassINET && chain[owner(rr)] {
+			rrs = append(rrs, rr)
+			ttl = min(ttl, ttlOf(rr))
+		}
+	}
+	return rrs, ttl
+}
+
+// ttlOf is a record's TTL; one with its top bit set is 0, as RFC 2181
+// (section 8) asks.
+func ttlOf(rr dns.RR) time.Duration {
+	t := rr.Header().Ttl
+	if t >= 1<<31 {
+		t = 0
+	}
+	return time.Duration(t) * time.Second
 }
 
 // serverOf returns the server to ask: server, or the first of

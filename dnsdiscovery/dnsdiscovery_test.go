@@ -169,3 +169,43 @@ func TestNetResolver(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, discovery.ErrNoAddresses)
 }
+
+// TestHost_lyingServer: records of names not asked about (neither the name
+// nor a CNAME it leads to) are left out, as net's resolver leaves them
+// out, and their TTLs do not count; a CNAME loop is no address; a TTL with
+// its top bit set is 0 (RFC 2181 section 8).
+func TestHost_lyingServer(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "api.test. 30 IN A 127.0.0.2", "alias.test. 30 IN CNAME api.test.",
+		"srv.test. 60 IN A 127.0.0.5",
+		"_http._tcp.svc.test. 30 IN SRV 1 1 80 srv.test.",
+		"loop1.test. 30 IN CNAME loop2.test.", "loop2.test. 30 IN CNAME loop1.test.",
+		"big.test. 2147483648 IN A 127.0.0.7")
+	z.lie(t, "api.test", "evil.test. 1 IN A 10.6.6.6", "evil.test. 1 IN CNAME api.test.")
+	z.lie(t, "alias.test", "other.test. 1 IN A 10.6.6.7")
+	z.lie(t, "_http._tcp.svc.test", "_http._tcp.evil.test. 1 IN SRV 1 1 80 evil.test.")
+	z.lie(t, "loop1.test", "loop2.test. 30 IN CNAME loop1.test.", "stray.test. 30 IN A 10.6.6.8")
+	ctx := context.Background()
+
+	res, err := Host{Name: "api.test", Port: "80", Server: z.addr}.Resolve(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.2:80"}, addrs(res))
+	assert.Equal(t, 30*time.Second, res.TTL)
+
+	res, err = Host{Name: "alias.test", Port: "80", Server: z.addr}.Resolve(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.2:80"}, addrs(res))
+	assert.Equal(t, 30*time.Second, res.TTL)
+
+	res, err = SRV{Service: "http", Name: "svc.test", Server: z.addr}.Resolve(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.5:80"}, addrs(res))
+	assert.Equal(t, 30*time.Second, res.TTL)
+
+	_, err = Host{Name: "loop1.test", Port: "80", Server: z.addr}.Resolve(ctx)
+	assert.ErrorIs(t, err, discovery.ErrNoAddresses)
+
+	res, err = Host{Name: "big.test", Port: "80", Server: z.addr}.Resolve(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, time.Nanosecond, res.TTL, "a TTL above 2^31-1 is 0")
+}

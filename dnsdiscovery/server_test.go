@@ -22,11 +22,14 @@ type zone struct {
 	hang     map[string]bool
 	truncate map[string]bool
 	asked    map[string]int // questions by "name type net"
+	// extra is added to every answer about a name, as a server that lies
+	// adds records nobody asked for.
+	extra map[string][]dns.RR
 }
 
 func newZone(t *testing.T) *zone {
 	t.Helper()
-	z := &zone{rrs: map[string][]dns.RR{}, rcode: map[string]int{}, hang: map[string]bool{}, truncate: map[string]bool{}, asked: map[string]int{}}
+	z := &zone{rrs: map[string][]dns.RR{}, rcode: map[string]int{}, hang: map[string]bool{}, truncate: map[string]bool{}, asked: map[string]int{}, extra: map[string][]dns.RR{}}
 	// One port for UDP and TCP: a free UDP port may be taken for TCP, so
 	// a few tries.
 	var pc net.PacketConn
@@ -81,6 +84,18 @@ func (z *zone) drop(name string) {
 	}
 }
 
+// lie adds records to every answer about name.
+func (z *zone) lie(t *testing.T, name string, records ...string) {
+	t.Helper()
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, s := range records {
+		rr, err := dns.NewRR(s)
+		require.NoError(t, err, s)
+		z.extra[dns.Fqdn(name)] = append(z.extra[dns.Fqdn(name)], rr)
+	}
+}
+
 // flag sets a name's hang or truncate flag.
 func (z *zone) flag(m map[string]bool, name string) {
 	z.mu.Lock()
@@ -116,6 +131,7 @@ func (z *zone) serve(network string) func(dns.ResponseWriter, *dns.Msg) {
 			target := strings.ToLower(cname[0].(*dns.CNAME).Target)
 			rrs = append(cname, z.rrs[target+" "+dns.TypeToString[q.Qtype]]...)
 		}
+		rrs = append(rrs, z.extra[name]...)
 		z.mu.Unlock()
 		if hang {
 			return
