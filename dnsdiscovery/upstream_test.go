@@ -3,9 +3,15 @@ package dnsdiscovery
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +82,107 @@ func TestBlockWatch(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // the test waits for the Watcher's next lookup
 	}
 	assert.Equal(t, want, list())
+}
+
+// TestWatchFile_onError: WatchFile's reports come from two goroutines, the
+// file's and the block's Watcher; they never overlap (c.OnError needs no
+// lock of its own), and a failed first lookup of a changed block is
+// reported once.
+func TestWatchFile_onError(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "api.test. 30 IN A 127.0.0.2")
+	path := filepath.Join(t.TempDir(), "up.conf")
+	conf := func(name string) []byte {
+		return []byte(fmt.Sprintf("upstream back {\n zone back 64k;\n resolver %s;\n server %s:80 resolve;\n}\n", z.addr, name))
+	}
+	require.NoError(t, os.WriteFile(path, conf("api.test"), 0o644))
+	const every = 7 * time.Millisecond
+	fileGo, fileReady, blockGo := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	wait := func(ctx context.Context, d time.Duration) error {
+		release := blockGo
+		if d == every {
+			release = fileGo
+			select {
+			case fileReady <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var inside atomic.Int32
+	var mu sync.Mutex
+	var reported []error
+	overlap := false
+	firstIn, secondIn := make(chan struct{}), make(chan struct{}, 1)
+	onError := func(err error) {
+		if inside.Add(1) > 1 {
+			overlap = true
+		}
+		mu.Lock()
+		reported = append(reported, err)
+		n := len(reported)
+		mu.Unlock()
+		if n == 1 {
+			close(firstIn)
+			select { // the file's report comes in now, unless it waits its turn
+			case <-secondIn:
+			case <-time.After(time.Second):
+			}
+		} else {
+			select {
+			case secondIn <- struct{}{}:
+			default:
+			}
+		}
+		inside.Add(-1)
+	}
+	lb, err := balancer.NewSmoothWRR(nil)
+	require.NoError(t, err)
+	w, err := upstream.WatchFile(context.Background(), path, "back", lb, every, discovery.Config{Wait: wait, OnError: onError})
+	require.NoError(t, err)
+	step := func() { // one read of the file, and back waiting
+		fileGo <- struct{}{}
+		select {
+		case <-fileReady:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the file was not read")
+		}
+	}
+	<-fileReady
+
+	z.fail("api.test", dns.RcodeServerFailure)
+	require.NoError(t, os.WriteFile(path, []byte("upstream back {\n server x weight=0;\n}\n"), 0o644))
+	blockGo <- struct{}{} // the block's lookup fails: one report
+	select {
+	case <-firstIn:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failed lookup was not reported")
+	}
+	step() // the file does not parse: another
+	mu.Lock()
+	assert.Len(t, reported, 2)
+	mu.Unlock()
+	assert.False(t, overlap, "OnError called while it ran")
+
+	// A changed block whose first lookup fails: reported once (and the
+	// running block's, followed again, fails too).
+	require.NoError(t, os.WriteFile(path, conf("gone.test"), 0o644))
+	step()
+	require.NoError(t, w.Close())
+	mu.Lock()
+	defer mu.Unlock()
+	gone := 0
+	for _, err := range reported {
+		if strings.Contains(err.Error(), "gone.test") {
+			gone++
+			assert.ErrorIs(t, err, discovery.ErrNoAddresses)
+		}
+	}
+	assert.Equal(t, 1, gone, "%v", reported)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lbgo/balancer"
@@ -40,7 +41,9 @@ type FileWatcher struct {
 // in flight, statistics), as a reload keeps nginx's zone; one that does
 // not parse, or whose resolve servers answer nothing, leaves the running
 // list in force and is reported to c.OnError (with its file:line) and by
-// Err. A first read that fails is WatchFile's error. Close stops it.
+// Reloads. c.OnError is called from the file's goroutine and the block's
+// Watcher, never two calls at once, and once for each failure. A first
+// read that fails is WatchFile's error. Close stops it.
 func WatchFile(ctx context.Context, path, name string, bal balancer.Updater, every time.Duration, c discovery.Config) (*FileWatcher, error) {
 	if every == 0 {
 		every = time.Second
@@ -61,15 +64,25 @@ func WatchFile(ctx context.Context, path, name string, bal balancer.Updater, eve
 			}
 		}
 	}
+	if onError := c.OnError; onError != nil {
+		// The file's goroutine and the block's Watcher both report: one
+		// at a time, so that OnError needs no lock of its own.
+		var mu sync.Mutex
+		c.OnError = func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			onError(err)
+		}
+	}
 	w := &FileWatcher{path: path, name: name, bal: bal, c: c, every: every, done: make(chan struct{})}
-	if err := w.reload(ctx); err != nil {
+	if err, _ := w.reload(ctx); err != nil {
 		return nil, err
 	}
 	ctx, w.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(w.done)
 		for wait(ctx, every) == nil {
-			if err := w.reload(ctx); err != nil && ctx.Err() == nil && c.OnError != nil {
+			if err, reported := w.reload(ctx); err != nil && !reported && ctx.Err() == nil && c.OnError != nil {
 				c.OnError(err)
 			}
 		}
@@ -77,13 +90,15 @@ func WatchFile(ctx context.Context, path, name string, bal balancer.Updater, eve
 	return w, nil
 }
 
-// reload reads the file and, if its text changed, applies its block.
-func (w *FileWatcher) reload(ctx context.Context) error {
+// reload reads the file and, if its text changed, applies its block. An
+// error is reported already where the block's first lookup failed (the
+// Watcher reports it).
+func (w *FileWatcher) reload(ctx context.Context) (err error, reported bool) {
 	src, err := os.ReadFile(w.path)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil && w.block != nil && bytes.Equal(src, w.src) {
-		return nil
+		return nil, false
 	}
 	var b *Block
 	if err == nil {
@@ -91,7 +106,7 @@ func (w *FileWatcher) reload(ctx context.Context) error {
 	}
 	if err != nil {
 		w.lastErr = err
-		return err
+		return err, false
 	}
 	// The running block's Watcher stops first, so that none of its
 	// lookups lands after the new list; if the new block's first lookup
@@ -99,19 +114,28 @@ func (w *FileWatcher) reload(ctx context.Context) error {
 	if w.block != nil {
 		w.block.Close()
 	}
-	next, err := b.Watch(ctx, w.bal, w.c)
+	c := w.c
+	var told atomic.Bool // the Watcher reported its first lookup's failure
+	if onError := c.OnError; onError != nil {
+		c.OnError = func(err error) {
+			told.Store(true)
+			onError(err)
+		}
+	}
+	next, err := b.Watch(ctx, w.bal, c)
 	if err != nil {
 		w.lastErr = err
+		reported := told.Load()
 		if w.running != nil {
 			w.block, _ = w.running.Watch(ctx, w.bal, w.c)
 		}
-		return err
+		return err, reported
 	}
 	if w.running != nil {
 		w.reloads++
 	}
 	w.block, w.running, w.src, w.lastErr = next, b, src, nil
-	return nil
+	return nil, false
 }
 
 // Reloads returns how many changed texts have replaced the list since the
