@@ -20,6 +20,9 @@ type Host struct {
 	Name, Port string
 	// Resolver asks the DNS; nil: net.DefaultResolver.
 	Resolver *net.Resolver
+	// Network is "ip" (A and AAAA, the default), "ip4" or "ip6", as
+	// nginx's resolver ipv6=off and ipv4=off.
+	Network string
 }
 
 // Resolve implements Resolver.
@@ -27,7 +30,11 @@ func (h Host) Resolve(ctx context.Context) (Result, error) {
 	if h.Name == "" || h.Port == "" {
 		return Result{}, fmt.Errorf("discovery: Host %q port %q: both required", h.Name, h.Port)
 	}
-	ips, err := resolver(h.Resolver).LookupNetIP(ctx, "ip", h.Name)
+	network, err := networkOf(h.Network)
+	if err != nil {
+		return Result{}, err
+	}
+	ips, err := resolver(h.Resolver).LookupNetIP(ctx, network, h.Name)
 	if err != nil {
 		return Result{}, lookupError(h.Name, err)
 	}
@@ -45,12 +52,18 @@ type SRV struct {
 	Service, Name string
 	// Resolver asks the DNS; nil: net.DefaultResolver.
 	Resolver *net.Resolver
+	// Network is the targets' addresses to ask, as Host's.
+	Network string
 }
 
 // Resolve implements Resolver.
 func (s SRV) Resolve(ctx context.Context) (Result, error) {
 	if s.Service == "" || s.Name == "" {
 		return Result{}, fmt.Errorf("discovery: SRV service %q name %q: both required", s.Service, s.Name)
+	}
+	network, err := networkOf(s.Network)
+	if err != nil {
+		return Result{}, err
 	}
 	r := resolver(s.Resolver)
 	service, proto, name := s.Service, "tcp", s.Name
@@ -68,7 +81,7 @@ func (s SRV) Resolve(ctx context.Context) (Result, error) {
 	var ts []Target
 	var lastErr error
 	for _, rec := range recs {
-		ips, err := r.LookupNetIP(ctx, "ip", rec.Target)
+		ips, err := r.LookupNetIP(ctx, network, rec.Target)
 		if err != nil {
 			if ctx.Err() != nil {
 				return Result{}, ctx.Err()
@@ -82,6 +95,17 @@ func (s SRV) Resolve(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("discovery: %s.%s: no target resolves (%v): %w", s.Service, s.Name, lastErr, ErrNoAddresses)
 	}
 	return Result{Targets: sortTargets(ts)}, nil
+}
+
+// networkOf checks a Network: "ip" for "".
+func networkOf(network string) (string, error) {
+	switch network {
+	case "", "ip":
+		return "ip", nil
+	case "ip4", "ip6":
+		return network, nil
+	}
+	return "", fmt.Errorf("discovery: network %q: want ip, ip4 or ip6", network)
 }
 
 func resolver(r *net.Resolver) *net.Resolver {

@@ -3,6 +3,7 @@ package dnsdiscovery
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,29 @@ func TestBlockWatch(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // the test waits for the Watcher's next lookup
 	}
 	assert.Equal(t, want, list())
+}
+
+// TestBlockWatch_ipv6Off: the resolver's ipv6=off asks for A records
+// only, ipv4=off AAAA only, as nginx does.
+func TestBlockWatch_ipv6Off(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "api.test. 30 IN A 127.0.0.2", "api.test. 30 IN AAAA ::1",
+		"_http._tcp.svc.test. 30 IN SRV 1 1 9001 api.test.")
+	for _, tt := range []struct{ param, want string }{{"ipv6=off", "127.0.0.2"}, {"ipv4=off", "::1"}} {
+		conf := fmt.Sprintf("upstream back {\n zone back 64k;\n resolver %s %s;\n server api.test:80 resolve;\n server svc.test service=http resolve;\n}", z.addr, tt.param)
+		b, err := upstream.Parse("nginx.conf", []byte(conf))
+		require.NoError(t, err)
+		lb, err := balancer.NewSmoothWRR(nil)
+		require.NoError(t, err)
+		w, err := b.Watch(context.Background(), lb, discovery.Config{})
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		var got []string
+		for _, p := range lb.Peers() {
+			got = append(got, p.Addr())
+		}
+		assert.Equal(t, []string{net.JoinHostPort(tt.want, "80"), net.JoinHostPort(tt.want, "9001")}, got, tt.param)
+	}
 }
 
 // TestWatchFile_onError: WatchFile's reports come from two goroutines, the

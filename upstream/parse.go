@@ -243,7 +243,7 @@ func (p *parser) upstream(words []token, end token) *ParseError {
 	if err := p.check(b); err != nil {
 		return err
 	}
-	b.Resolvers, b.ResolverValid, b.ResolverTimeout = own.addrs, own.valid, own.timeout
+	b.Resolvers, b.ResolverValid, b.ResolverTimeout, b.ResolverNetwork = own.addrs, own.valid, own.timeout, own.network
 	p.blocks = append(p.blocks, b)
 	return nil
 }

@@ -17,6 +17,7 @@ const defaultResolverTimeout = 30 * time.Second
 // upstream block or of the http context.
 type resolverConf struct {
 	addrs   []string
+	network string // "", "ip4" or "ip6"
 	valid   time.Duration
 	timeout time.Duration
 	line    int // of the resolver directive; 0 for none
@@ -29,6 +30,7 @@ func (p *parser) resolver(words []token, rc *resolverConf) *ParseError {
 		return p.errorf(words[0].line, ErrSyntax, "invalid number of arguments in \"resolver\" directive")
 	}
 	rc.addrs, rc.valid, rc.line = nil, 0, words[0].line
+	ipv4, ipv6 := true, true
 	for _, w := range words[1:] {
 		key, val, eq := strings.Cut(w.text, "=")
 		switch {
@@ -42,6 +44,11 @@ func (p *parser) resolver(words []token, rc *resolverConf) *ParseError {
 			if val != "on" && val != "off" {
 				return p.errorf(w.line, ErrInvalidParam, "invalid parameter: %s", w.text)
 			}
+			if key == "ipv4" {
+				ipv4 = val == "on"
+			} else {
+				ipv6 = val == "on"
+			}
 		case eq && key == "status_zone":
 		default:
 			if _, reason := logAddr(w.text); reason != "" || strings.HasPrefix(strings.ToLower(w.text), "unix:") {
@@ -52,6 +59,16 @@ func (p *parser) resolver(words []token, rc *resolverConf) *ParseError {
 	}
 	if len(rc.addrs) == 0 {
 		return p.errorf(words[0].line, ErrSyntax, "no name servers defined in \"resolver\" directive")
+	}
+	switch {
+	case !ipv4 && !ipv6:
+		return p.errorf(words[0].line, ErrInvalidParam, "\"ipv4\" and \"ipv6\" cannot both be \"off\"")
+	case !ipv6:
+		rc.network = "ip4"
+	case !ipv4:
+		rc.network = "ip6"
+	default:
+		rc.network = ""
 	}
 	return nil
 }
@@ -115,7 +132,7 @@ func (p *parser) checkResolve(b *Block, http resolverConf) *ParseError {
 		return p.errorf(b.Line, ErrInvalidParam, "resolving names at run time requires upstream %q in %s:%d to be in shared memory", b.Name, p.file, b.Line)
 	}
 	if len(b.Resolvers) == 0 {
-		b.Resolvers, b.ResolverValid = http.addrs, http.valid
+		b.Resolvers, b.ResolverValid, b.ResolverNetwork = http.addrs, http.valid, http.network
 	}
 	if b.ResolverTimeout == 0 {
 		b.ResolverTimeout = cmpOr(http.timeout, defaultResolverTimeout)

@@ -35,6 +35,7 @@ func TestParse_resolve(t *testing.T) {
 	assert.Equal(t, []string{"127.0.0.53", "10.0.0.2:5353"}, back.Resolvers)
 	assert.Equal(t, 30*time.Second, back.ResolverValid)
 	assert.Equal(t, 5*time.Second, back.ResolverTimeout)
+	assert.Equal(t, "ip4", back.ResolverNetwork, "ipv6=off")
 	require.Len(t, back.Servers, 3)
 	assert.True(t, back.Servers[0].Resolve)
 	assert.Equal(t, "api.internal:8080", back.Servers[0].Addr)
@@ -46,6 +47,11 @@ func TestParse_resolve(t *testing.T) {
 	assert.Equal(t, []string{"192.0.2.1"}, inh.Resolvers, "the http context's resolver, given after the block")
 	assert.Equal(t, 30*time.Second, inh.ResolverTimeout, "nginx's default")
 	assert.Zero(t, inh.ResolverValid)
+	assert.Empty(t, inh.ResolverNetwork)
+
+	blocks, err = ParseAll("nginx.conf", []byte("http {\n resolver 192.0.2.1 ipv4=off;\n upstream u {\n zone u;\n server a.internal resolve;\n }\n}"))
+	require.NoError(t, err)
+	assert.Equal(t, "ip6", blocks[0].ResolverNetwork, "the http context's ipv4=off")
 }
 
 // TestParse_resolveRefused: what nginx 1.27.3 refuses, with its message
@@ -67,6 +73,7 @@ func TestParse_resolveRefused(t *testing.T) {
 		{"resolver bad valid", "upstream u {\n zone u;\n resolver 10.0.0.2 valid=soon;\n server a resolve;\n}", 3, "invalid parameter: valid=soon"},
 		{"resolver bad address", "upstream u {\n zone u;\n resolver 10.0.0.2:0;\n server a resolve;\n}", 3, `invalid resolver address "10.0.0.2:0"`},
 		{"resolver_timeout bad", "upstream u {\n zone u;\n resolver 10.0.0.2;\n resolver_timeout x;\n server a resolve;\n}", 4, `invalid value "x" in "resolver_timeout" directive`},
+		{"resolver with no family", "upstream u {\n zone u;\n resolver 10.0.0.2 ipv4=off ipv6=off;\n server a resolve;\n}", 3, `"ipv4" and "ipv6" cannot both be "off"`},
 		{"zone without name", "upstream u {\n zone;\n server a;\n}", 2, `invalid number of arguments in "zone" directive`},
 	}
 	for _, tt := range tests {

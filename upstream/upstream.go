@@ -42,6 +42,9 @@ type Block struct {
 	Resolvers       []string
 	ResolverValid   time.Duration
 	ResolverTimeout time.Duration
+	// ResolverNetwork is the addresses the resolver asks for: "" for A
+	// and AAAA, "ip4" with ipv6=off, "ip6" with ipv4=off.
+	ResolverNetwork string
 }
 
 // Server is one `server` line with nginx's defaults filled in: the parser

@@ -17,7 +17,8 @@ import (
 // unless the server is one; a record's weight where the server's is
 // nginx's default 1), each with the server's max_fails, fail_timeout,
 // max_conns and down. The names are asked of the block's first resolver
-// (port 53 unless given), each lookup bounded by ResolverTimeout, again
+// (port 53 unless given; A records only with its ipv6=off, AAAA only with
+// ipv4=off), each lookup bounded by ResolverTimeout, again
 // every ResolverValid where it is set, else every c.Interval (net.Resolver
 // does not tell the records' TTLs). c's Interval and Timeout, where set,
 // win over the block's; its Peer is the block's.
@@ -34,10 +35,10 @@ func (b *Block) Watch(ctx context.Context, bal balancer.Updater, c discovery.Con
 		case !s.Resolve:
 			sources[i] = discovery.Static{{Addr: s.Addr}}
 		case s.Service != "":
-			sources[i] = discovery.SRV{Service: s.Service, Name: s.Name, Resolver: r}
+			sources[i] = discovery.SRV{Service: s.Service, Name: s.Name, Resolver: r, Network: b.ResolverNetwork}
 		default:
 			host, port, _ := net.SplitHostPort(s.Addr) // the parser wrote it HOST:PORT
-			sources[i] = discovery.Host{Name: host, Port: port, Resolver: r}
+			sources[i] = discovery.Host{Name: host, Port: port, Resolver: r, Network: b.ResolverNetwork}
 		}
 	}
 	if c.Interval == 0 {
