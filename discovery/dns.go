@@ -13,8 +13,8 @@ import (
 
 // Host resolves Name's A and AAAA records, each address with Port: nginx's
 // "server NAME:PORT resolve". The answer is sorted by address, so that the
-// balancer's order does not follow the DNS server's rotation, and an
-// address given twice counts once. Its Result has no TTL, since
+// balancer's order does not follow the DNS server's rotation, an address
+// given twice counts once, and 0.0.0.0 and :: are left out. Its Result has no TTL, since
 // net.Resolver does not tell it.
 type Host struct {
 	Name, Port string
@@ -125,9 +125,15 @@ func lookupError(name string, err error) error {
 	return fmt.Errorf("discovery: %s: %w", name, err)
 }
 
+// hostTargets makes the targets of a name's addresses, IPv4-mapped ones
+// as IPv4; 0.0.0.0 and :: are left out (a connection to them reaches this
+// host, not a peer), as dnsdiscovery leaves them out.
 func hostTargets(ips []netip.Addr, port string, weight int, backup bool) []Target {
 	ts := make([]Target, 0, len(ips))
 	for _, ip := range ips {
+		if ip.Unmap().IsUnspecified() {
+			continue
+		}
 		ts = append(ts, Target{Addr: net.JoinHostPort(ip.Unmap().String(), port), Weight: weight, Backup: backup})
 	}
 	return sortTargets(ts)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/discovery"
 )
 
@@ -208,4 +209,35 @@ func TestHost_lyingServer(t *testing.T) {
 	res, err = Host{Name: "big.test", Port: "80", Server: z.addr}.Resolve(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, time.Nanosecond, res.TTL, "a TTL above 2^31-1 is 0")
+}
+
+// TestNetHost_unspecified: discovery.Host (net's resolver) leaves out
+// 0.0.0.0 and :: as this package's Host does (a dial to them reaches the
+// local host, not a peer), and reads an IPv4-mapped address as IPv4, once.
+func TestNetHost_unspecified(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "api.test. 30 IN A 0.0.0.0", "api.test. 30 IN A 127.0.0.2",
+		"api.test. 30 IN AAAA ::", "api.test. 30 IN AAAA ::ffff:127.0.0.2",
+		"zero.test. 30 IN A 0.0.0.0")
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, z.addr)
+	}}
+	ctx := context.Background()
+	for _, h := range []discovery.Resolver{
+		discovery.Host{Name: "api.test", Port: "80", Resolver: r},
+		Host{Name: "api.test", Port: "80", Server: z.addr},
+	} {
+		res, err := h.Resolve(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"127.0.0.2:80"}, addrs(res), "%T", h)
+	}
+	res, err := discovery.Host{Name: "zero.test", Port: "80", Resolver: r}.Resolve(ctx)
+	if err == nil {
+		assert.Empty(t, res.Targets)
+	}
+	lb, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer("10.0.0.1:80")})
+	require.NoError(t, err)
+	_, err = discovery.Watch(ctx, lb, discovery.Host{Name: "zero.test", Port: "80", Resolver: r}, discovery.Config{})
+	assert.ErrorIs(t, err, discovery.ErrNoAddresses)
 }
