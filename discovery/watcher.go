@@ -52,7 +52,8 @@ type Config struct {
 	MinInterval, MaxInterval time.Duration
 
 	// RetryInterval is the wait after a failed lookup, doubled after each
-	// failure in a row up to MaxInterval. Default 1s.
+	// failure in a row up to MaxInterval (which also bounds the first).
+	// Default 1s.
 	RetryInterval time.Duration
 
 	// Timeout bounds each lookup. Default 10s.
@@ -206,7 +207,8 @@ func (w *Watcher) Stats() Stats {
 
 func (w *Watcher) run(ctx context.Context, next time.Duration) {
 	defer close(w.done)
-	retry := w.c.RetryInterval
+	first := min(w.c.RetryInterval, w.c.MaxInterval)
+	retry := first
 	for {
 		if w.c.Wait(ctx, next) != nil {
 			return
@@ -217,9 +219,12 @@ func (w *Watcher) run(ctx context.Context, next time.Duration) {
 			return
 		case err != nil:
 			next = retry
-			retry = min(2*retry, w.c.MaxInterval)
+			retry = w.c.MaxInterval
+			if next < w.c.MaxInterval/2 { // doubled, without wrapping around
+				retry = 2 * next
+			}
 		default:
-			next, retry = d, w.c.RetryInterval
+			next, retry = d, first
 		}
 	}
 }

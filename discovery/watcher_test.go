@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -199,6 +200,31 @@ func TestWatch_failureKeepsList(t *testing.T) {
 	assert.NoError(t, w.Stats().LastErr)
 	s.set(Result{}, servfail)
 	assert.Equal(t, time.Second, s.step(t), "the backoff starts again from RetryInterval")
+}
+
+// TestWatch_retryBounds: the wait after a failure stays within
+// MaxInterval, the first one too (RetryInterval above it), and doubling it
+// never wraps around to a negative wait (MaxInterval near the largest
+// duration), which would look up without pause.
+func TestWatch_retryBounds(t *testing.T) {
+	servfail := errors.New("server misbehaving")
+	for _, c := range []Config{
+		{MinInterval: 10 * time.Millisecond, MaxInterval: 500 * time.Millisecond},
+		{MaxInterval: math.MaxInt64, RetryInterval: 1 << 61},
+	} {
+		lb, err := balancer.NewLeastConn(nil)
+		require.NoError(t, err)
+		s := newScript(targets("10.0.0.1:80"))
+		w, _ := start(t, lb, s, c)
+		s.set(Result{}, servfail)
+		prev := time.Duration(0)
+		for range 5 {
+			d := s.step(t)
+			assert.True(t, d >= prev && d > 0 && d <= c.MaxInterval, "wait %v after %v, MaxInterval %v", d, prev, c.MaxInterval)
+			prev = d
+		}
+		require.NoError(t, w.Close())
+	}
 }
 
 // TestWatch_firstLookupFails: Watch returns the error and leaves the
