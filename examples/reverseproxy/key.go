@@ -11,9 +11,11 @@ import (
 // as $http_x_user, $cookie_session or $host$request_uri. The variables are
 // nginx's: $http_NAME (a request header, "_" for "-"), $cookie_NAME,
 // $arg_NAME (a query parameter), $remote_addr, $host, $uri,
-// $request_uri and $args; ${name} delimits one inside text. A missing
-// header, cookie or argument is empty, as in nginx. An unknown variable is
-// an error naming it.
+// $request_uri and $args; ${name} delimits one inside text. As in nginx,
+// $host has no port and is in lower case, the names of cookies and
+// arguments match without regard to case and their values are as sent,
+// and a missing header, cookie or argument is empty. An unknown variable
+// is an error naming it.
 func parseKey(s string) (func(*http.Request) string, error) {
 	var parts []func(*http.Request) string
 	for s != "" {
@@ -80,7 +82,7 @@ func variable(name string) (func(*http.Request) string, error) {
 			return host
 		}, nil
 	case lower == "host":
-		return func(r *http.Request) string { return r.Host }, nil
+		return host, nil
 	case lower == "uri":
 		return func(r *http.Request) string { return r.URL.Path }, nil
 	case lower == "request_uri":
@@ -91,16 +93,53 @@ func variable(name string) (func(*http.Request) string, error) {
 		h := http.CanonicalHeaderKey(strings.ReplaceAll(lower[len("http_"):], "_", "-"))
 		return func(r *http.Request) string { return r.Header.Get(h) }, nil
 	case strings.HasPrefix(lower, "cookie_") && len(name) > len("cookie_"):
-		c := name[len("cookie_"):] // cookie names keep their case
-		return func(r *http.Request) string {
-			if ck, err := r.Cookie(c); err == nil {
-				return ck.Value
-			}
-			return ""
-		}, nil
+		c := lower[len("cookie_"):]
+		return func(r *http.Request) string { return cookie(r, c) }, nil
 	case strings.HasPrefix(lower, "arg_") && len(name) > len("arg_"):
-		a := name[len("arg_"):]
-		return func(r *http.Request) string { return r.URL.Query().Get(a) }, nil
+		a := lower[len("arg_"):]
+		return func(r *http.Request) string { return arg(r.URL.RawQuery, a) }, nil
 	}
 	return nil, fmt.Errorf("-hash-key: unknown variable $%s (want $http_NAME, $cookie_NAME, $arg_NAME, $remote_addr, $host, $uri, $request_uri or $args)", name)
+}
+
+// host is nginx's $host: the request's host without its port (an IPv6
+// address keeps its brackets) or final dot, in lower case.
+func host(r *http.Request) string {
+	h := r.Host
+	if i := strings.LastIndexByte(h, ':'); i > strings.LastIndexByte(h, ']') {
+		h = h[:i]
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// cookie is nginx's $cookie_NAME: the first cookie of the Cookie headers
+// whose name is name without regard to case, its value as sent (up to the
+// next ";"). Go's Request.Cookie differs: its names match with case, and it
+// drops a cookie whose value has a character RFC 6265 does not allow.
+func cookie(r *http.Request, name string) string {
+	for _, line := range r.Header.Values("Cookie") {
+		for line != "" {
+			var pair string
+			pair, line, _ = strings.Cut(line, ";")
+			pair = strings.TrimLeft(pair, " ")
+			k, v, ok := strings.Cut(pair, "=")
+			if ok && strings.EqualFold(strings.TrimRight(k, " "), name) {
+				return strings.TrimLeft(v, " ")
+			}
+		}
+	}
+	return ""
+}
+
+// arg is nginx's $arg_NAME: the first argument of the query whose name is
+// name without regard to case, its value as sent (not decoded).
+func arg(query, name string) string {
+	for query != "" {
+		var pair string
+		pair, query, _ = strings.Cut(query, "&")
+		if k, v, ok := strings.Cut(pair, "="); ok && strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
 }

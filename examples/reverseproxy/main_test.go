@@ -259,6 +259,28 @@ func TestParseKey(t *testing.T) {
 		require.NoError(t, err, key)
 		assert.Equal(t, want, f(r), key)
 	}
+
+	// As nginx: $host without its port, in lower case; $cookie_ and $arg_
+	// names matched without regard to case, their values as sent (not
+	// decoded, nor dropped for characters Go's cookie parser refuses).
+	r = httptest.NewRequest(http.MethodGet, "http://Svc.Example:8080/?ID=a%20b&id2=no&x=1", nil)
+	r.Header.Add("Cookie", `session=a b"c; other=1`)
+	r.Header.Add("Cookie", "Token=t1")
+	for key, want := range map[string]string{
+		"$host":           "svc.example",
+		"$arg_id":         "a%20b",
+		"$arg_x":          "1",
+		"$arg_nope":       "",
+		"$cookie_SESSION": `a b"c`,
+		"$cookie_token":   "t1",
+		"$cookie_other":   "1",
+		"$cookie_sess":    "",
+	} {
+		f, err := parseKey(key)
+		require.NoError(t, err, key)
+		assert.Equal(t, want, f(r), key)
+	}
+
 	for _, bad := range []string{"", "$", "$http_", "$cookie_", "$nope"} {
 		_, err := parseKey(bad)
 		assert.Error(t, err, "%q", bad)
@@ -304,3 +326,14 @@ func TestCopyBuilds(t *testing.T) {
 }
 
 func errHelp() error { return flag.ErrHelp }
+
+// TestParseKey_host: $host as nginx has it, an IPv6 address in brackets.
+func TestParseKey_host(t *testing.T) {
+	f, err := parseKey("$host")
+	require.NoError(t, err)
+	for h, want := range map[string]string{"[::1]:8080": "[::1]", "[::1]": "[::1]", "Example.COM.": "example.com", "a.b:1": "a.b"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Host = h
+		assert.Equal(t, want, f(r), h)
+	}
+}
