@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -123,7 +124,7 @@ func (p *parser) checkService(s Server, line int) *ParseError {
 func (p *parser) checkResolve(b *Block, http resolverConf) *ParseError {
 	resolving := false
 	for _, s := range b.Servers {
-		resolving = resolving || s.Resolve
+		resolving = resolving || s.resolvesName()
 	}
 	if !resolving {
 		return nil
@@ -141,6 +142,27 @@ func (p *parser) checkResolve(b *Block, http resolverConf) *ParseError {
 		return p.errorf(b.Line, ErrInvalidParam, "no resolver defined to resolve names at run time in upstream %q in %s:%d", b.Name, p.file, b.Line)
 	}
 	return nil
+}
+
+// resolvesName reports whether the server has a name to resolve at run
+// time: nginx takes resolve on an IP address or a unix socket (which
+// ngx_parse_url resolves as it reads them) as a static server.
+func (s Server) resolvesName() bool {
+	if !s.Resolve {
+		return false
+	}
+	if s.Service != "" {
+		return true
+	}
+	if len(s.Addr) >= 5 && strings.EqualFold(s.Addr[:5], "unix:") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(s.Addr)
+	if err != nil {
+		return true
+	}
+	_, err = netip.ParseAddr(host)
+	return err != nil
 }
 
 func cmpOr(d, def time.Duration) time.Duration {

@@ -1,8 +1,13 @@
 package upstream
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/discovery"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,6 +57,24 @@ func TestParse_resolve(t *testing.T) {
 	blocks, err = ParseAll("nginx.conf", []byte("http {\n resolver 192.0.2.1 ipv4=off;\n upstream u {\n zone u;\n server a.internal resolve;\n }\n}"))
 	require.NoError(t, err)
 	assert.Equal(t, "ip6", blocks[0].ResolverNetwork, "the http context's ipv4=off")
+}
+
+// TestParse_resolveLiteral: resolve on an IP address or a unix socket is
+// a static server, as in nginx: no zone or resolver needed, and Watch
+// asks no DNS (here there is none to ask) for them.
+func TestParse_resolveLiteral(t *testing.T) {
+	b, err := Parse("up.conf", []byte("upstream u {\n server unix:/tmp/u.sock resolve;\n server 10.0.0.1 resolve weight=2;\n server [::1]:81 resolve;\n}"))
+	require.NoError(t, err)
+	lb, err := balancer.NewSmoothWRR(nil)
+	require.NoError(t, err)
+	w, err := b.Watch(context.Background(), lb, discovery.Config{})
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	var got []string
+	for _, p := range lb.Peers() {
+		got = append(got, fmt.Sprint(p.Addr(), " ", p.Weight()))
+	}
+	assert.Equal(t, []string{"unix:/tmp/u.sock 1", "10.0.0.1:80 2", "[::1]:81 1"}, got)
 }
 
 // TestParse_resolveRefused: what nginx 1.27.3 refuses, with its message

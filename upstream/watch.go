@@ -26,13 +26,15 @@ import (
 // As discovery.Watch, the first lookup is made before Watch returns, and
 // its failure is Watch's error; afterwards a failed lookup, or a name with
 // no address, keeps the list in force (nginx drains a name that has none).
-// A block without resolve servers is one lookup of its static servers.
+// A block without resolve servers is one lookup of its static servers; as
+// in nginx, resolve on an IP address or a unix socket leaves a static
+// server.
 func (b *Block) Watch(ctx context.Context, bal balancer.Updater, c discovery.Config) (*discovery.Watcher, error) {
 	r := b.dnsResolver()
 	sources := make([]discovery.Resolver, len(b.Servers))
 	for i, s := range b.Servers {
 		switch {
-		case !s.Resolve:
+		case !s.resolvesName():
 			sources[i] = discovery.Static{{Addr: s.Addr}}
 		case s.Service != "":
 			sources[i] = discovery.SRV{Service: s.Service, Name: s.Name, Resolver: r, Network: b.ResolverNetwork}
@@ -49,7 +51,7 @@ func (b *Block) Watch(ctx context.Context, bal balancer.Updater, c discovery.Con
 	}
 	c.Peer = func(t discovery.Target) *balancer.Peer {
 		s := b.Servers[t.Source]
-		if !s.Resolve {
+		if !s.resolvesName() {
 			return s.Peer()
 		}
 		weight := s.Weight
