@@ -105,9 +105,13 @@ func (p *parser) checkService(s Server, line int) *ParseError {
 	case !s.Resolve:
 		return p.errorf(line, ErrInvalidParam, "service upstream %q requires \"resolve\" parameter", s.Name)
 	}
+	// nginx checks the port first: "[::1]:80" may not have port, "[::1]"
+	// requires a domain name.
 	host, _, hasPort := strings.Cut(s.Name, ":")
 	if strings.HasPrefix(s.Name, "[") {
-		return p.errorf(line, ErrInvalidParam, "service upstream %q requires domain name", s.Name)
+		var rest string
+		host, rest, _ = strings.Cut(s.Name[1:], "]")
+		hasPort = strings.HasPrefix(rest, ":")
 	}
 	if hasPort {
 		return p.errorf(line, ErrInvalidParam, "service upstream %q may not have port", s.Name)

@@ -89,6 +89,8 @@ func TestParse_resolveRefused(t *testing.T) {
 		{"service without resolve", "upstream u {\n zone u;\n resolver 10.0.0.2;\n server a.internal service=http;\n}", 4, `service upstream "a.internal" requires "resolve" parameter`},
 		{"service empty", "upstream u {\n zone u;\n resolver 10.0.0.2;\n server a.internal resolve service=;\n}", 4, "service is empty"},
 		{"service with a port", "upstream u {\n zone u;\n resolver 10.0.0.2;\n server a.internal:80 resolve service=http;\n}", 4, `service upstream "a.internal:80" may not have port`},
+		{"service on an IPv6 address with a port", "upstream u {\n zone u;\n resolver 10.0.0.2;\n server [::1]:80 resolve service=http;\n}", 4, `service upstream "[::1]:80" may not have port`},
+		{"service on an IPv6 address", "upstream u {\n zone u;\n resolver 10.0.0.2;\n server [::1] resolve service=http;\n}", 4, `service upstream "[::1]" requires domain name`},
 		{"service on an address", "upstream u {\n zone u;\n resolver 10.0.0.2;\n server 10.0.0.1 resolve service=http;\n}", 4, `service upstream "10.0.0.1" requires domain name`},
 		{"resolve without zone", "upstream u {\n resolver 10.0.0.2;\n server a.internal resolve;\n}", 1, `resolving names at run time requires upstream "u" in up.conf:1 to be in shared memory`},
 		{"resolve without resolver", "upstream u {\n zone u;\n server a.internal resolve;\n}", 1, `no resolver defined to resolve names at run time in upstream "u" in up.conf:1`},
