@@ -179,7 +179,7 @@ func addresses(ctx context.Context, server, name, network string) ([]netip.Addr,
 			case *dns.AAAA:
 				ip = r.AAAA
 			}
-			if a, ok := netip.AddrFromSlice(ip); ok && a.IsValid() && !a.IsUnspecified() {
+			if a, ok := netip.AddrFromSlice(ip); ok && a.IsValid() && !a.Unmap().IsUnspecified() {
 				ips = append(ips, a.Unmap())
 			}
 		}

@@ -217,7 +217,7 @@ func TestHost_lyingServer(t *testing.T) {
 func TestNetHost_unspecified(t *testing.T) {
 	z := newZone(t)
 	z.set(t, "api.test. 30 IN A 0.0.0.0", "api.test. 30 IN A 127.0.0.2",
-		"api.test. 30 IN AAAA ::", "api.test. 30 IN AAAA ::ffff:127.0.0.2",
+		"api.test. 30 IN AAAA ::", "api.test. 30 IN AAAA ::ffff:127.0.0.2", "api.test. 30 IN AAAA ::ffff:0.0.0.0",
 		"zero.test. 30 IN A 0.0.0.0")
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
