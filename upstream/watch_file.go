@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -41,9 +42,10 @@ type FileWatcher struct {
 // in flight, statistics), as a reload keeps nginx's zone; one that does
 // not parse, or whose resolve servers answer nothing, leaves the running
 // list in force and is reported to c.OnError (with its file:line) and by
-// Reloads. c.OnError is called from the file's goroutine and the block's
-// Watcher, never two calls at once, and once for each failure. A first
-// read that fails is WatchFile's error. Close stops it.
+// Reloads; so is a file above 16 MiB. c.OnError is called from the file's
+// goroutine and the block's Watcher, never two calls at once, and once for
+// each failure. A first read that fails is WatchFile's error. Close stops
+// it.
 func WatchFile(ctx context.Context, path, name string, bal balancer.Updater, every time.Duration, c discovery.Config) (*FileWatcher, error) {
 	if every == 0 {
 		every = time.Second
@@ -90,11 +92,30 @@ func WatchFile(ctx context.Context, path, name string, bal balancer.Updater, eve
 	return w, nil
 }
 
+// maxFileSize bounds the file WatchFile reads, every interval: a file that
+// grows without end (a log written to it by mistake, a link to /dev/zero)
+// would otherwise take all memory.
+var maxFileSize int64 = 16 << 20
+
+// readFile reads the file at path, refusing one above maxFileSize.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	src, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err == nil && int64(len(src)) > maxFileSize {
+		err = fmt.Errorf("upstream: %s: larger than %d bytes: %w", path, maxFileSize, balancer.ErrInvalidConfig)
+	}
+	return src, err
+}
+
 // reload reads the file and, if its text changed, applies its block. An
 // error is reported already where the block's first lookup failed (the
 // Watcher reports it).
 func (w *FileWatcher) reload(ctx context.Context) (err error, reported bool) {
-	src, err := os.ReadFile(w.path)
+	src, err := readFile(w.path)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil && w.block != nil && bytes.Equal(src, w.src) {

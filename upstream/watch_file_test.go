@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,39 @@ func TestWatchFile_firstRead(t *testing.T) {
 	_, err = WatchFile(context.Background(), bad, "a", lb, -time.Second, discovery.Config{})
 	assert.ErrorIs(t, err, balancer.ErrInvalidConfig)
 	assert.Equal(t, []string{"10.9.9.9:80"}, addrs(lb))
+}
+
+// TestWatchFile_huge: a file that grows past the bound (here lowered), or
+// a link to an endless file, is refused rather than read into memory
+// whole: the running list stays and the refusal is reported.
+func TestWatchFile_huge(t *testing.T) {
+	defer func(n int64) { maxFileSize = n }(maxFileSize)
+	maxFileSize = 1 << 10
+	dir := t.TempDir()
+	path := filepath.Join(dir, "upstream.conf")
+	text := "upstream back {\n server 10.0.0.1:80;\n}\n"
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+	lb, err := balancer.NewSmoothWRR(nil)
+	require.NoError(t, err)
+	steps := &fileSteps{every: 7 * time.Millisecond, next: make(chan struct{}), ready: make(chan struct{})}
+	var reported []error
+	w, err := WatchFile(context.Background(), path, "", lb, steps.every, discovery.Config{
+		Wait:    steps.wait,
+		OnError: func(err error) { reported = append(reported, err) },
+	})
+	require.NoError(t, err)
+	<-steps.ready
+	require.NoError(t, os.WriteFile(path, []byte(text+strings.Repeat("# padding\n", 200)), 0o644))
+	steps.step(t)
+	assert.Equal(t, []string{"10.0.0.1:80"}, addrs(lb))
+	require.Len(t, reported, 1)
+	assert.Contains(t, reported[0].Error(), "larger than 1024 bytes")
+	require.NoError(t, w.Close())
+
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		zero := filepath.Join(dir, "zero.conf")
+		require.NoError(t, os.Symlink("/dev/zero", zero))
+		_, err = WatchFile(context.Background(), zero, "", lb, time.Second, discovery.Config{})
+		assert.ErrorContains(t, err, "larger than 1024 bytes")
+	}
 }
