@@ -198,9 +198,9 @@ func exchange(ctx context.Context, server, name string, qtype uint16) (*dns.Msg,
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	m.SetEdns0(4096, false)
-	in, _, err := (&dns.Client{Net: "udp"}).ExchangeContext(ctx, m, server)
+	in, err := exchangeOver(ctx, "udp", server, m)
 	if err == nil && in.Truncated {
-		in, _, err = (&dns.Client{Net: "tcp"}).ExchangeContext(ctx, m, server)
+		in, err = exchangeOver(ctx, "tcp", server, m)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dnsdiscovery: %s %s: %w", name, dns.TypeToString[qtype], err)
@@ -212,6 +212,26 @@ func exchange(ctx context.Context, server, name string, qtype uint16) (*dns.Msg,
 		return nil, fmt.Errorf("dnsdiscovery: %s %s: NXDOMAIN: %w", name, dns.TypeToString[qtype], discovery.ErrNoAddresses)
 	}
 	return nil, fmt.Errorf("dnsdiscovery: %s %s: %s", name, dns.TypeToString[qtype], dns.RcodeToString[in.Rcode])
+}
+
+// exchangeOver asks m over network. The DNS client heeds ctx's deadline
+// but not its cancellation: the connection is closed when ctx ends, so
+// that a lookup of a server that does not answer ends then (a Watcher's
+// Close waits for it).
+func exchangeOver(ctx context.Context, network, server string, m *dns.Msg) (*dns.Msg, error) {
+	c := &dns.Client{Net: network}
+	co, err := c.DialContext(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	defer co.Close()
+	stop := context.AfterFunc(ctx, func() { co.Close() })
+	defer stop()
+	in, _, err := c.ExchangeWithConnContext(ctx, m, co)
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return in, err
 }
 
 // answer returns the records of type qtype that answer name in in, and

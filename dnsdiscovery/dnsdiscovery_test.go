@@ -241,3 +241,35 @@ func TestNetHost_unspecified(t *testing.T) {
 	_, err = discovery.Watch(ctx, lb, discovery.Host{Name: "zero.test", Port: "80", Resolver: r}, discovery.Config{})
 	assert.ErrorIs(t, err, discovery.ErrNoAddresses)
 }
+
+// TestHost_cancel: a lookup of a server that does not answer ends when its
+// context is cancelled (a Watcher's Close), not when the DNS client's own
+// read timeout (2s) runs out.
+func TestHost_cancel(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "slow.test. 30 IN A 127.0.0.2")
+	z.flag(z.hang, "slow.test")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Host{Name: "slow.test", Port: "80", Server: z.addr}.Resolve(ctx)
+		done <- err
+	}()
+	for asked := false; !asked; {
+		z.mu.Lock()
+		asked = z.asked["slow.test. A udp"] > 0
+		z.mu.Unlock()
+		select {
+		case err := <-done:
+			t.Fatalf("Resolve ended before its question: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(1500 * time.Millisecond):
+		t.Fatal("Resolve did not end when its context was cancelled")
+	}
+}
