@@ -7,8 +7,8 @@
 //
 //	w, err := discovery.Watch(ctx, lb, dnsdiscovery.Host{Name: "api.internal", Port: "8080"}, discovery.Config{})
 //
-// Every answer is checked before use: its ID and question are the query's
-// (the client checks them), only the records of the name asked and of
+// Every answer is checked before use: its ID (the client checks it) and
+// its question are the query's, only the records of the name asked and of
 // the names its CNAMEs lead to are read (a CNAME loop ends the chain), a
 // TTL with its top bit set is 0 (RFC 2181), an error code is an error
 // (NXDOMAIN wraps discovery.ErrNoAddresses, as does an answer without
@@ -204,6 +204,10 @@ func exchange(ctx context.Context, server, name string, qtype uint16) (*dns.Msg,
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dnsdiscovery: %s %s: %w", name, dns.TypeToString[qtype], err)
+	}
+	// The client checks the reply's ID, not its question.
+	if q := in.Question; len(q) != 1 || !strings.EqualFold(q[0].Name, m.Question[0].Name) || q[0].Qtype != qtype || q[0].Qclass != dns.ClassINET {
+		return nil, fmt.Errorf("dnsdiscovery: %s %s: the reply is to another question (%v)", name, dns.TypeToString[qtype], q)
 	}
 	switch in.Rcode {
 	case dns.RcodeSuccess:

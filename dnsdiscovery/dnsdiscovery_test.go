@@ -242,6 +242,23 @@ func TestNetHost_unspecified(t *testing.T) {
 	assert.ErrorIs(t, err, discovery.ErrNoAddresses)
 }
 
+// TestHost_otherQuestion: a reply about another question than the one
+// asked (its records, or its NXDOMAIN) is refused, not read as the
+// answer.
+func TestHost_otherQuestion(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "api.test. 30 IN A 127.0.0.2", "other.test. 30 IN A 10.6.6.6")
+	z.mu.Lock()
+	z.swap["api.test."] = "other.test."
+	z.swap["gone.test."] = "nowhere.test."
+	z.mu.Unlock()
+	_, err := Host{Name: "api.test", Port: "80", Server: z.addr, Network: "ip4"}.Resolve(context.Background())
+	assert.ErrorContains(t, err, "question")
+	_, err = Host{Name: "gone.test", Port: "80", Server: z.addr, Network: "ip4"}.Resolve(context.Background())
+	assert.ErrorContains(t, err, "question")
+	assert.NotErrorIs(t, err, discovery.ErrNoAddresses)
+}
+
 // TestHost_cancel: a lookup of a server that does not answer ends when its
 // context is cancelled (a Watcher's Close), not when the DNS client's own
 // read timeout (2s) runs out.

@@ -25,11 +25,14 @@ type zone struct {
 	// extra is added to every answer about a name, as a server that lies
 	// adds records nobody asked for.
 	extra map[string][]dns.RR
+	// swap answers questions about a name as if about another: the
+	// reply's question is the other's, and so are its records and code.
+	swap map[string]string
 }
 
 func newZone(t *testing.T) *zone {
 	t.Helper()
-	z := &zone{rrs: map[string][]dns.RR{}, rcode: map[string]int{}, hang: map[string]bool{}, truncate: map[string]bool{}, asked: map[string]int{}, extra: map[string][]dns.RR{}}
+	z := &zone{rrs: map[string][]dns.RR{}, rcode: map[string]int{}, hang: map[string]bool{}, truncate: map[string]bool{}, asked: map[string]int{}, extra: map[string][]dns.RR{}, swap: map[string]string{}}
 	// One port for UDP and TCP: a free UDP port may be taken for TCP, so
 	// a few tries.
 	var pc net.PacketConn
@@ -117,6 +120,11 @@ func (z *zone) serve(network string) func(dns.ResponseWriter, *dns.Msg) {
 		q := req.Question[0]
 		name := strings.ToLower(q.Name)
 		z.mu.Lock()
+		if other, ok := z.swap[name]; ok {
+			name = other
+			req = req.Copy()
+			req.Question[0].Name = other
+		}
 		z.asked[name+" "+dns.TypeToString[q.Qtype]+" "+network]++
 		hang, rcode, trunc := z.hang[name], z.rcode[name], z.truncate[name] && network == "udp"
 		rrs := append([]dns.RR(nil), z.rrs[name+" "+dns.TypeToString[q.Qtype]]...)
