@@ -269,6 +269,9 @@ func (w *Watcher) apply(ts []Target) error {
 	w.lastErr = nil
 	if w.noBackups {
 		ts = primaries(ts)
+		if len(ts) == 0 { // backups only: nothing for this picker
+			return fmt.Errorf("discovery: the answer has backups only, which the balancer refuses: %w", ErrNoAddresses)
+		}
 	}
 	if slices.Equal(ts, w.last) {
 		return nil

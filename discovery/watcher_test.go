@@ -272,6 +272,14 @@ func TestWatch_backups(t *testing.T) {
 	assert.Equal(t, []string{"10.0.0.1:80", "10.0.0.2:80"}, addrsOf(hash))
 	assert.Zero(t, w.Stats().Failures)
 	assert.Len(t, w.Stats().Targets, 2)
+
+	// An answer with backups only (the lowest priority's names did not
+	// resolve) has nothing left for such a picker: it is no address,
+	// and the list stays.
+	s.set(Result{Targets: []Target{{Addr: "10.0.0.9:80", Weight: 1, Backup: true}}}, nil)
+	s.step(t)
+	assert.Equal(t, []string{"10.0.0.1:80", "10.0.0.2:80"}, addrsOf(hash))
+	assert.ErrorIs(t, w.Stats().LastErr, ErrNoAddresses)
 }
 
 // TestWatch_refusedAnswer: an answer the balancer refuses (the Peer
