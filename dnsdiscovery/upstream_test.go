@@ -210,3 +210,64 @@ func TestWatchFile_onError(t *testing.T) {
 	}
 	assert.Equal(t, 1, gone, "%v", reported)
 }
+
+// TestWatchFile_onErrorCallsBack: c.OnError may ask the FileWatcher how it
+// is doing (Reloads) while a changed block's first lookup fails, which
+// deadlocked while the reload held the FileWatcher's lock.
+func TestWatchFile_onErrorCallsBack(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "api.test. 30 IN A 127.0.0.2")
+	path := filepath.Join(t.TempDir(), "up.conf")
+	conf := func(name string) []byte {
+		return []byte(fmt.Sprintf("upstream back {\n zone back 64k;\n resolver %s;\n server %s:80 resolve;\n}\n", z.addr, name))
+	}
+	require.NoError(t, os.WriteFile(path, conf("api.test"), 0o644))
+	const every = 7 * time.Millisecond
+	fileGo, fileReady := make(chan struct{}), make(chan struct{})
+	wait := func(ctx context.Context, d time.Duration) error {
+		if d == every {
+			select {
+			case fileReady <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case <-fileGo:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	var fw atomic.Pointer[upstream.FileWatcher]
+	var calls atomic.Int32
+	onError := func(error) {
+		calls.Add(1)
+		if w := fw.Load(); w != nil {
+			w.Reloads()
+		}
+	}
+	lb, err := balancer.NewSmoothWRR(nil)
+	require.NoError(t, err)
+	w, err := upstream.WatchFile(context.Background(), path, "back", lb, every, discovery.Config{Wait: wait, OnError: onError})
+	require.NoError(t, err)
+	fw.Store(w)
+	<-fileReady
+	require.NoError(t, os.WriteFile(path, conf("gone.test"), 0o644))
+	fileGo <- struct{}{}
+	select {
+	case <-fileReady:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reload did not end: OnError calling Reloads deadlocked")
+	}
+	assert.Positive(t, calls.Load())
+	assert.Equal(t, []string{"127.0.0.2:80"}, func() (out []string) {
+		for _, p := range lb.Peers() {
+			out = append(out, p.Addr())
+		}
+		return out
+	}())
+	require.NoError(t, w.Close())
+}

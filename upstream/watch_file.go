@@ -114,10 +114,13 @@ func readFile(path string) ([]byte, error) {
 // reload reads the file and, if its text changed, applies its block. An
 // error is reported already where the block's first lookup failed (the
 // Watcher reports it).
+//
+// One goroutine at a time reloads (WatchFile, then its goroutine), the
+// only one to write src, running and block; w.mu guards what Reloads and
+// Close read, and is not held across the lookups, whose failures c.OnError
+// hears (and may call Reloads).
 func (w *FileWatcher) reload(ctx context.Context) (err error, reported bool) {
 	src, err := readFile(w.path)
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if err == nil && w.block != nil && bytes.Equal(src, w.src) {
 		return nil, false
 	}
@@ -126,7 +129,7 @@ func (w *FileWatcher) reload(ctx context.Context) (err error, reported bool) {
 		b, err = ParseNamed(w.path, src, w.name)
 	}
 	if err != nil {
-		w.lastErr = err
+		w.setErr(err)
 		return err, false
 	}
 	// The running block's Watcher stops first, so that none of its
@@ -135,6 +138,9 @@ func (w *FileWatcher) reload(ctx context.Context) (err error, reported bool) {
 	if w.block != nil {
 		w.block.Close()
 	}
+	w.mu.Lock()
+	w.block = nil
+	w.mu.Unlock()
 	c := w.c
 	var told atomic.Bool // the Watcher reported its first lookup's failure
 	if onError := c.OnError; onError != nil {
@@ -145,18 +151,29 @@ func (w *FileWatcher) reload(ctx context.Context) (err error, reported bool) {
 	}
 	next, err := b.Watch(ctx, w.bal, c)
 	if err != nil {
-		w.lastErr = err
 		reported := told.Load()
+		var again *discovery.Watcher
 		if w.running != nil {
-			w.block, _ = w.running.Watch(ctx, w.bal, w.c)
+			again, _ = w.running.Watch(ctx, w.bal, w.c)
 		}
+		w.mu.Lock()
+		w.block, w.lastErr = again, err
+		w.mu.Unlock()
 		return err, reported
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.running != nil {
 		w.reloads++
 	}
 	w.block, w.running, w.src, w.lastErr = next, b, src, nil
 	return nil, false
+}
+
+func (w *FileWatcher) setErr(err error) {
+	w.mu.Lock()
+	w.lastErr = err
+	w.mu.Unlock()
 }
 
 // Reloads returns how many changed texts have replaced the list since the
