@@ -33,6 +33,8 @@ func TestConfigure_badFlags(t *testing.T) {
 		{"weight not a number", []string{"-backends", "a:1=x"}, `-backends: "a:1=x": weight "x" is not a number`},
 		{"negative weight", []string{"-backends", "a:1=-2"}, "weight -2 out of range"},
 		{"empty backend", []string{"-backends", "a:1,,b:2"}, "empty peer address"},
+		{"backend without a port", []string{"-backends", "a:1,b"}, `-backends: "b": want host:port`},
+		{"backend as a URL", []string{"-backends", "http://a:1"}, `-backends: "http://a:1": want host:port`},
 		{"stray argument", []string{"-backends", "a:1", "LeastConn"}, `unexpected argument "LeastConn"`},
 		{"negative connect timeout", []string{"-backends", "a:1", "-connect-timeout", "-1s"}, "-connect-timeout -1s: want 0 or more"},
 		{"negative read timeout", []string{"-backends", "a:1", "-read-timeout", "-5ms"}, "-read-timeout -5ms: want 0 or more"},
