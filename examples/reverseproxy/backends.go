@@ -14,8 +14,8 @@ import (
 // parseBackends reads -backends, host:port[=weight],..., into peers, each
 // with opts and, where given, its weight. An empty list is an error naming
 // the flag; an address that is not host:port, or a weight that is not a
-// number, names the item. Out-of-range
-// values are left to the picker, which refuses them naming the value.
+// number, names the item. Out-of-range values are left to the picker,
+// which refuses them naming the value.
 func parseBackends(s string, opts ...balancer.PeerOption) ([]*balancer.Peer, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("-backends is required")
