@@ -47,7 +47,9 @@ func (h Host) Resolve(ctx context.Context) (Result, error) {
 // SERVICE has a dot (as "_http._tcp"); the targets at the lowest priority
 // are primaries and the others backups; a record's weight is its targets'
 // (0 read as 1), and its port theirs. A target whose name does not resolve
-// is left out; an answer with no address left is ErrNoAddresses.
+// is left out, as is a record whose target is not a valid name (the rest
+// of the answer stands, as dnsdiscovery reads it); an answer with no
+// address left is ErrNoAddresses.
 type SRV struct {
 	Service, Name string
 	// Resolver asks the DNS; nil: net.DefaultResolver.
@@ -71,7 +73,7 @@ func (s SRV) Resolve(ctx context.Context) (Result, error) {
 		service, proto, name = "", "", s.Service+"."+s.Name
 	}
 	_, recs, err := r.LookupSRV(ctx, service, proto, name)
-	if err != nil {
+	if err != nil && len(recs) == 0 {
 		return Result{}, lookupError(s.Service+"."+s.Name, err)
 	}
 	if len(recs) == 0 {

@@ -259,6 +259,26 @@ func TestHost_otherQuestion(t *testing.T) {
 	assert.NotErrorIs(t, err, discovery.ErrNoAddresses)
 }
 
+// TestNetSRV_badTarget: a record whose target is not a valid name leaves
+// the others standing, for discovery.SRV (net's resolver answers them
+// with an error) as for this package's SRV.
+func TestNetSRV_badTarget(t *testing.T) {
+	z := newZone(t)
+	z.set(t, "_http._tcp.svc.test. 30 IN SRV 1 1 80 a.test.", "_http._tcp.svc.test. 30 IN SRV 1 1 81 bad!name.test.", "a.test. 30 IN A 127.0.0.2")
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, z.addr)
+	}}
+	for _, s := range []discovery.Resolver{
+		discovery.SRV{Service: "http", Name: "svc.test", Resolver: r},
+		SRV{Service: "http", Name: "svc.test", Server: z.addr},
+	} {
+		res, err := s.Resolve(context.Background())
+		require.NoError(t, err, "%T", s)
+		assert.Equal(t, []string{"127.0.0.2:80"}, addrs(res), "%T", s)
+	}
+}
+
 // TestHost_cancel: a lookup of a server that does not answer ends when its
 // context is cancelled (a Watcher's Close), not when the DNS client's own
 // read timeout (2s) runs out.
