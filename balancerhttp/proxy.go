@@ -137,6 +137,12 @@ type Proxy struct {
 	// Default nil: every failure that may be retried is.
 	RetryBudget *balancer.RetryBudget
 
+	// Key, if set, gives each request's key for the keyed pickers (Hash,
+	// ConsistentHash), as Transport.Key does: nginx's hash key, such as
+	// $http_x_user. It sees the request as it goes to the backend.
+	// Default: no key (IPHash still hashes the client's address).
+	Key func(*http.Request) string
+
 	once    sync.Once
 	rp      *httputil.ReverseProxy
 	tr      http.RoundTripper
@@ -225,6 +231,9 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	var br balancer.Request
 	if ap, err := netip.ParseAddrPort(out.RemoteAddr); err == nil {
 		br.SetAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
+	}
+	if p.Key != nil {
+		br.SetKey(p.Key(out))
 	}
 	if p.RetryBudget != nil {
 		p.RetryBudget.Deposit()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/strictjson"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/serviceconfig"
 )
@@ -25,8 +26,14 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 
 // Config is the JSON a policy accepts in the service config's
 // loadBalancingConfig, the fields of nginx's server line that apply to
-// every peer and the picker's own options. Every field is optional; unknown
-// fields are ignored, as gRPC asks of config parsers.
+// every peer and the picker's own options. Every field is optional. A key
+// that names no field, one that names a field only without regard to case
+// ("MAXFAILS"), a key given twice in one object, and a number that a double
+// does not hold (1e400, or 1e-400, which it rounds to 0) are refused with
+// ErrBadConfig, naming the key: encoding/json alone would ignore the first,
+// take the second, keep the last of the third and zero the fourth, so a
+// typo in a config from a resolver or a control plane would leave a
+// default in force unseen.
 //
 //	maxFails       int ≥ 0     nginx's max_fails (default 1; 0: off)
 //	failTimeout    duration    nginx's fail_timeout (default "10s")
@@ -183,6 +190,11 @@ func defaultConfig() *lbConfig {
 // the policy, which gRPC's message around it names ("error parsing config
 // for policy ...").
 func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
+	if len(bytes.TrimSpace(js)) > 0 {
+		if err := strictjson.Check(js, reflect.TypeFor[Config]()); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
+	}
 	subset, err := parseSubsetField(js) // first: its own messages name its fields
 	if err != nil {
 		return nil, err

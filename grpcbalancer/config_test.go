@@ -82,7 +82,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{policy: "lbgo_smoothwrr", json: ``, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures}},
 		{policy: "lbgo_smoothwrr", json: `{}`, want: &lbConfig{maxFails: 1, failTimeout: 10 * time.Second, failures: defaultFailures}},
-		{policy: "lbgo_fastestfirst", json: `{"maxFails":3,"failTimeout":"0.5s","maxConns":7,"decay":"200ms","band":2,"floor":5,"unknownField":true}`,
+		{policy: "lbgo_fastestfirst", json: `{"maxFails":3,"failTimeout":"0.5s","maxConns":7,"decay":"200ms","band":2,"floor":5}`,
 			want: &lbConfig{maxFails: 3, failTimeout: 500 * time.Millisecond, maxConns: 7, failures: defaultFailures, opts: make([]lbgo.Option, 3)}},
 		{policy: "lbgo_leastconn", json: `{"maxFails":0,"failureCodes":["UNAVAILABLE","INTERNAL",13]}`,
 			want: &lbConfig{maxFails: 0, failTimeout: 10 * time.Second, failures: 1<<codes.Unavailable | 1<<codes.Internal}},
@@ -112,11 +112,21 @@ func TestParseConfig(t *testing.T) {
 		// what is wrong, nothing else (gRPC's message names the policy).
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":-1}`, wantErr: `maxFails -1: negative`},
 		{policy: "lbgo_smoothwrr", json: `{"maxConns":-2}`, wantErr: `maxConns -2: negative`},
-		// encoding/json matches keys without regard to case; the message
-		// names the key as written, with its value.
-		{policy: "lbgo_smoothwrr", json: `{"MAXFAILS":-1}`, wantErr: `MAXFAILS -1: negative`},
-		{policy: "lbgo_fastestfirst", json: `{"Band":0.5}`, wantErr: `Band 0.5: out of (1, 16]`},
-		{policy: "lbgo_smoothwrr", json: `{"FailTimeout":5}`, wantErr: `FailTimeout 5: not a string`},
+		// encoding/json would take a key that names a field only without
+		// regard to case, ignore one that names none, keep the last of a
+		// repeated key and read 1e-400 as 0: each is refused, naming it.
+		{policy: "lbgo_smoothwrr", json: `{"MAXFAILS":-1}`, wantErr: `MAXFAILS: no such field; the field is maxFails (names match exactly)`},
+		{policy: "lbgo_smoothwrr", json: `{"MAXFAILS":3}`, wantErr: `MAXFAILS: no such field; the field is maxFails (names match exactly)`},
+		{policy: "lbgo_fastestfirst", json: `{"Band":0.5}`, wantErr: `Band: no such field; the field is band (names match exactly)`},
+		{policy: "lbgo_smoothwrr", json: `{"FailTimeout":5}`, wantErr: `FailTimeout: no such field; the field is failTimeout (names match exactly)`},
+		{policy: "lbgo_smoothwrr", json: `{"unknownField":1}`, wantErr: `unknownField: no such field`},
+		{policy: "lbgo_fastestfirst", json: `{"maxFails":3,"decay":"1s","unknownField":true}`, wantErr: `unknownField: no such field`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":1,"maxFails":2}`, wantErr: `maxFails: given twice`},
+		{policy: "lbgo_fastestfirst", json: `{"band":1e-400}`, wantErr: `band 1e-400: not zero, but a double rounds it to zero`},
+		{policy: "lbgo_fastestfirst", json: `{"band":1e400}`, wantErr: `band 1e400: beyond a double's range`},
+		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","Clients":2}}`, wantErr: `reportedLoad.Clients: no such field; the field is clients (names match exactly)`},
+		{policy: "lbgo_smoothwrr", json: `{"slowStart":{"window":"1s","window":"2s"}}`, wantErr: `slowStart.window: given twice`},
+		{policy: "lbgo_smoothwrr", json: `{"subset":{"algorithm":"ring","clientIndex":0,"clientCount":2,"size":1,"seeds":3}}`, wantErr: `subset.seeds: no such field`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"soon"}`, wantErr: `failTimeout "soon": not a duration`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":"-1s"}`, wantErr: `failTimeout "-1s": negative`},
 		{policy: "lbgo_smoothwrr", json: `{"failTimeout":5}`, wantErr: `failTimeout 5: not a string`},
@@ -128,7 +138,7 @@ func TestParseConfig(t *testing.T) {
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.5}`, wantErr: `maxFails 3.5: not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":35e-1}`, wantErr: `maxFails 35e-1: not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"maxFails":3.0000000000000000001}`, wantErr: `maxFails 3.0000000000000000001: not an integer`},
-		{policy: "lbgo_smoothwrr", json: `{"maxFails":1e-999999999}`, wantErr: `maxFails 1e-999999999: not an integer`},
+		{policy: "lbgo_smoothwrr", json: `{"maxFails":1e-999999999}`, wantErr: `maxFails 1e-999999999: not zero, but a double rounds it to zero`},
 		{policy: "lbgo_smoothwrr", json: `{"maxConns":1e300}`, wantErr: `maxConns 1e300: not an integer`},
 		{policy: "lbgo_leastconn", json: `{"reportedLoad":{"window":"1s","clients":2.5}}`, wantErr: `reportedLoad {"window":"1s","clients":2.5}: clients not an integer`},
 		{policy: "lbgo_smoothwrr", json: `{"band":"wide"}`, wantErr: `band "wide": not a number`},

@@ -24,6 +24,13 @@ func ParseAll(filename string, src []byte) ([]*Block, error) {
 	if err != nil {
 		return nil, err
 	}
+	// nginx checks run-time resolution once the whole configuration is
+	// read: a resolver in the http context after the block counts.
+	for _, b := range blocks {
+		if err := p.checkResolve(b, p.http); err != nil {
+			return nil, err
+		}
+	}
 	return blocks, nil
 }
 
@@ -71,6 +78,7 @@ type parser struct {
 	lexer
 	lines  map[string]int // upstream name -> line, to refuse duplicates
 	blocks []*Block
+	http   resolverConf // the http context's resolver and resolver_timeout
 }
 
 // directive reads the words of one directive and the token that ends it.
@@ -116,6 +124,14 @@ func (p *parser) context(inHTTP bool) ([]*Block, *ParseError) {
 				return nil, p.errorf(words[0].line, ErrSyntax, "\"http\" takes no arguments, only a block")
 			}
 			if _, err := p.context(true); err != nil {
+				return nil, err
+			}
+		case inHTTP && words[0].text == "resolver" && end.kind == tokSemi:
+			if err := p.resolver(words, &p.http); err != nil {
+				return nil, err
+			}
+		case inHTTP && words[0].text == "resolver_timeout" && end.kind == tokSemi:
+			if err := p.resolverTimeout(words, &p.http); err != nil {
 				return nil, err
 			}
 		case words[0].text == "http" || words[0].text == "server" && end.kind == tokSemi:
@@ -172,7 +188,8 @@ func (p *parser) upstream(words []token, end token) *ParseError {
 	}
 	p.lines[name] = words[0].line
 	b := &Block{File: p.file, Name: name, Line: words[0].line}
-	var sum int64 // weights so far, checked against MaxWeightSum
+	var sum int64        // weights so far, checked against MaxWeightSum
+	var own resolverConf // the block's resolver and resolver_timeout
 	for {
 		words, end, err := p.directive()
 		if err != nil {
@@ -188,6 +205,15 @@ func (p *parser) upstream(words []token, end token) *ParseError {
 			return p.errorf(end.line, ErrSyntax, "unexpected %v", end)
 		}
 		if ignored[words[0].text] && end.kind == tokSemi {
+			continue
+		}
+		if f, ok := resolveDirectives[words[0].text]; ok {
+			if err := p.directiveEnd(words, end, 1); err != nil {
+				return err
+			}
+			if err := f(p, words, b, &own); err != nil {
+				return err
+			}
 			continue
 		}
 		if _, ok := methodArgs[words[0].text]; ok {
@@ -217,6 +243,7 @@ func (p *parser) upstream(words []token, end token) *ParseError {
 	if err := p.check(b); err != nil {
 		return err
 	}
+	b.Resolvers, b.ResolverValid, b.ResolverTimeout, b.ResolverNetwork = own.addrs, own.valid, own.timeout, own.network
 	p.blocks = append(p.blocks, b)
 	return nil
 }
@@ -246,8 +273,17 @@ func (p *parser) directiveEnd(words []token, end token, from int) *ParseError {
 // unchanged; their arguments are not checked.
 var ignored = map[string]bool{
 	"keepalive": true, "keepalive_requests": true, "keepalive_time": true,
-	"keepalive_timeout": true, "zone": true, "ntlm": true,
-	"resolver": true, "resolver_timeout": true,
+	"keepalive_timeout": true, "ntlm": true,
+}
+
+// resolveDirectives are the upstream directives that run-time resolution
+// reads (resolve.go).
+var resolveDirectives = map[string]func(p *parser, words []token, b *Block, rc *resolverConf) *ParseError{
+	"zone":     func(p *parser, words []token, b *Block, _ *resolverConf) *ParseError { return p.zone(words, b) },
+	"resolver": func(p *parser, words []token, _ *Block, rc *resolverConf) *ParseError { return p.resolver(words, rc) },
+	"resolver_timeout": func(p *parser, words []token, _ *Block, rc *resolverConf) *ParseError {
+		return p.resolverTimeout(words, rc)
+	},
 }
 
 // check rejects what nginx rejects once the block is read: no server, or

@@ -79,9 +79,9 @@ upstream back {
 			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 1, func(s *Server) { s.Weight = 3 })}},
 		},
 		{
-			name: "connection directives are skipped",
+			name: "connection directives are skipped, the zone kept",
 			src:  "upstream back {\n zone back 64k;\n server a;\n keepalive 32;\n keepalive_timeout 60s;\n server b;\n}",
-			want: Block{File: "up.conf", Name: "back", Line: 1, Servers: []Server{srv("a", "a:80", 3), srv("b", "b:80", 6)}},
+			want: Block{File: "up.conf", Name: "back", Line: 1, Zone: "back", Servers: []Server{srv("a", "a:80", 3), srv("b", "b:80", 6)}},
 		},
 		{
 			name: "every primary down, with a backup",

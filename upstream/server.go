@@ -38,6 +38,11 @@ func (p *parser) server(words []token, m Method) (Server, *ParseError) {
 			return Server{}, p.errorf(w.line, ErrInvalidParam, "balancing method %q (line %d) does not support parameter %v", m.Name, m.Line, w)
 		}
 	}
+	if s.Service != "" {
+		if err := p.checkService(s, words[0].line); err != nil {
+			return Server{}, err
+		}
+	}
 	return s, nil
 }
 
@@ -51,6 +56,13 @@ func (p *parser) param(s *Server, w token) *ParseError {
 		s.Backup = true
 	case !eq && key == "down":
 		s.Down = true
+	case !eq && key == "resolve":
+		s.Resolve = true
+	case eq && key == "service":
+		if val == "" {
+			err = p.errorf(w.line, ErrInvalidParam, "service is empty")
+		}
+		s.Service = val
 	case eq && key == "weight":
 		// nginx rejects weight=0; the bound keeps the sum in range.
 		if s.Weight, err = p.number(w, val, balancer.MaxWeightSum); err == nil && s.Weight == 0 {

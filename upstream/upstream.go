@@ -8,8 +8,11 @@
 // nginx's defaults; the balancing methods hash, ip_hash, least_conn and
 // random; comments, quoting and free whitespace. It rejects what nginx
 // rejects, with an error that names the file and line. Connection
-// directives (keepalive, zone, ...) are skipped; host names are not
-// resolved.
+// directives (keepalive, ...) are skipped. Host names are not resolved,
+// but for servers with nginx 1.27.3's resolve parameter (and service=),
+// which Block.Watch follows: the parser reads the zone, resolver and
+// resolver_timeout directives that resolve needs, and refuses a block
+// without them with nginx's message.
 package upstream
 
 import (
@@ -28,6 +31,20 @@ type Block struct {
 	Line    int      // line of the `upstream` keyword
 	Method  Method   // the balancing method; the zero Method is round robin
 	Servers []Server // in file order, backups included
+
+	// Run-time resolution (nginx 1.27.3's resolve): the zone's name (""
+	// without a zone directive), and the name servers to ask (the block's
+	// resolver directive or, for a block with a resolve server, the http
+	// context's), the valid= that overrides the records' TTLs (0: none)
+	// and resolver_timeout (30s by default for a block with a resolve
+	// server).
+	Zone            string
+	Resolvers       []string
+	ResolverValid   time.Duration
+	ResolverTimeout time.Duration
+	// ResolverNetwork is the addresses the resolver asks for: "" for A
+	// and AAAA, "ip4" with ipv6=off, "ip6" with ipv4=off.
+	ResolverNetwork string
 }
 
 // Server is one `server` line with nginx's defaults filled in: the parser
@@ -52,6 +69,11 @@ type Server struct {
 	FailTimeout time.Duration
 	Backup      bool
 	Down        bool
+	// Resolve is the resolve parameter: Name's addresses are looked up
+	// at run time and followed (Block.Watch); Service its service=, the
+	// SRV records to follow instead ("" for the A/AAAA records).
+	Resolve bool
+	Service string
 }
 
 // Peer returns a new balancer peer configured as s, whose address is

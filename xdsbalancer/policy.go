@@ -15,6 +15,7 @@ import (
 	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/lbgo/balancer/internal/strictjson"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -48,6 +49,11 @@ var ErrBadPolicy = errors.New("xdsbalancer: bad load-balancing policy")
 // refuses makes it reject the whole Cluster. An unregistered name is not
 // checked, since a client may have it: a client without it skips the
 // entry for the next one in the list.
+//
+// A key given twice in one object, or a number a double rounds to 0
+// (1e-400) or cannot hold (1e400), is refused; so are, by an lbgo_
+// policy's parser, a key that names no field of its config and one that
+// names a field only without regard to case.
 //
 // A Struct holds numbers as doubles: Policy refuses an integer, however
 // written (3, 3.0, 30e-1), that a double does not hold exactly (some
@@ -126,6 +132,11 @@ func structFields(js []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("config %s: not a JSON object", clip(js))
 	}
 	if err := doubles(obj, ""); err != nil {
+		return nil, err
+	}
+	// A key given twice would be lost in the Struct (its map keeps one),
+	// and 1e-400 would arrive as 0.
+	if err := strictjson.Check(js, nil); err != nil {
 		return nil, err
 	}
 	return obj, nil

@@ -77,6 +77,14 @@ func TestPolicy_refused(t *testing.T) {
 		{"lbgo_roundrobin", `{"subset":{"algorithm":"random","size":3.0000000000000000001}}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: subset.size 3.0000000000000000001: not exact as a double (3)`, false},
 		{"lbgo_roundrobin", `{"maxConns":1e23}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: maxConns 1e23: not exact as a double (99999999999999991611392)`, false},
 		{"lbgo_roundrobin", `{"probePool":{"size":1e400}}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: probePool.size 1e400: beyond a double`, false},
+		{"lbgo_roundrobin", `{"maxFails":1,"maxFails":2}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: maxFails: given twice`, false},
+		{"lbgo_roundrobin", `{"slowStart":{"window":"1s","window":"1s"}}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: slowStart.window: given twice`, false},
+		{"other_policy", `{"a":{"b":1,"b":1}}`, `xdsbalancer: bad load-balancing policy: other_policy: a.b: given twice`, false},
+		{"lbgo_fastestfirst", `{"band":1e-400}`, `xdsbalancer: bad load-balancing policy: lbgo_fastestfirst: band 1e-400: not zero, but a double rounds it to zero`, false},
+		// The client's parser refuses a key that names no field, or one
+		// only without regard to case.
+		{"lbgo_roundrobin", `{"unknownField":1}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: unknownField: no such field`, true},
+		{"lbgo_roundrobin", `{"MAXFAILS":3}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: MAXFAILS: no such field; the field is maxFails (names match exactly)`, true},
 		{"lbgo_roundrobin", map[string]any{"maxFails": 3.5}, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: maxFails 3.5: not an integer`, true},
 		{"lbgo_roundrobin", `{"failTimeout":10}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: failTimeout 10: not a string`, true},
 		{"lbgo_roundrobin", `{"decay":"1s"}`, `xdsbalancer: bad load-balancing policy: lbgo_roundrobin: grpcbalancer: bad load-balancing config: decay "1s": not an option of RoundRobin`, true},
