@@ -1,6 +1,9 @@
 package balancer
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // LeastConn in detail. Each pick goes to the eligible peer with the fewest
 // attempts in flight per unit of weight, the first such peer in order
@@ -65,6 +68,14 @@ type LeastConn struct {
 	// and each backup (reported_load.go), in list order, so that the scan
 	// reads them beside the peers. Rebuilt on every change; guarded by mu.
 	srv [2][]*serverCount
+
+	// ix orders the primaries by load (least_conn_index.go); guarded by
+	// mu. indexed is set while ix is in use, so that a report takes the
+	// lock to refresh its peer there only then. scanOnly keeps every pick
+	// on nginx's scan (the tests' reference); set before use.
+	ix       lcIndex
+	indexed  atomic.Bool
+	scanOnly bool
 }
 
 // leastConnSpec is LeastConn's declaration (see pickerSpec).
@@ -85,25 +96,47 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	if rep.on() {
 		b.fresh = newReportPeer
 	}
-	var changed func(*peerList)
-	if rep.on() {
-		changed = b.changedLocked
-	}
-	if err := b.init(peers, cfg, changed); err != nil {
+	b.currentWeight = b.ix.impliedLocked
+	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// Pick returns the least loaded eligible peer. It is O(n) in the number of
-// peers.
+// Pick returns the least loaded eligible peer. It is O(d + k + log n)
+// through the index from 16 primaries on (see lcIndex), O(n) otherwise.
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clk := lazyClock{now: b.now}
 	l := b.load()
+	if b.rep.on() || !b.slow.idleLocked() || b.scanOnly || !b.ix.usable(l) {
+		return b.scanLocked(l, r, &clk)
+	}
+	if b.ix.list != l {
+		// Set before the index reads any count: a report that misses it
+		// has ended its attempt before the fill reads the count.
+		b.indexed.Store(true)
+	}
+	return pickFrame(l, r, func(peers []*Peer, backup bool) int {
+		if backup {
+			return scanLeastConn(peers, r, &clk, b.rep, nil, nil)
+		}
+		return b.ix.pickLocked(l, r, &clk)
+	})
+}
+
+// scanLocked is Pick by nginx's scan over every peer, O(n): for short
+// lists, with WithReportedLoad (whose loads are reals), while a peer may be
+// warming (slow start's scaled weights), and as the tests' reference. The
+// index, if in use, hands its current weights back to the peers first.
+func (b *LeastConn) scanLocked(l *peerList, r *Request, clk *lazyClock) (*Peer, error) {
+	if b.ix.list != nil {
+		b.ix.dropLocked()
+		b.indexed.Store(false)
+	}
 	var ws *slowStart // non-nil while a peer may be warming
-	if !b.slow.idleLocked() && b.scaleLocked(l, &clk, slowScale) {
+	if !b.slow.idleLocked() && b.scaleLocked(l, clk, slowScale) {
 		ws = &b.slow
 	}
 	return pickFrame(l, r, func(peers []*Peer, backup bool) int {
@@ -111,12 +144,19 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 		if backup {
 			srv = b.srv[1]
 		}
-		return scanLeastConn(peers, r, &clk, b.rep, srv, ws)
+		return scanLeastConn(peers, r, clk, b.rep, srv, ws)
 	})
 }
 
-// changedLocked rebuilds srv for l. Requires b.mu.
+// changedLocked rebuilds what LeastConn derives from l: the index, sized
+// for it (every current weight is 0), and with WithReportedLoad, srv.
+// Requires b.mu.
 func (b *LeastConn) changedLocked(l *peerList) {
+	b.indexed.Store(false)
+	b.ix.prepare(l)
+	if !b.rep.on() {
+		return
+	}
 	for k, peers := range [2][]*Peer{l.primary, l.backup} {
 		srv := make([]*serverCount, len(peers))
 		for i, p := range peers {
@@ -274,12 +314,26 @@ func compareLoadWide(pc, pw, qc, qw int64) int {
 }
 
 // Done implements Picker.Done. With WithReportedLoad, it also keeps the
-// count the outcome's Load reports, lock-free.
+// count the outcome's Load reports, lock-free. While the index is in use
+// it takes the lock, to move p to its new count there.
 func (b *LeastConn) Done(p *Peer, o Outcome) error {
-	if err := b.done(p, o); err != nil || !b.rep.on() || o.Load == nil {
+	if err := b.finish(p, o); err != nil {
 		return err
 	}
-	if p.owner.Load() == &b.peerSet {
+	// indexed is read after finish ended the attempt: if it reads false,
+	// an index filled from here on reads the count already lowered.
+	account := o.Failed || p.needsLockOnSuccess()
+	if account || b.indexed.Load() {
+		b.mu.Lock()
+		if account {
+			b.doneLocked(b.load(), p, o)
+		}
+		if p.owner.Load() == &b.peerSet { // else p.index is another list's
+			b.ix.refreshLocked(p)
+		}
+		b.mu.Unlock()
+	}
+	if b.rep.on() && o.Load != nil && p.owner.Load() == &b.peerSet {
 		reportOf(p).note(o.Load, p.inFlight(), b.now())
 	}
 	return nil
