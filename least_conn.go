@@ -36,16 +36,18 @@ import (
 // max_conns, per-request tries and the single-server rule all follow
 // nginx's round-robin module, which least_conn shares.
 //
-// Why the pick stays O(n) under the lock. The least loaded peer depends on
-// in-flight counts that Done changes without the lock, one at a time, from
-// any goroutine; an index kept sorted by load (a heap, or SmoothWRR's
-// grouping by weight) would need every report to move its peer in that
-// index under the lock, which puts the lock back on the report. And the
-// tie-break is nginx's smooth step over every tied peer, a write to each
-// of them, so a pick among k tied peers is O(k) and serial whatever the
-// index. No exact sublinear form was found; RandomTwo, nginx's random two
-// least_conn, is the scalable alternative: O(1), lock-free, the least
-// loaded of two peers drawn by weight.
+// Cost of a pick. The least loaded peer depends on in-flight counts that
+// every report changes, and the tie-break is nginx's smooth step over every
+// tied peer, a write to each of them; in the plain case (every pick a
+// report apart, all idle) every peer ties on every pick. The index
+// (least_conn_index.go) keeps both exact in O(d + k + log n): the regular
+// peers in a heap per weight, ordered by count, the smooth step among the
+// tied peers of one weight and count applied lazily (one increment for all
+// of them), and the k others (failed, recovering, weight 0) scanned as
+// before. A report moves its peer in the index, so Done takes the lock
+// while the index is in use. nginx's O(n) scan (scanLeastConn) remains for
+// the backups, under WithReportedLoad (real-valued loads) and while a peer
+// warms (slow start's scaled weights), and as the tests' reference.
 
 // LeastConn is nginx's least_conn (ngx_http_upstream_least_conn_module.c,
 // from nginx 1.3.1/1.2.2 on): each pick goes to the eligible peer with the
@@ -57,10 +59,13 @@ import (
 // server reports its requests in flight takes in the other clients'
 // attempts too.
 //
-// A pick is O(n) under the picker's lock, since it reads every in-flight
-// count; for thousands of peers or many cores use [RandomTwo]. The zero
-// value is not usable; use [NewLeastConn]. LeastConn is
-// safe for concurrent use.
+// A pick is O(d + log n) under the picker's lock, d the number of distinct
+// weights, plus O(k) for the k peers with failures on record or a
+// recovering effective weight; a report takes the lock too, O(log n). With
+// WithReportedLoad, while a peer warms (WithSlowStart) and among the
+// backups, a pick is nginx's O(n) scan. For many cores use [RandomTwo]:
+// lock-free. The zero value is not usable; use [NewLeastConn]. LeastConn
+// is safe for concurrent use.
 type LeastConn struct {
 	peerSet
 	rep reportedLoad // WithReportedLoad; immutable after construction
@@ -103,8 +108,7 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	return b, nil
 }
 
-// Pick returns the least loaded eligible peer. It is O(d + k + log n)
-// through the index from 16 primaries on (see lcIndex), O(n) otherwise.
+// Pick returns the least loaded eligible peer.
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -126,10 +130,10 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	})
 }
 
-// scanLocked is Pick by nginx's scan over every peer, O(n): for short
-// lists, with WithReportedLoad (whose loads are reals), while a peer may be
-// warming (slow start's scaled weights), and as the tests' reference. The
-// index, if in use, hands its current weights back to the peers first.
+// scanLocked is Pick by nginx's scan over every peer, O(n): with
+// WithReportedLoad (whose loads are reals), while a peer may be warming
+// (slow start's scaled weights), and as the tests' reference. The index,
+// if in use, hands its current weights back to the peers first.
 func (b *LeastConn) scanLocked(l *peerList, r *Request, clk *lazyClock) (*Peer, error) {
 	if b.ix.list != nil {
 		b.ix.dropLocked()

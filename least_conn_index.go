@@ -2,10 +2,6 @@ package balancer
 
 import "math/bits"
 
-// lcIndexMin is the number of primaries from which LeastConn picks through
-// its index (lcIndex); below it, nginx's plain scan is as fast.
-const lcIndexMin = 16
-
 // lcIndex is nginx's least_conn pick over the primaries in O(d + k + t·log
 // n) instead of O(n): d the number of distinct weights among the regular
 // peers, k the number of the others, t the peers the request has tried, n
@@ -55,9 +51,11 @@ const lcIndexMin = 16
 //     heaps for the pick (their current weight written to the peer) and
 //     puts them back after, unchanged.
 //
-// A peer stops being regular only under the picker's lock: a failure
-// (Done, with the lock), a peer set down, a weight or max_conns change or a
-// readmission's warm-up (a list change, which drops the index). So every
+// A peer stops being regular only under the picker's lock: by a failure
+// (Done, with the lock), or by a list change (a peer set down, a weight or
+// max_conns changed), which makes the index afresh; a readmitted peer that
+// warms (slow start) sends the picks to nginx's scan until no peer warms,
+// after which the index is filled afresh. So every
 // report refreshes its peer under the lock (LeastConn.Done), and a peer
 // that became regular (its effective weight back up after steps, its
 // failures cleared by a probe's success) joins its heap at the next step or
@@ -83,10 +81,9 @@ type lcIndex struct {
 	others []int32 // primaries scanned one by one, in no order
 	held   []int32 // scratch: tried peers taken out of their heaps
 
-	// The tests lower these: min, the primaries from which the index is
-	// used (0: lcIndexMin), and foldAt, the steps at one count at which a
-	// group folds them into its bases (0: 2^50/w).
-	min, foldAt int64
+	// foldAt, if set (by the tests), is the steps at one count at which
+	// a group folds them into its bases; 0: 2^50/w.
+	foldAt int64
 }
 
 // Where a primary is in the index.
@@ -116,19 +113,11 @@ func lcRegular(p *Peer) bool {
 }
 
 // prepare sizes and groups the index for l, not yet filled (fillLocked
-// fills it at the first pick that uses it), or leaves it unused if l is
-// too short for it to pay. Runs after every list change, when publish has
-// set every current weight to 0.
+// fills it at the first pick that uses it). Runs after every list change,
+// when publish has set every current weight to 0.
 func (ix *lcIndex) prepare(l *peerList) {
 	ix.list = nil
-	n, least := len(l.primary), int64(lcIndexMin)
-	if ix.min != 0 {
-		least = ix.min
-	}
-	if int64(n) < least {
-		ix.built = nil
-		return
-	}
+	n := len(l.primary)
 	ix.built = l
 	ix.grp = make([]int32, n)
 	ix.at = make([]uint8, n)

@@ -3,6 +3,10 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,69 +155,214 @@ func (w *lcTwin) change() {
 	}
 }
 
-// TestLeastConnIndex_matchesScan drives LeastConn with its index (from one
-// primary on, or from its default of 16) and a twin held in nginx's O(n)
-// scan through the same random workloads: weights 0 to 5, max_conns,
-// failures, backups, peers down and up, retries, Connected, attempts held
+// TestLeastConnIndex_matchesScan drives LeastConn with its index and a
+// twin held in nginx's O(n) scan through the same random workloads:
+// weights 0 to 5, max_conns, failures, backups, peers down and up,
+// retries (after failures and after successes), Connected, attempts held
 // and reported in random order, the clock moving, Update, Add, Remove and
 // SetWeight midstream, with and without panic mode, ejection backoff and
-// slow start (whose warm-ups hand the picks to the scan and back). Every
-// pick, error and peer state must agree.
+// slow start (whose warm-ups hand the picks to the scan and back), and the
+// index's steps folded into its bases every 1 or 2 steps or at its
+// default. Every pick, error and peer state must agree.
 func TestLeastConnIndex_matchesScan(t *testing.T) {
+	seeds := uint64(120)
+	if testing.Short() {
+		seeds = 24
+	}
+	requests := 0
+	for seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			requests += runTwins(t, seed, 1500)
+		})
+	}
+	t.Logf("%d requests compared", requests)
+}
+
+// FuzzLeastConnIndex is TestLeastConnIndex_matchesScan's workload from any
+// seed, for any number of steps up to 4,000.
+func FuzzLeastConnIndex(f *testing.F) {
+	f.Add(uint64(0), uint16(500))
+	f.Add(uint64(7), uint16(3000))
+	f.Fuzz(func(t *testing.T, seed uint64, steps uint16) {
+		runTwins(t, seed, int(steps%4000))
+	})
+}
+
+// runTwins runs one workload of steps steps from seed (see
+// TestLeastConnIndex_matchesScan) and returns the requests it made.
+func runTwins(t *testing.T, seed uint64, steps int) (requests int) {
 	optSets := [][]Option{
 		nil,
 		{WithPanicThreshold(50)},
 		{WithEjectionBackoff(30 * time.Second)},
 		{WithSlowStart(3*time.Second, 1, 10)},
 	}
-	seeds := uint64(120)
-	if testing.Short() {
-		seeds = 24
+	rng := rand.New(rand.NewPCG(seed, 29))
+	w := &lcTwin{t: t, rng: rng, clk: newFakeClock()}
+	n := 1 + rng.IntN(40)
+	if seed%4 == 3 {
+		n = 40 + rng.IntN(200)
 	}
-	picks := 0
-	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 29))
-			w := &lcTwin{t: t, rng: rng, clk: newFakeClock()}
-			n := 1 + rng.IntN(40)
-			if seed%4 == 3 {
-				n = 16 + rng.IntN(200)
-			}
-			var pg, pr []*Peer
-			for range n {
-				p := w.pair()
-				pg, pr = append(pg, p[0]), append(pr, p[1])
-			}
-			opts := append([]Option{w.clk.opt()}, optSets[seed%uint64(len(optSets))]...)
-			var err error
-			w.got, err = NewLeastConn(pg, opts...)
-			require.NoError(t, err)
-			if seed%4 != 3 {
-				indexFrom(w.got, 1, int64(seed%3)) // steps folded every 1 or 2, or at 2^50/w
-			}
-			w.ref, err = NewLeastConn(pr, opts...)
-			require.NoError(t, err)
-			w.ref.scanOnly = true
-			fail := []float64{0, 0.05, 0.2}[rng.IntN(3)]
-			for step := range 1500 {
-				switch k := rng.IntN(100); {
-				case k < 2:
-					w.change()
-				case k < 8:
-					w.clk.add(time.Duration(rng.IntN(1500)) * time.Millisecond)
-				case k < 45 && len(w.held) > 0:
-					i := rng.IntN(len(w.held))
-					h := w.held[i]
-					w.held = append(w.held[:i], w.held[i+1:]...)
-					failed := rng.Float64() < fail
-					require.Equal(t, w.ref.Done(h[1], Outcome{Failed: failed}), w.got.Done(h[0], Outcome{Failed: failed}), "step %d", step)
-				default:
-					w.request(step, 1+rng.IntN(4), fail)
-					picks++
+	var pg, pr []*Peer
+	for range n {
+		p := w.pair()
+		pg, pr = append(pg, p[0]), append(pr, p[1])
+	}
+	opts := append([]Option{w.clk.opt()}, optSets[seed%uint64(len(optSets))]...)
+	var err error
+	w.got, err = NewLeastConn(pg, opts...)
+	require.NoError(t, err)
+	foldEvery(w.got, int64(seed%3)) // steps folded every 1 or 2, or at 2^50/w
+	w.ref, err = NewLeastConn(pr, opts...)
+	require.NoError(t, err)
+	w.ref.scanOnly = true
+	fail := []float64{0, 0.05, 0.2}[rng.IntN(3)]
+	for step := range steps {
+		switch k := rng.IntN(100); {
+		case k < 2:
+			w.change()
+		case k < 8:
+			w.clk.add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		case k < 45 && len(w.held) > 0:
+			i := rng.IntN(len(w.held))
+			h := w.held[i]
+			w.held = append(w.held[:i], w.held[i+1:]...)
+			failed := rng.Float64() < fail
+			require.Equal(t, w.ref.Done(h[1], Outcome{Failed: failed}), w.got.Done(h[0], Outcome{Failed: failed}), "step %d", step)
+		default:
+			w.request(step, 1+rng.IntN(4), fail)
+			requests++
+		}
+		w.check(step, "")
+	}
+	return requests
+}
+
+// BenchmarkLeastConnIndex times Pick and Done, serially and in parallel, with nginx's scan
+// and with the index, over n peers of weights 1 to 10 (the compare
+// benchmarks' workload: every peer idle between picks, so every pick is
+// a tie among all of them). The index is the faster from 2 peers on, which
+// is why LeastConn has no plain scan for short lists.
+func BenchmarkLeastConnIndex(b *testing.B) {
+	for _, n := range []int{2, 4, 8, 16, 32, 100, 1000, 10000} {
+		for _, mode := range []string{"scan", "index", "scan-parallel", "index-parallel"} {
+			b.Run(fmt.Sprintf("peers=%d/%s", n, mode), func(b *testing.B) {
+				peers := makePeers(n, numbered, func(i int) []PeerOption { return []PeerOption{Weight(i%10 + 1)} })
+				lc, err := NewLeastConn(peers)
+				if err != nil {
+					b.Fatal(err)
 				}
-				w.check(step, "")
-			}
-		})
+				if strings.HasPrefix(mode, "scan") {
+					lc.scanOnly = true
+				}
+				if strings.HasSuffix(mode, "parallel") {
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							p, _ := lc.Pick(nil)
+							_ = lc.Done(p, Outcome{})
+						}
+					})
+					return
+				}
+				for b.Loop() {
+					p, _ := lc.Pick(nil)
+					_ = lc.Done(p, Outcome{})
+				}
+			})
+		}
 	}
-	t.Logf("%d requests compared", picks)
+}
+
+// TestLeastConnIndex_concurrent picks and reports from 4 goroutines (with
+// failures and retries) while another changes the list and another reads
+// the peers' states, then, every peer up, picks and reports from 4
+// goroutines with no change; -race checks the locking. Then every attempt
+// is reported, and the index must hold every peer it keeps at its count
+// (no report lost between a Done's release and the index).
+func TestLeastConnIndex_concurrent(t *testing.T) {
+	peers := makePeers(64, numbered, func(i int) []PeerOption {
+		opts := []PeerOption{Weight(i%4 + 1), MaxFails(1 + i%2)}
+		if i%5 == 0 {
+			opts = append(opts, MaxConns(2))
+		}
+		return opts
+	})
+	b, err := NewLeastConn(peers)
+	require.NoError(t, err)
+	var picked, reported atomic.Int64
+	pickers := func(seed uint64, requests int) {
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(g)))
+				var r Request
+				for range requests {
+					r.Reset()
+					tryRequest(b, &r, func(*Peer) Outcome { return Outcome{Failed: rng.IntN(20) == 0} }, &picked, &reported, t.Errorf)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	stop := make(chan struct{})
+	var others sync.WaitGroup
+	others.Add(2)
+	go func() {
+		defer others.Done()
+		rng := rand.New(rand.NewPCG(9, 9))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := peers[rng.IntN(len(peers))]
+			switch rng.IntN(3) {
+			case 0:
+				_ = b.SetDown(p, rng.IntN(2) == 0)
+			case 1:
+				_ = b.SetWeight(p, 1+rng.IntN(4))
+			default:
+				_ = b.Update(b.Peers())
+			}
+			runtime.Gosched()
+		}
+	}()
+	go func() {
+		defer others.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, p := range b.Peers() {
+				_ = p.State()
+			}
+			runtime.Gosched()
+		}
+	}()
+	pickers(1, 2000)
+	close(stop)
+	others.Wait()
+	for _, p := range peers {
+		require.NoError(t, b.SetDown(p, false))
+	}
+	pickers(2, 2000)
+	require.Equal(t, picked.Load(), reported.Load())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ix := &b.ix
+	require.NotNil(t, ix.list, "the index is in use")
+	for i, p := range ix.list.primary {
+		switch ix.at[i] {
+		case lcHeap:
+			require.True(t, lcRegular(p), "peer %d in a heap is regular", i)
+			require.Equal(t, p.inFlight(), ix.conns[i], "peer %d held at its count", i)
+		case lcFull:
+			require.True(t, p.full(), "peer %d parked full", i)
+		}
+	}
 }

@@ -327,7 +327,7 @@ func TestLeastConn_pickAllocs(t *testing.T) {
 // transcription of nginx's least_conn, with the same random operations:
 // requests with retries, attempts left in flight and reported later,
 // failures, the clock moving. Every pick and every peer's state must agree,
-// with nginx's scan and with the index (in use here from one primary on).
+// with nginx's scan (LeastConn's reference) and with the index.
 func TestLeastConn_matchesModel(t *testing.T) {
 	for seed := range uint64(400) {
 		indexed := seed%2 == 1
@@ -341,9 +341,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			}
 			b, err := NewLeastConn(peers, clk.opt())
 			require.NoError(t, err)
-			if indexed {
-				indexFrom(b, 1, 0)
-			}
+			b.scanOnly = !indexed
 			type attempt struct {
 				peer  *Peer
 				model *ngxPeer
@@ -397,12 +395,12 @@ func TestLeastConn_matchesModel(t *testing.T) {
 	}
 }
 
-// indexFrom makes b use its index from n primaries on, its groups
-// folding their steps every foldAt (0: the default).
-func indexFrom(b *LeastConn, n, foldAt int64) {
+// foldEvery makes b's index fold its groups' steps into their bases every
+// foldAt steps at one count (0: the default, 2^50/w).
+func foldEvery(b *LeastConn, foldAt int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.ix.min, b.ix.foldAt = n, foldAt
+	b.ix.foldAt = foldAt
 	b.ix.prepare(b.load())
 }
 
