@@ -1,6 +1,9 @@
 package balancer
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // LeastConn in detail. Each pick goes to the eligible peer with the fewest
 // attempts in flight per unit of weight, the first such peer in order
@@ -33,16 +36,18 @@ import "math/bits"
 // max_conns, per-request tries and the single-server rule all follow
 // nginx's round-robin module, which least_conn shares.
 //
-// Why the pick stays O(n) under the lock. The least loaded peer depends on
-// in-flight counts that Done changes without the lock, one at a time, from
-// any goroutine; an index kept sorted by load (a heap, or SmoothWRR's
-// grouping by weight) would need every report to move its peer in that
-// index under the lock, which puts the lock back on the report. And the
-// tie-break is nginx's smooth step over every tied peer, a write to each
-// of them, so a pick among k tied peers is O(k) and serial whatever the
-// index. No exact sublinear form was found; RandomTwo, nginx's random two
-// least_conn, is the scalable alternative: O(1), lock-free, the least
-// loaded of two peers drawn by weight.
+// Cost of a pick. The least loaded peer depends on in-flight counts that
+// every report changes, and the tie-break is nginx's smooth step over every
+// tied peer, a write to each of them; in the plain case (every pick a
+// report apart, all idle) every peer ties on every pick. The index
+// (least_conn_index.go) keeps both exact in O(d + k + log n): the regular
+// peers in a heap per weight, ordered by count, the smooth step among the
+// tied peers of one weight and count applied lazily (one increment for all
+// of them), and the k others (failed, recovering, weight 0) scanned as
+// before. A report moves its peer in the index, so Done takes the lock
+// while the index is in use. nginx's O(n) scan (scanLeastConn) remains for
+// the backups, under WithReportedLoad (real-valued loads) and while a peer
+// warms (slow start's scaled weights), and as the tests' reference.
 
 // LeastConn is nginx's least_conn (ngx_http_upstream_least_conn_module.c,
 // from nginx 1.3.1/1.2.2 on): each pick goes to the eligible peer with the
@@ -54,10 +59,13 @@ import "math/bits"
 // server reports its requests in flight takes in the other clients'
 // attempts too.
 //
-// A pick is O(n) under the picker's lock, since it reads every in-flight
-// count; for thousands of peers or many cores use [RandomTwo]. The zero
-// value is not usable; use [NewLeastConn]. LeastConn is
-// safe for concurrent use.
+// A pick is O(d + log n) under the picker's lock, d the number of distinct
+// weights, plus O(k) for the k peers with failures on record or a
+// recovering effective weight; a report takes the lock too, O(log n). With
+// WithReportedLoad, while a peer warms (WithSlowStart) and among the
+// backups, a pick is nginx's O(n) scan. For many cores use [RandomTwo]:
+// lock-free. The zero value is not usable; use [NewLeastConn]. LeastConn
+// is safe for concurrent use.
 type LeastConn struct {
 	peerSet
 	rep reportedLoad // WithReportedLoad; immutable after construction
@@ -65,6 +73,14 @@ type LeastConn struct {
 	// and each backup (reported_load.go), in list order, so that the scan
 	// reads them beside the peers. Rebuilt on every change; guarded by mu.
 	srv [2][]*serverCount
+
+	// ix orders the primaries by load (least_conn_index.go); guarded by
+	// mu. indexed is set while ix is in use, so that a report takes the
+	// lock to refresh its peer there only then. scanOnly keeps every pick
+	// on nginx's scan (the tests' reference); set before use.
+	ix       lcIndex
+	indexed  atomic.Bool
+	scanOnly bool
 }
 
 // leastConnSpec is LeastConn's declaration (see pickerSpec).
@@ -85,25 +101,46 @@ func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	if rep.on() {
 		b.fresh = newReportPeer
 	}
-	var changed func(*peerList)
-	if rep.on() {
-		changed = b.changedLocked
-	}
-	if err := b.init(peers, cfg, changed); err != nil {
+	b.currentWeight = b.ix.impliedLocked
+	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-// Pick returns the least loaded eligible peer. It is O(n) in the number of
-// peers.
+// Pick returns the least loaded eligible peer.
 func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	clk := lazyClock{now: b.now}
 	l := b.load()
+	if b.rep.on() || !b.slow.idleLocked() || b.scanOnly || !b.ix.usable(l) {
+		return b.scanLocked(l, r, &clk)
+	}
+	if b.ix.list != l {
+		// Set before the index reads any count: a report that misses it
+		// has ended its attempt before the fill reads the count.
+		b.indexed.Store(true)
+	}
+	return pickFrame(l, r, func(peers []*Peer, backup bool) int {
+		if backup {
+			return scanLeastConn(peers, r, &clk, b.rep, nil, nil)
+		}
+		return b.ix.pickLocked(l, r, &clk)
+	})
+}
+
+// scanLocked is Pick by nginx's scan over every peer, O(n): with
+// WithReportedLoad (whose loads are reals), while a peer may be warming
+// (slow start's scaled weights), and as the tests' reference. The index,
+// if in use, hands its current weights back to the peers first.
+func (b *LeastConn) scanLocked(l *peerList, r *Request, clk *lazyClock) (*Peer, error) {
+	if b.ix.list != nil {
+		b.ix.dropLocked()
+		b.indexed.Store(false)
+	}
 	var ws *slowStart // non-nil while a peer may be warming
-	if !b.slow.idleLocked() && b.scaleLocked(l, &clk, slowScale) {
+	if !b.slow.idleLocked() && b.scaleLocked(l, clk, slowScale) {
 		ws = &b.slow
 	}
 	return pickFrame(l, r, func(peers []*Peer, backup bool) int {
@@ -111,12 +148,19 @@ func (b *LeastConn) Pick(r *Request) (*Peer, error) {
 		if backup {
 			srv = b.srv[1]
 		}
-		return scanLeastConn(peers, r, &clk, b.rep, srv, ws)
+		return scanLeastConn(peers, r, clk, b.rep, srv, ws)
 	})
 }
 
-// changedLocked rebuilds srv for l. Requires b.mu.
+// changedLocked rebuilds what LeastConn derives from l: the index, sized
+// for it (every current weight is 0), and with WithReportedLoad, srv.
+// Requires b.mu.
 func (b *LeastConn) changedLocked(l *peerList) {
+	b.indexed.Store(false)
+	b.ix.prepare(l)
+	if !b.rep.on() {
+		return
+	}
 	for k, peers := range [2][]*Peer{l.primary, l.backup} {
 		srv := make([]*serverCount, len(peers))
 		for i, p := range peers {
@@ -274,12 +318,26 @@ func compareLoadWide(pc, pw, qc, qw int64) int {
 }
 
 // Done implements Picker.Done. With WithReportedLoad, it also keeps the
-// count the outcome's Load reports, lock-free.
+// count the outcome's Load reports, lock-free. While the index is in use
+// it takes the lock, to move p to its new count there.
 func (b *LeastConn) Done(p *Peer, o Outcome) error {
-	if err := b.done(p, o); err != nil || !b.rep.on() || o.Load == nil {
+	if err := b.finish(p, o); err != nil {
 		return err
 	}
-	if p.owner.Load() == &b.peerSet {
+	// indexed is read after finish ended the attempt: if it reads false,
+	// an index filled from here on reads the count already lowered.
+	account := o.Failed || p.needsLockOnSuccess()
+	if account || b.indexed.Load() {
+		b.mu.Lock()
+		if account {
+			b.doneLocked(b.load(), p, o)
+		}
+		if p.owner.Load() == &b.peerSet { // else p.index is another list's
+			b.ix.refreshLocked(p)
+		}
+		b.mu.Unlock()
+	}
+	if b.rep.on() && o.Load != nil && p.owner.Load() == &b.peerSet {
 		reportOf(p).note(o.Load, p.inFlight(), b.now())
 	}
 	return nil

@@ -326,9 +326,11 @@ func TestLeastConn_pickAllocs(t *testing.T) {
 // TestLeastConn_matchesModel drives LeastConn and lcModel (below), a plain
 // transcription of nginx's least_conn, with the same random operations:
 // requests with retries, attempts left in flight and reported later,
-// failures, the clock moving. Every pick and every peer's state must agree.
+// failures, the clock moving. Every pick and every peer's state must agree,
+// with nginx's scan (LeastConn's reference) and with the index.
 func TestLeastConn_matchesModel(t *testing.T) {
-	for seed := range uint64(200) {
+	for seed := range uint64(400) {
+		indexed := seed%2 == 1
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
 			clk := newFakeClock()
@@ -339,6 +341,7 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			}
 			b, err := NewLeastConn(peers, clk.opt())
 			require.NoError(t, err)
+			b.scanOnly = !indexed
 			type attempt struct {
 				peer  *Peer
 				model *ngxPeer
@@ -390,6 +393,15 @@ func TestLeastConn_matchesModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// foldEvery makes b's index fold its groups' steps into their bases every
+// foldAt steps at one count (0: the default, 2^50/w).
+func foldEvery(b *LeastConn, foldAt int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ix.foldAt = foldAt
+	b.ix.prepare(b.load())
 }
 
 // lcModel is nginx's least_conn selection (nginx.md section 7) on

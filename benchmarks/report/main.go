@@ -513,7 +513,7 @@ var targets = []target{
 	{
 		"LeastConn, Pick plus report: ≤ 0.2× kratos p2c",
 		ratioTarget("feedback", "lbgo.LeastConn", "feedback", "kratos.p2c", 0.2, sizes, modes, false),
-		"nginx's least_conn scans every peer under the lock on each pick (O(n)), where kratos's p2c looks at two; no exact sublinear form keeps nginx's smooth tie-break and lock-free reports (see LeastConn's doc): RandomTwo is the scalable alternative.",
+		"LeastConn keeps nginx's exact order through its index by load (least_conn_index.go): each pick steps the tied peers of every weight under the lock, O(d + log n) with d = 10 weights here (every peer idle between picks, so all tie), and each report takes the lock to move its peer, where kratos's p2c looks at two peers without a lock: RandomTwo is the lock-free alternative.",
 	},
 	{
 		"P2CPeakEWMA, Pick plus report: ≤ 0.5× kratos p2c",
@@ -649,10 +649,12 @@ const notes = `
   every group at once, compares the d group leaders and the k other peers,
   and sinks the winner, so it costs O(d + k + log n) and gives nginx's picks
   and weights exactly (checked against a literal model of nginx's module).
-- **LeastConn** scans every peer under the lock on each pick, O(n), as
-  nginx's least_conn does: an index sorted by load would put the lock back
-  on every report, and nginx's tie-break writes the current weight of every
-  tied peer. RandomTwo is its O(1), lock-free alternative.
+- **LeastConn** keeps nginx's exact picks and weights through an index of
+  its peers by load: one heap per weight ordered by in-flight count, the
+  smooth step among the tied peers of one weight and count applied lazily,
+  the peers failed or recovering scanned one by one; a pick costs
+  O(d + k + log n) under the lock, and a report takes the lock to move its
+  peer (O(log n)). RandomTwo is its O(1), lock-free alternative.
 - **FastestFirst** keeps nginx's exact scan, and its smooth order among tied
   peers, up to 32 peers; above, a pick takes the least loaded of three peers
   drawn by derived weight from an alias table, a successful report takes no
