@@ -11,7 +11,7 @@ import (
 // benchmarks time: nginx's default (SmoothWRR, its lock-free cycle on
 // healthy peers), the lock-free rotation and a lock-free latency-aware
 // one. The options' cost is in the peer set's report path (finish), the
-// same for every picker; an O(n) locked scan (LeastConn) would only hide it.
+// same for every picker; a locked pick (LeastConn's) would only hide it.
 var backoffBenchPickers = []string{"RoundRobin", "SmoothWRR", "P2CPeakEWMA"}
 
 // backoffBenchSizes are the peer counts of the guards' benchmarks.
