@@ -96,7 +96,7 @@ func (s SRV) Resolve(ctx context.Context) (Result, error) {
 	if len(ts) == 0 {
 		return Result{}, fmt.Errorf("discovery: %s.%s: no target resolves (%v): %w", s.Service, s.Name, lastErr, ErrNoAddresses)
 	}
-	return Result{Targets: sortTargets(ts)}, nil
+	return Result{Targets: SortTargets(ts)}, nil
 }
 
 // networkOf checks a Network: "ip" for "".
@@ -138,12 +138,15 @@ func hostTargets(ips []netip.Addr, port string, weight int, backup bool) []Targe
 		}
 		ts = append(ts, Target{Addr: net.JoinHostPort(ip.Unmap().String(), port), Weight: weight, Backup: backup})
 	}
-	return sortTargets(ts)
+	return SortTargets(ts)
 }
 
-// sortTargets sorts by backup (primaries first), then address, and drops
-// a target given twice.
-func sortTargets(ts []Target) []Target {
+// SortTargets sorts ts in place, primaries first, then by address (IP,
+// then port), and returns it with each address given twice in one list
+// kept once: the order Host and SRV answer in, so that a balancer's order
+// does not follow a DNS server's rotation. A Resolver of your own may
+// call it for the same order.
+func SortTargets(ts []Target) []Target {
 	slices.SortFunc(ts, func(a, b Target) int {
 		if a.Backup != b.Backup {
 			if a.Backup {

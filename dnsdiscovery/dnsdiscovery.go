@@ -131,16 +131,7 @@ func (s SRV) Resolve(ctx context.Context) (discovery.Result, error) {
 	if len(ts) == 0 {
 		return discovery.Result{}, fmt.Errorf("dnsdiscovery: %s: no target resolves (%v): %w", qname, lastErr, discovery.ErrNoAddresses)
 	}
-	slices.SortFunc(ts, func(a, b discovery.Target) int {
-		if a.Backup != b.Backup {
-			if a.Backup {
-				return 1
-			}
-			return -1
-		}
-		return netip.MustParseAddrPort(a.Addr).Compare(netip.MustParseAddrPort(b.Addr))
-	})
-	return discovery.Result{Targets: slices.CompactFunc(ts, func(a, b discovery.Target) bool { return a.Addr == b.Addr && a.Backup == b.Backup }), TTL: known(ttl)}, nil
+	return discovery.Result{Targets: discovery.SortTargets(ts), TTL: known(ttl)}, nil
 }
 
 // addresses returns name's A and/or AAAA addresses, sorted, once each,
