@@ -1,8 +1,10 @@
 package balancerflag
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -77,4 +79,28 @@ func TestParseKey_host(t *testing.T) {
 		r.Host = h
 		assert.Equal(t, want, f(r), h)
 	}
+}
+
+// TestParseKey_concurrent: a compiled key is read by a Transport or a
+// Proxy from many goroutines at once; each sees its own request's key.
+func TestParseKey_concurrent(t *testing.T) {
+	f, err := parseKey("$host/${http_x_user}?$arg_id;$cookie_s")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				r := httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://h%d/?id=%d", g, i), nil)
+				r.Header.Set("X-User", fmt.Sprint("u", g))
+				r.Header.Set("Cookie", fmt.Sprintf("s=%d", i))
+				if got, want := f(r), fmt.Sprintf("h%d/u%d?%d;%d", g, g, i, i); got != want {
+					t.Errorf("goroutine %d: key %q, want %q", g, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
