@@ -149,7 +149,11 @@ func (f *Flags) New(peers []*balancer.Peer, opts ...balancer.Option) (balancer.B
 
 // Key returns the request's key of -hash-key, for balancerhttp's
 // Transport.Key or Proxy.Key, after New has built a picker that takes a
-// key (Hash, ConsistentHash); nil otherwise.
+// key (Hash, ConsistentHash); nil otherwise. The key is nginx's: text and
+// the variables $http_NAME (a header, "_" for "-"), $cookie_NAME,
+// $arg_NAME, $remote_addr, $host, $uri, $request_uri and $args, read as
+// nginx reads them; in a client's request $remote_addr is empty and $host
+// the URL's. The function is safe for concurrent use.
 func (f *Flags) Key() func(*http.Request) string { return f.key }
 
 // String names the picker New built, the option flags given and what the
