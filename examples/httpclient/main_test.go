@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/internal/flagtest"
+	"github.com/lbgo/balancer/loadreport"
 )
 
 var (
@@ -157,4 +159,28 @@ func TestUsage(t *testing.T) {
 // this repository.
 func TestCopyBuilds(t *testing.T) {
 	flagtest.CopyBuilds(t, "example.com/myclient")
+}
+
+// TestConfigure_middleware: with -middleware (the default) every answer
+// carries loadreport's report and the backends answer probes; with
+// -middleware=false neither.
+func TestConfigure_middleware(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		c, err := configure([]string{"-flaky=false", "-middleware=" + strconv.FormatBool(on)}, io.Discard)
+		require.NoError(t, err)
+		resp, err := c.client.Get("http://backends/users/u1")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, on, resp.Header.Get(loadreport.HeaderName) != "", "-middleware=%v: report %q", on, resp.Header.Get(loadreport.HeaderName))
+		probe, err := http.Get("http://" + c.backends.addrs[0] + loadreport.DefaultProbePath)
+		require.NoError(t, err)
+		probe.Body.Close()
+		if on {
+			assert.Equal(t, http.StatusOK, probe.StatusCode)
+		} else {
+			assert.Equal(t, http.StatusNotFound, probe.StatusCode)
+		}
+		c.close()
+	}
 }
