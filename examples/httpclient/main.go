@@ -3,11 +3,25 @@
 // 127.0.0.1, the last of which answers 503 to every other request, sends
 // -requests GETs through a client whose Transport picks a backend per
 // attempt with the picker named by -algo, and prints how many attempts
-// each backend answered. The 503s go on to the next backend, so every
-// request gets a 200.
+// each backend answered and for how many users. The 503s go on to the
+// next backend, so every request gets a 200 (-flaky=false: no 503s).
 //
 //	go run ./examples/httpclient -algo FastestFirst -requests 1000
+//	go run ./examples/httpclient -algo LeastConn -reported-load 10s,1
+//	go run ./examples/httpclient -algo ConsistentHash -hash-key '$http_x_user'
 //
+// The picker's flags are the reverse proxy's (package balancerflag): each
+// of the library's picker options is a flag whose value is the option's
+// arguments, and -h lists them, the pickers that take each and what each
+// picker needs from the servers. Prequal probes them, ReportedWRR and
+// -reported-load read their load reports: the local backends run
+// loadreport's Middleware, which answers both, unless -middleware=false,
+// which shows such a picker without them. Each request is one of -users
+// users: it carries the header X-User: uN and the path /users/uN, so that
+// -hash-key '$http_x_user' (or '$uri') keeps each user on one backend.
+//
+// The program imports only the library's public packages: copy this
+// directory into a module of your own and `go get github.com/lbgo/balancer`.
 // The same client with its picker's metrics served to Prometheus on
 // -metrics-listen is metrics/examples/httpclient, in the metrics module,
 // so that this module does not depend on Prometheus.
@@ -23,17 +37,20 @@ import (
 	"net/http/httptest"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/balancerflag"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/loadreport"
 )
 
 func main() {
-	err := run(os.Args[1:], os.Stdout)
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return // -h: the flag package has printed the usage
+		return // -h: the usage is printed
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "httpclient:", err)
@@ -41,37 +58,21 @@ func main() {
 	}
 }
 
-func run(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("httpclient", flag.ContinueOnError)
-	algo := fs.String("algo", "FastestFirst", "balancing algorithm, any case (FastestFirst: the README's default for one client): "+balancer.AlgorithmNames())
-	n := fs.Int("backends", 3, "local backends to start")
-	requests := fs.Int("requests", 300, "requests to send")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *n < 1 || *requests < 0 {
-		return fmt.Errorf("-backends %d, -requests %d: want at least 1 backend and no negative count", *n, *requests)
-	}
-	backends, stop := startBackends(*n)
-	defer stop()
-
-	// The core: a picker from the registry, a client with the Transport.
-	a, err := balancer.AlgorithmNamed(*algo)
-	if err != nil {
-		return fmt.Errorf("-algo: %w", err)
-	}
-	var peers []*balancer.Peer
-	for _, addr := range backends.addrs {
-		peers = append(peers, balancer.NewPeer(addr))
-	}
-	picker, err := a.New(peers)
+func run(args []string, out, stderr io.Writer) error {
+	c, err := configure(args, stderr)
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}}
-
-	for range *requests {
-		resp, err := client.Get("http://backends/hello") // the host is replaced by a peer's address
+	defer c.close()
+	for i := range c.requests {
+		user := fmt.Sprint("u", i%c.users)
+		// The host is replaced by a peer's address.
+		req, err := http.NewRequest(http.MethodGet, "http://backends/users/"+user, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("X-User", user)
+		resp, err := c.client.Do(req)
 		if err != nil {
 			return err
 		}
@@ -81,47 +82,143 @@ func run(args []string, out io.Writer) error {
 			return errors.New("got " + resp.Status)
 		}
 	}
-	fmt.Fprintf(out, "%s, %d requests, all 200:\n", a.Name, *requests)
-	backends.print(out)
+	fmt.Fprintf(out, "%s\n%d requests over %d backends, all 200:\n", c.summary, c.requests, len(c.backends.addrs))
+	c.backends.print(out)
 	return nil
+}
+
+// clientConfig is the client that the flags describe, over its local
+// backends, ready to send.
+type clientConfig struct {
+	client   *http.Client
+	picker   balancer.Balancer
+	backends *local
+	stop     func() // stops the backends
+	requests int
+	users    int
+	summary  string // the picker, its options and what it needs
+}
+
+func (c *clientConfig) close() {
+	if cl, ok := c.picker.(io.Closer); ok {
+		cl.Close()
+	}
+	c.stop()
+}
+
+// configure reads the flags, starts the backends and builds the picker and
+// the client; an error names the flag, and leaves nothing running.
+func configure(args []string, stderr io.Writer) (*clientConfig, error) {
+	fs := flag.NewFlagSet("httpclient", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("backends", 3, "local backends to start")
+	requests := fs.Int("requests", 300, "requests to send")
+	users := fs.Int("users", 10, "users the requests come from in turn (header X-User: uN, path /users/uN)")
+	middleware := fs.Bool("middleware", true, "the backends run loadreport's Middleware: load reports and probe answers")
+	flaky := fs.Bool("flaky", true, "the last backend answers 503 to every other request")
+	pf := balancerflag.Register(fs, "FastestFirst") // the README's default for one client
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: httpclient [-algo NAME] [-backends N] [-requests N] [flags]")
+		fs.PrintDefaults()
+		pf.PrintPickers(fs.Output())
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (every setting is a flag; see -h)", fs.Arg(0))
+	}
+	switch {
+	case *n < 1 || *n > 100:
+		return nil, fmt.Errorf("-backends %d: want 1 to 100", *n)
+	case *requests < 0:
+		return nil, fmt.Errorf("-requests %d: want 0 or more", *requests)
+	case *users < 1:
+		return nil, fmt.Errorf("-users %d: want 1 or more", *users)
+	}
+	backends, stop, err := startBackends(*n, *middleware, *flaky)
+	if err != nil {
+		return nil, err
+	}
+	var peers []*balancer.Peer
+	for _, addr := range backends.addrs {
+		peers = append(peers, balancer.NewPeer(addr))
+	}
+	picker, err := pf.New(peers)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	// The core: a client whose Transport picks a backend per attempt.
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker, Key: pf.Key()}}
+	summary := pf.String()
+	if !*middleware {
+		summary += " (the backends run no middleware)"
+	}
+	return &clientConfig{
+		client: client, picker: picker, backends: backends, stop: stop,
+		requests: *requests, users: *users, summary: summary,
+	}, nil
 }
 
 // local is the set of backends the example starts.
 type local struct {
 	addrs []string
 	mu    sync.Mutex
-	hits  map[string]map[int]int // addr -> status -> answers
+	hits  map[string]map[int]int     // addr -> status -> answers
+	users map[string]map[string]bool // addr -> the users it answered 200
 }
 
-// startBackends starts n servers on 127.0.0.1; the last answers 503 to
-// every other request when there are several.
-func startBackends(n int) (*local, func()) {
-	l := &local{hits: map[string]map[int]int{}}
+// startBackends starts n servers on 127.0.0.1, behind loadreport's
+// Middleware if middleware is set; if flaky is set, the last answers 503
+// to every other request when there are several.
+func startBackends(n int, middleware, flaky bool) (*local, func(), error) {
+	l := &local{hits: map[string]map[int]int{}, users: map[string]map[string]bool{}}
 	var srvs []*httptest.Server
+	stop := func() {
+		for _, s := range srvs {
+			s.Close()
+		}
+	}
 	for i := range n {
 		var count atomic.Int64
-		flaky := n > 1 && i == n-1
+		flaky := flaky && n > 1 && i == n-1
 		var addr string
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.HasPrefix(r.URL.Path, "/users/") {
+				// Not the example's: a probe, when there is no
+				// middleware to answer it.
+				http.NotFound(w, r)
+				return
+			}
 			status := http.StatusOK
 			if flaky && count.Add(1)%2 == 0 {
 				status = http.StatusServiceUnavailable
 			}
 			l.mu.Lock()
 			l.hits[addr][status]++
+			if status == http.StatusOK {
+				l.users[addr][r.Header.Get("X-User")] = true
+			}
 			l.mu.Unlock()
 			w.WriteHeader(status)
-		}))
+		})
+		if middleware {
+			m, err := loadreport.New()
+			if err != nil {
+				stop()
+				return nil, nil, err
+			}
+			h = m.Handler(h)
+		}
+		srv := httptest.NewServer(h)
 		addr = srv.Listener.Addr().(*net.TCPAddr).String()
 		l.hits[addr] = map[int]int{}
+		l.users[addr] = map[string]bool{}
 		l.addrs = append(l.addrs, addr)
 		srvs = append(srvs, srv)
 	}
-	return l, func() {
-		for _, s := range srvs {
-			s.Close()
-		}
-	}
+	return l, stop, nil
 }
 
 func (l *local) print(out io.Writer) {
@@ -137,6 +234,6 @@ func (l *local) print(out io.Writer) {
 		for _, c := range codes {
 			fmt.Fprintf(out, " %d×%d", l.hits[addr][c], c)
 		}
-		fmt.Fprintln(out)
+		fmt.Fprintf(out, ", %d users\n", len(l.users[addr]))
 	}
 }

@@ -1,10 +1,12 @@
-package main
+package balancerflag
 
 import (
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/lbgo/balancer"
 )
 
 // parseKey compiles -hash-key, nginx's hash key: text with variables, such
@@ -14,8 +16,10 @@ import (
 // $request_uri and $args; ${name} delimits one inside text. As in nginx,
 // $host has no port and is in lower case, the names of cookies and
 // arguments match without regard to case and their values are as sent,
-// and a missing header, cookie or argument is empty. An unknown variable
-// is an error naming it.
+// and a missing header, cookie or argument is empty. In a client's
+// request (Transport.Key) $remote_addr is empty and $host is the URL's
+// host, the same for every request. An unknown variable is an error naming
+// it, wrapping balancer.ErrInvalidConfig.
 func parseKey(s string) (func(*http.Request) string, error) {
 	var parts []func(*http.Request) string
 	for s != "" {
@@ -34,7 +38,7 @@ func parseKey(s string) (func(*http.Request) string, error) {
 		if strings.HasPrefix(s, "{") {
 			end := strings.IndexByte(s, '}')
 			if end < 0 {
-				return nil, fmt.Errorf("-hash-key: the variable ${%s lacks its closing }", s[1:])
+				return nil, fmt.Errorf("-hash-key: the variable ${%s lacks its closing }: %w", s[1:], balancer.ErrInvalidConfig)
 			}
 			name, s = s[1:end], s[end+1:]
 		} else {
@@ -51,7 +55,7 @@ func parseKey(s string) (func(*http.Request) string, error) {
 		parts = append(parts, v)
 	}
 	if len(parts) == 0 {
-		return nil, fmt.Errorf("-hash-key: empty key")
+		return nil, fmt.Errorf("-hash-key: empty key: %w", balancer.ErrInvalidConfig)
 	}
 	if len(parts) == 1 {
 		return parts[0], nil
@@ -99,7 +103,7 @@ func variable(name string) (func(*http.Request) string, error) {
 		a := lower[len("arg_"):]
 		return func(r *http.Request) string { return arg(r.URL.RawQuery, a) }, nil
 	}
-	return nil, fmt.Errorf("-hash-key: unknown variable $%s (want $http_NAME, $cookie_NAME, $arg_NAME, $remote_addr, $host, $uri, $request_uri or $args)", name)
+	return nil, fmt.Errorf("-hash-key: unknown variable $%s (want $http_NAME, $cookie_NAME, $arg_NAME, $remote_addr, $host, $uri, $request_uri or $args): %w", name, balancer.ErrInvalidConfig)
 }
 
 // host is nginx's $host: the request's host without its port (an IPv6

@@ -1,4 +1,4 @@
-package main
+package balancerflag
 
 import (
 	"fmt"
@@ -109,9 +109,10 @@ func takers(option string) string {
 }
 
 // options returns the options of the flags given (set holds their values by
-// name) for the picker a, or an error naming the first flag that a does not
-// take or whose value is not the option's arguments. The values' ranges are
-// the picker's to check: a.New refuses one out of range, naming the option.
+// name) for the picker a, or an error wrapping balancer.ErrInvalidConfig
+// that names the first flag that a does not take or whose value is not the
+// option's arguments. The values' ranges are the picker's to check: a.New
+// refuses one out of range, naming the option.
 func options(a balancer.Algorithm, set map[string]string) ([]balancer.Option, error) {
 	var opts []balancer.Option
 	for _, f := range optionFlags {
@@ -120,12 +121,12 @@ func options(a balancer.Algorithm, set map[string]string) ([]balancer.Option, er
 			continue
 		}
 		if !takes(a, f.option) {
-			return nil, fmt.Errorf("-%s: -algo %s does not take %s (%s do)", f.name, a.Name, f.option, takers(f.option))
+			return nil, fmt.Errorf("-%s: -algo %s does not take %s (%s do): %w", f.name, a.Name, f.option, takers(f.option), balancer.ErrInvalidConfig)
 		}
 		ar := &args{rest: strings.Split(v, ",")}
 		o := f.build(ar)
 		if err := ar.done(); err != nil {
-			return nil, fmt.Errorf("-%s %q: %v (want %s)", f.name, v, err, f.args)
+			return nil, fmt.Errorf("-%s %q: %v (want %s): %w", f.name, v, err, f.args, balancer.ErrInvalidConfig)
 		}
 		opts = append(opts, o)
 	}
