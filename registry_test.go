@@ -13,16 +13,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestREADME_optionsTable holds the README's table of options and backups
+// TestREADME_optionsTable holds docs/algorithms.md's table of options and backups
 // to the pickers' declarations: one row per picker of the registry, in its
 // order, naming the options Algorithm.Options lists, in order, and "refused"
 // exactly for the pickers whose Algorithm.NoBackups is set.
 func TestREADME_optionsTable(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile("docs/algorithms.md")
 	require.NoError(t, err)
 	const header = "| Name | Options | Backup peers |"
 	_, table, ok := strings.Cut(string(b), header+"\n|---|---|---|\n")
-	require.True(t, ok, "README.md has no table %q", header)
+	require.True(t, ok, "docs/algorithms.md has no table %q", header)
 	table, _, _ = strings.Cut(table, "\n\n")
 	rows := strings.Split(table, "\n")
 	algs := Algorithms()

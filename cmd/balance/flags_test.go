@@ -126,7 +126,7 @@ func TestTraceDefaultN(t *testing.T) {
 	assert.Contains(t, help, "most 10000: -n gives more")
 }
 
-// TestBoundsDocumented checks that sim -h and the README state the bounds
+// TestBoundsDocumented checks that sim -h and docs/simulator.md state the bounds
 // the simulator applies.
 func TestBoundsDocumented(t *testing.T) {
 	_, _, help := exec([]string{"sim", "-h"}, "")
@@ -137,7 +137,7 @@ func TestBoundsDocumented(t *testing.T) {
 	} {
 		assert.Contains(t, help, want)
 	}
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/simulator.md")
 	require.NoError(t, err)
 	readme := strings.Join(strings.Fields(string(raw)), " ")
 	for _, want := range []string{
@@ -145,6 +145,6 @@ func TestBoundsDocumented(t *testing.T) {
 		fmt.Sprintf("more than %d million requests in all", sim.MaxCompareRequests/1_000_000),
 		"at most 10,000 lines",
 	} {
-		assert.True(t, strings.Contains(readme, want), "README.md does not say %q", want)
+		assert.True(t, strings.Contains(readme, want), "docs/simulator.md does not say %q", want)
 	}
 }

@@ -112,7 +112,8 @@ func TestTrace(t *testing.T) {
 	}
 }
 
-// TestExample checks the README's main command on the shipped example.
+// TestExample checks the README's main command on the shipped example
+// (go run ./cmd/balance trace examples/upstream.conf).
 // Current weights of the three live primaries (5, 3, 1; total 9), after
 // adding the weights and then taking 9 from the winner:
 // [5,3,1] a -> [-4,3,1]; [1,6,2] b -> [1,-3,2]; [6,0,3] a -> [-3,0,3];

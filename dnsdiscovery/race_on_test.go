@@ -1,0 +1,5 @@
+//go:build race
+
+package dnsdiscovery
+
+const raceEnabled = true
