@@ -352,7 +352,9 @@ func (s *ReportedWRR) pickSlow(r *Request) (*Peer, error) {
 }
 
 // Done implements Picker.Done. A report in o.Load that gives a usable
-// weight is recorded for p, lock-free, and may run a due recompute.
+// weight is recorded for p, lock-free, and may run a due recompute, or,
+// if it begins p's run while no peer has a fresh report, the recompute
+// that starts the cold start.
 func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
 	if err := s.report(p, o); err != nil || o.Load == nil {
 		return err

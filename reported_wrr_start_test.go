@@ -58,11 +58,12 @@ func pickDone(t *testing.T, s *ReportedWRR, k int) string {
 //     weight against b's 0 (b's attempts ending at once): b every time;
 //   - after 10 s of reports, a reports 100 rps and b 50 at utilization
 //     0.5: weights 200 and 100, shares 1 and 1/2 of a budget of 200: 133
-//     and 67, in whose smooth order a comes up within two picks whatever
-//     is in flight;
+//     and 67, whose smooth order gives a 133 picks in every 200 whatever
+//     is in flight (cold, it would get none while held);
 //   - c added then, in its blackout, gets the mean of the weighted,
 //     (1 + 1/2)/2 = 3/4: shares 1, 1/2, 3/4 of a budget of 300: 133, 67,
-//     100, and the list stays on the derived weights;
+//     100, and the list stays on the derived weights: c 100 picks in 300
+//     though held;
 //   - every report expired: SmoothWRR over the configured weights 1, 1, 1
 //     again, b 2 picks in 6 though held (cold, it would get none).
 func TestReportedWRR_coldStart(t *testing.T) {
@@ -90,12 +91,12 @@ func TestReportedWRR_coldStart(t *testing.T) {
 	serve(t, s, loads, 4) // due: both weighted
 	require.Equal(t, []int{133, 67}, derivedWeights(peers), "weights after the blackout")
 	holdOne(t, s, "a")
-	assert.Contains(t, pickDone(t, s, 2), "a", "weighted: a's turn comes whatever it holds")
+	assert.Equal(t, 133, strings.Count(pickDone(t, s, 200), "a"), "weighted: a's 133 turns in 200 whatever it holds")
 
 	require.NoError(t, s.Add(NewPeer("c")))
 	assert.Equal(t, []int{133, 67, 100}, derivedWeights(s.Peers()), "c in blackout: the mean")
 	c := holdOne(t, s, "c")
-	assert.Contains(t, pickDone(t, s, 3), "c", "c held: still weighted, not cold")
+	assert.Equal(t, 100, strings.Count(pickDone(t, s, 300), "c"), "c held: still weighted, 100 turns in 300, not cold")
 	require.NoError(t, s.Done(c, Outcome{Latency: time.Millisecond}))
 
 	clk.add(31 * time.Second)  // every report expired
