@@ -132,15 +132,20 @@ func runColdFleet(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balan
 // server's speed over 16. SmoothWRR, round robin over the equal
 // weights, the rule ReportedWRR's blackout followed before, is the
 // control: its p99 must pass 1.5× LeastConn's. The run takes about 8 s a
-// seed; -short skips it, and -race runs one seed.
+// seed; -short and -race skip it.
 func TestReportedWRR_coldStartEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("8 s a seed on real servers: skipped with -short")
 	}
-	seeds := []uint64{1, 2, 3}
 	if raceSlowdown > 1 {
-		seeds = seeds[:1]
+		// Measured: the three clients then cannot keep their 816
+		// requests a second on time on a loaded 2-core machine, and
+		// every fleet's p99 is the clients' own delay (the control
+		// came to 0.77 of LeastConn's). The picker's races are the
+		// root package's concurrent tests'.
+		t.Skip("latencies under -race measure the race detector: skipped")
 	}
+	seeds := []uint64{1, 2, 3}
 	want := make([]float64, len(coldSpeeds))
 	for i, v := range coldSpeeds {
 		want[i] = v / 16
