@@ -48,6 +48,11 @@ type smoothRR struct {
 	// at which a cycle opened from all current weights at 0 is entered;
 	// nil: at its start. Set before the picker is in use; called under mu.
 	entry func(w uint64) uint64
+
+	// held, set by the owner, keeps the cycle closed and the recorder off:
+	// the owner's own scan is in charge of the primaries meanwhile (and
+	// reads their current weights as written). Guarded by mu.
+	held bool
 }
 
 func (s *smoothRR) pickLocked(r *Request) (*Peer, error) {
@@ -282,7 +287,7 @@ func (s *smoothRR) impliedLocked(p *Peer) (int64, bool) {
 // has no failures on record, no max_conns, and a current weight of 0. If
 // all that holds but the current weights are not 0, it starts the recorder.
 func (s *smoothRR) maybeOpenLocked(l *peerList) {
-	if s.cycle.Load() != nil || l.single || s.recFor == l || s.slow.until.Load() != 0 {
+	if s.cycle.Load() != nil || l.single || s.recFor == l || s.slow.until.Load() != 0 || s.held {
 		return // a warming peer (slow start) breaks the period too
 	}
 	if g := s.groups; g != nil {

@@ -16,8 +16,8 @@ const (
 	// rate times its duration, 280 times the largest built-in scenario.
 	MaxRequests = 20_000_000
 	// MaxCompareRequests bounds the expected requests of one Compare,
-	// summed over its runs: more than 15 times every built-in scenario,
-	// picker and oracle with 3 seeds.
+	// summed over its runs: more than 15 times every built-in scenario
+	// with the pickers and oracles it runs, with 3 seeds.
 	MaxCompareRequests = 500_000_000
 	// MaxBytes bounds the memory one run is expected to use, and the
 	// memory of a Compare: the results it keeps and its runs at once.

@@ -216,7 +216,7 @@ func guardLegend(s *Scenario) string {
 }
 
 // guardSuffixes explains the names of the guards' variants.
-const guardSuffixes = "A name's suffix is a guard: +budget gives each client a retry budget with Finagle's defaults (20% of the requests plus 10 retries a second over 10 s), +tightbudget one of 10% plus 5 a second; +panic a panic threshold of 50% (WithPanicThreshold), +ejectcap an ejection cap of 50% (WithMaxEjectionPercent); +slowstart slow start over 10 s (WithSlowStart, aggression 1, 10% of the weight at least)."
+const guardSuffixes = "A name's suffix is a guard: +budget gives each client a retry budget with Finagle's defaults (20% of the requests plus 10 retries a second over 10 s), +tightbudget one of 10% plus 5 a second; +panic a panic threshold of 50% (WithPanicThreshold), +ejectcap an ejection cap of 50% (WithMaxEjectionPercent); +slowstart slow start over 10 s (WithSlowStart, aggression 1, 10% of the weight at least); +a58 ReportedWRR with A58's periods (a blackout of 10 s, an update period of 1 s)."
 
 // GuardPickers are the pickers the guard scenarios compare with and
 // without each guard: nginx's default, the two latency-blind and

@@ -427,6 +427,7 @@ func Scenarios() []Scenario {
 		retryStorm(),
 		outage(),
 		scaleUp(),
+		coldStart(),
 	}
 }
 

@@ -42,7 +42,10 @@ LeastConn, P2CPeakEWMA and RoundRobin of the chosen pickers, each beside
 its variants under a guard (+budget: each client's retry budget; +panic:
 a panic threshold; +slowstart: slow start), and add their measure over a
 window: the load amplification, the failed share after the outage, the
-p99 during the warm-up. -check leaves them out, as does a -duration that
+p99 during the warm-up. The cold start (coldstart) runs SmoothWRR,
+LeastConn, FastestFirst and ReportedWRR, the last also with A58's
+periods (+a58: a 10 s blackout), on servers of unequal speeds from a
+client's first request. -check leaves them out, as does a -duration that
 ends before their window.
 
 Every flag is checked: a value out of range exits 2 naming it. A run is

@@ -53,13 +53,13 @@ func TestSimHelpDefaults(t *testing.T) {
 		assert.NotContains(t, help, bad)
 	}
 	for _, want := range []string{
-		"simulated time per run (default: the scenario's, 60s; 50s in retrystorm; 20s in outage1s; 40s in scaleup)",
-		"attempt timeout (default: the scenario's, 1s in all)",
-		"(default: the scenario's, 0; 1 in linkerd)",                                         // tries
+		"simulated time per run (default: the scenario's, 60s; 50s in retrystorm; 20s in outage1s; 40s in scaleup; 30s in coldstart)",
+		"attempt timeout (default: the scenario's, 1s; 5s in coldstart)",
+		"(default: the scenario's, 0; 1 in linkerd; 2 in coldstart)",                         // tries
 		"disables failure accounting (default: the scenario's, 1; 0 in linkerd, retrystorm)", // max-fails
 		"fail_timeout, a duration (default: the scenario's, 10s in all)",
 		"clients K (default: the scenario's, 1; 16 in herd, fleet16, zones16, fastfail16; 10 in retrystorm, outage1s, scaleup; 64 in fleet64)",
-		"(default: the scenario's, 0.7; 0.75 in fleet1, fleet16, fleet64, zones16, fastfail16; none, a fixed 1000 requests/s, in linkerd; none, a fixed 700 requests/s, in scaleup)",
+		"(default: the scenario's, 0.7; 0.75 in fleet1, fleet16, fleet64, zones16, fastfail16; none, a fixed 1000 requests/s, in linkerd; none, a fixed 700 requests/s, in scaleup; 0.68 in coldstart)",
 		"(default: the scenario's, no jitter; 1s in fleet1, fleet16, fleet64, zones16, fastfail16; 500ms in jitter, herd)",
 		"(default its own: 5s for FastestFirst, 10s otherwise)",
 		"-svg DIR",
