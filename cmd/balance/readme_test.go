@@ -255,6 +255,7 @@ var docCommands = map[string]string{
 	"go run ./cmd/balance sim -check":                  "cmd/balance/readme_test.go:TestReadme",
 	"balance sim -svg DIR":                             "cmd/balance/sim_docs_test.go:TestDocsCharts",
 	"balance sim -scenario subset300":                  "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
+	"balance sim -scenario coldstart":                  "sim/coldstart_test.go:TestColdStart",
 	"cd grpcbalancer/examples/grpc && go run .":        "grpcbalancer/examples/grpc/main_test.go:TestRun",
 	"go run ./examples/httpclient -requests 1000":      "examples/httpclient/main_test.go:TestRun", // with 40 requests, every picker
 	"sh benchmarks/run.sh":                             "not run: it runs the comparison benchmarks for tens of minutes on a quiet machine; CI runs the benchmarks module's tests",
