@@ -150,13 +150,10 @@ func TestDo_allocs(t *testing.T) {
 
 // TestOneAttemptLoop: Attempts.Run is the one function of the module (the
 // root module and the nested ones) that calls Pick or PickRetry inside a
-// loop: a retry loop elsewhere would copy its decisions. upstream's
-// traceRequest is nginx's trace harness, which drives a picker's
-// Pick/Done sequence directly and checks Done's errors, as nginx's tests
-// do; it decides no retry of its own beyond "a failed peer is followed by
-// the next pick".
+// loop (Do, balancerhttp's Transport and Proxy, upstream's Trace run on
+// it): a retry loop elsewhere would copy its decisions.
 func TestOneAttemptLoop(t *testing.T) {
-	allowed := []string{"attempts.go: Run", "upstream/trace.go: traceRequest"}
+	allowed := []string{"attempts.go: Run"}
 	var found []string
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
