@@ -48,73 +48,45 @@ func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 	if p == nil || try == nil {
 		return fmt.Errorf("balancer: Do: nil picker or try: %w", ErrInvalidConfig)
 	}
-	if r == nil {
-		r = new(Request)
-	}
-	if cfg.budget != nil {
-		cfg.budget.Deposit()
-	}
-	var last error // the last failed attempt's error
+	var last error // the last failed attempt's error, and its peer
 	var lastPeer *Peer
-	for {
-		if err := ctx.Err(); err != nil {
-			if last != nil {
-				return fmt.Errorf("balancer: Do: %w (after a failed attempt on %q: %w)", err, lastPeer.addr, last)
-			}
-			return err
+	var result error // the attempt that ended the loop
+	loop := Attempts{Picker: p, Request: r, Budget: cfg.budget, Now: cfg.now}
+	why := loop.Run(ctx, func(ctx context.Context, peer *Peer) Verdict {
+		err := try(ctx, peer)
+		if err == nil {
+			result = nil
+			return Verdict{}
 		}
-		var peer *Peer
-		if last != nil && cfg.budget != nil {
-			peer, err = cfg.budget.PickRetry(p, r)
-		} else {
-			peer, err = p.Pick(r)
-		}
-		if err != nil {
-			if last != nil {
-				return fmt.Errorf("balancer: Do: %w (last attempt on %q: %w)", err, lastPeer.addr, last)
-			}
-			return fmt.Errorf("balancer: Do: %w", err)
-		}
-		err = attempt(ctx, p, peer, try, &cfg)
-		var nf notFailure
+		var nf notFailure // on the heap: declared only on this path
 		switch {
-		case err == nil:
-			return nil
 		case errors.As(err, &nf):
-			return nf.err
+			result = nf.err
 		case ctx.Err() != nil:
 			if errors.Is(err, ctx.Err()) {
-				return fmt.Errorf("balancer: Do: attempt on %q abandoned: %w", peer.addr, err)
+				result = fmt.Errorf("balancer: Do: attempt on %q abandoned: %w", peer.addr, err)
+			} else {
+				result = fmt.Errorf("balancer: Do: attempt on %q abandoned: %w: %w", peer.addr, ctx.Err(), err)
 			}
-			return fmt.Errorf("balancer: Do: attempt on %q abandoned: %w: %w", peer.addr, ctx.Err(), err)
+			return Verdict{Outcome: Outcome{Abandoned: true}}
+		default:
+			last, lastPeer = err, peer
+			return Verdict{Outcome: Outcome{Failed: true}, Retry: true}
 		}
-		last, lastPeer = err, peer
-	}
-}
-
-// attempt calls try on peer and reports the outcome to p, as Abandoned if
-// try panics.
-func attempt(ctx context.Context, p Picker, peer *Peer, try func(context.Context, *Peer) error, cfg *config) (err error) {
-	start := cfg.now()
-	reported := false
-	defer func() {
-		if !reported {
-			_ = p.Done(peer, Outcome{Abandoned: true, Latency: max(cfg.now().Sub(start), 0)})
-		}
-	}()
-	err = try(ctx, peer)
-	o := Outcome{Latency: max(cfg.now().Sub(start), 0)} // a clock that steps back counts as 0
-	var nf notFailure
+		return Verdict{}
+	})
+	gaveUp := why != nil && why == ctx.Err()
 	switch {
-	case err == nil, errors.As(err, &nf):
-	case ctx.Err() != nil:
-		o.Abandoned = true
-	default:
-		o.Failed = true
+	case why == nil:
+		return result
+	case last == nil && gaveUp:
+		return why // before any attempt
+	case last == nil:
+		return fmt.Errorf("balancer: Do: %w", why)
+	case gaveUp:
+		return fmt.Errorf("balancer: Do: %w (after a failed attempt on %q: %w)", why, lastPeer.addr, last)
 	}
-	reported = true
-	_ = p.Done(peer, o)
-	return err
+	return fmt.Errorf("balancer: Do: %w (last attempt on %q: %w)", why, lastPeer.addr, last)
 }
 
 // NotFailure marks err, returned by the try function given to Do, as a

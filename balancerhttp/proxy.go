@@ -235,37 +235,15 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	if p.Key != nil {
 		br.SetKey(p.Key(out))
 	}
-	if p.RetryBudget != nil {
-		p.RetryBudget.Deposit()
-	}
-	var held *http.Response // the last failed response, passed on if the tries run out
-	var errs []error        // each attempt's
-	stop := func(why error) (*http.Response, error) {
-		return nil, &RoundTripError{Method: out.Method, URL: out.URL.RequestURI(), Attempts: errs, Err: why}
-	}
-	for n := 0; ; n++ {
-		if err := gaveUp(out); err != nil {
-			// The client is gone: no attempt is picked that would
-			// never be sent.
-			closeBody(held)
-			return stop(err)
-		}
-		var peer *balancer.Peer
-		switch {
-		case p.MaxTries > 0 && n >= p.MaxTries:
-			err = fmt.Errorf("MaxTries %d: %w", p.MaxTries, balancer.ErrTriesExhausted)
-		case n > 0 && p.RetryBudget != nil:
-			peer, err = p.RetryBudget.PickRetry(p.Picker, &br)
-		default:
-			peer, err = p.Picker.Pick(&br)
-		}
-		if err != nil {
-			if held != nil && (errors.Is(err, balancer.ErrTriesExhausted) || errors.Is(err, balancer.ErrRetryBudget)) {
-				return held, nil // nginx passes the last response on
-			}
-			closeBody(held)
-			return stop(err)
-		}
+	var (
+		errs []error        // each attempt's
+		resp *http.Response // the response passed on
+		why  error          // why an attempt that ended the loop got no response
+		held *http.Response // the last failed response, passed on if the tries run out
+	)
+	loop := balancer.Attempts{Picker: p.Picker, Request: &br, Budget: p.RetryBudget, MaxTries: p.MaxTries, GaveUp: func() error { return gaveUp(out) }}
+	stopped := loop.Run(out.Context(), func(_ context.Context, peer *balancer.Peer) balancer.Verdict {
+		// The context is out's, which each attempt's request keeps.
 		closeBody(held)
 		held = nil
 
@@ -279,62 +257,66 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 		}
 		sent, timer := to.begin(&req)
 		start := time.Now()
-		resp, err := attemptRoundTrip(p.tr, sent, func() {
-			// It panicked: the attempt ends here, and the panic goes on.
-			timer.finish()
-			_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: time.Since(start)})
-		})
+		// If the Transport panics, the attempt's timer stops here and
+		// the loop reports it Abandoned while the panic goes on.
+		r, err := attemptRoundTrip(p.tr, sent, timer.finish)
 		latency := time.Since(start)
 		if terr := timer.roundTripped(); terr != nil {
 			if err == nil {
-				_ = resp.Body.Close()
+				_ = r.Body.Close()
 			}
 			err = terr
 		}
 		if err != nil {
 			timer.finish()
 			errs = append(errs, &peerError{peer.Addr(), err})
-			if why := gaveUp(out); why != nil {
+			if why = gaveUp(out); why != nil {
 				// The client gave up, not the backend: not a failure,
 				// and the time waited is only a lower bound on the
 				// backend's latency.
-				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
-				return stop(why)
+				return balancer.Verdict{Outcome: balancer.Outcome{Abandoned: true, Latency: latency}}
 			}
 			if errors.Is(err, ErrBadRoundTripper) {
 				// Not the peer's doing, and the next peer's attempt
 				// would go through the same RoundTripper.
-				_ = p.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
-				return stop(ErrBadRoundTripper)
+				why = ErrBadRoundTripper
+				return balancer.Verdict{Outcome: balancer.Outcome{Abandoned: true, Latency: latency}}
 			}
-			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
-			if why := whyNotRetried(out, err, safe, noReplay); why != nil {
-				return stop(why)
-			}
-			continue
+			why = whyNotRetried(out, err, safe, noReplay)
+			return balancer.Verdict{Outcome: balancer.Outcome{Failed: true, Latency: latency}, Retry: why == nil}
 		}
-		failed := p.isFailure(resp)
+		failed := p.isFailure(r)
 		if failed && replayable && safe {
-			// Report now, as nginx frees the peer before it asks for
-			// the next; keep the response in case none is left.
-			_ = p.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency, Load: p.load.read(resp.Header, nil)})
-			resp.Body = timer.wrap(resp.Body) // it may yet be passed on
-			held = resp
-			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
-			continue
+			// Reported as the attempt ends, before the next Pick, as
+			// nginx frees the peer before it asks for the next; kept
+			// in case none is left.
+			r.Body = timer.wrap(r.Body) // it may yet be passed on
+			held = r
+			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: r.StatusCode, Status: r.Status})
+			return balancer.Verdict{Outcome: balancer.Outcome{Failed: true, Latency: latency, Load: p.load.read(r.Header, nil)}, Retry: true}
 		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp = r
+		if r.StatusCode == http.StatusSwitchingProtocols {
 			// An upgraded connection (WebSocket, say) lives on outside
 			// the attempt; the ReverseProxy needs its body unwrapped.
-			_ = p.Picker.Done(peer, balancer.Outcome{Latency: latency, Load: p.load.read(resp.Header, nil)})
 			timer.finish()
-			return resp, nil
+			return balancer.Verdict{Outcome: balancer.Outcome{Latency: latency, Load: p.load.read(r.Header, nil)}}
 		}
-		rb := &reportingBody{rc: resp.Body, req: out, resp: resp, load: &p.load, picker: p.Picker, peer: peer, start: start, failed: failed, timer: timer}
-		rb.hdrLoad = p.load.read(resp.Header, &rb.ldst)
-		resp.Body = rb
+		rb := &reportingBody{rc: r.Body, req: out, resp: r, load: &p.load, picker: p.Picker, peer: peer, start: start, failed: failed, timer: timer}
+		rb.hdrLoad = p.load.read(r.Header, &rb.ldst)
+		r.Body = rb
+		return balancer.Verdict{Reported: true} // when the body is read or closed
+	})
+	switch {
+	case resp != nil:
 		return resp, nil
+	case held != nil && (errors.Is(stopped, balancer.ErrTriesExhausted) || errors.Is(stopped, balancer.ErrRetryBudget)):
+		return held, nil // nginx passes the last response on
+	case stopped != nil:
+		why = stopped // the client is gone, or no peer or retry is left
 	}
+	closeBody(held)
+	return nil, &RoundTripError{Method: out.Method, URL: out.URL.RequestURI(), Attempts: errs, Err: why}
 }
 
 func (p *Proxy) isFailure(resp *http.Response) bool {

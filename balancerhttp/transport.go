@@ -1,6 +1,7 @@
 package balancerhttp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -239,44 +240,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Key != nil {
 		br.SetKey(t.Key(req))
 	}
-	stop := func(errs []error, why error) (*http.Response, error) {
-		return nil, &RoundTripError{Method: req.Method, URL: req.URL.String(), Attempts: errs, Err: why}
-	}
-	if t.RetryBudget != nil {
-		t.RetryBudget.Deposit()
-	}
-	var errs []error
+	var (
+		errs  []error        // each attempt's
+		resp  *http.Response // the response passed on
+		why   error          // why an attempt that ended the loop got no response
+		drain *http.Response // a failure's response, drained once reported
+		tries int
+	)
 	body := req.Body
-	for n := 0; ; n++ {
-		if err := gaveUp(req); err != nil {
-			if n == 0 {
-				closeRequestBody(body)
-			}
-			return stop(errs, err)
-		}
-		var peer *balancer.Peer
-		var err error
-		switch {
-		case t.MaxTries > 0 && n >= t.MaxTries:
-			err = fmt.Errorf("MaxTries %d: %w", t.MaxTries, balancer.ErrTriesExhausted)
-		case n > 0 && t.RetryBudget != nil:
-			peer, err = t.RetryBudget.PickRetry(t.Picker, &br)
-		default:
-			peer, err = t.Picker.Pick(&br)
-		}
-		if err != nil {
-			if n == 0 {
-				closeRequestBody(body)
-			}
-			return stop(errs, err)
-		}
-		if n > 0 && hasBody {
+	loop := balancer.Attempts{Picker: t.Picker, Request: &br, Budget: t.RetryBudget, MaxTries: t.MaxTries, GaveUp: func() error { return gaveUp(req) }}
+	stopped := loop.Run(req.Context(), func(_ context.Context, peer *balancer.Peer) balancer.Verdict {
+		// The context is req's, which each attempt's request keeps.
+		closeBody(drain)
+		drain = nil
+		tries++
+		if tries > 1 && hasBody {
 			// Rewound only once the budget and the picker allow the
 			// retry; a failed rewind gives the pick back.
 			b, err := req.GetBody()
 			if err != nil {
-				_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true})
-				return stop(errs, fmt.Errorf("Request.GetBody: %w", err))
+				why = fmt.Errorf("Request.GetBody: %w", err)
+				return balancer.Verdict{Outcome: balancer.Outcome{Abandoned: true}}
 			}
 			body = b
 		}
@@ -291,61 +275,66 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.Body = body
 		sent, timer := to.begin(&out)
 		start := time.Now()
-		resp, err := attemptRoundTrip(t.base, sent, func() {
-			// It panicked: the attempt ends here, and the panic goes on.
-			timer.finish()
-			_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: time.Since(start)})
-		})
+		// If Base panics, the attempt's timer stops here and the loop
+		// reports it Abandoned while the panic goes on.
+		r, err := attemptRoundTrip(t.base, sent, timer.finish)
 		latency := time.Since(start)
 		if terr := timer.roundTripped(); terr != nil {
 			if err == nil {
-				_ = resp.Body.Close()
+				_ = r.Body.Close()
 			}
 			err = terr
 		}
 		if err != nil {
 			timer.finish()
 			errs = append(errs, &peerError{peer.Addr(), err})
-			if why := gaveUp(req); why != nil {
+			if why = gaveUp(req); why != nil {
 				// The caller gave up, not the peer: the time waited is
 				// a lower bound on its latency.
-				_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
-				return stop(errs, why)
+				return balancer.Verdict{Outcome: balancer.Outcome{Abandoned: true, Latency: latency}}
 			}
 			if errors.Is(err, ErrBadRoundTripper) {
 				// Not the peer's doing, and the next peer's attempt
 				// would go through the same RoundTripper.
-				_ = t.Picker.Done(peer, balancer.Outcome{Abandoned: true, Latency: latency})
-				return stop(errs, ErrBadRoundTripper)
+				why = ErrBadRoundTripper
+				return balancer.Verdict{Outcome: balancer.Outcome{Abandoned: true, Latency: latency}}
 			}
-			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency})
-			if why := whyNotRetried(req, err, safe, noReplay); why != nil {
-				return stop(errs, why)
-			}
-			continue
+			why = whyNotRetried(req, err, safe, noReplay)
+			return balancer.Verdict{Outcome: balancer.Outcome{Failed: true, Latency: latency}, Retry: why == nil}
 		}
-		failed := slices.Contains(t.failureStatuses(), resp.StatusCode)
+		failed := slices.Contains(t.failureStatuses(), r.StatusCode)
 		if failed && replayable && safe {
-			// Report before the next Pick, as nginx frees the peer
-			// before it asks for the next one.
-			_ = t.Picker.Done(peer, balancer.Outcome{Failed: true, Latency: latency, Load: t.load.read(resp.Header, nil)})
-			resp.Body = timer.wrap(resp.Body) // the drain is a read too
-			closeBody(resp)
-			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: resp.StatusCode, Status: resp.Status})
-			continue
+			// Reported as the attempt ends, before the next Pick, as
+			// nginx frees the peer before it asks for the next one;
+			// drained after.
+			r.Body = timer.wrap(r.Body) // the drain is a read too
+			drain = r
+			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: r.StatusCode, Status: r.Status})
+			return balancer.Verdict{Outcome: balancer.Outcome{Failed: true, Latency: latency, Load: t.load.read(r.Header, nil)}, Retry: true}
 		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
+		resp = r
+		if r.StatusCode == http.StatusSwitchingProtocols {
 			// The upgraded connection lives on outside the attempt, and
 			// its body must stay an io.ReadWriteCloser.
-			_ = t.Picker.Done(peer, balancer.Outcome{Latency: latency, Load: t.load.read(resp.Header, nil)})
 			timer.finish()
-			return resp, nil
+			return balancer.Verdict{Outcome: balancer.Outcome{Latency: latency, Load: t.load.read(r.Header, nil)}}
 		}
-		rb := &reportingBody{rc: resp.Body, req: req, resp: resp, load: &t.load, picker: t.Picker, peer: peer, start: start, failed: failed, timer: timer}
-		rb.hdrLoad = t.load.read(resp.Header, &rb.ldst)
-		resp.Body = rb
+		rb := &reportingBody{rc: r.Body, req: req, resp: r, load: &t.load, picker: t.Picker, peer: peer, start: start, failed: failed, timer: timer}
+		rb.hdrLoad = t.load.read(r.Header, &rb.ldst)
+		r.Body = rb
+		return balancer.Verdict{Reported: true} // when the body is read or closed
+	})
+	closeBody(drain)
+	if resp != nil {
 		return resp, nil
 	}
+	if stopped != nil {
+		why = stopped
+	}
+	if tries == 0 {
+		closeRequestBody(body)
+	}
+	return nil, &RoundTripError{Method: req.Method, URL: req.URL.String(), Attempts: errs, Err: why}
 }
 
 // errRequestCanceled is why a request stops when its Cancel channel

@@ -1,9 +1,11 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lbgo/balancer"
 )
@@ -53,33 +55,57 @@ func TraceEach(p balancer.Picker, name string, n int, failing func(addr string) 
 }
 
 // traceRequest runs the attempts of one request, writing what nginx logs.
+// Latencies are 0 (a clock that does not move), as nginx's vectors are
+// recorded without time.
 func traceRequest(p balancer.Picker, r *balancer.Request, name string, failing func(string) bool, line *strings.Builder) error {
 	sep := func() {
 		if line.Len() > 0 {
 			line.WriteString(", ")
 		}
 	}
-	for range maxAttempts {
-		peer, err := p.Pick(r)
-		switch {
-		case errors.Is(err, balancer.ErrNoLivePeer):
-			sep()
-			line.WriteString(name)
-			return nil
-		case errors.Is(err, balancer.ErrTriesExhausted):
-			return nil
-		case err != nil:
-			return fmt.Errorf("upstream: trace: pick: %w", err)
-		}
+	cp := &checkedDone{Picker: p}
+	tries := 0
+	loop := balancer.Attempts{
+		Picker:   cp,
+		Request:  r,
+		MaxTries: maxAttempts,
+		Now:      func() time.Time { return time.Time{} },
+		GaveUp:   func() error { return cp.err }, // a Done refused ends the request
+	}
+	err := loop.Run(context.Background(), func(_ context.Context, peer *balancer.Peer) balancer.Verdict {
+		tries++
 		sep()
 		line.WriteString(peer.Addr())
 		failed := failing != nil && failing(peer.Addr())
-		if err := p.Done(peer, balancer.Outcome{Failed: failed}); err != nil {
-			return fmt.Errorf("upstream: trace: done %q: %w", peer.Addr(), err)
-		}
-		if !failed {
-			return nil
-		}
+		return balancer.Verdict{Outcome: balancer.Outcome{Failed: failed}, Retry: failed}
+	})
+	switch {
+	case cp.err != nil:
+		return cp.err
+	case err == nil:
+		return nil
+	case tries >= maxAttempts:
+		return fmt.Errorf("upstream: trace: picker made more than %d attempts for one request", maxAttempts)
+	case errors.Is(err, balancer.ErrNoLivePeer):
+		sep()
+		line.WriteString(name)
+		return nil
+	case errors.Is(err, balancer.ErrTriesExhausted):
+		return nil
 	}
-	return fmt.Errorf("upstream: trace: picker made more than %d attempts for one request", maxAttempts)
+	return fmt.Errorf("upstream: trace: pick: %w", err)
+}
+
+// checkedDone keeps the first error of its Picker's Done, which the
+// attempt loop does not return.
+type checkedDone struct {
+	balancer.Picker
+	err error
+}
+
+func (c *checkedDone) Done(peer *balancer.Peer, o balancer.Outcome) error {
+	if err := c.Picker.Done(peer, o); err != nil && c.err == nil {
+		c.err = fmt.Errorf("upstream: trace: done %q: %w", peer.Addr(), err)
+	}
+	return nil
 }

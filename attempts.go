@@ -1,0 +1,115 @@
+package balancer
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Attempts is the attempt loop of one request, which Do,
+// balancerhttp.Transport and balancerhttp.Proxy share: Run picks a peer
+// from Picker for Request, calls try with it, reports try's Verdict with
+// Done (also when try panics: Abandoned, before the panic goes on), and
+// picks again while the verdict asks for a retry and the loop allows one.
+// A retry is asked of Budget (RetryBudget.PickRetry) if it is set, and is
+// not made past MaxTries attempts (nginx's proxy_next_upstream_tries; 0:
+// only Picker's bound) nor once GaveUp, checked before each pick, returns
+// an error (nil GaveUp: ctx.Err). Run deposits one request in Budget. Now
+// times each attempt (nil: time.Now). Done's errors are not returned. An
+// Attempts serves one request; its attempts are sequential.
+type Attempts struct {
+	Picker   Picker
+	Request  *Request // nil: a fresh one
+	Budget   *RetryBudget
+	MaxTries int
+	Now      func() time.Time
+	GaveUp   func() error
+}
+
+// Verdict is what one attempt came to, as try returns it to
+// Attempts.Run.
+type Verdict struct {
+	// Outcome is reported with Done; a zero Latency is the time try
+	// took, on Attempts.Now.
+	Outcome Outcome
+	// Retry asks for another attempt on another peer.
+	Retry bool
+	// Reported says try's caller reports the attempt with Done itself,
+	// later (a reply whose body is still to be read); Outcome is then
+	// not reported.
+	Reported bool
+}
+
+// Run runs the attempts (see Attempts). It returns nil when an attempt
+// ended the loop (its Verdict did not ask for a retry), or why no further
+// attempt was made: GaveUp's error, Pick's or PickRetry's error
+// (ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers, ErrRetryBudget), or an
+// error matching ErrTriesExhausted and naming MaxTries.
+func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	if a.Budget != nil {
+		a.Budget.Deposit()
+	}
+	r := a.Request
+	if r == nil {
+		r = new(Request)
+	}
+	// One attempt at a time. Hedging would start a second try, on a
+	// context of its own, while the first is in flight: each attempt
+	// keeps its own Verdict and Done, and the loser's is Abandoned.
+	for n := 0; ; n++ {
+		if err := a.gaveUp(ctx); err != nil {
+			return err
+		}
+		var peer *Peer
+		var err error
+		switch {
+		case a.MaxTries > 0 && n >= a.MaxTries:
+			return fmt.Errorf("MaxTries %d: %w", a.MaxTries, ErrTriesExhausted)
+		case n > 0 && a.Budget != nil:
+			peer, err = a.Budget.PickRetry(a.Picker, r)
+		default:
+			peer, err = a.Picker.Pick(r)
+		}
+		if err != nil {
+			return err
+		}
+		if !a.attempt(ctx, peer, try) {
+			return nil
+		}
+	}
+}
+
+func (a *Attempts) gaveUp(ctx context.Context) error {
+	if a.GaveUp != nil {
+		return a.GaveUp()
+	}
+	return ctx.Err()
+}
+
+func (a *Attempts) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// attempt calls try on peer, reports its verdict (Abandoned if try
+// panics) and returns whether it asks for a retry.
+func (a *Attempts) attempt(ctx context.Context, peer *Peer, try func(context.Context, *Peer) Verdict) bool {
+	start := a.now()
+	reported := false
+	defer func() {
+		if !reported {
+			_ = a.Picker.Done(peer, Outcome{Abandoned: true, Latency: max(a.now().Sub(start), 0)})
+		}
+	}()
+	v := try(ctx, peer)
+	reported = true
+	if !v.Reported {
+		if v.Outcome.Latency == 0 {
+			v.Outcome.Latency = max(a.now().Sub(start), 0) // a clock that steps back counts as 0
+		}
+		_ = a.Picker.Done(peer, v.Outcome)
+	}
+	return v.Retry
+}
