@@ -330,10 +330,11 @@ func (s *ReportedWRR) pickSlow(r *Request) (*Peer, error) {
 // Done implements Picker.Done. A report in o.Load that gives a usable
 // weight is recorded for p, lock-free, and may run a due recompute.
 func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
-	if err := s.report(p, o); err != nil || o.Load == nil {
+	if err := s.report(p, o); err != nil {
 		return err
 	}
 	w, ok := a58Weight(o.Load, s.penalty)
+	s.sawReply(p, o, ok) // sight.go
 	if !ok {
 		return nil
 	}
@@ -355,7 +356,7 @@ func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
 // a58Weight returns A58's weight for l, and false for a report A58 ignores
 // (utilization or rps 0) or whose weight is not a positive finite number.
 func a58Weight(l *ServerLoad, penalty float64) (float64, bool) {
-	if l.Utilization == 0 || l.RPS == 0 {
+	if l == nil || l.Utilization == 0 || l.RPS == 0 {
 		return 0, false
 	}
 	w := l.RPS / (l.Utilization + l.EPS/l.RPS*penalty)
