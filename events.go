@@ -69,7 +69,8 @@ const (
 
 	// EventPeerSeen: a peer the picker was blind to answered a probe, or
 	// replied with a usable report; the picker balances it by what its
-	// server says again. Misses holds the misses before it.
+	// server says again. Misses holds the count its EventPeerBlind
+	// carried.
 	EventPeerSeen
 )
 
