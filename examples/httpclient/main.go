@@ -4,7 +4,10 @@
 // -requests GETs through a client whose Transport picks a backend per
 // attempt with the picker named by -algo, and prints how many attempts
 // each backend answered. The 503s go on to the next backend, so every
-// request gets a 200.
+// request gets a 200. The backends run no load-reporting middleware: a
+// picker that balances by their load reports (ReportedWRR, or one given
+// balancer.WithReportedLoad) cannot see their load, and once that has
+// lasted a second the example logs it (balancer.EventPeerBlind).
 //
 //	go run ./examples/httpclient -algo FastestFirst -requests 1000
 //
@@ -18,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -64,7 +68,7 @@ func run(args []string, out io.Writer) error {
 	for _, addr := range backends.addrs {
 		peers = append(peers, balancer.NewPeer(addr))
 	}
-	picker, err := a.New(peers)
+	picker, err := a.New(peers, balancer.WithEvents(logBlind(log.New(out, "httpclient: ", 0), a.Name)))
 	if err != nil {
 		return err
 	}
@@ -84,6 +88,22 @@ func run(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "%s, %d requests, all 200:\n", a.Name, *requests)
 	backends.print(out)
 	return nil
+}
+
+// logBlind returns a WithEvents hook that logs when the picker can no
+// longer see a backend's load (balancer.EventPeerBlind: its probes fail,
+// or its replies carry no usable load report, for a second and more) and
+// when it can again (EventPeerSeen). The picker goes on by its fallback;
+// without the log, nothing would show it.
+func logBlind(l *log.Logger, picker string) func(balancer.Event) {
+	return func(e balancer.Event) {
+		switch e.Kind {
+		case balancer.EventPeerBlind:
+			l.Printf("%s is blind to backend %s: %d misses in a row, the last: %v", picker, e.Peer.Addr(), e.Misses, e.Err)
+		case balancer.EventPeerSeen:
+			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
+		}
+	}
 }
 
 // local is the set of backends the example starts.

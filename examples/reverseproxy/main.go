@@ -19,7 +19,10 @@
 // Prequal probes them (GET -probe-path, which loadreport's Middleware
 // answers), ReportedWRR and -reported-load read their load reports (the
 // Middleware again). At start the proxy logs the picker, its options and
-// what it needs.
+// what it needs; while it serves, it logs each backend whose load such a
+// picker cannot see (its probes fail, its replies carry no usable report,
+// for a second and more: the picker then balances it by its fallback) and
+// each it sees again.
 //
 // The program imports only the library's public packages: copy this
 // directory into a module of your own and `go get github.com/lbgo/balancer`.
@@ -175,12 +178,13 @@ func configure(args []string, stderr io.Writer) (*proxyConfig, error) {
 	case probeFlags:
 		return nil, fmt.Errorf("-probe-path, -probe-timeout: -algo %s sends no probes (%s does)", a.Name, pickersOf("WithProber"))
 	}
+	logger := log.New(stderr, "", log.LstdFlags)
+	opts = append(opts, balancer.WithEvents(logBlind(logger, a.Name)))
 	picker, err := a.New(peers, opts...)
 	if err != nil {
 		return nil, err
 	}
 	proxy.Picker = picker
-	logger := log.New(stderr, "", log.LstdFlags)
 	if *quiet {
 		proxy.ErrorLog = log.New(io.Discard, "", 0)
 	} else {
@@ -200,6 +204,27 @@ func configure(args []string, stderr io.Writer) (*proxyConfig, error) {
 		summary += "; it needs " + n
 	}
 	return &proxyConfig{listen: *listen, proxy: proxy, picker: picker, summary: summary, log: logger}, nil
+}
+
+// logBlind returns a WithEvents hook that logs when the picker can no
+// longer see a backend's load (balancer.EventPeerBlind: its probes fail,
+// or its replies carry no usable load report, for a second and more) and
+// when it can again (EventPeerSeen). The picker goes on serving by its
+// fallback either way; without the log, nothing would show it.
+func logBlind(l *log.Logger, picker string) func(balancer.Event) {
+	return func(e balancer.Event) {
+		switch e.Kind {
+		case balancer.EventPeerBlind:
+			hint := "run loadreport's Middleware there"
+			if errors.Is(e.Err, balancer.ErrUnusableLoadReport) {
+				hint = "ReportedWRR needs a utilization in them: loadreport.WithUtilization"
+			}
+			l.Printf("reverseproxy: %s is blind to backend %s: %d misses in a row, the last: %v; it balances it without its load (%s)",
+				picker, e.Peer.Addr(), e.Misses, e.Err, hint)
+		case balancer.EventPeerSeen:
+			l.Printf("reverseproxy: %s sees backend %s's load again", picker, e.Peer.Addr())
+		}
+	}
 }
 
 // pickersOf names the pickers that take the option.
