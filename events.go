@@ -113,7 +113,9 @@ type Event struct {
 // costs one nil check where a change happens.
 //
 // The hook runs synchronously inside Pick or Done (or InPanic, which
-// evaluates panic mode as a pick does), under the picker's lock
+// evaluates panic mode as a pick does, or Prequal's Answer, on the
+// Prober's goroutine, for EventPeerBlind and EventPeerSeen), under the
+// picker's lock
 // when the picker holds one there, and the lock-free pickers report a
 // probe from Pick with no lock held, so the hook may run on several
 // goroutines at once. It must be quick, safe for concurrent use, and must

@@ -375,3 +375,26 @@ func TestSight_allocs(t *testing.T) {
 		})
 	}
 }
+
+// TestSight_subset: a Subset counts the peers its inner picker went blind
+// to, as the metrics Collector reads it. LeastConn with WithReportedLoad
+// over a subset of 6 peers (3 of them: RingSubsetter's subset of 3),
+// replies 200 ms apart without a report, in turn: each peer's 8th reply
+// comes 7 × 600 ms = 4.2 s after its first, so all 3 are blind after 24
+// replies, and none is at 21 (7 each).
+func TestSight_subset(t *testing.T) {
+	clk := newFakeClock()
+	inner, err := NewLeastConn(nil, clk.opt(), WithReportedLoad(time.Second, 1))
+	require.NoError(t, err)
+	s, err := NewSubset(inner, addrPeers(6, 0), mustSubsetter(RingSubsetter(0, 2, 3)))
+	require.NoError(t, err)
+	require.Len(t, s.Peers(), 3)
+	for i := 1; i <= 24; i++ {
+		require.NoError(t, s.Done(mustPick(t, s, nil), Outcome{}))
+		clk.add(200 * time.Millisecond)
+		if i == 21 {
+			require.Zero(t, s.BlindCount())
+		}
+	}
+	assert.EqualValues(t, 3, s.BlindCount())
+}
