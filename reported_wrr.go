@@ -353,8 +353,9 @@ func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
 	return nil
 }
 
-// a58Weight returns A58's weight for l, and false for a report A58 ignores
-// (utilization or rps 0) or whose weight is not a positive finite number.
+// a58Weight returns A58's weight for l, and false for no report (nil), one
+// A58 ignores (utilization or rps 0) or one whose weight is not a positive
+// finite number.
 func a58Weight(l *ServerLoad, penalty float64) (float64, bool) {
 	if l == nil || l.Utilization == 0 || l.RPS == 0 {
 		return 0, false
