@@ -52,9 +52,29 @@ const (
 	// EventPeerOutlier: WithSuccessRateEjection took the peer out, its
 	// success rate over the last interval an outlier among its peers'.
 	EventPeerOutlier
+
+	// EventPeerBlind: the picker balances by what the servers say of their
+	// load and this peer's has said nothing it can use, so it falls back
+	// for the peer (Prequal to P2CPeakEWMA's rule, WithReportedLoad to its
+	// own in-flight count, ReportedWRR to the configured weight or the
+	// mean). Prequal with a Prober reports it after 3 failed probes in a
+	// row, ReportedWRR and the pickers with WithReportedLoad after 8
+	// replies in a row without a usable report, the first of either at
+	// least a second (on the picker's clock) before the last. Misses
+	// holds the count, Err the cause: the last failed probe's (an HTTP
+	// status, a transport error), ErrNoLoadReport or
+	// ErrUnusableLoadReport. Once per peer until EventPeerSeen; counted
+	// by BlindCount and shown by PeerStats.Blind.
+	EventPeerBlind
+
+	// EventPeerSeen: a peer the picker was blind to answered a probe, or
+	// replied with a usable report; the picker balances it by what its
+	// server says again. Misses holds the count its EventPeerBlind
+	// carried.
+	EventPeerSeen
 )
 
-var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped", "PeerOutlier"}
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped", "PeerOutlier", "PeerBlind", "PeerSeen"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -70,6 +90,12 @@ type Event struct {
 	Kind EventKind
 	Peer *Peer
 	Time time.Time
+
+	// Misses and Err, for EventPeerBlind: the failed probes or the
+	// replies without a usable load report, in a row, and the cause of
+	// the last; for EventPeerSeen, Misses alone. Zero for the other kinds.
+	Misses int
+	Err    error
 }
 
 // WithEvents makes the picker call hook on each change of its failure
@@ -80,12 +106,16 @@ type Event struct {
 // the guards, panic mode engaging and disengaging (EventPanic,
 // EventPanicOver), a failure the ejection cap kept from taking a peer
 // out (EventEjectionCapped) and a peer taken out for its success rate
-// (EventPeerOutlier). Every
+// (EventPeerOutlier); for the pickers that balance by what the servers
+// say of their load, a peer whose server says nothing usable
+// (EventPeerBlind) and one that speaks again (EventPeerSeen). Every
 // picker accepts it; WithEvents(nil) is refused. Default: no hook, which
 // costs one nil check where a change happens.
 //
 // The hook runs synchronously inside Pick or Done (or InPanic, which
-// evaluates panic mode as a pick does), under the picker's lock
+// evaluates panic mode as a pick does, or Prequal's Answer, on the
+// Prober's goroutine, for EventPeerBlind and EventPeerSeen), under the
+// picker's lock
 // when the picker holds one there, and the lock-free pickers report a
 // probe from Pick with no lock held, so the hook may run on several
 // goroutines at once. It must be quick, safe for concurrent use, and must

@@ -376,6 +376,9 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 	if f.rep.on() && o.Load != nil && p.owner.Load() == &f.peerSet {
 		ffOf(p).srv.note(o.Load, p.inFlight(), f.now())
 	}
+	if f.rep.on() {
+		f.sawReply(p, o, reportsInFlight(o.Load)) // sight.go
+	}
 	if f.draw.Load() != nil && f.doneSampled(p, o) {
 		return nil
 	}

@@ -337,6 +337,9 @@ func (b *LeastConn) Done(p *Peer, o Outcome) error {
 		}
 		b.mu.Unlock()
 	}
+	if b.rep.on() {
+		b.sawReply(p, o, reportsInFlight(o.Load)) // sight.go
+	}
 	if b.rep.on() && o.Load != nil && p.owner.Load() == &b.peerSet {
 		reportOf(p).note(o.Load, p.inFlight(), b.now())
 	}

@@ -173,6 +173,7 @@ func (b *twoChoices) donePeak(m *peakEWMA, p *Peer, o Outcome) error {
 	st := p2cOf(p)
 	if m.rep.on() {
 		st.srv.note(o.Load, p.inFlight(), now)
+		b.sawReply(p, o, reportsInFlight(o.Load)) // sight.go
 	}
 	lat := &st.lat
 	if o.Abandoned {

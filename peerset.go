@@ -55,6 +55,7 @@ type peerSet struct {
 
 	noLive atomic.Uint64 // picks that returned ErrNoLivePeer
 	events func(Event)   // WithEvents' hook; nil: none
+	sight  sightWatch    // the peers gone blind (sight.go)
 
 	// picker names the owner in errors; noBackups, from its declaration
 	// (pickerSpec), makes Add and Update refuse backup peers. Set by init.

@@ -44,6 +44,10 @@ type peerState struct {
 	// own is the algorithm's state that this header begins: *ffPeer,
 	// *p2cPeer, *rwPeer. Set once, when the state is made.
 	own any
+
+	// sight is the picker's watch of what the peer's server says of its
+	// load, for the pickers that balance by it (sight.go).
+	sight peerSight
 }
 
 // latencyReader is implemented by the states that keep a peak EWMA, for

@@ -87,6 +87,7 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 		b.stats.unknown.Add(1) // claimed by another picker since the owner check
 		return fmt.Errorf("balancer: Prequal: Answer(%q): %w", p.addr, ErrUnknownPeer)
 	}
+	b.sawProbe(p, a, prequalProbeFails) // sight.go
 	if b.closed.Load() || !a.Failed && int64(a.RoundTrip) > b.maxAge {
 		b.stats.late.Add(1)
 		return nil

@@ -51,6 +51,11 @@ type ProbeAnswer struct {
 	// Failed reports that no answer came; the other fields are then
 	// ignored.
 	Failed bool
+
+	// Err is why a Failed answer failed, if the Prober knows (an HTTP
+	// status, a transport error, a timeout), naming the peer; nil
+	// otherwise. Prequal hands it to EventPeerBlind.
+	Err error
 }
 
 // Bounds of a ProbeAnswer: larger values are absurd (a server's count or

@@ -227,10 +227,11 @@ func (b *randomPicker) drawTwo(t *randomTable, r *Request, hs *hashState, clk *l
 // Done implements Picker.Done. With RandomTwo's WithReportedLoad, it also
 // keeps the count the outcome's Load reports, lock-free.
 func (b *randomPicker) Done(p *Peer, o Outcome) error {
-	if err := b.report(p, o); err != nil || !b.rep.on() || o.Load == nil {
+	if err := b.report(p, o); err != nil || !b.rep.on() {
 		return err
 	}
-	if p.owner.Load() == &b.peerSet {
+	b.sawReply(p, o, reportsInFlight(o.Load)) // sight.go
+	if o.Load != nil && p.owner.Load() == &b.peerSet {
 		reportOf(p).note(o.Load, p.inFlight(), b.now())
 	}
 	return nil

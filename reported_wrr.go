@@ -356,10 +356,11 @@ func (s *ReportedWRR) pickSlow(r *Request) (*Peer, error) {
 // if it begins p's run while no peer has a fresh report, the recompute
 // that starts the cold start.
 func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
-	if err := s.report(p, o); err != nil || o.Load == nil {
+	if err := s.report(p, o); err != nil {
 		return err
 	}
 	w, ok := a58Weight(o.Load, s.penalty)
+	s.sawReply(p, o, ok) // sight.go
 	if !ok {
 		return nil
 	}
@@ -384,10 +385,11 @@ func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
 	return nil
 }
 
-// a58Weight returns A58's weight for l, and false for a report A58 ignores
-// (utilization or rps 0) or whose weight is not a positive finite number.
+// a58Weight returns A58's weight for l, and false for no report (nil), one
+// A58 ignores (utilization or rps 0) or one whose weight is not a positive
+// finite number.
 func a58Weight(l *ServerLoad, penalty float64) (float64, bool) {
-	if l.Utilization == 0 || l.RPS == 0 {
+	if l == nil || l.Utilization == 0 || l.RPS == 0 {
 		return 0, false
 	}
 	w := l.RPS / (l.Utilization + l.EPS/l.RPS*penalty)

@@ -61,6 +61,12 @@ type PeerStats struct {
 	// has had a report on the peer.
 	Latency  time.Duration
 	Measured bool
+
+	// Blind is set while the picker balancing by what the servers say of
+	// their load (Prequal's probes, the reports of WithReportedLoad and
+	// ReportedWRR) hears nothing it can use from this peer's server and
+	// falls back for it (EventPeerBlind); false for the other pickers.
+	Blind bool
 }
 
 // Stats returns the peer's counters and health, lock-free: each field is
@@ -83,6 +89,9 @@ func (p *Peer) Stats() PeerStats {
 		if measured {
 			st.Latency, st.Measured = time.Duration(e), true
 		}
+	}
+	if h := p.state.Load(); h != nil {
+		st.Blind = h.sight.blind()
 	}
 	var now int64
 	if s := p.owner.Load(); s != nil {

@@ -127,6 +127,8 @@ func TestStats_healthNames(t *testing.T) {
 	}
 	assert.Equal(t, []string{"healthy", "down", "failed", "probing", "full"}, names)
 	assert.Equal(t, "Health(9)", Health(9).String())
-	assert.Equal(t, "EventKind(10)", EventKind(10).String())
+	assert.Equal(t, "EventKind(12)", EventKind(12).String())
+	assert.Equal(t, "PeerBlind", EventPeerBlind.String())
+	assert.Equal(t, "PeerSeen", EventPeerSeen.String())
 	assert.Equal(t, "PeerProbe", EventPeerProbe.String())
 }

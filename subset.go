@@ -112,6 +112,15 @@ func (s *Subset) NoLivePeerCount() uint64 {
 	return 0
 }
 
+// BlindCount is the inner picker's count of the peers it went blind to
+// (EventPeerBlind), 0 if it keeps none.
+func (s *Subset) BlindCount() uint64 {
+	if c, ok := s.inner.(interface{ BlindCount() uint64 }); ok {
+		return c.BlindCount()
+	}
+	return 0
+}
+
 // Peers returns the subset: the inner picker's peers.
 func (s *Subset) Peers() []*Peer { return s.inner.Peers() }
 

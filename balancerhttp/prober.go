@@ -50,9 +50,12 @@ const (
 // loadreport.ParseProbe refuses, a transport error or a timeout is
 // answered Failed, as is a transport that breaks http.RoundTripper's
 // contract or panics (ErrBadRoundTripper); Stats counts the answers and
-// keeps the latest failure's cause. The probes go through their own http.RoundTripper
-// (WithProbeTransport), by default one kept apart from the requests' so
-// that a probe never waits behind them.
+// keeps the latest failure's cause, and each Failed answer carries its own
+// (balancer.ProbeAnswer.Err), which Prequal reports with
+// balancer.EventPeerBlind once a peer's probes keep failing. The probes
+// go through their own http.RoundTripper (WithProbeTransport), by default
+// one kept apart from the requests' so that a probe never waits behind
+// them.
 //
 // Prequal keeps a peer that fails fast out of its pool only when its
 // failures count as failures: over a Transport or Proxy, only the

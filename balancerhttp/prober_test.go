@@ -132,9 +132,14 @@ func TestProber_answers(t *testing.T) {
 			got := r.wait(t, 1)
 			require.Len(t, got, 1)
 			assert.Same(t, peer, got[0].peer)
-			assert.Equal(t, tt.want, got[0].a)
-			want := balancerhttp.ProberStats{Sent: 1, Answered: 1}
 			s := pr.Stats()
+			a := got[0].a
+			if a.Failed {
+				assert.Equal(t, s.LastError, a.Err, "a Failed answer carries its cause")
+				a.Err = nil
+			}
+			assert.Equal(t, tt.want, a)
+			want := balancerhttp.ProberStats{Sent: 1, Answered: 1}
 			if tt.want.Failed {
 				want = balancerhttp.ProberStats{Sent: 1, Failed: 1}
 				require.Error(t, s.LastError)
@@ -218,7 +223,8 @@ func TestProber_stalledServerTimesOut(t *testing.T) {
 	pr.Probe(balancer.NewPeer(addrOf(srv)), r)
 	got := r.wait(t, 1)
 	assert.GreaterOrEqual(t, time.Since(start), timeout)
-	assert.Equal(t, balancer.ProbeAnswer{Failed: true}, got[0].a)
+	assert.Equal(t, balancer.ProbeAnswer{Failed: true, Err: got[0].a.Err}, got[0].a)
+	assert.ErrorIs(t, got[0].a.Err, context.DeadlineExceeded, "the answer's cause")
 	s := pr.Stats()
 	assert.ErrorIs(t, s.LastError, context.DeadlineExceeded)
 	s.LastError = nil
@@ -422,8 +428,9 @@ func TestProber_lastErrorRefused(t *testing.T) {
 	r := newAnswers()
 	pr.Probe(balancer.NewPeer(addr), r)
 	got := r.wait(t, 1)
-	assert.Equal(t, balancer.ProbeAnswer{Failed: true}, got[0].a)
+	assert.Equal(t, balancer.ProbeAnswer{Failed: true, Err: got[0].a.Err}, got[0].a)
 	s := pr.Stats()
 	assert.ErrorIs(t, s.LastError, syscall.ECONNREFUSED)
 	assert.ErrorContains(t, s.LastError, "probe of "+addr+": ")
+	assert.Equal(t, s.LastError, got[0].a.Err, "the answer carries the cause (EventPeerBlind's)")
 }

@@ -1,8 +1,9 @@
 // Package metrics exports a balancer picker's state to Prometheus: a
 // prometheus.Collector that reads, at each scrape, what the picker already
 // keeps per peer (in-flight attempts, totals of attempts and failures,
-// health, effective weight, latency estimate) and per picker (the picks
-// that found no live peer); RetryBudgetCollector and HealthCheckCollector
+// health, effective weight, latency estimate, whether the picker is blind
+// to its load) and per picker (the picks that found no live peer, the
+// peers it went blind to); RetryBudgetCollector and HealthCheckCollector
 // export a retry budget's and a health checker's counters.
 //
 // It is a module of its own so that the balancer module itself depends on
@@ -42,6 +43,8 @@ const (
 	InPanicName          = "balancer_in_panic"
 	EjectionsCappedName  = "balancer_ejections_capped_total"
 	OutlierEjectionsName = "balancer_outlier_ejections_total"
+	BlindName            = "balancer_peer_blind"
+	BlindTotalName       = "balancer_blind_total"
 )
 
 // Source is what a Collector reads: every picker of the balancer package
@@ -71,6 +74,10 @@ type guarded interface {
 // to count its success-rate ejections (balancer.WithSuccessRateEjection).
 type outlierCounter interface{ OutlierEjectionCount() uint64 }
 
+// blindCounter is what every picker of the balancer package implements to
+// count the peers it went blind to (balancer.EventPeerBlind).
+type blindCounter interface{ BlindCount() uint64 }
+
 // Collector is a prometheus.Collector for one picker. Each scrape exports,
 // for every peer the picker holds (labels picker, peer):
 //
@@ -87,6 +94,11 @@ type outlierCounter interface{ OutlierEjectionCount() uint64 }
 //     effective_weight, or FastestFirst's latency-derived weight);
 //   - balancer_peer_latency_seconds (gauge): the latency estimate of the
 //     latency-aware pickers, for each peer they have measured;
+//   - balancer_peer_blind (gauge): 1 while the picker, one that balances
+//     by what the servers say of their load (Prequal's probes, the reports
+//     of WithReportedLoad and ReportedWRR), hears nothing it can use from
+//     the peer's server and falls back for it (balancer.PeerStats.Blind),
+//     0 otherwise;
 //
 // and for the picker (label picker) balancer_no_live_peer_total (counter):
 // the picks that returned balancer.ErrNoLivePeer, if the picker counts them
@@ -98,7 +110,10 @@ type outlierCounter interface{ OutlierEjectionCount() uint64 }
 // cap kept from taking a peer out (one per balancer.EventEjectionCapped);
 // and balancer_outlier_ejections_total (counter): the peers
 // balancer.WithSuccessRateEjection took out (one per
-// balancer.EventPeerOutlier; 0 without it).
+// balancer.EventPeerOutlier; 0 without it); and
+// balancer_blind_total (counter): the times the picker went blind to a
+// peer (one per balancer.EventPeerBlind; 0 for the pickers that do not
+// watch).
 //
 // The totals belong to the peer and only grow; a removed peer's series
 // disappear. Create it with New; register it with prometheus.Register or
@@ -110,7 +125,7 @@ type Collector struct {
 
 type descs struct {
 	inFlight, attempts, failures, health, fails, weight, effective, latency, noLive *prometheus.Desc
-	panics, inPanic, capped, outliers                                               *prometheus.Desc
+	panics, inPanic, capped, outliers, blind, blindTotal                            *prometheus.Desc
 }
 
 // New returns a Collector for b, labelling its series picker=name: give
@@ -119,26 +134,28 @@ func New(name string, b Source) *Collector {
 	c := prometheus.Labels{"picker": name}
 	peer := []string{"peer"}
 	return &Collector{b: b, d: descs{
-		inFlight:  prometheus.NewDesc(InFlightName, "Attempts picked and not yet reported.", peer, c),
-		attempts:  prometheus.NewDesc(AttemptsName, "Attempts picked.", peer, c),
-		failures:  prometheus.NewDesc(FailuresName, "Attempts reported as failed.", peer, c),
-		health:    prometheus.NewDesc(HealthName, "1 for the peer's state (healthy, down, failed, probing, full), 0 for the others.", []string{"peer", "state"}, c),
-		fails:     prometheus.NewDesc(FailsName, "Failures on record (nginx's fails), cleared by a success after a probe.", peer, c),
-		weight:    prometheus.NewDesc(WeightName, "Configured weight.", peer, c),
-		effective: prometheus.NewDesc(EffectiveWeightName, "Weight the picker balances by now (effective weight).", peer, c),
-		latency:   prometheus.NewDesc(LatencyName, "Peak EWMA latency estimate of the latency-aware pickers.", peer, c),
-		noLive:    prometheus.NewDesc(NoLivePeerName, "Picks that found no live peer.", nil, c),
-		panics:    prometheus.NewDesc(PanicsName, "Times panic mode engaged.", nil, c),
-		inPanic:   prometheus.NewDesc(InPanicName, "1 while panic mode is engaged, 0 otherwise.", nil, c),
-		capped:    prometheus.NewDesc(EjectionsCappedName, "Failures the ejection cap kept from taking a peer out.", nil, c),
-		outliers:  prometheus.NewDesc(OutlierEjectionsName, "Peers taken out for their success rate (WithSuccessRateEjection).", nil, c),
+		inFlight:   prometheus.NewDesc(InFlightName, "Attempts picked and not yet reported.", peer, c),
+		attempts:   prometheus.NewDesc(AttemptsName, "Attempts picked.", peer, c),
+		failures:   prometheus.NewDesc(FailuresName, "Attempts reported as failed.", peer, c),
+		health:     prometheus.NewDesc(HealthName, "1 for the peer's state (healthy, down, failed, probing, full), 0 for the others.", []string{"peer", "state"}, c),
+		fails:      prometheus.NewDesc(FailsName, "Failures on record (nginx's fails), cleared by a success after a probe.", peer, c),
+		weight:     prometheus.NewDesc(WeightName, "Configured weight.", peer, c),
+		effective:  prometheus.NewDesc(EffectiveWeightName, "Weight the picker balances by now (effective weight).", peer, c),
+		latency:    prometheus.NewDesc(LatencyName, "Peak EWMA latency estimate of the latency-aware pickers.", peer, c),
+		noLive:     prometheus.NewDesc(NoLivePeerName, "Picks that found no live peer.", nil, c),
+		panics:     prometheus.NewDesc(PanicsName, "Times panic mode engaged.", nil, c),
+		inPanic:    prometheus.NewDesc(InPanicName, "1 while panic mode is engaged, 0 otherwise.", nil, c),
+		capped:     prometheus.NewDesc(EjectionsCappedName, "Failures the ejection cap kept from taking a peer out.", nil, c),
+		outliers:   prometheus.NewDesc(OutlierEjectionsName, "Peers taken out for their success rate (WithSuccessRateEjection).", nil, c),
+		blind:      prometheus.NewDesc(BlindName, "1 while the picker hears nothing it can use of the peer's load (no probe answer, no load report) and falls back for it.", peer, c),
+		blindTotal: prometheus.NewDesc(BlindTotalName, "Times the picker went blind to a peer (EventPeerBlind).", nil, c),
 	}}
 }
 
 // Describe sends the descriptors of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.d.inFlight, c.d.attempts, c.d.failures, c.d.health,
-		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive, c.d.panics, c.d.inPanic, c.d.capped, c.d.outliers} {
+		c.d.fails, c.d.weight, c.d.effective, c.d.latency, c.d.noLive, c.d.panics, c.d.inPanic, c.d.capped, c.d.outliers, c.d.blind, c.d.blindTotal} {
 		ch <- d
 	}
 }
@@ -176,6 +193,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if st.Measured {
 			gauge(c.d.latency, st.Latency.Seconds(), addr)
 		}
+		blind := 0.0
+		if st.Blind {
+			blind = 1
+		}
+		gauge(c.d.blind, blind, addr)
 	}
 	if n, ok := c.b.(noLiveCounter); ok {
 		ch <- prometheus.MustNewConstMetric(c.d.noLive, prometheus.CounterValue, float64(n.NoLivePeerCount()))
@@ -191,5 +213,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if o, ok := c.b.(outlierCounter); ok {
 		ch <- prometheus.MustNewConstMetric(c.d.outliers, prometheus.CounterValue, float64(o.OutlierEjectionCount()))
+	}
+	if b, ok := c.b.(blindCounter); ok {
+		ch <- prometheus.MustNewConstMetric(c.d.blindTotal, prometheus.CounterValue, float64(b.BlindCount()))
 	}
 }

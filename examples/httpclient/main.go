@@ -16,7 +16,8 @@
 // picker needs from the servers. Prequal probes them, ReportedWRR and
 // -reported-load read their load reports: the local backends run
 // loadreport's Middleware, which answers both, unless -middleware=false,
-// which shows such a picker without them. Each request is one of -users
+// which shows such a picker without them: once it has lasted a second, the
+// example logs each backend the picker cannot see (balancer.EventPeerBlind). Each request is one of -users
 // users: it carries the header X-User: uN and the path /users/uN, so that
 // -hash-key '$http_x_user' (or '$uri') keeps each user on one backend.
 //
@@ -32,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -144,7 +146,8 @@ func configure(args []string, stderr io.Writer) (*clientConfig, error) {
 	for _, addr := range backends.addrs {
 		peers = append(peers, balancer.NewPeer(addr))
 	}
-	picker, err := pf.New(peers)
+	logger := log.New(stderr, "httpclient: ", 0)
+	picker, err := pf.New(peers, balancer.WithEvents(logBlind(logger, algorithmName(fs))))
 	if err != nil {
 		stop()
 		return nil, err
@@ -236,4 +239,30 @@ func (l *local) print(out io.Writer) {
 		}
 		fmt.Fprintf(out, ", %d users\n", len(l.users[addr]))
 	}
+}
+
+// logBlind returns a WithEvents hook that logs when the picker can no
+// longer see a backend's load (balancer.EventPeerBlind: its probes fail,
+// or its replies carry no usable load report, for a second and more) and
+// when it can again (EventPeerSeen). The picker goes on by its fallback;
+// without the log, nothing would show it.
+func logBlind(l *log.Logger, picker string) func(balancer.Event) {
+	return func(e balancer.Event) {
+		switch e.Kind {
+		case balancer.EventPeerBlind:
+			l.Printf("%s is blind to backend %s: %d misses in a row, the last: %v", picker, e.Peer.Addr(), e.Misses, e.Err)
+		case balancer.EventPeerSeen:
+			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
+		}
+	}
+}
+
+// algorithmName is the canonical name of the picker -algo names, or the
+// flag's text if it names none (the picker's constructor refuses it then).
+func algorithmName(fs *flag.FlagSet) string {
+	name := fs.Lookup("algo").Value.String()
+	if a, err := balancer.AlgorithmNamed(name); err == nil {
+		return a.Name
+	}
+	return name
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"log"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -183,4 +184,17 @@ func TestConfigure_middleware(t *testing.T) {
 		}
 		c.close()
 	}
+}
+
+// TestLogBlind: the log lines of the blind and seen events, and nothing
+// for the others.
+func TestLogBlind(t *testing.T) {
+	var out bytes.Buffer
+	hook := logBlind(log.New(&out, "httpclient: ", 0), "ReportedWRR")
+	p := balancer.NewPeer("127.0.0.1:9001")
+	hook(balancer.Event{Kind: balancer.EventPeerBlind, Peer: p, Misses: 12, Err: balancer.ErrNoLoadReport})
+	hook(balancer.Event{Kind: balancer.EventPeerOut, Peer: p})
+	hook(balancer.Event{Kind: balancer.EventPeerSeen, Peer: p, Misses: 12})
+	assert.Equal(t, "httpclient: ReportedWRR is blind to backend 127.0.0.1:9001: 12 misses in a row, the last: balancer: replies carry no load report\n"+
+		"httpclient: ReportedWRR sees backend 127.0.0.1:9001's load again\n", out.String())
 }

@@ -136,13 +136,13 @@ func configure(args []string, stderr io.Writer) (*proxyConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	picker, err := pf.New(peers)
+	logger := log.New(stderr, "", log.LstdFlags)
+	picker, err := pf.New(peers, balancer.WithEvents(logBlind(logger, algorithmName(fs))))
 	if err != nil {
 		return nil, err
 	}
 	proxy := &balancerhttp.Proxy{MaxTries: *maxTries, ConnectTimeout: *connectTimeout, ReadTimeout: *readTimeout, Key: pf.Key()}
 	proxy.Picker = picker
-	logger := log.New(stderr, "", log.LstdFlags)
 	if *quiet {
 		proxy.ErrorLog = log.New(io.Discard, "", 0)
 	} else {
@@ -150,4 +150,35 @@ func configure(args []string, stderr io.Writer) (*proxyConfig, error) {
 	}
 	summary := fmt.Sprintf("%d backends, %s", len(peers), pf)
 	return &proxyConfig{listen: *listen, proxy: proxy, picker: picker, summary: summary, log: logger}, nil
+}
+
+// logBlind returns a WithEvents hook that logs when the picker can no
+// longer see a backend's load (balancer.EventPeerBlind: its probes fail,
+// or its replies carry no usable load report, for a second and more) and
+// when it can again (EventPeerSeen). The picker goes on serving by its
+// fallback either way; without the log, nothing would show it.
+func logBlind(l *log.Logger, picker string) func(balancer.Event) {
+	return func(e balancer.Event) {
+		switch e.Kind {
+		case balancer.EventPeerBlind:
+			hint := "run loadreport's Middleware there"
+			if errors.Is(e.Err, balancer.ErrUnusableLoadReport) {
+				hint = "ReportedWRR needs a utilization in them: loadreport.WithUtilization"
+			}
+			l.Printf("reverseproxy: %s is blind to backend %s: %d misses in a row, the last: %v; it balances it without its load (%s)",
+				picker, e.Peer.Addr(), e.Misses, e.Err, hint)
+		case balancer.EventPeerSeen:
+			l.Printf("reverseproxy: %s sees backend %s's load again", picker, e.Peer.Addr())
+		}
+	}
+}
+
+// algorithmName is the canonical name of the picker -algo names, or the
+// flag's text if it names none (the picker's constructor refuses it then).
+func algorithmName(fs *flag.FlagSet) string {
+	name := fs.Lookup("algo").Value.String()
+	if a, err := balancer.AlgorithmNamed(name); err == nil {
+		return a.Name
+	}
+	return name
 }

@@ -5,14 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/balancerhttp"
 	"github.com/lbgo/balancer/internal/flagtest"
 )
 
@@ -134,4 +139,40 @@ func TestProxy_hashKey(t *testing.T) {
 // directive) and the build uses only the module cache.
 func TestCopyBuilds(t *testing.T) {
 	flagtest.CopyBuilds(t, "example.com/myproxy")
+}
+
+// TestLogBlind: the log line of each blind picker's event. LeastConn with
+// -reported-load in front of a real server without loadreport's
+// Middleware, on a clock the test moves 100 ms a request: at the 11th
+// reply (8 in a row, the first 1 s before) the log names the backend, the
+// count and the cause; the cause of a report without what the picker
+// reads and the seen event have lines of their own.
+func TestLogBlind(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	var out bytes.Buffer
+	hook := logBlind(log.New(&out, "", 0), "LeastConn")
+	var ns atomic.Int64
+	clock := func() time.Time { return time.Unix(0, ns.Load()) }
+	picker, err := balancer.NewLeastConn([]*balancer.Peer{balancer.NewPeer(addr)},
+		balancer.WithClock(clock), balancer.WithEvents(hook), balancer.WithReportedLoad(10*time.Second, 1))
+	require.NoError(t, err)
+	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}}
+	for i := 1; i <= 11; i++ {
+		assert.Empty(t, out.String(), "before reply %d", i)
+		resp, err := client.Get("http://backend/")
+		require.NoError(t, err)
+		resp.Body.Close()
+		ns.Add(int64(100 * time.Millisecond))
+	}
+	assert.Equal(t, "reverseproxy: LeastConn is blind to backend "+addr+": 11 misses in a row, the last: balancer: replies carry no load report; it balances it without its load (run loadreport's Middleware there)\n", out.String())
+
+	out.Reset()
+	p := balancer.NewPeer("10.0.0.1:80")
+	hook(balancer.Event{Kind: balancer.EventPeerBlind, Peer: p, Misses: 8, Err: balancer.ErrUnusableLoadReport})
+	hook(balancer.Event{Kind: balancer.EventPeerSeen, Peer: p, Misses: 8})
+	hook(balancer.Event{Kind: balancer.EventPeerOut, Peer: p})
+	assert.Equal(t, "reverseproxy: LeastConn is blind to backend 10.0.0.1:80: 8 misses in a row, the last: balancer: load reports lack what the picker reads; it balances it without its load (ReportedWRR needs a utilization in them: loadreport.WithUtilization)\n"+
+		"reverseproxy: LeastConn sees backend 10.0.0.1:80's load again\n", out.String())
 }

@@ -191,8 +191,9 @@ func (q *Queue) run(j job) {
 		if err == nil {
 			err = ErrFailed
 		}
-		q.lastErr.Store(&probeError{addr: j.p.Addr(), err: err})
-		a = balancer.ProbeAnswer{Failed: true}
+		pe := &probeError{addr: j.p.Addr(), err: err}
+		q.lastErr.Store(pe)
+		a = balancer.ProbeAnswer{Failed: true, Err: pe}
 		q.failed.Add(1)
 	} else {
 		a.RoundTrip = max(rt, 0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -93,8 +94,8 @@ func TestQueue_answers(t *testing.T) {
 			assert.True(t, q.Put(p, r))
 			r.wait(t, 1)
 			q.Close()
-			assert.Equal(t, []balancer.ProbeAnswer{tt.want}, r.got[p])
 			s := q.Stats()
+			assert.Equal(t, []balancer.ProbeAnswer{tt.want}, withoutCause(t, r.got[p], s.LastError))
 			if tt.lastErr == nil {
 				assert.NoError(t, s.LastError)
 			} else {
@@ -160,8 +161,8 @@ func TestQueue_timeout(t *testing.T) {
 	q.Put(p, r)
 	r.wait(t, 1)
 	q.Close()
-	assert.Equal(t, []balancer.ProbeAnswer{{Failed: true}}, r.got[p])
 	s := q.Stats()
+	assert.Equal(t, []balancer.ProbeAnswer{{Failed: true}}, withoutCause(t, r.got[p], s.LastError))
 	assert.ErrorIs(t, s.LastError, context.DeadlineExceeded)
 	assert.EqualError(t, s.LastError, "probe of a:1: context deadline exceeded")
 	s.LastError = nil
@@ -319,4 +320,18 @@ func TestQueue_nil(t *testing.T) {
 	assert.False(t, q.Put(balancer.NewPeer("a:1"), nil))
 	q.Close()
 	assert.Equal(t, Stats{Dropped: 2}, q.Stats())
+}
+
+// withoutCause checks that each Failed answer of got carries the cause
+// Stats keeps (lastErr, the latest), and returns got with Err cleared.
+func withoutCause(t *testing.T, got []balancer.ProbeAnswer, lastErr error) []balancer.ProbeAnswer {
+	t.Helper()
+	out := slices.Clone(got)
+	for i := range out {
+		if out[i].Failed {
+			assert.Equal(t, lastErr, out[i].Err, "a Failed answer carries its cause")
+			out[i].Err = nil
+		}
+	}
+	return out
 }

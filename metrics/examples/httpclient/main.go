@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, out io.Writer, done func(metrics ne
 		fmt.Fprint(out, " ", srv.Listener.Addr())
 	}
 	fmt.Fprintln(out, " (the last answers 503 to every other request)")
-	picker, err := a.New(peers)
+	picker, err := a.New(peers, balancer.WithEvents(logBlind(log.New(out, "httpclient: ", 0), a.Name)))
 	if err != nil {
 		return err
 	}
@@ -136,4 +137,20 @@ func backend(flaky bool) http.Handler {
 		}
 		io.WriteString(w, "ok")
 	})
+}
+
+// logBlind returns a WithEvents hook that logs when the picker can no
+// longer see a backend's load (balancer.EventPeerBlind: its probes fail,
+// or its replies carry no usable load report, for a second and more; the
+// metric balancer_peer_blind is then 1) and when it can again
+// (EventPeerSeen). The picker goes on by its fallback either way.
+func logBlind(l *log.Logger, picker string) func(balancer.Event) {
+	return func(e balancer.Event) {
+		switch e.Kind {
+		case balancer.EventPeerBlind:
+			l.Printf("%s is blind to backend %s: %d misses in a row, the last: %v", picker, e.Peer.Addr(), e.Misses, e.Err)
+		case balancer.EventPeerSeen:
+			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
+		}
+	}
 }

@@ -16,7 +16,9 @@
 //
 // A backend is host:port, optionally followed by =weight. -max-fails and
 // -fail-timeout apply to every backend, as nginx's server parameters
-// max_fails and fail_timeout.
+// max_fails and fail_timeout. A picker that balances by what the backends
+// say of their load (Prequal, ReportedWRR) and hears nothing usable from
+// one logs it, and balancer_peer_blind shows it.
 package main
 
 import (
@@ -79,7 +81,7 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 	if err != nil {
 		return err
 	}
-	picker, err := a.New(peers)
+	picker, err := a.New(peers, balancer.WithEvents(logBlind(log.New(os.Stderr, "reverseproxy: ", log.LstdFlags), a.Name)))
 	if err != nil {
 		return err
 	}
@@ -130,4 +132,20 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 		}
 	}
 	return served
+}
+
+// logBlind returns a WithEvents hook that logs when the picker can no
+// longer see a backend's load (balancer.EventPeerBlind: its probes fail,
+// or its replies carry no usable load report, for a second and more; the
+// metric balancer_peer_blind is then 1) and when it can again
+// (EventPeerSeen). The picker goes on by its fallback either way.
+func logBlind(l *log.Logger, picker string) func(balancer.Event) {
+	return func(e balancer.Event) {
+		switch e.Kind {
+		case balancer.EventPeerBlind:
+			l.Printf("%s is blind to backend %s: %d misses in a row, the last: %v", picker, e.Peer.Addr(), e.Misses, e.Err)
+		case balancer.EventPeerSeen:
+			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
+		}
+	}
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/metrics/metricstest"
 )
 
@@ -181,5 +184,21 @@ func TestRun_badFlags(t *testing.T) {
 				t.Fatalf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLogBlind: the log lines of the blind and seen events, and nothing
+// for the others.
+func TestLogBlind(t *testing.T) {
+	var out strings.Builder
+	hook := logBlind(log.New(&out, "reverseproxy: ", 0), "Prequal")
+	p := balancer.NewPeer("127.0.0.1:9001")
+	hook(balancer.Event{Kind: balancer.EventPeerBlind, Peer: p, Misses: 4, Err: errors.New("probe of 127.0.0.1:9001: status 404 Not Found")})
+	hook(balancer.Event{Kind: balancer.EventPeerOut, Peer: p})
+	hook(balancer.Event{Kind: balancer.EventPeerSeen, Peer: p, Misses: 4})
+	want := "reverseproxy: Prequal is blind to backend 127.0.0.1:9001: 4 misses in a row, the last: probe of 127.0.0.1:9001: status 404 Not Found\n" +
+		"reverseproxy: Prequal sees backend 127.0.0.1:9001's load again\n"
+	if out.String() != want {
+		t.Errorf("logged\n%s\nwant\n%s", out.String(), want)
 	}
 }
