@@ -179,6 +179,9 @@ type ReportedWRR struct {
 	share  []float64
 	want   []int64
 	sorted []int64
+	median []float64 // clampWeights'
+
+	clamped atomic.Uint64 // weights cut to the cap (trust.go)
 }
 
 // reportedWRRSpec is ReportedWRR's declaration (see pickerSpec).
@@ -546,6 +549,10 @@ func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) bool {
 			want[i] = p.weight.Load()
 		}
 		return false
+	}
+	if cut := clampWeights(s.share, &s.median); cut > 0 { // trust.go
+		s.clamped.Add(uint64(cut))
+		top = slices.Max(s.share)
 	}
 	var sum float64
 	for _, r := range s.share {

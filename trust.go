@@ -1,0 +1,204 @@
+package balancer
+
+import (
+	"math"
+	"slices"
+	"sync/atomic"
+)
+
+// Bounded trust in what servers say of themselves. A probe answer or a
+// load report is a claim this client cannot check in full, but part of it
+// the client sees for itself, and a claim is never allowed below that part:
+//
+//   - Its own attempts. A server holds at least the attempts this client
+//     has in flight on it (less the few still on the wire), so a probe
+//     answer's in-flight count is raised to the client's own count before
+//     it enters Prequal's pool (raiseRIF). WithReportedLoad's pickers
+//     already do this (serverCount.note takes max(0, R − (own + 1)) as the
+//     others' count).
+//   - Its replies' latency. An answer implies a latency for the attempts it
+//     wins: the server's estimate at its count, scaled to the attempts this
+//     client then has on it, plus the round trip (claimTrust.implied). Each
+//     reply's measured latency is compared with what the peer's last answer
+//     implies (claimTrust.observe); a peer whose replies keep coming slower
+//     (the smoothed ratio above distrustAbove) loses its answers: they no
+//     longer enter the pool, and the peer is balanced by P2CPeakEWMA's
+//     rule, by the latency this client measures, as a peer that does not
+//     answer is, until its replies agree with its answers again (the
+//     ratio back below trustBelow). ProbeStats counts both.
+//   - ReportedWRR's weights. One peer's report cannot be checked against
+//     the others', but it can be bounded by them: no weight counts above
+//     maxWeightRatio times the median of the weights reported (clampWeights).
+//
+// The ratio's bounds. The smoothed ratio is an EWMA (gain 1/8, RFC 6298's
+// SRTT gain) of measured/implied, each sample clamped to maxTrustSample.
+// An honest server's replies scatter around its estimate (an exponential
+// service time has a ratio of mean 1 and is above 4 one time in 55); with
+// the sample clamped at 16, one outlier lifts the EWMA from 1 to at most
+// 2.9, so two successive outliers of 16× are needed to cross 4, which an
+// exponential service time gives about once in 10^14 pairs. A liar (an
+// answer of 0 in flight and 0 latency from a server that takes 20 ms over
+// loopback) gives ratios of hundreds: two replies cross 4. Once
+// distrusted, the ratio must fall below 2, about 15 replies at a ratio of
+// 1, before its answers count again: hysteresis, so that a peer near the
+// bound does not flap.
+const (
+	trustGain      = 1.0 / 8
+	maxTrustSample = 16.0
+	distrustAbove  = 8.0
+	trustBelow     = 3.0
+)
+
+// maxWeightRatio is the most a ReportedWRR peer's weight may be, as a
+// multiple of the median of the weights reported in its list. gRPC's C++
+// and Java static-stride schedulers clamp at 10× the mean (kMaxRatio,
+// K_MAX_RATIO, "chosen without any experimenting"), Envoy and grpc-go not
+// at all. Both bounds fall short of what a lying peer needs: a peer of n
+// capped at c times the median of the others takes at most c/(n − 1 + c)
+// of the picks; c = 10 lets one peer of 10 take 53%, and the mean, which
+// the liar's own weight drags up, lets it take more. At c = 3 the share is
+// at most 3/(n + 2), under three times the fair share 1/n for every n, and
+// the median, unlike the mean, ignores the liar. A fleet whose honest
+// capacities differ by more than 3× the median (one machine three times
+// the typical one) gives its largest peers less than their capacity; a
+// configured weight= still multiplies the clamped weight.
+const maxWeightRatio = 3
+
+// claimTrust is what Prequal keeps of one peer to judge its answers: the
+// latency the last one implies and the smoothed ratio of measured to
+// implied latency. Written by Answer (implied, under the pool's lock) and
+// Done (ratio, lock-free by compare-and-swap); a reader may pair a new
+// word with an old one, which shifts one sample a little.
+type claimTrust struct {
+	lat   atomic.Uint64 // float64 bits: the last answer's latency estimate, ns
+	rif0  atomic.Uint64 // float64 bits: the last answer's in-flight count
+	rtt   atomic.Uint64 // float64 bits: the smoothed round trip when it came, ns
+	ratio atomic.Uint64 // float64 bits: EWMA of measured/implied; 0 before the first sample
+	has   atomic.Bool   // an answer came
+
+	distrusted atomic.Bool // the replies are slower than the answers (guarded by the pool's lock for writes)
+}
+
+// claim records an answer's latency estimate (ns), count and the round
+// trip then (ns), for the replies to come.
+func (t *claimTrust) claim(lat, rif0, rtt float64) {
+	t.lat.Store(math.Float64bits(lat))
+	t.rif0.Store(math.Float64bits(rif0))
+	t.rtt.Store(math.Float64bits(rtt))
+	t.has.Store(true)
+}
+
+// implied returns the latency (ns) the last answer implies for an attempt
+// that found own of this client's attempts on the peer (itself included):
+// the estimate at the answered count, scaled as the pool scores an answer
+// used own − 1 times past it (prequal_pool.go's score), plus the round trip.
+func (t *claimTrust) implied(own float64) float64 {
+	lat := math.Float64frombits(t.lat.Load())
+	rif0 := math.Float64frombits(t.rif0.Load())
+	return lat*max(rif0+1, own)/(rif0+1) + math.Float64frombits(t.rtt.Load())
+}
+
+// observe feeds one reply's measured latency (ns) on an attempt that found
+// own attempts on the peer into the ratio and returns whether the peer
+// should now be distrusted (with the hysteresis of distrustAbove and
+// trustBelow). No answer yet: nothing to judge, false.
+func (t *claimTrust) observe(measured, own float64) (distrust bool) {
+	if !t.has.Load() {
+		return false
+	}
+	s := maxTrustSample
+	if imp := t.implied(own); measured <= 0 {
+		s = 0
+	} else if measured < imp*maxTrustSample {
+		s = measured / imp
+	}
+	var r float64
+	for {
+		old := t.ratio.Load()
+		r = s
+		if old != 0 {
+			r = math.Float64frombits(old)
+			r += (s - r) * trustGain
+		} else {
+			r = 1 + (s-1)*trustGain // the first sample, from agreement
+		}
+		if r == 0 {
+			r = math.SmallestNonzeroFloat64 // 0 marks "no sample"
+		}
+		if t.ratio.CompareAndSwap(old, math.Float64bits(r)) {
+			break
+		}
+	}
+	if t.distrusted.Load() {
+		return r >= trustBelow
+	}
+	return r > distrustAbove
+}
+
+// raiseRIF returns an answered in-flight count raised to this client's own
+// attempts in flight on the peer, and whether it was raised.
+func raiseRIF(answered float64, own int64) (float64, bool) {
+	if o := float64(own); answered < o {
+		return o, true
+	}
+	return answered, false
+}
+
+// judge is Prequal's Done hook: a successful reply's latency against what
+// the peer's answers imply. A change of trust takes the pool's lock; the
+// common case, none, is lock-free.
+func (b *Prequal) judge(p *Peer, h *peerState, st *prequalPeer, o Outcome) {
+	own := float64(p.inFlight() + 1) // this attempt and those still out
+	d := st.trust.observe(float64(o.Latency), own)
+	if d == st.trust.distrusted.Load() {
+		return
+	}
+	b.pool.mu.Lock()
+	if p.owner.Load() == &b.peerSet && p.state.Load() == h && d != st.trust.distrusted.Load() {
+		st.trust.distrusted.Store(d)
+		if d {
+			b.pool.dropLocked(p)
+		}
+		b.statusLocked(st)
+	}
+	b.pool.mu.Unlock()
+}
+
+// clampWeights caps every positive weight of w at maxWeightRatio times
+// their median and returns how many it cut, sorted being scratch space
+// (reused: no allocation once it has grown). With fewer than three
+// positive weights there is no median that one peer cannot set alone
+// (with two, the median is their mean, which the larger drags up): the
+// weights are left as they are.
+func clampWeights(w []float64, sorted *[]float64) (cut int) {
+	s := (*sorted)[:0]
+	for _, x := range w {
+		if x > 0 {
+			s = append(s, x)
+		}
+	}
+	*sorted = s
+	if len(s) < 3 {
+		return 0
+	}
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + m) / 2
+	}
+	top := m * maxWeightRatio
+	for i, x := range w {
+		if x > top {
+			w[i] = top
+			cut++
+		}
+	}
+	return cut
+}
+
+// ClampedWeights counts the reported weights ReportedWRR has cut to its
+// cap, three times the median of the weights reported in the peer's list,
+// one per peer and recompute: a peer counted recompute after recompute
+// reports far more capacity than the others (a utilization near 0), which
+// on an honest fleet means a server three times the median one. Lock-free.
+func (s *ReportedWRR) ClampedWeights() uint64 { return s.clamped.Load() }
