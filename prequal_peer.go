@@ -135,12 +135,13 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 		return nil
 	}
 	rif, raised := raiseRIF(a.InFlight, p.inFlight())
-	if raised {
+	lat, slower := st.trust.raiseLatency(float64(a.Latency), st.rtt, now)
+	if raised || slower {
 		b.stats.raised.Add(1)
 	}
 	pl.ring.add(rif)
 	pl.answers = min(pl.answers+1, answersPerRemoval)
-	pl.putLocked(p, st, rif, a.InFlight, float64(a.Latency), now-int64(a.RoundTrip)/2)
+	pl.putLocked(p, st, rif, a.InFlight, lat, now-int64(a.RoundTrip)/2)
 	return nil
 }
 

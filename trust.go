@@ -16,7 +16,12 @@ import (
 //     it enters Prequal's pool (raiseRIF). WithReportedLoad's pickers
 //     already do this (serverCount.note takes max(0, R − (own + 1)) as the
 //     others' count).
-//   - Its replies' latency. An answer implies a latency for the attempts it
+//   - Its replies' latency. No request at any load takes less than the
+//     fastest recent reply, so an answer's latency estimate is raised to
+//     the fastest reply of the last one or two floor periods less the round
+//     trip (raiseLatency): an honest estimate, a mean, is above it; an
+//     "idle" answer of 0 from a server whose replies take 20 ms is not.
+//     An answer also implies a latency for the attempts it
 //     wins: the server's estimate at its count, scaled to the attempts this
 //     client then has on it, plus the round trip (claimTrust.implied). Each
 //     reply's measured latency is compared with what the peer's last answer
@@ -81,6 +86,69 @@ type claimTrust struct {
 	has   atomic.Bool   // an answer came
 
 	distrusted atomic.Bool // the replies are slower than the answers (guarded by the pool's lock for writes)
+
+	// The fastest reply of the current and the previous floor period
+	// (float64 bits, ns; 0: none) and when the current one began.
+	fastest, fastestPrev atomic.Uint64
+	period               atomic.Int64
+}
+
+// floorPeriod is how long a reply's latency bounds the peer's answers
+// from below: a floor period, the fastest reply counting for between one
+// and two of them. The pool's max age by default: a server that was
+// faster a second ago may be again.
+const floorPeriod = int64(DefaultProbeMaxAge)
+
+// fastestReply records a reply's latency (ns) at now into the floor.
+func (t *claimTrust) fastestReply(measured float64, now int64) {
+	bits := math.Float64bits(max(measured, math.SmallestNonzeroFloat64))
+	if start := t.period.Load(); now-start >= floorPeriod || now < start {
+		if t.period.CompareAndSwap(start, now) {
+			prev := t.fastest.Swap(bits)
+			if now-start >= 2*floorPeriod || now < start {
+				prev = 0 // the current period had ended a period ago: nothing recent
+			}
+			t.fastestPrev.Store(prev)
+			return
+		}
+	}
+	for {
+		old := t.fastest.Load()
+		if old != 0 && math.Float64frombits(old) <= measured {
+			return
+		}
+		if t.fastest.CompareAndSwap(old, bits) {
+			return
+		}
+	}
+}
+
+// floor returns the fastest reply (ns) of the last one to two floor
+// periods before now, 0 if none.
+func (t *claimTrust) floor(now int64) float64 {
+	start := t.period.Load()
+	age := now - start
+	if age >= 2*floorPeriod || age < 0 {
+		return 0
+	}
+	f := math.Float64frombits(t.fastest.Load())
+	if p := t.fastestPrev.Load(); age < floorPeriod && p != 0 && (f == 0 || math.Float64frombits(p) < f) {
+		f = math.Float64frombits(p)
+	}
+	return f
+}
+
+// raiseLatency returns an answer's latency estimate (ns) raised to what
+// this client's replies show the server takes: the fastest reply of the
+// last floor period or two less the round trip (a request at any load
+// takes at least what the fastest recent one took), and whether it was
+// raised. An honest estimate, a mean, is above the fastest reply; one of 0
+// from a server whose replies take 20 ms is not.
+func (t *claimTrust) raiseLatency(lat, rtt float64, now int64) (float64, bool) {
+	if f := t.floor(now) - rtt; lat < f {
+		return f, true
+	}
+	return lat, false
 }
 
 // claim records an answer's latency estimate (ns), count and the round
@@ -153,6 +221,7 @@ func raiseRIF(answered float64, own int64) (float64, bool) {
 // common case, none, is lock-free.
 func (b *Prequal) judge(p *Peer, h *peerState, st *prequalPeer, o Outcome) {
 	own := float64(p.inFlight() + 1) // this attempt and those still out
+	st.trust.fastestReply(float64(o.Latency), b.now())
 	d := st.trust.observe(float64(o.Latency), own)
 	if d == st.trust.distrusted.Load() {
 		return

@@ -234,3 +234,42 @@ func TestTrust_liar(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimTrust_floor checks the latency floor: the fastest reply of the
+// current floor period and, while it is young, of the previous one, less
+// the round trip; nothing once two periods pass without a reply.
+func TestClaimTrust_floor(t *testing.T) {
+	var c claimTrust
+	ms := func(x float64) float64 { return x * float64(time.Millisecond) }
+	t0 := int64(time.Hour)
+	p := floorPeriod
+	lat, up := c.raiseLatency(0, ms(1), t0)
+	assert.Equal(t, 0.0, lat, "no reply yet: the answer stands")
+	assert.False(t, up)
+	c.fastestReply(ms(30), t0) // opens a period at t0
+	c.fastestReply(ms(20), t0+ms2ns(1))
+	c.fastestReply(ms(25), t0+ms2ns(2))
+	for _, s := range []struct {
+		at        int64
+		lat, want float64
+		up        bool
+	}{
+		{t0 + ms2ns(3), 0, ms(19), true}, // 20 ms less the 1 ms round trip
+		{t0 + ms2ns(3), ms(25), ms(25), false},
+		{t0 + p + ms2ns(3), 0, ms(19), true}, // the period has ended: its fastest still counts
+		{t0 + 2*p, 0, 0, false},              // two periods without a reply: none
+	} {
+		lat, up := c.raiseLatency(s.lat, ms(1), s.at)
+		assert.InDelta(t, s.want, lat, 1, "at %v", time.Duration(s.at-t0))
+		assert.Equal(t, s.up, up, "at %v", time.Duration(s.at-t0))
+	}
+	// A reply in a new period: the previous period's fastest counts while
+	// the new one is under a period old, then only the new one's.
+	c.fastestReply(ms(40), t0+p+ms2ns(500))
+	lat, _ = c.raiseLatency(0, 0, t0+p+ms2ns(600))
+	assert.InDelta(t, ms(20), lat, 1)
+	lat, _ = c.raiseLatency(0, 0, t0+2*p+ms2ns(600))
+	assert.InDelta(t, ms(40), lat, 1)
+}
+
+func ms2ns(x int64) int64 { return x * int64(time.Millisecond) }
