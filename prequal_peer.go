@@ -46,7 +46,7 @@ func (b *Prequal) Done(p *Peer, o Outcome) error {
 // and the peer held by b.
 func (b *Prequal) statusLocked(st *prequalPeer) {
 	st.silent.Store(st.probeFails >= prequalProbeFails)
-	want := st.probeFails >= prequalProbeFails || st.failedLast.Load() || st.trust.distrusted.Load()
+	want := st.probeFails >= prequalProbeFails || st.failedLast.Load()
 	if want == st.unprobed.Load() {
 		return
 	}
@@ -130,14 +130,14 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 	if st.failedLast.Load() && !readmittable(p, now) {
 		return nil // its attempts fail: its answers say nothing of them
 	}
-	if st.trust.distrusted.Load() {
-		b.stats.distrusted.Add(1) // its replies are slower than its answers
-		return nil
-	}
 	rif, raised := raiseRIF(a.InFlight, p.inFlight())
 	lat, slower := st.trust.raiseLatency(float64(a.Latency), st.rtt, now)
 	if raised || slower {
 		b.stats.raised.Add(1)
+	}
+	if st.trust.distrusted.Load() { // its replies are slower than its answers
+		b.stats.distrusted.Add(1)
+		lat = st.trust.measured(lat, st.rtt)
 	}
 	pl.ring.add(rif)
 	pl.answers = min(pl.answers+1, answersPerRemoval)

@@ -18,11 +18,13 @@ type ProbeStats struct {
 	Late        uint64 // answers dropped because their round trip passed the pool's max age, or after Close
 	RateLimited uint64 // probes not sent for the per-second cap
 
-	// Trust (see Prequal): Raised counts answers whose InFlight was below
-	// this client's own attempts in flight on the peer, taken at the
-	// client's count; Distrusted counts answers kept out of the pool
-	// because the peer's replies had been slower than its answers implied
-	// (a server whose probe handler does not see its traffic, or lies).
+	// Trust (see Prequal): Raised counts answers raised to what this
+	// client sees, an InFlight below its own attempts on the peer (common
+	// for honest servers too: attempts on the wire) or a Latency below the
+	// fastest recent reply; Distrusted counts answers taken at the
+	// peer's measured latency because its replies had been far slower
+	// than its answers implied (a server whose probe handler does not see
+	// its traffic, or lies): the count that points at a mis-wired server.
 	Raised     uint64
 	Distrusted uint64
 }

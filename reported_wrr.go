@@ -143,7 +143,10 @@ const checkEvery = 256
 // two peers of a list have one, the list runs exactly as SmoothWRR. A
 // sequence of derived weights starts at a random position (WithRand's
 // source), so that clients seeing the same reports do not pick in step.
-// Choose it when the servers know their load better than one client can
+// No report can take the pool: a weight counts for at most three times the
+// median of its list's, and for the median when the peer's replies are
+// more than twice as slow as the median peer's (ClampedWeights counts the
+// cuts). Choose it when the servers know their load better than one client can
 // (many clients, capacities that differ or change slowly); for speeds that
 // change every second, LeastConn with WithReportedLoad does better.
 //
@@ -333,8 +336,12 @@ func (s *ReportedWRR) pickSlow(r *Request) (*Peer, error) {
 // Done implements Picker.Done. A report in o.Load that gives a usable
 // weight is recorded for p, lock-free, and may run a due recompute.
 func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
-	if err := s.report(p, o); err != nil || o.Load == nil {
+	if err := s.report(p, o); err != nil {
 		return err
+	}
+	rwrrOf(p).replies.observe(float64(o.Latency)) // trust.go
+	if o.Load == nil {
+		return nil
 	}
 	w, ok := a58Weight(o.Load, s.penalty)
 	if !ok {
@@ -550,7 +557,7 @@ func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) bool {
 		}
 		return false
 	}
-	if cut := clampWeights(s.share, &s.median); cut > 0 { // trust.go
+	if cut := s.trustLocked(peers); cut > 0 { // trust.go
 		s.clamped.Add(uint64(cut))
 		top = slices.Max(s.share)
 	}
@@ -637,6 +644,8 @@ type rwrrPeer struct {
 	last    atomic.Int64  // unix ns of the last usable report; noReport: none
 	since   atomic.Int64  // unix ns at which the current run of reports began
 	derived atomic.Int64  // the smooth-step weight of the last recompute
+
+	replies replyLatency // its replies' smoothed latency (trust.go)
 }
 
 // noReport is rwrrPeer.last before any report: no clock reading gives it

@@ -26,11 +26,16 @@ import (
 //     client then has on it, plus the round trip (claimTrust.implied). Each
 //     reply's measured latency is compared with what the peer's last answer
 //     implies (claimTrust.observe); a peer whose replies keep coming slower
-//     (the smoothed ratio above distrustAbove) loses its answers: they no
-//     longer enter the pool, and the peer is balanced by P2CPeakEWMA's
-//     rule, by the latency this client measures, as a peer that does not
-//     answer is, until its replies agree with its answers again (the
-//     ratio back below trustBelow). ProbeStats counts both.
+//     (the smoothed ratio above distrustAbove) loses the benefit of its
+//     answers: each enters the pool with its latency raised to the smoothed
+//     latency of the peer's replies, less the round trip (measured), until
+//     its replies agree with its answers again (the ratio back below
+//     trustBelow). ProbeStats counts both. Keeping such a peer in the pool
+//     at its measured latency, rather than out of it, matters when the
+//     claims are wrong for a while but the server is fine: a server that
+//     failed fast reports its errors' short latencies for a while after it
+//     recovers; balanced by P2CPeakEWMA's rule, its failure penalty held
+//     it out for the rest of the run (balance sim -check, blackhole-fast).
 //   - ReportedWRR's weights. One peer's report cannot be checked against
 //     the others', but it can be bounded by them: no weight counts above
 //     maxWeightRatio times the median of the weights reported (clampWeights).
@@ -85,7 +90,8 @@ type claimTrust struct {
 	ratio atomic.Uint64 // float64 bits: EWMA of measured/implied; 0 before the first sample
 	has   atomic.Bool   // an answer came
 
-	distrusted atomic.Bool // the replies are slower than the answers (guarded by the pool's lock for writes)
+	distrusted atomic.Bool  // the replies are slower than the answers (guarded by the pool's lock for writes)
+	replies    replyLatency // the successful replies' smoothed latency
 
 	// The fastest reply of the current and the previous floor period
 	// (float64 bits, ns; 0: none) and when the current one began.
@@ -207,6 +213,13 @@ func (t *claimTrust) observe(measured, own float64) (distrust bool) {
 	return r > distrustAbove
 }
 
+// measured returns an answer's latency estimate lat (ns) raised to the
+// smoothed latency of the peer's replies less the round trip rtt (ns): a
+// distrusted peer's answer counts for what its replies take.
+func (t *claimTrust) measured(lat, rtt float64) float64 {
+	return max(lat, t.replies.get()-rtt)
+}
+
 // raiseRIF returns an answered in-flight count raised to this client's own
 // attempts in flight on the peer, and whether it was raised.
 func raiseRIF(answered float64, own int64) (float64, bool) {
@@ -222,6 +235,7 @@ func raiseRIF(answered float64, own int64) (float64, bool) {
 func (b *Prequal) judge(p *Peer, h *peerState, st *prequalPeer, o Outcome) {
 	own := float64(p.inFlight() + 1) // this attempt and those still out
 	st.trust.fastestReply(float64(o.Latency), b.now())
+	st.trust.replies.observe(float64(o.Latency))
 	d := st.trust.observe(float64(o.Latency), own)
 	if d == st.trust.distrusted.Load() {
 		return
@@ -230,9 +244,8 @@ func (b *Prequal) judge(p *Peer, h *peerState, st *prequalPeer, o Outcome) {
 	if p.owner.Load() == &b.peerSet && p.state.Load() == h && d != st.trust.distrusted.Load() {
 		st.trust.distrusted.Store(d)
 		if d {
-			b.pool.dropLocked(p)
+			b.pool.dropLocked(p) // its answer's claim is the one not to trust
 		}
-		b.statusLocked(st)
 	}
 	b.pool.mu.Unlock()
 }
@@ -254,12 +267,7 @@ func clampWeights(w []float64, sorted *[]float64) (cut int) {
 	if len(s) < 3 {
 		return 0
 	}
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + m) / 2
-	}
-	top := m * maxWeightRatio
+	top := medianSorted(s) * maxWeightRatio
 	for i, x := range w {
 		if x > top {
 			w[i] = top
@@ -267,6 +275,99 @@ func clampWeights(w []float64, sorted *[]float64) (cut int) {
 		}
 	}
 	return cut
+}
+
+// replyLatency is the smoothed latency of a peer's replies as this client
+// measures them (ns, float64 bits; 0: none yet): an EWMA of gain 1/8,
+// lock-free by compare-and-swap. A failure counts with its latency (a
+// timeout's is the timeout, a lower bound), so that a peer whose queue
+// outgrows the timeout still looks slow.
+type replyLatency struct{ ewma atomic.Uint64 }
+
+func (r *replyLatency) observe(x float64) {
+	if !(x > 0) {
+		return
+	}
+	for {
+		old := r.ewma.Load()
+		e := x
+		if old != 0 {
+			e = math.Float64frombits(old)
+			e += (x - e) * trustGain
+		}
+		if r.ewma.CompareAndSwap(old, math.Float64bits(e)) {
+			return
+		}
+	}
+}
+
+func (r *replyLatency) get() float64 { return math.Float64frombits(r.ewma.Load()) }
+
+// slowRatio is how far above the median of its list's reply latencies a
+// peer's must be for ReportedWRR to stop trusting a report that gives it
+// more than the median weight. A weight is a claim of capacity: a peer
+// weighted above the others that answers more than twice as slowly as the
+// typical peer is being sent more than it can serve (a utilization
+// reported near 0 by a loaded server), and the cap at 3× the median alone
+// would still send it 2.5 times its fair share. An honest peer is slow
+// because it is loaded or slowed, and then reports a utilization near 1
+// and a weight below the median, which this leaves alone.
+const slowRatio = 2
+
+// trustLocked bounds the reported weights in s.share of peers, one list:
+// each is cut to maxWeightRatio × the median weight (clampWeights), and a
+// peer above the median weight whose replies' smoothed latency is above
+// slowRatio × the median of the list's is cut to the median weight. It
+// returns how many weights it cut. Requires s.mu; allocation-free once
+// the scratch has grown.
+func (s *ReportedWRR) trustLocked(peers []*Peer) int {
+	cut := clampWeights(s.share, &s.median)
+	w := median(s.share, &s.median)
+	lat := s.median[:0]
+	for i, p := range peers {
+		if l := rwrrOf(p).replies.get(); s.share[i] > 0 && l > 0 {
+			lat = append(lat, l)
+		}
+	}
+	s.median = lat
+	if w == 0 || len(lat) < 3 {
+		return cut
+	}
+	m := medianSorted(lat)
+	for i, p := range peers {
+		if s.share[i] > w && rwrrOf(p).replies.get() > slowRatio*m {
+			s.share[i] = w
+			cut++
+		}
+	}
+	return cut
+}
+
+// median returns the median of the positive values of w (0 if none),
+// sorted being scratch space.
+func median(w []float64, sorted *[]float64) float64 {
+	s := (*sorted)[:0]
+	for _, x := range w {
+		if x > 0 {
+			s = append(s, x)
+		}
+	}
+	*sorted = s
+	if len(s) == 0 {
+		return 0
+	}
+	return medianSorted(s)
+}
+
+// medianSorted sorts s and returns its median, the mean of the middle two
+// for an even count. s is not empty.
+func medianSorted(s []float64) float64 {
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + m) / 2
+	}
+	return m
 }
 
 // ClampedWeights counts the reported weights ReportedWRR has cut to its

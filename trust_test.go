@@ -273,3 +273,37 @@ func TestClaimTrust_floor(t *testing.T) {
 }
 
 func ms2ns(x int64) int64 { return x * int64(time.Millisecond) }
+
+// TestReportedWRR_trustLocked checks the two cuts on one list: the cap at
+// 3× the median weight, then the median weight for a peer weighted above
+// it whose replies are more than twice the median latency.
+func TestReportedWRR_trustLocked(t *testing.T) {
+	peers := makePeers(5, letter, nil)
+	s, err := NewReportedWRR(peers)
+	require.NoError(t, err)
+	// Weights 100 (×3), 250 and 1e9 (median 100: cap 300); latencies
+	// 10, 10, 10, 30, 10 ms (median 10: slow above 20).
+	for i, l := range []float64{10, 10, 10, 30, 10} {
+		rwrrOf(peers[i]).replies.observe(l * 1e6)
+	}
+	s.mu.Lock()
+	s.share = []float64{100, 100, 100, 250, 1e9}
+	cut := s.trustLocked(peers)
+	got := append([]float64(nil), s.share...)
+	s.mu.Unlock()
+	assert.Equal(t, 2, cut)
+	assert.Equal(t, []float64{100, 100, 100, 100, 300}, got, "e capped at 300, d slow: the median")
+	// A slow peer below the median weight is left alone: it reports its
+	// load, and its weight already says so.
+	s.mu.Lock()
+	s.share = []float64{100, 100, 100, 50, 120}
+	cut = s.trustLocked(peers)
+	got = append([]float64(nil), s.share...)
+	s.mu.Unlock()
+	assert.Zero(t, cut)
+	assert.Equal(t, []float64{100, 100, 100, 50, 120}, got)
+	s.mu.Lock()
+	allocs := testing.AllocsPerRun(100, func() { s.share = append(s.share[:0], 100, 100, 100, 250, 1e9); s.trustLocked(peers) })
+	s.mu.Unlock()
+	assert.Zero(t, allocs)
+}

@@ -24,9 +24,9 @@ import (
 // flight and no latency. Prequal with NewProber, 32 client goroutines. The
 // slow backend's share is counted by the servers themselves; its fair
 // share is a quarter, and a backend ten times slower should get less
-// (about 1/31 by speed; under P2CPeakEWMA's rule a few percent). Before
-// the trust checks it took more than half; it must stay within its fair
-// share, and the picker must count the answers it kept out.
+// (about 1/31 by speed). Before the trust checks it took more than half;
+// it must stay within its fair share, and the picker must count the
+// answers it distrusted.
 func TestPrequal_idleProbeLiar(t *testing.T) {
 	const (
 		n        = 4
@@ -99,5 +99,10 @@ func TestPrequal_idleProbeLiar(t *testing.T) {
 	st := picker.ProbeStats()
 	t.Logf("slow backend's share %.3f of %d; probes %+v", share, total, st)
 	assert.LessOrEqual(t, share, 1.0/n, "the slow backend whose probes say idle")
-	assert.Positive(t, st.Distrusted, "the mis-wired server's answers counted")
+	if raceSlowdown == 1 {
+		// Under -race the client's own costs (15-60 ms a request) swamp
+		// the services' and no reply is 8× slower than the liar's answers
+		// imply: its latency floor alone holds it.
+		assert.Positive(t, st.Distrusted, "the mis-wired server's answers counted")
+	}
 }
