@@ -81,7 +81,7 @@ const maxWeightRatio = 3
 // claimTrust is what Prequal keeps of one peer to judge its answers: the
 // latency the last one implies and the smoothed ratio of measured to
 // implied latency. Written by Answer (implied, under the pool's lock) and
-// Done (ratio, lock-free by compare-and-swap); a reader may pair a new
+// Done (ratio, lock-free: a load and a store); a reader may pair a new
 // word with an old one, which shifts one sample a little.
 type claimTrust struct {
 	lat   atomic.Uint64 // float64 bits: the last answer's latency estimate, ns
@@ -190,23 +190,18 @@ func (t *claimTrust) observe(measured, own float64) (distrust bool) {
 	} else if measured < imp*maxTrustSample {
 		s = measured / imp
 	}
-	var r float64
-	for {
-		old := t.ratio.Load()
-		r = s
-		if old != 0 {
-			r = math.Float64frombits(old)
-			r += (s - r) * trustGain
-		} else {
-			r = 1 + (s-1)*trustGain // the first sample, from agreement
-		}
-		if r == 0 {
-			r = math.SmallestNonzeroFloat64 // 0 marks "no sample"
-		}
-		if t.ratio.CompareAndSwap(old, math.Float64bits(r)) {
-			break
-		}
+	// A load and a store, not a compare-and-swap loop: two replies racing
+	// lose one sample of an EWMA of gain 1/8, where a loop would make
+	// every concurrent Done on the peer retry.
+	r := 1 + (s-1)*trustGain // the first sample, from agreement
+	if old := t.ratio.Load(); old != 0 {
+		r = math.Float64frombits(old)
+		r += (s - r) * trustGain
 	}
+	if r == 0 {
+		r = math.SmallestNonzeroFloat64 // 0 marks "no sample"
+	}
+	t.ratio.Store(math.Float64bits(r))
 	if t.distrusted.Load() {
 		return r >= trustBelow
 	}
@@ -233,8 +228,8 @@ func raiseRIF(answered float64, own int64) (float64, bool) {
 // the peer's answers imply. A change of trust takes the pool's lock; the
 // common case, none, is lock-free.
 func (b *Prequal) judge(p *Peer, h *peerState, st *prequalPeer, o Outcome) {
-	own := float64(p.inFlight() + 1) // this attempt and those still out
-	st.trust.fastestReply(float64(o.Latency), b.now())
+	own := float64(p.inFlight() + 1)                               // this attempt and those still out
+	st.trust.fastestReply(float64(o.Latency), st.lat.stamp.Load()) // the clock donePeak read
 	st.trust.replies.observe(float64(o.Latency))
 	d := st.trust.observe(float64(o.Latency), own)
 	if d == st.trust.distrusted.Load() {
@@ -279,7 +274,7 @@ func clampWeights(w []float64, sorted *[]float64) (cut int) {
 
 // replyLatency is the smoothed latency of a peer's replies as this client
 // measures them (ns, float64 bits; 0: none yet): an EWMA of gain 1/8,
-// lock-free by compare-and-swap. A failure counts with its latency (a
+// lock-free (a load and a store). A failure counts with its latency (a
 // timeout's is the timeout, a lower bound), so that a peer whose queue
 // outgrows the timeout still looks slow.
 type replyLatency struct{ ewma atomic.Uint64 }
@@ -288,17 +283,12 @@ func (r *replyLatency) observe(x float64) {
 	if !(x > 0) {
 		return
 	}
-	for {
-		old := r.ewma.Load()
-		e := x
-		if old != 0 {
-			e = math.Float64frombits(old)
-			e += (x - e) * trustGain
-		}
-		if r.ewma.CompareAndSwap(old, math.Float64bits(e)) {
-			return
-		}
+	e := x
+	if old := r.ewma.Load(); old != 0 {
+		e = math.Float64frombits(old)
+		e += (x - e) * trustGain
 	}
+	r.ewma.Store(math.Float64bits(e)) // racing replies may lose one sample, as in observe
 }
 
 func (r *replyLatency) get() float64 { return math.Float64frombits(r.ewma.Load()) }
