@@ -19,8 +19,9 @@ import (
 //   - Its replies' latency. No request at any load takes less than the
 //     fastest recent reply, so an answer's latency estimate is raised to
 //     the fastest reply of the last one or two floor periods less the round
-//     trip (raiseLatency): an honest estimate, a mean, is above it; an
-//     "idle" answer of 0 from a server whose replies take 20 ms is not.
+//     trip (raiseLatency): an honest estimate, a mean, is almost always
+//     above it; an "idle" answer of 0 from a server whose replies take
+//     20 ms is not.
 //     An answer also implies a latency for the attempts it
 //     wins: the server's estimate at its count, scaled to the attempts this
 //     client then has on it, plus the round trip (claimTrust.implied). Each
@@ -38,7 +39,11 @@ import (
 //     it out for the rest of the run (balance sim -check, blackhole-fast).
 //   - ReportedWRR's weights. One peer's report cannot be checked against
 //     the others', but it can be bounded by them: no weight counts above
-//     maxWeightRatio times the median of the weights reported (clampWeights).
+//     maxWeightRatio times the median of the weights reported
+//     (clampWeights), and a weight above the median counts for the median
+//     while the peer's replies are over slowRatio times the median
+//     latency (trustLocked): a claim of more capacity than the others,
+//     from a peer slower than they are.
 //
 // The ratio's bounds. The smoothed ratio is an EWMA (gain 1/8, RFC 6298's
 // SRTT gain) of measured/implied, each sample clamped to maxTrustSample.
@@ -67,7 +72,7 @@ const (
 // multiple of the median of the weights reported in its list. gRPC's C++
 // and Java static-stride schedulers clamp at 10× the mean (kMaxRatio,
 // K_MAX_RATIO, "chosen without any experimenting"), Envoy and grpc-go not
-// at all. Both bounds fall short of what a lying peer needs: a peer of n
+// at all. Neither bound stops a lying peer: a peer of n
 // capped at c times the median of the others takes at most c/(n − 1 + c)
 // of the picks; c = 10 lets one peer of 10 take 53%, and the mean, which
 // the liar's own weight drags up, lets it take more. At c = 3 the share is
