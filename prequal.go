@@ -128,6 +128,12 @@ import (
 // sharing servers that answer probes (loadreport's handler), where every
 // client-side picker herds.
 //
+// An answer counts for no less than this client sees: its in-flight count
+// is raised to the client's own attempts on the peer and its latency to
+// the fastest recent reply, and the answers of a peer whose replies keep
+// coming slower than they imply count for the replies' smoothed latency
+// until the two agree again (ProbeStats counts both).
+//
 // Failures follow nginx (max_fails, fail_timeout); a failed attempt keeps
 // the peer's answers out of the pool for fail_timeout (with max_fails 0,
 // until an attempt on it succeeds), so a server that fails fast, and

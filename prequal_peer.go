@@ -23,6 +23,9 @@ func (b *Prequal) Done(p *Peer, o Outcome) error {
 	}
 	h := p.state.Load()
 	st := prequalState(h)
+	if !o.Failed {
+		b.judge(p, h, st, o) // trust.go
+	}
 	if !o.Failed && !st.failedLast.Load() {
 		return nil
 	}
@@ -124,12 +127,22 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 	} else {
 		st.rtt, st.rttOK = rt, true
 	}
+	st.trust.claim(float64(a.Latency), a.InFlight, st.rtt) // trust.go
 	if st.failedLast.Load() && !readmittable(p, now) {
 		return nil // its attempts fail: its answers say nothing of them
 	}
-	pl.ring.add(a.InFlight)
+	rif, raised := raiseRIF(a.InFlight, p.inFlight())
+	lat, slower := st.trust.raiseLatency(float64(a.Latency), st.rtt, now)
+	if raised || slower {
+		b.stats.raised.Add(1)
+	}
+	if st.trust.distrusted.Load() { // its replies are slower than its answers
+		b.stats.distrusted.Add(1)
+		lat = st.trust.measured(lat, st.rtt)
+	}
+	pl.ring.add(rif)
 	pl.answers = min(pl.answers+1, answersPerRemoval)
-	pl.putLocked(p, st, a.InFlight, float64(a.Latency), now-int64(a.RoundTrip)/2)
+	pl.putLocked(p, st, rif, a.InFlight, lat, now-int64(a.RoundTrip)/2)
 	return nil
 }
 
@@ -174,6 +187,8 @@ type prequalPeer struct {
 	failedLast atomic.Bool  // the last attempt reported failed
 	silent     atomic.Bool  // its probes fail (prequalProbeFails in a row)
 	nextProbe  atomic.Int64 // unprobed: the earliest next probe, unix ns
+
+	trust claimTrust // its answers against its replies (trust.go)
 }
 
 func newPrequalPeer(int64) *peerState {

@@ -153,9 +153,11 @@ func (pl *probePool) newUsesLocked() int32 {
 	return max(u, 1)
 }
 
-// putLocked records an answer of st's peer p taken at at: it replaces the
-// peer's answer if older, or takes a free place, or the oldest answer's.
-func (pl *probePool) putLocked(p *Peer, st *prequalPeer, rif, lat float64, at int64) {
+// putLocked records an answer of st's peer p taken at at, of count rif0
+// and latency lat, its count raised to rif (trust.go's raiseRIF): it
+// replaces the peer's answer if older, or takes a free place, or the
+// oldest answer's.
+func (pl *probePool) putLocked(p *Peer, st *prequalPeer, rif, rif0, lat float64, at int64) {
 	j := pl.indexLocked(p)
 	switch {
 	case j >= 0:
@@ -175,7 +177,7 @@ func (pl *probePool) putLocked(p *Peer, st *prequalPeer, rif, lat float64, at in
 		}
 		pl.e[j].st.inPool.Store(false)
 	}
-	pl.e[j] = poolEntry{peer: p, st: st, rif: rif, rif0: rif, lat: lat, at: at, uses: pl.newUsesLocked()}
+	pl.e[j] = poolEntry{peer: p, st: st, rif: rif, rif0: rif0, lat: lat, at: at, uses: pl.newUsesLocked()}
 	st.inPool.Store(true)
 }
 

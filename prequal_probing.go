@@ -17,11 +17,22 @@ type ProbeStats struct {
 	Unknown     uint64 // answers refused with ErrUnknownPeer
 	Late        uint64 // answers dropped because their round trip passed the pool's max age, or after Close
 	RateLimited uint64 // probes not sent for the per-second cap
+
+	// Trust (see Prequal): Raised counts answers raised to what this
+	// client sees, an InFlight below its own attempts on the peer (common
+	// for honest servers too: attempts on the wire) or a Latency below the
+	// fastest recent reply; Distrusted counts answers taken at the
+	// peer's measured latency because its replies had been far slower
+	// than its answers implied (a server whose probe handler does not see
+	// its traffic, or lies): the count that points at a mis-wired server.
+	Raised     uint64
+	Distrusted uint64
 }
 
 // probeCounters are ProbeStats' atomics.
 type probeCounters struct {
 	sent, answered, failed, invalid, unknown, late, rateLimited atomic.Uint64
+	raised, distrusted                                          atomic.Uint64
 }
 
 // ProbeStats returns the probe counters. Lock-free.
@@ -31,6 +42,7 @@ func (b *Prequal) ProbeStats() ProbeStats {
 		Sent: c.sent.Load(), Answered: c.answered.Load(), Failed: c.failed.Load(),
 		Invalid: c.invalid.Load(), Unknown: c.unknown.Load(), Late: c.late.Load(),
 		RateLimited: c.rateLimited.Load(),
+		Raised:      c.raised.Load(), Distrusted: c.distrusted.Load(),
 	}
 }
 

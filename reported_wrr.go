@@ -151,7 +151,10 @@ const checkEvery = 256
 // a list runs exactly as SmoothWRR. A sequence of derived weights starts
 // at a random position (WithRand's source), so that clients seeing the
 // same reports do not pick in step.
-// Choose it when the servers know their load better than one client can
+// No report can take the pool: a weight counts for at most three times the
+// median of its list's, and for the median when the peer's replies are
+// more than twice as slow as the median peer's (ClampedWeights counts the
+// cuts). Choose it when the servers know their load better than one client can
 // (many clients, capacities that differ or change slowly); for speeds that
 // change every second, LeastConn with WithReportedLoad does better.
 //
@@ -189,6 +192,9 @@ type ReportedWRR struct {
 	share  []float64
 	want   []int64
 	sorted []int64
+	median []float64 // clampWeights'
+
+	clamped atomic.Uint64 // weights cut to the cap (trust.go)
 }
 
 // reportedWRRSpec is ReportedWRR's declaration (see pickerSpec).
@@ -359,7 +365,8 @@ func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
 	if err := s.report(p, o); err != nil {
 		return err
 	}
-	w, ok := a58Weight(o.Load, s.penalty)
+	rwrrOf(p).replies.observe(float64(o.Latency)) // trust.go
+	w, ok := a58Weight(o.Load, s.penalty) // false for no report: sawReply counts it
 	s.sawReply(p, o, ok) // sight.go
 	if !ok {
 		return nil
@@ -586,6 +593,10 @@ func (s *ReportedWRR) weighLocked(peers []*Peer, now int64, want []int64) bool {
 		}
 		return false
 	}
+	if cut := s.trustLocked(peers); cut > 0 { // trust.go
+		s.clamped.Add(uint64(cut))
+		top = slices.Max(s.share)
+	}
 	var sum float64
 	for _, r := range s.share {
 		sum += r / top // 0 for the unweighted
@@ -669,6 +680,8 @@ type rwrrPeer struct {
 	last    atomic.Int64  // unix ns of the last usable report; noReport: none
 	since   atomic.Int64  // unix ns at which the current run of reports began
 	derived atomic.Int64  // the smooth-step weight of the last recompute
+
+	replies replyLatency // its replies' smoothed latency (trust.go)
 }
 
 // noReport is rwrrPeer.last before any report: no clock reading gives it

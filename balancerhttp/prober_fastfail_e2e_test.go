@@ -22,7 +22,11 @@ import (
 // when its 500s count as failures: with the Transport's default
 // FailureStatuses (502, 503, 504) a 500 is an answer, the peer looks the
 // fastest, and it takes more than its fair share (100 of 300; require more
-// than 150); with 500 listed, its first failure keeps its answers out of
+// than 120). It took 283 until Prequal raised an answer's count to the
+// client's own attempts on the peer (trust.go): the failing server's
+// answers come while this client's attempt on it is still out, so count 1,
+// hot against the others' 0, and it now takes every other request, 150;
+// with 500 listed, its first failure keeps its answers out of
 // the pool for fail_timeout (10 s, longer than the run), and it gets no
 // more than 3 attempts, each retried on another server.
 func TestProber_prequalFastFailure(t *testing.T) {
@@ -81,7 +85,7 @@ func TestProber_prequalFastFailure(t *testing.T) {
 			got := failing.Load()
 			t.Logf("the failing server got %d of %d; %d answered 200; prober %+v", got, n, ok, pr.Stats())
 			if tt.sink {
-				assert.Greater(t, got, int64(n/2), "a sink")
+				assert.Greater(t, got, int64(n*2/5), "a sink: more than 1.2× its fair share")
 			} else {
 				assert.LessOrEqual(t, got, int64(3))
 				assert.Equal(t, n, ok, "every failure retried on another server")

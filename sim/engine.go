@@ -89,6 +89,7 @@ type backendState struct {
 	sigma  float64
 	faults []fault
 	shed   int64      // fail fast an attempt finding this many jobs or more; 0 never
+	lie    Lie        // what it misstates (lie.go)
 	svc    *rand.Rand // service draws for retried attempts
 	flt    *rand.Rand // draws for faults of probability below 1
 	rif    int32      // attempts in flight to this backend, as clients see them
@@ -444,6 +445,7 @@ func (w *world) newBackend(seed uint64, i int) backendState {
 		b.workers = make([]int64, spec.Workers)
 	}
 	b.shed = int64(spec.ShedAbove)
+	b.lie = spec.Lie
 	b.up = int64(spec.RTT / 2)
 	b.down = int64(spec.RTT) - b.up
 	if b.far() && spec.Workers > 0 {

@@ -90,6 +90,7 @@ func (w *world) probeArrive(i int32) {
 		Latency:   be.latency(w.now, int64(inFlight)),
 		RoundTrip: time.Duration(be.up + be.down),
 	}
+	be.lieProbe(&pr.ans)
 	at := w.now + be.down
 	if at > timeout {
 		pr.ans = balancer.ProbeAnswer{Failed: true}

@@ -128,6 +128,9 @@ type Backend struct {
 	// warming. 0, the default, is no warm-up.
 	Cold   float64
 	WarmUp time.Duration
+	// Lie, when set, makes the backend misstate its load in its probe
+	// answers or reports (see Lie). The default tells the truth.
+	Lie Lie
 }
 
 // Scenario is a complete simulated setup: backends, offered traffic,
@@ -254,7 +257,7 @@ func (s *Scenario) validate() error {
 		return invalid("sim: scenario %q: load %v is not a positive finite fraction of capacity", s.Name, s.Load)
 	}
 	for i, b := range s.Backends {
-		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) || b.RTT < 0 || b.RTT > maxRTT {
+		if b.Mean <= 0 || b.Workers < 0 || b.Weight < 0 || b.Sigma < 0 || math.IsNaN(b.Sigma) || math.IsInf(b.Sigma, 0) || b.RTT < 0 || b.RTT > maxRTT || b.Lie < 0 || b.Lie >= lies {
 			return invalid("sim: scenario %q: backend %d: bad parameters %+v", s.Name, i, b)
 		}
 		for _, p := range b.Phases {
@@ -431,9 +434,10 @@ func Scenarios() []Scenario {
 	}
 }
 
-// Lookup returns the built-in scenario called name.
+// Lookup returns the built-in scenario called name, among Scenarios and
+// Liars.
 func Lookup(name string) (Scenario, bool) {
-	for _, s := range Scenarios() {
+	for _, s := range append(Scenarios(), Liars()...) {
 		if s.Name == name {
 			return s, true
 		}

@@ -159,6 +159,7 @@ func (b *backendState) fill(l *balancer.ServerLoad, now int64) {
 		u := 1 - float64(idle)/(float64(c)*float64(covered))
 		l.Utilization = min(max(u, 0), 1)
 	}
+	b.lieReport(l)
 }
 
 // serverView returns what the server knows of itself at now: the jobs it

@@ -406,6 +406,9 @@ func simList(w io.Writer) {
 		fmt.Fprintf(w, "  %-16s %s\n", s.Name, s.Title)
 	}
 	fmt.Fprintf(w, "  %-16s %s\n", sim.SubsetScenario, "subsetting compared (runs alone): 300 clients, 300 backends, subsets of 30, scale events of ±10%")
+	for _, s := range sim.Liars() {
+		fmt.Fprintf(w, "  %-16s %s (by name only)\n", s.Name, s.Title)
+	}
 	fmt.Fprintln(w, "pickers:")
 	for _, p := range sim.Pickers() {
 		fmt.Fprintf(w, "  %s\n", p.Name)
