@@ -304,6 +304,8 @@ func (s *peerSet) recheck(now int64) {
 
 // PanicCount returns how many times panic mode (WithPanicThreshold) has
 // engaged since the picker was made; 0 without the option. Lock-free.
+//
+// Deprecated: use Stats().Panics.
 func (s *peerSet) PanicCount() uint64 {
 	if s.guard == nil {
 		return 0
@@ -314,10 +316,14 @@ func (s *peerSet) PanicCount() uint64 {
 // InPanic reports whether the picker is in panic mode now. Lock-free; it
 // counts the peers, O(n), if its last count is stale, and reports a change
 // it finds to the WithEvents hook, as a pick would.
+//
+// Deprecated: use Stats().InPanic.
 func (s *peerSet) InPanic() bool { return s.panics(s.now()) }
 
 // EjectionCappedCount returns how many failures WithMaxEjectionPercent
 // kept from taking a peer out since the picker was made. Lock-free.
+//
+// Deprecated: use Stats().EjectionsCapped.
 func (s *peerSet) EjectionCappedCount() uint64 {
 	if s.guard == nil {
 		return 0

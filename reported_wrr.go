@@ -366,8 +366,8 @@ func (s *ReportedWRR) Done(p *Peer, o Outcome) error {
 		return err
 	}
 	rwrrOf(p).replies.observe(float64(o.Latency)) // trust.go
-	w, ok := a58Weight(o.Load, s.penalty) // false for no report: sawReply counts it
-	s.sawReply(p, o, ok) // sight.go
+	w, ok := a58Weight(o.Load, s.penalty)         // false for no report: sawReply counts it
+	s.sawReply(p, o, ok)                          // sight.go
 	if !ok {
 		return nil
 	}

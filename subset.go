@@ -105,6 +105,8 @@ func (s *Subset) Connected(p *Peer) error {
 
 // NoLivePeerCount is the inner picker's count of picks that returned
 // ErrNoLivePeer, 0 if it keeps none (every picker of this package does).
+//
+// Deprecated: use Stats().NoLivePeer.
 func (s *Subset) NoLivePeerCount() uint64 {
 	if c, ok := s.inner.(interface{ NoLivePeerCount() uint64 }); ok {
 		return c.NoLivePeerCount()
@@ -114,6 +116,8 @@ func (s *Subset) NoLivePeerCount() uint64 {
 
 // BlindCount is the inner picker's count of the peers it went blind to
 // (EventPeerBlind), 0 if it keeps none.
+//
+// Deprecated: use Stats().Blinded.
 func (s *Subset) BlindCount() uint64 {
 	if c, ok := s.inner.(interface{ BlindCount() uint64 }); ok {
 		return c.BlindCount()
