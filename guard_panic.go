@@ -50,7 +50,7 @@ import (
 // and latency estimates a failure lowered (nginx's effective weight, the
 // latency pickers' failure penalty) recover as they would. Events:
 // EventPanic and EventPanicOver, once per transition, found by the first
-// pick meeting a peer out, report or InPanic after it. percent is in
+// pick meeting a peer out, report or Stats after it. percent is in
 // [0, 100]; 0 never panics.
 // Every picker accepts it. Default: no panic mode, nginx's behaviour.
 func WithPanicThreshold(percent float64) Option {

@@ -107,23 +107,13 @@ func (s *Subset) Connected(p *Peer) error {
 // ErrNoLivePeer, 0 if it keeps none (every picker of this package does).
 //
 // Deprecated: use Stats().NoLivePeer.
-func (s *Subset) NoLivePeerCount() uint64 {
-	if c, ok := s.inner.(interface{ NoLivePeerCount() uint64 }); ok {
-		return c.NoLivePeerCount()
-	}
-	return 0
-}
+func (s *Subset) NoLivePeerCount() uint64 { return s.Stats().NoLivePeer }
 
 // BlindCount is the inner picker's count of the peers it went blind to
 // (EventPeerBlind), 0 if it keeps none.
 //
 // Deprecated: use Stats().Blinded.
-func (s *Subset) BlindCount() uint64 {
-	if c, ok := s.inner.(interface{ BlindCount() uint64 }); ok {
-		return c.BlindCount()
-	}
-	return 0
-}
+func (s *Subset) BlindCount() uint64 { return s.Stats().Blinded }
 
 // Peers returns the subset: the inner picker's peers.
 func (s *Subset) Peers() []*Peer { return s.inner.Peers() }
