@@ -44,8 +44,6 @@ type PickerStats struct {
 	Probes ProbeStats
 }
 
-var _ Stats = (*Subset)(nil)
-
 // Stats returns the counters of the peer set and its guards; a picker
 // with counters of its own (Prequal, ReportedWRR) adds them to these.
 func (s *peerSet) Stats() PickerStats {
@@ -61,15 +59,6 @@ func (s *peerSet) Stats() PickerStats {
 		st.OutlierEjections = o.ejected.Load()
 	}
 	return st
-}
-
-// Stats returns the inner picker's counters, zero if it keeps none (every
-// picker of this package does), so a Subset hides none of them.
-func (s *Subset) Stats() PickerStats {
-	if c, ok := s.inner.(Stats); ok {
-		return c.Stats()
-	}
-	return PickerStats{}
 }
 
 // ProbeStats counts a Prequal's probes since it was made.

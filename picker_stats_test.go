@@ -208,3 +208,31 @@ func TestPeerStats_oneSnapshot(t *testing.T) {
 	assert.Equal(t, a.InFlight(), snap.InFlight)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = a.Snapshot() }), "Snapshot allocates")
 }
+
+// BenchmarkStats reads the counters of a RoundRobin over 100 peers with
+// every guard set, alone and behind a Subset, and of Prequal (which adds
+// its probe counters): a scrape's cost, not the pick's.
+func BenchmarkStats(b *testing.B) {
+	opts := func() []Option {
+		return []Option{WithPanicThreshold(50), WithMaxEjectionPercent(50), WithSuccessRateEjection(SuccessRateEjection{})}
+	}
+	rr, err := NewRoundRobin(makePeers(100, numbered, nil), opts()...)
+	require.NoError(b, err)
+	inner, err := NewRoundRobin(nil, opts()...)
+	require.NoError(b, err)
+	sub, err := NewSubset(inner, makePeers(100, numbered, nil), everyBackend{})
+	require.NoError(b, err)
+	pq, err := NewPrequal(makePeers(100, numbered, nil))
+	require.NoError(b, err)
+	for _, c := range []struct {
+		name string
+		s    Stats
+	}{{"RoundRobin", rr}, {"Subset", sub}, {"Prequal", pq}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = c.s.Stats()
+			}
+		})
+	}
+}

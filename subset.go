@@ -50,6 +50,7 @@ type Subset struct {
 var (
 	_ Balancer  = (*Subset)(nil)
 	_ Connector = (*Subset)(nil)
+	_ Stats     = (*Subset)(nil)
 )
 
 // NewSubset wraps inner, handing it by's subset of backends (see Update).
@@ -101,6 +102,15 @@ func (s *Subset) Connected(p *Peer) error {
 		return c.Connected(p)
 	}
 	return nil
+}
+
+// Stats returns the inner picker's counters, zero if it keeps none (every
+// picker of this package does), so a Subset hides none of them.
+func (s *Subset) Stats() PickerStats {
+	if c, ok := s.inner.(Stats); ok {
+		return c.Stats()
+	}
+	return PickerStats{}
 }
 
 // NoLivePeerCount is the inner picker's count of picks that returned
