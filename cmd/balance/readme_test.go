@@ -248,20 +248,21 @@ func TestDocs_links(t *testing.T) {
 var docCommands = map[string]string{
 	"go get github.com/lbgo/balancer":                   "go.mod:module github.com/lbgo/balancer",
 	"go run ./cmd/balance trace examples/upstream.conf": "cmd/balance/trace_test.go:TestExample",
-	"go test ./...":                                    ".ci/run",
-	"go vet":                                           ".ci/run",
-	"bash .ci/run":                                     "not run: it is CI's script itself",
-	"go run ./cmd/balance sim":                         "cmd/balance/sim_docs_test.go:TestDocsSimulationPage", // the same run, printed as Markdown
-	"go run ./cmd/balance sim -check":                  "cmd/balance/readme_test.go:TestReadme",
-	"balance sim -svg DIR":                             "cmd/balance/sim_docs_test.go:TestDocsCharts",
-	"balance sim -scenario subset300":                  "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
-	"balance sim -scenario coldstart":                  "sim/coldstart_test.go:TestColdStart",
-	"cd grpcbalancer/examples/grpc && go run .":        "grpcbalancer/examples/grpc/main_test.go:TestRun",
-	"go run ./examples/httpclient -requests 1000":      "examples/httpclient/main_test.go:TestRun", // with 40 requests, every picker
-	"sh benchmarks/run.sh":                             "not run: it runs the comparison benchmarks for tens of minutes on a quiet machine; CI runs the benchmarks module's tests",
-	"balance sim -format markdown":                     "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
-	"balance sim -check -candidate Prequal":            "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
-	"balance sim -scenario subset300 -format markdown": "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
+	"go test ./...":                   ".ci/run",
+	"go vet":                          ".ci/run",
+	"bash .ci/run":                    "not run: it is CI's script itself",
+	"go run ./cmd/balance sim":        "cmd/balance/sim_docs_test.go:TestDocsSimulationPage", // the same run, printed as Markdown
+	"go run ./cmd/balance sim -check": "cmd/balance/readme_test.go:TestReadme",
+	"balance sim -svg DIR":            "cmd/balance/sim_docs_test.go:TestDocsCharts",
+	"balance sim -scenario subset300": "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
+	"balance sim -scenario coldstart": "sim/coldstart_test.go:TestColdStart",
+	"balance sim -scenario liar-probe,liar-util,liar-rif":                                        "sim/lie_test.go:TestLiars",
+	"cd grpcbalancer/examples/grpc && go run .":                                                  "grpcbalancer/examples/grpc/main_test.go:TestRun",
+	"go run ./examples/httpclient -requests 1000":                                                "examples/httpclient/main_test.go:TestRun", // with 40 requests, every picker
+	"sh benchmarks/run.sh":                                                                       "not run: it runs the comparison benchmarks for tens of minutes on a quiet machine; CI runs the benchmarks module's tests",
+	"balance sim -format markdown":                                                               "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
+	"balance sim -check -candidate Prequal":                                                      "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
+	"balance sim -scenario subset300 -format markdown":                                           "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
 	"balance sim -scenario hetero,brownout,fleet16,zones16,fastfail16 -seeds 1 -svg docs/charts": "cmd/balance/sim_docs_test.go:TestDocsCharts",
 	"balance trace -algo FastestFirst -n 2000":                                                   "not run: bench_test.go's BenchmarkTrace100k times it; CI runs no benchmark",
 }
