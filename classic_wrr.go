@@ -14,7 +14,7 @@ import (
 // before smooth round-robin replaced it in 1.3.0/1.2.1.
 // The peers are kept sorted by weight, heaviest first, equal weights in the
 // order they were added. Each peer has a current weight (its CurrentWeight
-// in PeerState) that starts a round at its weight and drops by one each
+// in PeerStats) that starts a round at its weight and drops by one each
 // time it is picked. A pick scans the sorted peers whose current weight is
 // above 0 and compares each with the next one, n with i, in integer
 // arithmetic:

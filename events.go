@@ -64,7 +64,7 @@ const (
 	// holds the count, Err the cause: the last failed probe's (an HTTP
 	// status, a transport error), ErrNoLoadReport or
 	// ErrUnusableLoadReport. Once per peer until EventPeerSeen; counted
-	// by BlindCount and shown by PeerStats.Blind.
+	// in PickerStats.Blinded and shown by PeerStats.Blind.
 	EventPeerBlind
 
 	// EventPeerSeen: a peer the picker was blind to answered a probe, or
@@ -112,8 +112,8 @@ type Event struct {
 // picker accepts it; WithEvents(nil) is refused. Default: no hook, which
 // costs one nil check where a change happens.
 //
-// The hook runs synchronously inside Pick or Done (or InPanic, which
-// evaluates panic mode as a pick does, or Prequal's Answer, on the
+// The hook runs synchronously inside Pick or Done (or Stats, whose
+// InPanic evaluates panic mode as a pick does, or Prequal's Answer, on the
 // Prober's goroutine, for EventPeerBlind and EventPeerSeen), under the
 // picker's lock
 // when the picker holds one there, and the lock-free pickers report a

@@ -22,7 +22,7 @@ import (
 //
 // The derived weight is the configured weight times a latency factor,
 // min(1, tolerance·fastest/estimate)^exponent, scaled to 100 for the
-// largest ([PeerState].DerivedWeight; EffectiveWeight stays nginx's,
+// largest ([PeerStats].DerivedWeight; EffectiveWeight stays nginx's,
 // lowered by a failure, though above 32 peers it climbs back one step per
 // report on the peer rather than per pick, as no pick there takes the
 // lock). It

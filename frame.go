@@ -6,7 +6,7 @@ import "errors"
 // frame (the hash and random methods falling back to round robin) instead
 // of finding no live peer: pickFrame then returns errHandOff, which the
 // caller answers with the other frame (peerSet.roundRobin), and counts
-// nothing in NoLivePeerCount.
+// nothing in PickerStats.NoLivePeer.
 const handOff = -2
 
 // errHandOff is pickFrame's answer to handOff; it never leaves a picker.

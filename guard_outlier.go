@@ -288,6 +288,8 @@ func (s *peerSet) ejectOutlierLocked(g *outlierGuard, p *Peer, now int64) {
 // OutlierEjectionCount returns how many peers WithSuccessRateEjection has
 // taken out since the picker was made, one per EventPeerOutlier; 0
 // without the option. Lock-free.
+//
+// Deprecated: use Stats().OutlierEjections.
 func (s *peerSet) OutlierEjectionCount() uint64 {
 	if s.outlier == nil {
 		return 0

@@ -50,7 +50,7 @@ import (
 // and latency estimates a failure lowered (nginx's effective weight, the
 // latency pickers' failure penalty) recover as they would. Events:
 // EventPanic and EventPanicOver, once per transition, found by the first
-// pick meeting a peer out, report or InPanic after it. percent is in
+// pick meeting a peer out, report or Stats after it. percent is in
 // [0, 100]; 0 never panics.
 // Every picker accepts it. Default: no panic mode, nginx's behaviour.
 func WithPanicThreshold(percent float64) Option {
@@ -304,6 +304,8 @@ func (s *peerSet) recheck(now int64) {
 
 // PanicCount returns how many times panic mode (WithPanicThreshold) has
 // engaged since the picker was made; 0 without the option. Lock-free.
+//
+// Deprecated: use Stats().Panics.
 func (s *peerSet) PanicCount() uint64 {
 	if s.guard == nil {
 		return 0
@@ -314,10 +316,14 @@ func (s *peerSet) PanicCount() uint64 {
 // InPanic reports whether the picker is in panic mode now. Lock-free; it
 // counts the peers, O(n), if its last count is stale, and reports a change
 // it finds to the WithEvents hook, as a pick would.
+//
+// Deprecated: use Stats().InPanic.
 func (s *peerSet) InPanic() bool { return s.panics(s.now()) }
 
 // EjectionCappedCount returns how many failures WithMaxEjectionPercent
 // kept from taking a peer out since the picker was made. Lock-free.
+//
+// Deprecated: use Stats().EjectionsCapped.
 func (s *peerSet) EjectionCappedCount() uint64 {
 	if s.guard == nil {
 		return 0

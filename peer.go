@@ -275,9 +275,13 @@ func (p *Peer) IsBackup() bool { return p.backup.Load() }
 func (p *Peer) IsDown() bool { return p.down.Load() }
 
 // InFlight returns the number of attempts picked and not yet reported.
+//
+// Deprecated: use Stats().InFlight.
 func (p *Peer) InFlight() int { return int(p.inFlight()) }
 
 // PeerState is a snapshot of a peer's balancing state.
+//
+// Deprecated: use PeerStats, which Peer.Snapshot fills.
 type PeerState struct {
 	Weight          int
 	EffectiveWeight int
@@ -327,6 +331,8 @@ func (p *Peer) weightsNow() (cw, ew int64) {
 
 // State returns a consistent snapshot of the peer's state. It takes the
 // owning picker's lock briefly, so it is safe while other goroutines pick.
+//
+// Deprecated: use Snapshot, which returns PeerStats.
 func (p *Peer) State() PeerState {
 	cw, ew := p.weightsNow()
 	var derived int64

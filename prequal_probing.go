@@ -8,35 +8,26 @@ import (
 // Prequal's probing: how many probes a pick sends, to whom, within what
 // rate, and what is counted.
 
-// ProbeStats counts a Prequal's probes since it was made.
-type ProbeStats struct {
-	Sent        uint64 // Probe calls
-	Answered    uint64 // answers taken (into the pool, or for a peer whose attempts fail, its round trip only)
-	Failed      uint64 // answers with Failed set
-	Invalid     uint64 // answers refused with ErrInvalidProbe
-	Unknown     uint64 // answers refused with ErrUnknownPeer
-	Late        uint64 // answers dropped because their round trip passed the pool's max age, or after Close
-	RateLimited uint64 // probes not sent for the per-second cap
-
-	// Trust (see Prequal): Raised counts answers raised to what this
-	// client sees, an InFlight below its own attempts on the peer (common
-	// for honest servers too: attempts on the wire) or a Latency below the
-	// fastest recent reply; Distrusted counts answers taken at the
-	// peer's measured latency because its replies had been far slower
-	// than its answers implied (a server whose probe handler does not see
-	// its traffic, or lies): the count that points at a mis-wired server.
-	Raised     uint64
-	Distrusted uint64
-}
-
 // probeCounters are ProbeStats' atomics.
 type probeCounters struct {
 	sent, answered, failed, invalid, unknown, late, rateLimited atomic.Uint64
 	raised, distrusted                                          atomic.Uint64
 }
 
+// Stats returns the picker's counters with its probes' (Probes).
+func (b *Prequal) Stats() PickerStats {
+	st := b.twoChoices.Stats()
+	st.Probes = b.probeStats()
+	return st
+}
+
 // ProbeStats returns the probe counters. Lock-free.
-func (b *Prequal) ProbeStats() ProbeStats {
+//
+// Deprecated: use Stats().Probes.
+func (b *Prequal) ProbeStats() ProbeStats { return b.probeStats() }
+
+// probeStats reads the probe counters. Lock-free.
+func (b *Prequal) probeStats() ProbeStats {
 	c := &b.stats
 	return ProbeStats{
 		Sent: c.sent.Load(), Answered: c.answered.Load(), Failed: c.failed.Load(),

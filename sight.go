@@ -91,6 +91,8 @@ type sightWatch struct {
 // least a second (see WithEvents). Only Prequal with a Prober, ReportedWRR
 // and the pickers with WithReportedLoad watch; the others return 0.
 // Lock-free.
+//
+// Deprecated: use Stats().Blinded.
 func (s *peerSet) BlindCount() uint64 { return s.sight.blind.Load() }
 
 // sightOf returns the watch of p if s holds it, else nil.

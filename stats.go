@@ -45,9 +45,11 @@ func Healths() []Health {
 	return []Health{HealthOK, HealthDown, HealthFailed, HealthProbing, HealthFull}
 }
 
-// PeerStats is what a monitoring system reads of a peer: its totals since
-// NewPeer, which only grow (they move with the peer between pickers), and
-// its current state. Stats fills it.
+// PeerStats is what a monitoring system reads of a peer, the one snapshot
+// of a peer: its totals since NewPeer, which only grow (they move with the
+// peer between pickers), and its current state. Stats fills it lock-free,
+// but for EffectiveWeight and CurrentWeight, which the picker keeps under
+// its lock: Snapshot fills those too.
 type PeerStats struct {
 	Attempts uint64 // attempts picked, ever (modulo 2^40)
 	Failures uint64 // attempts reported with Outcome.Failed, ever
@@ -67,6 +69,21 @@ type PeerStats struct {
 	// ReportedWRR) hears nothing it can use from this peer's server and
 	// falls back for it (EventPeerBlind); false for the other pickers.
 	Blind bool
+
+	Weight int // as configured (Weight, SetWeight)
+	// EffectiveWeight and CurrentWeight are nginx's effective_weight
+	// (lowered by failures, recovering by one a pick) and current_weight
+	// (the smooth step's running sum), as the picker keeps them under its
+	// lock: Snapshot fills them, Stats leaves them 0.
+	EffectiveWeight int
+	CurrentWeight   int
+	// DerivedWeight is the weight a picker derives: FastestFirst's from
+	// latency (out of 100), ReportedWRR's from reports (its smooth
+	// step's); 0 under the other pickers.
+	DerivedWeight int
+	Down          bool      // marked down (the Down option or SetDown)
+	Accessed      time.Time // last failure; zero if none
+	Checked       time.Time // last failure or probe; zero if none
 }
 
 // Stats returns the peer's counters and health, lock-free: each field is
@@ -100,6 +117,23 @@ func (p *Peer) Stats() PeerStats {
 		now = time.Now().UnixNano()
 	}
 	st.Health = p.health(now)
+	st.Weight = int(p.weight.Load())
+	if d, ok := p.stateOf().(derivedWeigher); ok {
+		st.DerivedWeight = int(d.derivedWeight())
+	}
+	st.Down = p.down.Load()
+	st.Accessed, st.Checked = unixTime(p.accessed.Load()), unixTime(p.checked.Load())
+	return st
+}
+
+// Snapshot returns Stats with EffectiveWeight and CurrentWeight, which it
+// reads under the owning picker's lock, taken briefly: it is safe while
+// other goroutines pick, but not from a WithEvents hook (use Stats
+// there). It allocates nothing.
+func (p *Peer) Snapshot() PeerStats {
+	st := p.Stats()
+	cw, ew := p.weightsNow()
+	st.CurrentWeight, st.EffectiveWeight = int(cw), int(ew)
 	return st
 }
 
@@ -124,4 +158,6 @@ func (p *Peer) health(now int64) Health {
 // NoLivePeerCount returns how many picks have returned ErrNoLivePeer since
 // the picker was made: nginx's "no live upstreams" count. Lock-free; the
 // count costs those picks one atomic add and every other pick nothing.
+//
+// Deprecated: use Stats().NoLivePeer.
 func (s *peerSet) NoLivePeerCount() uint64 { return s.noLive.Load() }

@@ -50,6 +50,7 @@ type Subset struct {
 var (
 	_ Balancer  = (*Subset)(nil)
 	_ Connector = (*Subset)(nil)
+	_ Stats     = (*Subset)(nil)
 )
 
 // NewSubset wraps inner, handing it by's subset of backends (see Update).
@@ -103,23 +104,26 @@ func (s *Subset) Connected(p *Peer) error {
 	return nil
 }
 
+// Stats returns the inner picker's counters, zero if it keeps none (every
+// picker of this package does), so a Subset hides none of them.
+func (s *Subset) Stats() PickerStats {
+	if c, ok := s.inner.(Stats); ok {
+		return c.Stats()
+	}
+	return PickerStats{}
+}
+
 // NoLivePeerCount is the inner picker's count of picks that returned
 // ErrNoLivePeer, 0 if it keeps none (every picker of this package does).
-func (s *Subset) NoLivePeerCount() uint64 {
-	if c, ok := s.inner.(interface{ NoLivePeerCount() uint64 }); ok {
-		return c.NoLivePeerCount()
-	}
-	return 0
-}
+//
+// Deprecated: use Stats().NoLivePeer.
+func (s *Subset) NoLivePeerCount() uint64 { return s.Stats().NoLivePeer }
 
 // BlindCount is the inner picker's count of the peers it went blind to
 // (EventPeerBlind), 0 if it keeps none.
-func (s *Subset) BlindCount() uint64 {
-	if c, ok := s.inner.(interface{ BlindCount() uint64 }); ok {
-		return c.BlindCount()
-	}
-	return 0
-}
+//
+// Deprecated: use Stats().Blinded.
+func (s *Subset) BlindCount() uint64 { return s.Stats().Blinded }
 
 // Peers returns the subset: the inner picker's peers.
 func (s *Subset) Peers() []*Peer { return s.inner.Peers() }

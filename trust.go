@@ -370,4 +370,14 @@ func medianSorted(s []float64) float64 {
 // one per peer and recompute: a peer counted recompute after recompute
 // reports far more capacity than the others (a utilization near 0), which
 // on an honest fleet means a server three times the median one. Lock-free.
+//
+// Deprecated: use Stats().ClampedWeights.
 func (s *ReportedWRR) ClampedWeights() uint64 { return s.clamped.Load() }
+
+// Stats returns the picker's counters with its cuts of reported weights
+// (ClampedWeights).
+func (s *ReportedWRR) Stats() PickerStats {
+	st := s.smoothRR.Stats()
+	st.ClampedWeights = s.clamped.Load()
+	return st
+}

@@ -10,7 +10,7 @@ import (
 // whose lbgo_* policy serves target, for metrics and debugging: give it
 // to the metrics module's New (metrics.New("api",
 // grpcbalancer.Channel("dns:///api:443"))) to export the peers' in-flight
-// attempts, totals, health and weights.
+// attempts, totals, health and weights, and the picker's counters (Stats).
 //
 // target is the channel's target as gRPC parsed it, with its scheme: the
 // string passed to grpc.NewClient when it has one ("dns:///api:443",
@@ -45,17 +45,24 @@ func (c Channel) Policy() string {
 	return ""
 }
 
-// NoLivePeerCount returns how many of the picker's picks found no live
-// peer. A gRPC pick that finds none counts 2: the policy picks once more
-// after noting that an RPC waits, so as not to miss a peer freed
-// meanwhile. A change of the policy's picker options builds a new picker,
-// whose count starts from 0.
-func (c Channel) NoLivePeerCount() uint64 {
-	if n, ok := c.picker().(interface{ NoLivePeerCount() uint64 }); ok {
-		return n.NoLivePeerCount()
+// Stats returns the counters of the channel's picker (lbgo.Stats), zero
+// with none open, so that the metrics module exports its guards too. A
+// gRPC pick that finds no live peer counts 2 in NoLivePeer: the policy
+// picks once more after noting that an RPC waits, so as not to miss a
+// peer freed meanwhile. A change of the policy's picker options builds a
+// new picker, whose counts start from 0.
+func (c Channel) Stats() lbgo.PickerStats {
+	if s, ok := c.picker().(lbgo.Stats); ok {
+		return s.Stats()
 	}
-	return 0
+	return lbgo.PickerStats{}
 }
+
+// NoLivePeerCount returns how many of the picker's picks found no live
+// peer, as Stats().NoLivePeer does.
+//
+// Deprecated: use Stats().NoLivePeer.
+func (c Channel) NoLivePeerCount() uint64 { return c.Stats().NoLivePeer }
 
 // ProbeStats returns the probe counters of the channel's prober, for a
 // probing policy (lbgo_prequal); zero for another policy or none. A new

@@ -68,7 +68,7 @@ func TestChannel(t *testing.T) {
 	if attempts != rpcs || inFlight != 0 {
 		t.Errorf("attempts %d, in flight %d; want %d, 0", attempts, inFlight, rpcs)
 	}
-	if got := Channel(target).NoLivePeerCount(); got != 0 {
+	if got := Channel(target).Stats().NoLivePeer; got != 0 {
 		t.Errorf("NoLivePeerCount %d, want 0", got)
 	}
 

@@ -337,7 +337,7 @@ func runChurn(t *testing.T, policy string, d time.Duration) churnResult {
 	<-done
 	res := churnResult{churn: lat[0], rr: lat[1], steady: lat[2]}
 	res.noPeer, res.noPeerRdy, res.noPeerWhy = c.all.Load(), c.ready.Load(), c.String()
-	res.noLive = Channel("churn:///backends").NoLivePeerCount()
+	res.noLive = Channel("churn:///backends").Stats().NoLivePeer
 	for _, conn := range conns {
 		require.NoError(t, conn.Close())
 	}

@@ -107,7 +107,8 @@ func TestWake_slotFreed(t *testing.T) {
 	require.NoError(t, <-errs, "the first call")
 	require.NoError(t, err, "the second call, after %v", took)
 	require.Less(t, took, 2*time.Second, "the second call waited past the first one's end")
-	require.Equal(t, uint64(2), Channel("wakeslot:///backends").NoLivePeerCount())
+	require.Equal(t, uint64(2), Channel("wakeslot:///backends").Stats().NoLivePeer)
+	require.Equal(t, uint64(2), Channel("wakeslot:///backends").NoLivePeerCount(), "the deprecated reader agrees")
 }
 
 // inFlight sums the policy's attempts in flight.

@@ -10,7 +10,7 @@
 // nothing beyond the standard library. The picker's Pick and Done pay
 // nothing for it: a scrape reads the picker's atomic counters
 // (balancer.Peer.Stats) and takes its lock once per peer, briefly, for the
-// effective weight (balancer.Peer.State).
+// effective weight (balancer.Peer.Snapshot).
 package metrics
 
 import (
@@ -48,35 +48,16 @@ const (
 )
 
 // Source is what a Collector reads: every picker of the balancer package
-// (a balancer.Balancer or balancer.Updater) is one. An integration that
-// replaces its picker (a gRPC balancer rebuilt on a resolver update) can
-// pass a Source of its own whose Peers reads the current one; it may also
-// implement NoLivePeerCount() uint64, which every picker of the balancer
-// package has.
+// (a balancer.Balancer or balancer.Updater) and balancer.Subset are one. An
+// integration that replaces its picker (a gRPC balancer rebuilt on a
+// resolver update) can pass a Source of its own whose Peers reads the
+// current one. The picker's own series (balancer_no_live_peer_total, the
+// guards', balancer_blind_total) come from balancer.Stats, which every
+// picker of the balancer package, Subset and grpcbalancer.Channel
+// implement: a Source that does not export only the peers' series.
 type Source interface {
 	Peers() []*balancer.Peer
 }
-
-// noLiveCounter is what every picker of the balancer package implements to
-// count its picks that returned ErrNoLivePeer.
-type noLiveCounter interface{ NoLivePeerCount() uint64 }
-
-// guarded is what every picker of the balancer package implements to
-// report its guards (balancer.WithPanicThreshold,
-// balancer.WithMaxEjectionPercent).
-type guarded interface {
-	PanicCount() uint64
-	InPanic() bool
-	EjectionCappedCount() uint64
-}
-
-// outlierCounter is what every picker of the balancer package implements
-// to count its success-rate ejections (balancer.WithSuccessRateEjection).
-type outlierCounter interface{ OutlierEjectionCount() uint64 }
-
-// blindCounter is what every picker of the balancer package implements to
-// count the peers it went blind to (balancer.EventPeerBlind).
-type blindCounter interface{ BlindCount() uint64 }
 
 // Collector is a prometheus.Collector for one picker. Each scrape exports,
 // for every peer the picker holds (labels picker, peer):
@@ -100,9 +81,10 @@ type blindCounter interface{ BlindCount() uint64 }
 //     the peer's server and falls back for it (balancer.PeerStats.Blind),
 //     0 otherwise;
 //
-// and for the picker (label picker) balancer_no_live_peer_total (counter):
-// the picks that returned balancer.ErrNoLivePeer, if the picker counts them
-// (every picker of the balancer package does); and, from the guards
+// and for the picker (label picker), if the Source implements
+// balancer.Stats (every picker of the balancer package and Subset do),
+// read from its balancer.PickerStats: balancer_no_live_peer_total
+// (counter): the picks that returned balancer.ErrNoLivePeer; and, from the guards
 // (balancer.WithPanicThreshold, balancer.WithMaxEjectionPercent; 0 without
 // them), balancer_panics_total (counter): the times panic mode engaged
 // (one per balancer.EventPanic), balancer_in_panic (gauge): 1 while it is
@@ -172,7 +154,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if seen[addr]++; seen[addr] > 1 {
 			addr += "#" + strconv.Itoa(seen[addr])
 		}
-		st, state := p.Stats(), p.State()
+		st := p.Snapshot()
 		gauge(c.d.inFlight, float64(st.InFlight), addr)
 		ch <- prometheus.MustNewConstMetric(c.d.attempts, prometheus.CounterValue, float64(st.Attempts), addr)
 		ch <- prometheus.MustNewConstMetric(c.d.failures, prometheus.CounterValue, float64(st.Failures), addr)
@@ -184,10 +166,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.d.health, v, addr, h.String())
 		}
 		gauge(c.d.fails, float64(st.Fails), addr)
-		gauge(c.d.weight, float64(state.Weight), addr)
-		balancedBy := state.EffectiveWeight
-		if state.DerivedWeight != 0 { // FastestFirst balances by the weight it derives
-			balancedBy = state.DerivedWeight
+		gauge(c.d.weight, float64(st.Weight), addr)
+		balancedBy := st.EffectiveWeight
+		if st.DerivedWeight != 0 { // FastestFirst balances by the weight it derives
+			balancedBy = st.DerivedWeight
 		}
 		gauge(c.d.effective, float64(balancedBy), addr)
 		if st.Measured {
@@ -199,22 +181,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.d.blind, blind, addr)
 	}
-	if n, ok := c.b.(noLiveCounter); ok {
-		ch <- prometheus.MustNewConstMetric(c.d.noLive, prometheus.CounterValue, float64(n.NoLivePeerCount()))
+	src, ok := c.b.(balancer.Stats)
+	if !ok {
+		return
 	}
-	if g, ok := c.b.(guarded); ok {
-		in := 0.0
-		if g.InPanic() {
-			in = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.d.panics, prometheus.CounterValue, float64(g.PanicCount()))
-		gauge(c.d.inPanic, in)
-		ch <- prometheus.MustNewConstMetric(c.d.capped, prometheus.CounterValue, float64(g.EjectionCappedCount()))
+	ps := src.Stats()
+	ch <- prometheus.MustNewConstMetric(c.d.noLive, prometheus.CounterValue, float64(ps.NoLivePeer))
+	in := 0.0
+	if ps.InPanic {
+		in = 1
 	}
-	if o, ok := c.b.(outlierCounter); ok {
-		ch <- prometheus.MustNewConstMetric(c.d.outliers, prometheus.CounterValue, float64(o.OutlierEjectionCount()))
-	}
-	if b, ok := c.b.(blindCounter); ok {
-		ch <- prometheus.MustNewConstMetric(c.d.blindTotal, prometheus.CounterValue, float64(b.BlindCount()))
-	}
+	ch <- prometheus.MustNewConstMetric(c.d.panics, prometheus.CounterValue, float64(ps.Panics))
+	gauge(c.d.inPanic, in)
+	ch <- prometheus.MustNewConstMetric(c.d.capped, prometheus.CounterValue, float64(ps.EjectionsCapped))
+	ch <- prometheus.MustNewConstMetric(c.d.outliers, prometheus.CounterValue, float64(ps.OutlierEjections))
+	ch <- prometheus.MustNewConstMetric(c.d.blindTotal, prometheus.CounterValue, float64(ps.Blinded))
 }

@@ -244,13 +244,43 @@ func TestCollector_noAllocsInPick(t *testing.T) {
 // d's failure is capped (1). One of four eligible, 25% < 50%: panic
 // engages once (1, in panic). A success on a peer out, picked in panic,
 // readmits it: two of four, 50%, not below: panic is over (0), the counter
-// stays.
+// stays. The same behind a balancer.Subset whose subset is the four: the
+// series are the inner picker's, which the Subset forwards.
 func TestCollector_guards(t *testing.T) {
+	for _, subset := range []bool{false, true} {
+		t.Run(map[bool]string{false: "RoundRobin", true: "Subset"}[subset], func(t *testing.T) { testGuards(t, subset) })
+	}
+}
+
+// everyBackend is a balancer.Subsetter whose subset is the whole list.
+type everyBackend struct{}
+
+func (everyBackend) Subset(keys []string) []int {
+	out := make([]int, len(keys))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func testGuards(t *testing.T, subset bool) {
 	clk := &clock{time.Unix(1000, 0)}
 	peers := []*balancer.Peer{balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("c"), balancer.NewPeer("d")}
-	rr, err := balancer.NewRoundRobin(peers, balancer.WithClock(clk.now), balancer.WithPanicThreshold(50), balancer.WithMaxEjectionPercent(75))
-	if err != nil {
-		t.Fatal(err)
+	opts := []balancer.Option{balancer.WithClock(clk.now), balancer.WithPanicThreshold(50), balancer.WithMaxEjectionPercent(75)}
+	var rr balancer.Balancer
+	if subset {
+		inner, err := balancer.NewRoundRobin(nil, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, err = balancer.NewSubset(inner, peers, everyBackend{}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var err error
+		if rr, err = balancer.NewRoundRobin(peers, opts...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(New("rr", rr)); err != nil {

@@ -562,7 +562,7 @@ func (w *world) weigh(t int64) {
 	for w.nextWeigh*n < len(w.weights) && int64(w.nextWeigh+1)*int64(Bucket) <= t {
 		row := w.weights[w.nextWeigh*n : (w.nextWeigh+1)*n]
 		for i, p := range w.clients[0].peers {
-			row[i] = int32(weightOf(p.State()))
+			row[i] = int32(weightOf(p.Snapshot()))
 		}
 		w.nextWeigh++
 	}
@@ -843,7 +843,7 @@ func (e *event) before(o *event) bool {
 
 // weightOf returns the weight a picker balances a peer by: the weight
 // FastestFirst derives from latency, else nginx's effective weight.
-func weightOf(st balancer.PeerState) int {
+func weightOf(st balancer.PeerStats) int {
 	if st.DerivedWeight != 0 {
 		return st.DerivedWeight
 	}
