@@ -446,19 +446,41 @@ func stalls(policy []churnCall, others ...[]churnCall) []churnStall {
 		if !c.running || c.d() <= stallMargin {
 			continue
 		}
-		var m time.Duration
-		for _, os := range others {
-			for _, o := range os {
-				if o.start.Before(c.end) && o.end.After(c.start) {
-					m = max(m, o.d())
-				}
-			}
-		}
-		if c.d() > m*3/2+stallMargin {
+		if m := machine(c, others); c.d() > m*3/2+stallMargin {
 			out = append(out, churnStall{c, m})
 		}
 	}
 	return out
+}
+
+// machine returns the longest of the calls of others that overlapped c.
+func machine(c churnCall, others [][]churnCall) time.Duration {
+	var m time.Duration
+	for _, os := range others {
+		for _, o := range os {
+			if o.start.Before(c.end) && o.end.After(c.start) {
+				m = max(m, o.d())
+			}
+		}
+	}
+	return m
+}
+
+// closest returns the call of the policy after start-up nearest its
+// bound in stalls, as its share of the bound.
+func closest(policy []churnCall, others ...[]churnCall) (churnStall, float64) {
+	var worst churnStall
+	var share float64
+	for _, c := range policy {
+		if !c.running {
+			continue
+		}
+		m := machine(c, others)
+		if f := float64(c.d()) / float64(m*3/2+stallMargin); f > share {
+			worst, share = churnStall{c, m}, f
+		}
+	}
+	return worst, share
 }
 
 // TestChurn_noPickFailsWhileReady: six servers behind a resolver that
@@ -501,6 +523,8 @@ func TestChurn_noPickFailsWhileReady(t *testing.T) {
 				require.Empty(t, l.failures(), "RPCs failed")
 			}
 			require.Zero(t, r.noPeerRdy, r.noPeerWhy)
+			c, share := closest(r.churn.calls, r.rr.calls, r.steady.calls)
+			t.Logf("nearest the stall bound (%.0f%% of it): %v", 100*share, c)
 			require.Empty(t, stalls(r.churn.calls, r.rr.calls, r.steady.calls), "calls slower than the machine explains")
 		})
 	}
