@@ -500,9 +500,11 @@ func closest(policy []churnCall, others ...[]churnCall) (churnStall, float64) {
 // call of 503 ms against 178) and holds on a loaded machine, whose stalls
 // delay the three clients' calls in flight alike, where a comparison of
 // p99s over the run does not: a p99 of 500 calls is the fifth slowest,
-// and one stall of the machine can hold five calls of one client and
-// four of another (the failure this replaces: 423 ms against 43 ms, each
-// client's slowest calls in different stalls). The p99s are logged.
+// and one stall of the machine held 12 calls of one client and 4 of
+// another (beside three CPU hogs), so the p99s of two clients can come
+// from different stalls (the failure this replaces: 423 ms against
+// round_robin's 43 ms). The p99s are logged; TestChurn_stallCaught
+// shows the check failing a client that stalls.
 func TestChurn_noPickFailsWhileReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3 s per policy")
