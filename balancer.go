@@ -153,5 +153,7 @@ var (
 // MaxWeightSum bounds the sum of the weights of one picker's peers. Smooth
 // round-robin keeps current weights within a few multiples of the sum, and
 // least-connections multiplies weights by connection counts, so the bound
-// keeps all of that arithmetic far from overflow.
+// keeps all of that arithmetic far from overflow. The caller sets the
+// weights, so the bound is exported: a weight or a sum past it is refused
+// with ErrInvalidConfig.
 const MaxWeightSum = 1 << 30

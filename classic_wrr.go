@@ -60,7 +60,7 @@ import (
 //
 // Cost of a pick. While every primary peer is healthy, the sequence is
 // periodic with period W, so ClassicWRR serves it from a precomputed cycle
-// as SmoothWRR does: one atomic add, no lock, O(1), when W <= MaxCycle.
+// as SmoothWRR does: one atomic add, no lock, O(1), when W <= maxCycle.
 // The cycle is built once per peer-list change by classicRound, which runs
 // the scan incrementally in O(n + W·(n/4096+1)) rather than W scans of
 // O(n). A failure, a retry or max_conns turns the cycle back into the exact
@@ -76,8 +76,8 @@ import (
 // Choose it to reproduce an old nginx; [SmoothWRR] spreads picks better.
 //
 // A first attempt is O(1) and lock-free while every primary is healthy and
-// the weights fit the precomputed cycle ([MaxCycle]); otherwise a pick runs
-// the O(n) scan under a lock. The zero value is not usable; use
+// the weights sum to at most 65,536 (the precomputed cycle's bound);
+// otherwise a pick runs the O(n) scan under a lock. The zero value is not usable; use
 // [NewClassicWRR]. ClassicWRR is safe for concurrent use.
 type ClassicWRR struct {
 	peerSet
@@ -334,7 +334,7 @@ func (s *ClassicWRR) maybeOpenLocked(l *peerList) {
 		spent = spent && p.currentWeight == 0
 		w += p.weight.Load()
 	}
-	if !full && !spent || w == 0 || w > MaxCycle || w*int64(len(l.primary)/4096+1) > maxCycleWork {
+	if !full && !spent || w == 0 || w > maxCycle || w*int64(len(l.primary)/4096+1) > maxCycleWork {
 		return
 	}
 	c := s.built

@@ -559,7 +559,7 @@ func TestClassicWRR_roundMatchesScan(t *testing.T) {
 					total += int64(p.Weight())
 				}
 			}
-			if total == 0 || total > MaxCycle {
+			if total == 0 || total > maxCycle {
 				continue
 			}
 

@@ -161,7 +161,7 @@ func TestConformanceHash(t *testing.T) {
 				setKey = (*balancer.Request).SetKey
 			case "ip_hash":
 				p, err = balancer.NewIPHash(peers, clock)
-				setKey = func(r *balancer.Request, k string) { r.SetAddr(netip.MustParseAddr(k)) }
+				setKey = func(r *balancer.Request, k string) { r.SetClientAddr(netip.MustParseAddr(k)) }
 			default:
 				t.Fatalf("unknown method %q", c.Method)
 			}

@@ -400,7 +400,7 @@ func connectedAsDoneAlone(t *testing.T, n int) {
 			for i := range 600 {
 				r.Reset()
 				r.SetKey(fmt.Sprint("k", i%7))
-				r.SetAddr(netip.AddrFrom4([4]byte{10, 0, byte(i % 5), 1}))
+				r.SetClientAddr(netip.AddrFrom4([4]byte{10, 0, byte(i % 5), 1}))
 				for {
 					peer, err := p.Pick(&r)
 					if err != nil {

@@ -13,13 +13,21 @@ import (
 // (fastMod), one table read. Anything that breaks the period closes the
 // cycle, which writes back the exact current weights it stands for.
 
-// MaxCycle bounds the length of the precomputed cycle from which
-// [SmoothWRR] and [ClassicWRR] serve first attempts without a lock, and so
-// its memory (8 bytes an entry with its checkpoints). With weights summing
-// past it, or with so many peers or distinct weights that building the
-// cycle would take too long, every pick runs the scan under a lock, which
-// is still exact.
-const MaxCycle = 1 << 16
+// maxCycle bounds the length of the precomputed cycle from which
+// SmoothWRR and ClassicWRR serve first attempts without a lock, and so its
+// memory (8 bytes an entry with its checkpoints): 65,536. With weights
+// summing past it, or with so many peers or distinct weights that building
+// the cycle would take too long, every pick runs the scan under a lock,
+// which is still exact. The pickers' docs state the number.
+const maxCycle = 1 << 16
+
+// MaxCycle is the bound on the precomputed cycle of SmoothWRR and
+// ClassicWRR, 65,536 units of weight; nothing sets it, and the pickers'
+// docs state it.
+//
+// Deprecated: an internal bound no option sets; a weight sum above it is
+// accepted (up to MaxWeightSum) and only picks under a lock.
+const MaxCycle = maxCycle
 
 // maxCycleWork bounds the work of building a cycle: W steps, each comparing
 // the d distinct weights of the live primaries (buildCycle), or finding the

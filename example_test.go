@@ -114,9 +114,9 @@ func ExampleNewSmoothWRR_errors() {
 // keys that were on it (here erin and frank, from cache-b).
 func ExampleConsistentHash() {
 	peers := []*balancer.Peer{
-		balancer.NewPeer("10.0.0.1:80", balancer.HashKey("cache-a")),
-		balancer.NewPeer("10.0.0.2:80", balancer.HashKey("cache-b")),
-		balancer.NewPeer("10.0.0.3:80", balancer.HashKey("cache-c")),
+		balancer.NewPeer("10.0.0.1:80", balancer.HashText("cache-a")),
+		balancer.NewPeer("10.0.0.2:80", balancer.HashText("cache-b")),
+		balancer.NewPeer("10.0.0.3:80", balancer.HashText("cache-c")),
 	}
 	b, err := balancer.NewConsistentHash(peers)
 	if err != nil {
@@ -133,7 +133,7 @@ func ExampleConsistentHash() {
 			if err != nil {
 				panic(err)
 			}
-			out = append(out, k+"→"+p.HashKey())
+			out = append(out, k+"→"+p.HashText())
 			_ = b.Done(p, balancer.Outcome{})
 		}
 		fmt.Println(strings.Join(out, " "))
@@ -168,11 +168,11 @@ func ExampleIPHash() {
 	var r balancer.Request
 	for _, client := range []string{"192.0.2.17", "192.0.2.200", "198.51.100.7"} {
 		r.Reset()
-		r.SetAddr(netip.MustParseAddr(client))
+		r.SetClientAddr(netip.MustParseAddr(client))
 		fmt.Println(client, "→", pick(&r, false))
 	}
 	r.Reset()
-	r.SetAddr(netip.MustParseAddr("198.51.100.7"))
+	r.SetClientAddr(netip.MustParseAddr("198.51.100.7"))
 	first := pick(&r, true)
 	fmt.Println(first, "failed; the retry goes to", pick(&r, false))
 	// Output:

@@ -14,8 +14,8 @@ import (
 // [WithTolerance] gets less weight, the slower the less; a failing peer
 // drops to the floor weight ([WithFloor]), and out after max_fails as in
 // nginx; weights move only when an estimate leaves its band ([WithBand]);
-// an idle peer's estimate decays toward the fastest's ([WithDecay]), so the
-// fastest peer is always found again. Choose it for latency-sensitive
+// an idle peer's estimate decays toward the fastest's ([WithDecay]; default
+// [DefaultFastestDecay], 5 s), so the fastest peer is always found again. Choose it for latency-sensitive
 // traffic when nginx's failure model and smooth order matter. With
 // [WithReportedLoad], in flight takes in the other clients' attempts that
 // peers' servers report.

@@ -239,7 +239,7 @@ func TestBackoff_inPanic(t *testing.T) {
 		pick := func() *Peer {
 			var r Request
 			r.SetKey(strconv.Itoa(n))
-			r.SetAddr(netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)}))
+			r.SetClientAddr(netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)}))
 			n++
 			q, err := p.Pick(&r)
 			require.NoError(t, err, "in panic every pick finds a peer")

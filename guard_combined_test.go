@@ -173,7 +173,7 @@ func TestBackoff_panicCountsEjectionsNotRequests(t *testing.T) {
 		pick := func(n int) *Peer {
 			var r Request
 			r.SetKey(strconv.Itoa(n))
-			r.SetAddr(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0})) // IPHash keys on the first three octets
+			r.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(n >> 8), byte(n), 0})) // IPHash keys on the first three octets
 			q, err := b.Pick(&r)
 			require.NoError(t, err, "in panic every pick finds a peer")
 			return q

@@ -63,7 +63,7 @@ func (r *outlierRig) pick() *Peer {
 	if r.pc.alg.Keyed {
 		req = &Request{}
 		req.SetKey(strconv.Itoa(r.picks))
-		req.SetAddr(netip.AddrFrom4([4]byte{10, byte(r.picks >> 16), byte(r.picks >> 8), byte(r.picks)}))
+		req.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(r.picks >> 16), byte(r.picks >> 8), byte(r.picks)}))
 	}
 	r.picks++
 	p, err := r.p.Pick(req)
@@ -399,7 +399,7 @@ func TestOutlier_concurrent(t *testing.T) {
 					// spreads over the peers (with it fixed for 256
 					// requests at a time, four keys at once reached fewer
 					// than MinimumHosts peers in some intervals).
-					req.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(i), byte(i >> 8)}))
+					req.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(i), byte(i >> 8)}))
 					q, err := p.Pick(&req)
 					if err != nil {
 						continue
@@ -598,7 +598,7 @@ func TestStress_backoffAndOutliers(t *testing.T) {
 					}
 					r.Reset()
 					r.SetKey(strconv.Itoa(g*requests + k))
-					r.SetAddr(netip.AddrFrom4([4]byte{byte(k), byte(k >> 8), byte(g), 1})) // IPHash reads the first three bytes
+					r.SetClientAddr(netip.AddrFrom4([4]byte{byte(k), byte(k >> 8), byte(g), 1})) // IPHash reads the first three bytes
 					tryRequest(b, &r, func(p *Peer) Outcome {
 						failed := k%50 == 0
 						if p.Addr() == "p0" {

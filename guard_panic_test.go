@@ -30,7 +30,7 @@ func guardRequest(r *Request, i int) *Request {
 	i %= len(guardKeys)
 	r.Reset()
 	r.SetKey(guardKeys[i])
-	r.SetAddr(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}))
+	r.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}))
 	return r
 }
 

@@ -20,7 +20,7 @@ import (
 // The round-robin fallback is SmoothWRR's engine (smoothRR; the fallback
 // is in nginx_rr.go): a first attempt is served from the precomputed
 // cycle, without the lock, while every peer that is not down is healthy
-// at full weight with no max_conns and the weights sum to at most MaxCycle
+// at full weight with no max_conns and the weights sum to at most maxCycle
 // (the conditions under which SmoothWRR serves its cycle); otherwise the
 // scan runs under the lock, grouped by weight from 16 peers on. The cycle
 // is built at a list's first fallback, so a picker whose requests all
@@ -39,7 +39,7 @@ import (
 // A pick is O(log n) a step and lock-free. The round-robin fallback is
 // SmoothWRR's: O(1) and lock-free for a first attempt while the weights
 // are static (every peer not down healthy at full weight, no max_conns, the
-// weights summing to at most [MaxCycle]), otherwise a scan under the
+// weights summing to at most 65,536), otherwise a scan under the
 // picker's lock, O(d + k + log n) from 16 peers as SmoothWRR's. A pick
 // allocates nothing. The zero value is not usable; use NewHash. Hash is
 // safe for concurrent use.

@@ -11,13 +11,13 @@ import (
 )
 
 // ConsistentHash in detail. Each peer puts 160 points per unit of weight on
-// a ring of 32-bit CRC-32 values, derived from its hash key (HashKey, by
+// a ring of 32-bit CRC-32 values, derived from its hash text (HashText, by
 // default its address, split into host and port as nginx splits the server
 // text). A key goes to the first point at or after CRC-32(key), wrapping
 // around. If no eligible untried peer holds that point (down, inside its
 // fail window, at max_conns or tried), the key walks on to the next point;
 // the position lives in the Request, so a retry continues the walk, as in
-// nginx. Peers sharing a hash key share their points and smooth round-robin
+// nginx. Peers sharing a hash text share their points and smooth round-robin
 // chooses among them. After 20 fruitless points, and for an empty key, a
 // nil Request, a single peer or a total weight of 0, the request goes to
 // nginx's smooth round-robin over the same peers and current weights.
@@ -74,7 +74,8 @@ type ConsistentHash struct {
 
 // MaxRingWeight bounds the total weight of a ConsistentHash's peers: the
 // ring holds 160 points, 8 bytes each, per unit of weight, about 84 MB at
-// the bound.
+// the bound. The caller sets the weights, so the bound is exported: a peer
+// list past it is refused with ErrInvalidConfig.
 const MaxRingWeight = 1 << 16
 
 // chashPointsPerWeight is nginx's 160 points per unit of weight.
@@ -82,7 +83,7 @@ const chashPointsPerWeight = 160
 
 // chashRing is the ring for one peer list: points sorted by hash, each
 // hash<<32 | group, one per distinct hash, and the peers of each group
-// (those sharing a hash key), in list order, in members[start[g]:start[g+1]].
+// (those sharing a hash text), in list order, in members[start[g]:start[g+1]].
 // Immutable once built.
 type chashRing struct {
 	points  []uint64
@@ -243,7 +244,7 @@ func buildRing(peers []*Peer) *chashRing {
 	gid := make([]int32, len(peers))
 	var total int64
 	for i, p := range peers {
-		k := p.HashKey()
+		k := p.HashText()
 		id, ok := groupOf[k]
 		if !ok {
 			id = int32(len(groupOf))
@@ -269,7 +270,7 @@ func buildRing(peers []*Peer) *chashRing {
 
 	g.points = make([]uint64, 0, total*chashPointsPerWeight)
 	for i, p := range peers {
-		host, port := splitServer(p.HashKey())
+		host, port := splitServer(p.HashText())
 		base := crc32String(0, host)
 		base = crc32.Update(base, crc32.IEEETable, []byte{0})
 		base = crc32String(base, port)

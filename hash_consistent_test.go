@@ -85,7 +85,7 @@ func TestConsistentHash_derivedRing(t *testing.T) {
 	weights := []int{1, 3, 2, 1, 2}
 	peers := make([]*Peer, len(texts))
 	for i, text := range texts {
-		peers[i] = NewPeer(fmt.Sprintf("10.9.9.%d:80", i), Weight(weights[i]), HashKey(text), MaxFails(0))
+		peers[i] = NewPeer(fmt.Sprintf("10.9.9.%d:80", i), Weight(weights[i]), HashText(text), MaxFails(0))
 	}
 	c, err := NewConsistentHash(peers, hkClock())
 	require.NoError(t, err)
@@ -114,9 +114,9 @@ func TestConsistentHash_derivedRing(t *testing.T) {
 // step among them alternates a key between them, weights 1 and 1.
 func TestConsistentHash_sharedText(t *testing.T) {
 	peers := []*Peer{
-		NewPeer("10.0.0.1:80", HashKey("svc")),
-		NewPeer("10.0.0.2:80", HashKey("svc")),
-		NewPeer("10.0.0.3:80", HashKey("other")),
+		NewPeer("10.0.0.1:80", HashText("svc")),
+		NewPeer("10.0.0.2:80", HashText("svc")),
+		NewPeer("10.0.0.3:80", HashText("other")),
 	}
 	c, err := NewConsistentHash(peers, hkClock())
 	require.NoError(t, err)

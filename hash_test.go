@@ -206,7 +206,7 @@ func TestHashPickers_badInput(t *testing.T) {
 		names  string
 	}{
 		{"backup", "", func() []*Peer { return []*Peer{NewPeer("a"), NewPeer("spare", Backup())} }, nil, ErrInvalidConfig, `"spare"`},
-		{"empty hash key", "", func() []*Peer { return []*Peer{NewPeer("a", HashKey(""))} }, nil, ErrInvalidConfig, `"a"`},
+		{"empty hash text", "", func() []*Peer { return []*Peer{NewPeer("a", HashText(""))} }, nil, ErrInvalidConfig, `"a"`},
 		{"bound below 1", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(0.5)}, ErrInvalidConfig, "0.5"},
 		{"bound NaN", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(math.NaN())}, ErrInvalidConfig, "NaN"},
 		{"bound infinite", "ConsistentHash", func() []*Peer { return numberedWeighted(1) }, []Option{WithBoundedLoad(math.Inf(1))}, ErrInvalidConfig, "+Inf"},
@@ -259,7 +259,7 @@ func TestHashPickers_weightZero(t *testing.T) {
 			for k := range 200 {
 				var r Request
 				r.SetKey(strconv.Itoa(k))
-				r.SetAddr(netip.AddrFrom4([4]byte{10, byte(k), byte(k), 1}))
+				r.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(k), byte(k), 1}))
 				got := mustPick(t, p, &r)
 				require.NotEqual(t, peers[0], got)
 				require.NoError(t, p.Done(got, Outcome{}))
@@ -301,7 +301,7 @@ func TestHashPickers_concurrent(t *testing.T) {
 					for k := range 2000 {
 						r.Reset()
 						r.SetKey("k" + strconv.Itoa(k%97))
-						r.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
+						r.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
 						attemptUpTo(t, p, &r, 3, k%11 == 0, nil)
 					}
 				})
@@ -373,7 +373,7 @@ func BenchmarkHashPickers(b *testing.B) {
 				for b.Loop() {
 					r.Reset()
 					r.SetKey(keys[i&1023])
-					r.SetAddr(addrs[i&1023])
+					r.SetClientAddr(addrs[i&1023])
 					i++
 					peer, err := p.Pick(&r)
 					if err != nil {
@@ -410,7 +410,7 @@ func TestHashPickers_zeroAllocs(t *testing.T) {
 				allocs := testing.AllocsPerRun(500, func() {
 					r.Reset()
 					r.SetKey(keys[i&1023])
-					r.SetAddr(addrs[i&1023])
+					r.SetClientAddr(addrs[i&1023])
 					i++
 					peer, err := p.Pick(&r)
 					if err == nil {
@@ -513,7 +513,7 @@ func (m *ngxModel) hashPeer(q *ngxHashReq) func([]*ngxPeer, int64) *ngxPeer {
 // model's, and every peer's failures, effective and current weight too
 // (State, which reads the current weights the cycle and the groups keep
 // implicitly). Short lists run the plain scan and the cycle; from 16 peers
-// the grouped scan; some ConsistentHash peers share a hash key, whose
+// the grouped scan; some ConsistentHash peers share a hash text, whose
 // smooth step moves the weights the fallback shares.
 func TestHashPickers_fallbackAsModel(t *testing.T) {
 	methods := []string{"Hash", "ConsistentHash", "ConsistentHashBounded", "IPHash"}
@@ -535,7 +535,7 @@ func TestHashPickers_fallbackAsModel(t *testing.T) {
 					texts[i] = m.addr
 					if method != "IPHash" && method != "Hash" && i > 0 && rng.IntN(5) == 0 {
 						texts[i] = texts[rng.IntN(i)]
-						HashKey(texts[i])(peers[i])
+						HashText(texts[i])(peers[i])
 					}
 					text[m] = texts[i]
 				}
@@ -582,7 +582,7 @@ func TestHashPickers_fallbackAsModel(t *testing.T) {
 					}
 					r.SetKey(q.key)
 					a := netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(256)), 1})
-					r.SetAddr(a)
+					r.SetClientAddr(a)
 					q.addr = a.AsSlice()[:3]
 					var sel func([]*ngxPeer, int64) *ngxPeer
 					switch method {

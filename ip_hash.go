@@ -15,7 +15,7 @@ import (
 // and current weights.
 
 // IPHash is nginx's ip_hash (nginx 1.22.1): requests from one client
-// address (Request.SetAddr) go to the same peer while the peer list is
+// address (Request.SetClientAddr) go to the same peer while the peer list is
 // unchanged and that peer is eligible. Only the first three bytes of an
 // IPv4 address count, so a /24 shares a peer; an IPv6 address counts whole.
 // A request with no address, or a nil one, hashes as nginx hashes a client

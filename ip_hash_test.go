@@ -59,7 +59,7 @@ func TestIPHash_derivedSequence(t *testing.T) {
 	var r Request
 	for _, a := range addrs {
 		r.Reset()
-		r.SetAddr(a)
+		r.SetClientAddr(a)
 		cands := refIPCandidates(a, weights, 20)
 		tried := map[int]bool{}
 		next := 0
@@ -80,11 +80,11 @@ func TestIPHash_derivedSequence(t *testing.T) {
 	}
 	// A /24 shares a peer: only three bytes count.
 	r.Reset()
-	r.SetAddr(netip.MustParseAddr("10.1.2.3"))
+	r.SetClientAddr(netip.MustParseAddr("10.1.2.3"))
 	a := mustPick(t, h, &r)
 	require.NoError(t, h.Done(a, Outcome{}))
 	r.Reset()
-	r.SetAddr(netip.MustParseAddr("10.1.2.200"))
+	r.SetClientAddr(netip.MustParseAddr("10.1.2.200"))
 	assert.Equal(t, a, mustPick(t, h, &r))
 }
 

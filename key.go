@@ -12,23 +12,36 @@ import (
 // same key go to the same peer while it is eligible. An empty key (the
 // default) makes those pickers fall back to smooth round-robin, as nginx
 // does. SetKey keeps s itself, so it allocates nothing; Reset clears it. The
-// other pickers ignore the key.
+// other pickers ignore the key. In this package a key is always a
+// request's; what a peer is hashed by is its HashText.
 func (r *Request) SetKey(s string) { r.key = s }
 
 // Key returns the key set by SetKey.
 func (r *Request) Key() string { return r.key }
 
-// SetAddr sets the client address IPHash hashes for r, nginx's
+// SetClientAddr sets the client address IPHash hashes for r, nginx's
 // $remote_addr: the first three bytes of an IPv4 address, all sixteen of an
 // IPv6 one (an IPv4-mapped IPv6 address counts as IPv6, as nginx's socket
 // family decides). The zero netip.Addr (the default) stands for a client
 // that is neither, such as a unix socket, which nginx hashes as three zero
-// bytes. SetAddr allocates nothing; Reset clears it. The other pickers
-// ignore the address.
-func (r *Request) SetAddr(a netip.Addr) { r.addr = a }
+// bytes. SetClientAddr allocates nothing; Reset clears it. The other
+// pickers ignore the address. (Peer.Addr is the other end: the server's.)
+func (r *Request) SetClientAddr(a netip.Addr) { r.addr = a }
 
-// Addr returns the client address set by SetAddr.
-func (r *Request) Addr() netip.Addr { return r.addr }
+// ClientAddr returns the client address set by SetClientAddr.
+func (r *Request) ClientAddr() netip.Addr { return r.addr }
+
+// SetAddr sets the client address IPHash hashes for r.
+//
+// Deprecated: use SetClientAddr; Addr named the client on a Request and
+// the server on a Peer.
+func (r *Request) SetAddr(a netip.Addr) { r.SetClientAddr(a) }
+
+// Addr returns the client address set by SetClientAddr.
+//
+// Deprecated: use ClientAddr; Addr named the client on a Request and the
+// server on a Peer.
+func (r *Request) Addr() netip.Addr { return r.ClientAddr() }
 
 // hashState is the per-request state of the hash and random pickers, what
 // nginx keeps in its per-request peer data (ngx_http_upstream_hash_peer_data_t

@@ -15,9 +15,13 @@ import (
 
 // Defaults of the latency options.
 const (
-	// DefaultDecay is the peak EWMA's decay time τ: Finagle's
-	// p2cPeakEwma(decayTime = 10 s), Linkerd's EWMA_DECAY and the default
-	// decay_time of Envoy's Peak EWMA all use 10 s.
+	// DefaultDecay is the peak EWMA's decay time τ in P2CPeakEWMA and
+	// Prequal: Finagle's p2cPeakEwma(decayTime = 10 s), Linkerd's
+	// EWMA_DECAY and the default decay_time of Envoy's Peak EWMA all use
+	// 10 s. FastestFirst's is DefaultFastestDecay, 5 s: one option, one
+	// meaning (the decay time), and a default per picker, each stated at
+	// its picker, because FastestFirst also needs a recovered peer's
+	// estimate to fall back before it is readmitted.
 	DefaultDecay = 10 * time.Second
 
 	// DefaultFailurePenalty is the least latency a failed attempt counts
@@ -184,9 +188,9 @@ func sampleOf(o Outcome, penalty float64) float64 {
 	return s
 }
 
-// latencySettings are the peak EWMA's options, which both latency-aware
-// pickers (P2CPeakEWMA, FastestFirst) accept, each with its own default
-// decay.
+// latencySettings are the peak EWMA's options, which the latency-aware
+// pickers (P2CPeakEWMA, Prequal, FastestFirst) accept, each with its own
+// default decay.
 type latencySettings struct {
 	decay   time.Duration
 	penalty time.Duration
@@ -196,8 +200,10 @@ type latencySettings struct {
 // older by Δt weighs exp(−Δt/τ) as much as a new one, so an estimate
 // forgets a peak in a few τ. A shorter τ follows changes faster and
 // readmits a recovered peer sooner; a longer one is steadier. It must be
-// positive. Default: DefaultDecay for P2CPeakEWMA, DefaultFastestDecay for
-// FastestFirst, the two pickers that accept it.
+// positive. P2CPeakEWMA, Prequal and FastestFirst accept it. Default: the
+// picker's own, DefaultDecay (10 s) for P2CPeakEWMA and Prequal,
+// DefaultFastestDecay (5 s) for FastestFirst, which also needs a recovered
+// peer's estimate to fall back before it is readmitted.
 func WithDecay(d time.Duration) Option {
 	return ownOption("WithDecay", func(s *latencySettings) { s.decay = d })
 }
@@ -206,7 +212,7 @@ func WithDecay(d time.Duration) Option {
 // that a peer that fails fast never looks fast: a failure enters the peak
 // EWMA as max(its latency, d); FastestFirst raises it further, to a latency
 // that puts the peer's weight at its floor. It must be positive. Default:
-// DefaultFailurePenalty. P2CPeakEWMA and FastestFirst accept it.
+// DefaultFailurePenalty. P2CPeakEWMA, Prequal and FastestFirst accept it.
 func WithFailurePenalty(d time.Duration) Option {
 	return ownOption("WithFailurePenalty", func(s *latencySettings) { s.penalty = d })
 }

@@ -187,7 +187,7 @@ func libraryTrace(r liveResult, c liveCase, seed uint64) ([]string, error) {
 			req.SetKey(c.keys[i])
 		}
 		if c.clients != nil {
-			req.SetAddr(c.clients[i])
+			req.SetClientAddr(c.clients[i])
 		}
 	}
 	return upstream.TraceEach(p, b.Name, c.n, func(addr string) bool { return dead[addr] }, prepare)

@@ -125,7 +125,7 @@ func (s *smoothRR) fallbackLocked(l *peerList, r *Request, clk *lazyClock) int {
 
 // ownLocked gives primary i of l its current weight back in its own field,
 // before code other than the scan moves it (ConsistentHash's smooth step
-// among the peers of one hash key): the cycle closes, the recorder stops,
+// among the peers of one hash text): the cycle closes, the recorder stops,
 // and a peer the groups hold leaves them until a scan finds it regular
 // again. Requires s.mu.
 func (s *smoothRR) ownLocked(l *peerList, i int32) {

@@ -47,7 +47,7 @@ var fallbackCases = []fallbackCase{
 			Down()(ps[c])
 		}
 		h, err := NewIPHash(ps)
-		return h, func() *Request { r := &Request{}; r.SetAddr(addr); return r }, err
+		return h, func() *Request { r := &Request{}; r.SetClientAddr(addr); return r }, err
 	}},
 	{"Random", 1 << 20, func(ps []*Peer) (Picker, func() *Request, error) {
 		Down()(ps[0])
@@ -74,14 +74,14 @@ func (zeroSource) Uint64() uint64 { return 0 }
 // their weights are static. nginx's scan adds every eligible peer's
 // effective weight to its current weight, so an O(n) scan moves the stored
 // current weight of every eligible peer on every pick; the precomputed
-// cycle (up to MaxCycle units of weight) moves none, the scan grouped by
+// cycle (up to maxCycle units of weight) moves none, the scan grouped by
 // weight (beyond) only the winner's. So over 2n fallback picks each one
 // may change the stored current weight of at most one peer (2n picks cover
 // two periods of the cycle; at 70,000 peers 200 picks of the grouped scan). The picks
 // themselves are checked against nginx by TestHashPickers_fallbackAsModel
 // and the recorded and live nginx tests.
 func TestHashPickers_fallbackVisitsNoList(t *testing.T) {
-	sizes := []int{100, 1000, 70000} // 70,000 passes MaxCycle
+	sizes := []int{100, 1000, 70000} // 70,000 passes maxCycle
 	for _, fc := range fallbackCases {
 		for _, n := range sizes {
 			if n > fc.max {
@@ -154,7 +154,7 @@ func TestHashPickers_fallbackConcurrent(t *testing.T) {
 							if k%2 == 0 {
 								r.SetKey("k" + strconv.Itoa(k%97))
 							}
-							r.SetAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
+							r.SetClientAddr(netip.AddrFrom4([4]byte{10, byte(g), byte(k), 1}))
 							attemptUpTo(t, p, &r, 3, k%13 == 0, func(peer *Peer) {
 								if m := peer.maxConns.Load(); m != 0 && peer.inFlight() > m {
 									t.Errorf("%s: %d in flight, max_conns %d", peer.Addr(), peer.inFlight(), m)
@@ -274,7 +274,7 @@ func BenchmarkHashFallback(b *testing.B) {
 // down or up again, which restarts the smooth sequence) followed by one
 // request with no key: the change's own O(n) work and the fallback's first
 // pick on the new list, which builds the cycle (a sort of the peers by
-// weight, then O(W·d)) or, past MaxCycle, the groups (O(n log n)).
+// weight, then O(W·d)) or, past maxCycle, the groups (O(n log n)).
 func BenchmarkHashFallbackAfterChange(b *testing.B) {
 	forHashFallback(b, func(b *testing.B, p Picker, peers []*Peer) {
 		down := false

@@ -52,8 +52,8 @@ package balancer
 // choices over a peak-EWMA load (Finagle's P2CPick and PeakEwma, tower's
 // balance::p2c and load::PeakEwma). Each pick draws two distinct eligible
 // peers by weight and takes the one with the lower latency estimate ×
-// (in flight + 1) / weight. An idle peer's estimate decays ([WithDecay]), so
-// a peer that became fast is found again; a failure counts as at least
+// (in flight + 1) / weight. An idle peer's estimate decays ([WithDecay];
+// default [DefaultDecay], 10 s), so a peer that became fast is found again; a failure counts as at least
 // [WithFailurePenalty]. Choose it for latency-sensitive traffic to peers of
 // unknown or changing speed. With [WithReportedLoad], the in-flight count
 // takes in the other clients' attempts that peers' servers report.

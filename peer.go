@@ -46,7 +46,7 @@ type Peer struct {
 
 	// server is nginx's rr_peer server: the server text as configured
 	// (RR.c 105 sets peer[n].server = server[i].name), which may differ
-	// from the address; "" means addr. ConsistentHash hashes it (HashKey).
+	// from the address; "" means addr. ConsistentHash hashes it (HashText).
 	server string
 
 	weight atomic.Int64
@@ -242,10 +242,13 @@ func (p *Peer) setEffectiveLocked(ew int64) {
 	p.recovering.Store(ew < p.smooth)
 }
 
-// Addr returns the address the peer was created with.
+// Addr returns the address the peer was created with: the server's.
+// (Request.ClientAddr is the client's.)
 func (p *Peer) Addr() string { return p.addr }
 
-// String returns the peer's address.
+// String returns the peer's address, as Addr does: it is there so that
+// fmt's %v and %s print a peer as its address. Code that wants the address
+// calls Addr.
 func (p *Peer) String() string { return p.addr }
 
 // Weight returns the configured weight.
@@ -371,28 +374,40 @@ func checkWeightSum(peers []*Peer) error {
 	return nil
 }
 
-// HashKey sets the text ConsistentHash hashes for the peer: the server as
-// written in nginx's configuration, which may differ from the address the
-// peer is dialed at (`server 10.0.0.1;` hashes "10.0.0.1", while the peer
-// is at 10.0.0.1:80). Peers that share a hash key share their ring points,
-// as the addresses one nginx server name resolves to do, and smooth
+// HashText sets the text ConsistentHash hashes for the peer to place it on
+// its ring, and subsetting to rank it: the server as written in nginx's
+// configuration, which may differ from the address the peer is dialed at
+// (`server 10.0.0.1;` hashes "10.0.0.1", while the peer is at
+// 10.0.0.1:80). Peers that share a hash text share their ring points, as
+// the addresses one nginx server name resolves to do, and smooth
 // round-robin chooses among them. Default: the peer's address. An empty
-// text is rejected with ErrInvalidConfig when the peer is added.
-func HashKey(text string) PeerOption {
+// text is rejected with ErrInvalidConfig when the peer is added. (A
+// request's key, Request.SetKey, is what is looked up on the ring.)
+func HashText(text string) PeerOption {
 	return func(p *Peer) {
 		if text == "" {
-			p.invalid(fmt.Errorf("balancer: peer %q: empty hash key: %w", p.addr, ErrInvalidConfig))
+			p.invalid(fmt.Errorf("balancer: peer %q: empty hash text: %w", p.addr, ErrInvalidConfig))
 			return
 		}
 		p.server = text
 	}
 }
 
-// HashKey returns the text ConsistentHash hashes for p: the one given with
-// the HashKey option, or the peer's address.
-func (p *Peer) HashKey() string {
+// HashText returns the text ConsistentHash and subsetting hash for p: the
+// one given with the HashText option, or the peer's address.
+func (p *Peer) HashText() string {
 	if p.server != "" {
 		return p.server
 	}
 	return p.addr
 }
+
+// HashKey sets the text ConsistentHash hashes for the peer.
+//
+// Deprecated: use HashText; "key" is the request's (Request.SetKey).
+func HashKey(text string) PeerOption { return HashText(text) }
+
+// HashKey returns the text ConsistentHash hashes for p.
+//
+// Deprecated: use HashText; "key" is the request's (Request.SetKey).
+func (p *Peer) HashKey() string { return p.HashText() }

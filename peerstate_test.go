@@ -31,7 +31,7 @@ func latOf(p *Peer) *latencyStats {
 func TestPeer_fieldsSharedOnly(t *testing.T) {
 	shared := map[string]string{
 		"addr":            "nginx's name",
-		"server":          "nginx's server, the configured text (HashKey)",
+		"server":          "nginx's server, the configured text (HashText)",
 		"configErr":       "NewPeer's first bad option, reported by the peer set",
 		"weight":          "weight",
 		"smooth":          "weight as the smooth step and failure accounting read it: the configured one, or one derived in its place (ReportedWRR)",

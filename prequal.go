@@ -141,7 +141,8 @@ import (
 // is what the caller reports as one (over HTTP, a status among the
 // Transport's FailureStatuses). Peers that do not answer probes, and
 // every peer without a Prober or before the first answers, are balanced
-// as [P2CPeakEWMA] balances them ([WithDecay], [WithFailurePenalty]);
+// as [P2CPeakEWMA] balances them ([WithDecay], default [DefaultDecay];
+// [WithFailurePenalty]);
 // those whose probes fail keep their weight's share of the picks.
 //
 // Pick is O(pool size) under one short lock (lock-free without a Prober),

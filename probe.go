@@ -59,7 +59,9 @@ type ProbeAnswer struct {
 }
 
 // Bounds of a ProbeAnswer: larger values are absurd (a server's count or
-// clock gone wrong) and are refused with ErrInvalidProbe.
+// clock gone wrong) and are refused with ErrInvalidProbe. A Prober fills
+// the answers, so the bounds are exported; MaxProbeLatency also bounds
+// WithProbePool's max age.
 const (
 	MaxProbeInFlight = 1 << 20
 	MaxProbeLatency  = time.Hour

@@ -413,7 +413,10 @@ type warmupSetting time.Duration
 // WithWarmup makes RandomWeighted ramp a new peer's weight up linearly over
 // d, as Dubbo does: weight·uptime/d, clamped to [1, weight]. Default: 0, no
 // warm-up. It is Dubbo's exactly; WithSlowStart is Envoy's, and the two
-// are refused together.
+// are refused together. Prefer WithSlowStart, the one ramp every weighted
+// picker takes (it also warms readmitted peers); WithWarmup stays, under
+// its Dubbo name, for picks that must match Dubbo's step for step, which
+// no setting of WithSlowStart reproduces (see RandomWeighted in detail).
 func WithWarmup(d time.Duration) Option {
 	return ownOption("WithWarmup", func(s *warmupSetting) { *s = warmupSetting(d) })
 }

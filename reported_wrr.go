@@ -30,7 +30,7 @@ import (
 // candidate (reportScale: a peer at the mean of an all-default list gets
 // 100, so that a share is exact to 0.5/W of the total, W ≈ 100 ×
 // candidates), at most 32768 (maxReportedSum), halved until the cycle of
-// the weights fits and is cheap to build (W ≤ MaxCycle and W × d ≤
+// the weights fits and is cheap to build (W ≤ maxCycle and W × d ≤
 // reportedBuildWork, d the distinct weights) or B has come down to the
 // candidates; from about 330 candidates on, a share is exact to 0.5/32768
 // of the total or coarser, a coarse resolution for each peer at 10,000
@@ -491,7 +491,7 @@ func prebuilt(l *peerList, want []int64) *cycle {
 			w += want[i]
 		}
 	}
-	if w == 0 || w > MaxCycle {
+	if w == 0 || w > maxCycle {
 		return nil
 	}
 	return cycleOf(l, weights, w)
@@ -642,7 +642,7 @@ func (s *ReportedWRR) scaleLocked(peers []*Peer, k float64, want []int64) bool {
 			top = max(top, v)
 		}
 	}
-	if w > MaxCycle {
+	if w > maxCycle {
 		return false
 	}
 	if w*min(top, int64(len(peers))) <= reportedBuildWork {

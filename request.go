@@ -26,7 +26,7 @@ type Request struct {
 	backup   bool
 
 	key  string     // the hash pickers' key; see SetKey (key.go)
-	addr netip.Addr // IPHash's client address; see SetAddr (key.go)
+	addr netip.Addr // IPHash's client address; see SetClientAddr (key.go)
 	hs   hashState  // the hash and random pickers' per-request state
 }
 

@@ -308,7 +308,7 @@ func (s *smoothRR) maybeOpenLocked(l *peerList) {
 		zero = zero && p.currentWeight == 0
 		w += p.smooth
 	}
-	if w == 0 || w > MaxCycle {
+	if w == 0 || w > maxCycle {
 		return
 	}
 	if !zero {

@@ -15,7 +15,7 @@ package balancer
 // peer's in-flight increment; no lock, O(1). The cycle is built once per
 // peer-list change in O(W·d), d the number of distinct weights, holds W
 // entries of 4 bytes plus W/n·n checkpoint counts of 4 bytes, and is used
-// only when W <= MaxCycle and W·d <= maxCycleWork. Anything that breaks the
+// only when W <= maxCycle and W·d <= maxCycleWork. Anything that breaks the
 // period (a failure, a retry, a recovering effective weight, max_conns)
 // turns the cycle back into the exact current weights it stands for, in
 // O(n) from the nearest checkpoint, and SmoothWRR runs nginx's scan under
@@ -38,10 +38,10 @@ package balancer
 // to predict what nginx does.
 //
 // A first attempt is O(1) and lock-free while every primary is healthy at
-// full weight and the weights fit the precomputed cycle ([MaxCycle]);
-// otherwise a pick runs nginx's scan under a lock: O(n) below 16 primaries,
-// O(d + k + log n) from 16 on (d distinct weights, k peers not at full
-// health), with the same picks. The zero value is not usable; use
+// full weight and the weights sum to at most 65,536 (the precomputed
+// cycle's bound); otherwise a pick runs nginx's scan under a lock: O(n)
+// below 16 primaries, O(d + k + log n) from 16 on (d distinct weights, k
+// peers not at full health), with the same picks. The zero value is not usable; use
 // [NewSmoothWRR]. SmoothWRR is safe for concurrent use.
 type SmoothWRR struct {
 	smoothRR

@@ -24,7 +24,7 @@ type Algorithm struct {
 	Latency bool
 
 	// Keyed reports whether the picker routes by the Request's key or
-	// client address (Request.SetKey, Request.SetAddr).
+	// client address (Request.SetKey, Request.SetClientAddr).
 	Keyed bool
 
 	// NoBackups reports whether the picker refuses backup peers, as nginx

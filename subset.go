@@ -24,11 +24,11 @@ type Subsetter interface {
 // and Connected go straight to it (no lock of Subset's, nothing allocated).
 // Update, Add and Remove change the backend list, recompute the subset and
 // hand it to the inner Update, which keeps the members it keeps (failures,
-// in-flight attempts, what it learned). A backend's key is its HashKey: the
-// server text if one was given, else its address.
+// in-flight attempts, what it learned). A backend is ranked by its
+// HashText: the server text if one was given, else its address.
 //
-// Membership depends on the keys alone: a backend down, failing or of any
-// weight stays in the subset (the inner picker skips it), so a subset
+// Membership depends on the hash texts alone: a backend down, failing or of
+// any weight stays in the subset (the inner picker skips it), so a subset
 // changes only when the list does. Peers returns the subset, Backends the
 // whole list. The backends outside the subset belong to the Subset too:
 // give them to no other picker.
@@ -228,7 +228,7 @@ func (s *Subset) updateLocked(all []*Peer) error {
 			return fmt.Errorf("balancer: Subset: peer %q: %w", p.addr, ErrPeerInUse)
 		}
 		seen[p] = true
-		keys[i] = p.HashKey()
+		keys[i] = p.HashText()
 	}
 	pos := s.by.Subset(keys)
 	sub := make([]*Peer, len(pos))

@@ -30,7 +30,7 @@ func BenchmarkSubsetPick(b *testing.B) {
 				} else {
 					keys := make([]string, n)
 					for i, p := range backends {
-						keys[i] = p.HashKey()
+						keys[i] = p.HashText()
 					}
 					var sub []*Peer
 					for _, i := range by.Subset(keys) {

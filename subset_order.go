@@ -7,7 +7,9 @@ import (
 )
 
 // MaxSubsetClients bounds a subsetter's client count and subset size: far
-// above any fleet, and low enough that index·backends never overflows.
+// above any fleet, and low enough that index·backends never overflows. The
+// caller sets both, so the bound is exported: a value past it is refused
+// with ErrInvalidConfig.
 const MaxSubsetClients = 1 << 31
 
 // subsetBackend is one entry of a backend list as the subsetters see it:

@@ -230,7 +230,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	to := timeouts{p.ConnectTimeout, p.ReadTimeout}
 	var br balancer.Request
 	if ap, err := netip.ParseAddrPort(out.RemoteAddr); err == nil {
-		br.SetAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
+		br.SetClientAddr(ap.Addr()) // IPHash's key: nginx's $remote_addr
 	}
 	if p.Key != nil {
 		br.SetKey(p.Key(out))

@@ -154,12 +154,12 @@ func (p *picker) setKey(r *lbgo.Request, ctx context.Context) {
 	v := md.Get(h)
 	if len(v) == 0 {
 		r.SetKey("")
-		r.SetAddr(netip.Addr{})
+		r.SetClientAddr(netip.Addr{})
 		return
 	}
 	r.SetKey(v[0])
 	addr, _ := netip.ParseAddr(v[0])
-	r.SetAddr(addr)
+	r.SetClientAddr(addr)
 }
 
 // testNoPeer, when set by a test, is told of every pick that returns

@@ -354,12 +354,12 @@ func TestPeers(t *testing.T) {
 	assert.Equal(t, balancer.DefaultMaxFails, bb.MaxFails())
 	assert.Equal(t, balancer.DefaultFailTimeout, bb.FailTimeout())
 	assert.True(t, c.IsBackup())
-	// The hash key is the server as written, which nginx's hash KEY
+	// The hash text is the server as written, which nginx's hash KEY
 	// consistent hashes ("a", not "a:80").
 	for i, want := range []string{"a", "b", "c"} {
-		assert.Equal(t, want, peers[i].HashKey(), "server %d", i)
+		assert.Equal(t, want, peers[i].HashText(), "server %d", i)
 	}
-	assert.Equal(t, "d:80", Server{Addr: "d:80", Weight: 1}.Peer().HashKey(), "no Name: the address")
+	assert.Equal(t, "d:80", Server{Addr: "d:80", Weight: 1}.Peer().HashText(), "no Name: the address")
 
 	// Each call gives fresh peers: a peer belongs to one picker.
 	_, err = balancer.NewSmoothWRR(peers)
@@ -405,7 +405,7 @@ func TestParseNamed(t *testing.T) {
 
 // TestPeers_repeatedAddress: servers that share an address, as nginx
 // accepts them, are peers of their own for every picker, with their own
-// parameters and each line's text as its hash key.
+// parameters and each line's text as its hash text.
 func TestPeers_repeatedAddress(t *testing.T) {
 	tests := []struct {
 		name, src string
@@ -429,7 +429,7 @@ func TestPeers_repeatedAddress(t *testing.T) {
 				for i, q := range got {
 					assert.Same(t, peers[i], q, "%s: server %d is its own peer", a.Name, i)
 					assert.Equal(t, tt.addrs[i], q.Addr())
-					assert.Equal(t, tt.keys[i], q.HashKey())
+					assert.Equal(t, tt.keys[i], q.HashText())
 					assert.Equal(t, b.Servers[i].Weight, q.Weight())
 					assert.Equal(t, b.Servers[i].MaxFails, q.MaxFails())
 				}

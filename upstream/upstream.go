@@ -77,10 +77,10 @@ type Server struct {
 }
 
 // Peer returns a new balancer peer configured as s, whose address is
-// s.Addr and whose hash key (balancer.HashKey) is s.Name, the text nginx's
+// s.Addr and whose hash text (balancer.HashText) is s.Name, the text nginx's
 // `hash KEY consistent` hashes: so ConsistentHash over a block's peers puts
 // each server where nginx does. A Server with no Name keeps the default
-// hash key, its address.
+// hash text, its address.
 func (s Server) Peer() *balancer.Peer {
 	opts := []balancer.PeerOption{
 		balancer.Weight(s.Weight),
@@ -89,7 +89,7 @@ func (s Server) Peer() *balancer.Peer {
 		balancer.MaxConns(s.MaxConns),
 	}
 	if s.Name != "" {
-		opts = append(opts, balancer.HashKey(s.Name))
+		opts = append(opts, balancer.HashText(s.Name))
 	}
 	if s.Backup {
 		opts = append(opts, balancer.Backup())

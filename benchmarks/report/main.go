@@ -639,7 +639,7 @@ const notes = `
   at several times the atomic-add floor, and why RandomWeighted pays an
   atomic add that kitex's alias method does not.
 - **Memory.** SmoothWRR's and ClassicWRR's cycle holds W entries of 4 bytes
-  and at most W checkpoint counts of 4 bytes, W <= MaxCycle = 65536: 512 KiB
+  and at most W checkpoint counts of 4 bytes, W <= 65536 (the cycle's bound): 512 KiB
   at most. SmoothWRR builds it in O(W·d) for d distinct weights, ClassicWRR
   in O(n + W·(n/4096+1)) by an incremental form of nginx 1.2.0's scan, once
   per change of the peer list. kitex's table holds Σw/gcd interface values

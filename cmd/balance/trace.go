@@ -38,7 +38,7 @@ type keyKind int
 const (
 	noKey   keyKind = iota // the picker takes no key; -keys only counts requests
 	textKey                // Request.SetKey: hash's $arg_k, $request_uri, ...
-	addrKey                // Request.SetAddr: ip_hash's client address
+	addrKey                // Request.SetClientAddr: ip_hash's client address
 )
 
 // pickerSpec is how balance trace builds and drives one picker.
@@ -280,7 +280,7 @@ func keyFunc(kind keyKind, file string, keys []string) (func(i int, r *balancer.
 			}
 			addrs[i] = a
 		}
-		return func(i int, r *balancer.Request) { r.SetAddr(addrs[i]) }, nil
+		return func(i int, r *balancer.Request) { r.SetClientAddr(addrs[i]) }, nil
 	}
 	return nil, nil
 }

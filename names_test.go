@@ -1,0 +1,131 @@
+package balancer
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// One meaning per name: Request.ClientAddr is the client, Peer.Addr the
+// server; Request.SetKey is a request's key, HashText a peer's text on the
+// ring. The deprecated names they replace must keep working as before,
+// and nothing in the repository may still use them.
+
+// TestDeprecatedNames_sameAsReplacement checks each deprecated name against
+// its replacement on the same input, and against the value the
+// replacement's doc states.
+func TestDeprecatedNames_sameAsReplacement(t *testing.T) {
+	a := netip.MustParseAddr("192.0.2.7")
+
+	var r Request
+	r.SetAddr(a) //lint:ignore SA1019 the deprecated name under test
+	assert.Equal(t, a, r.ClientAddr(), "SetAddr sets what ClientAddr reads")
+	r.SetClientAddr(netip.MustParseAddr("2001:db8::1"))
+	assert.Equal(t, netip.MustParseAddr("2001:db8::1"), r.Addr(), "Addr reads what SetClientAddr set") //lint:ignore SA1019 under test
+	r.Reset()
+	assert.False(t, r.ClientAddr().IsValid(), "Reset clears the client address")
+
+	for _, tt := range []struct {
+		name, addr, text, want string
+		opt                    func(string) PeerOption
+	}{
+		{"HashText", "10.0.0.1:80", "10.0.0.1", "10.0.0.1", HashText},
+		{"HashKey", "10.0.0.1:80", "10.0.0.1", "10.0.0.1", HashKey}, //lint:ignore SA1019 under test
+		{"default: the address", "10.0.0.1:80", "", "10.0.0.1:80", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var p *Peer
+			if tt.opt == nil {
+				p = NewPeer(tt.addr)
+			} else {
+				p = NewPeer(tt.addr, tt.opt(tt.text))
+			}
+			assert.Equal(t, tt.want, p.HashText())
+			assert.Equal(t, tt.want, p.HashKey()) //lint:ignore SA1019 under test
+			assert.Equal(t, tt.addr, p.Addr(), "the address is not the hash text")
+			assert.Equal(t, p.Addr(), p.String(), "String prints the address")
+		})
+	}
+	_, err := NewConsistentHash([]*Peer{NewPeer("a", HashKey(""))}) //lint:ignore SA1019 under test
+	require.ErrorIs(t, err, ErrInvalidConfig, "an empty text is refused under the old name too")
+
+	assert.Equal(t, 65536, MaxCycle, "the deprecated bound keeps its value, 2^16") //lint:ignore SA1019 under test
+}
+
+// TestDeprecatedNames_sameRing builds one ConsistentHash ring with HashText
+// and one with HashKey, each peer's text differing from its address, and
+// expects every key to reach the same peer on both.
+func TestDeprecatedNames_sameRing(t *testing.T) {
+	build := func(opt func(string) PeerOption) *ConsistentHash {
+		var peers []*Peer
+		for _, s := range []string{"a", "b", "c", "d"} {
+			peers = append(peers, NewPeer(s+".internal:80", opt(s)))
+		}
+		h, err := NewConsistentHash(peers)
+		require.NoError(t, err)
+		return h
+	}
+	byText, byKey := build(HashText), build(HashKey) //lint:ignore SA1019 under test
+	seen := map[string]bool{}
+	for k := range 200 {
+		var r1, r2 Request
+		key := "user-" + string(rune('a'+k%26)) + strings.Repeat("x", k/26)
+		r1.SetKey(key)
+		r2.SetKey(key)
+		p1, err := byText.Pick(&r1)
+		require.NoError(t, err)
+		p2, err := byKey.Pick(&r2)
+		require.NoError(t, err)
+		assert.Equal(t, p1.Addr(), p2.Addr(), "key %q", key)
+		seen[p1.Addr()] = true
+		byText.Done(p1, Outcome{})
+		byKey.Done(p2, Outcome{})
+	}
+	assert.Len(t, seen, 4, "200 keys over 4 peers reach every peer")
+}
+
+// TestDeprecatedNames_unused fails if a Go file or a guide of the
+// repository (its nested modules included) uses a deprecated name outside
+// its own definition and the tests above.
+func TestDeprecatedNames_unused(t *testing.T) {
+	uses := regexp.MustCompile(`\.SetAddr\(|\bHashKey\b|\bMaxCycle\b|\bRequest\.Addr\b`)
+	allowed := map[string]bool{
+		"key.go":        true, // SetAddr, Addr
+		"peer.go":       true, // HashKey
+		"cycle.go":      true, // MaxCycle
+		"names_test.go": true,
+		"README.md":     true, // edited apart
+		"CHANGELOG.md":  true, // lists the old names
+	}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".md") || allowed[path] {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if uses.MatchString(line) {
+				t.Errorf("%s:%d uses a deprecated name: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
