@@ -153,7 +153,7 @@ const checkEvery = 256
 // same reports do not pick in step.
 // No report can take the pool: a weight counts for at most three times the
 // median of its list's, and for the median when the peer's replies are
-// more than twice as slow as the median peer's (Stats().ClampedWeights
+// more than four times as slow as the median peer's (Stats().ClampedWeights
 // counts the cuts). Choose it when the servers know their load better than one client can
 // (many clients, capacities that differ or change slowly); for speeds that
 // change every second, LeastConn with WithReportedLoad does better.

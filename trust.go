@@ -301,13 +301,18 @@ func (r *replyLatency) get() float64 { return math.Float64frombits(r.ewma.Load()
 // slowRatio is how far above the median of its list's reply latencies a
 // peer's must be for ReportedWRR to stop trusting a report that gives it
 // more than the median weight. A weight is a claim of capacity: a peer
-// weighted above the others that answers more than twice as slowly as the
-// typical peer is being sent more than it can serve (a utilization
+// weighted above the others that answers more than four times as slowly as
+// the typical peer is being sent more than it can serve (a utilization
 // reported near 0 by a loaded server), and the cap at 3× the median alone
 // would still send it 2.5 times its fair share. An honest peer is slow
 // because it is loaded or slowed, and then reports a utilization near 1
-// and a weight below the median, which this leaves alone.
-const slowRatio = 2
+// and a weight below the median, which this leaves alone. Twice the median
+// was too near: on a loaded machine an honest server of three times the
+// smallest one's capacity was cut now and then, and took 47.6% of the
+// calls where grpc-go's weighted_round_robin gave it 50%
+// (loadreport/grpcreport's differential test); an overloaded liar's queue
+// grows without bound, past four times as surely as past two.
+const slowRatio = 4
 
 // trustLocked bounds the reported weights in s.share of peers, one list:
 // each is cut to maxWeightRatio × the median weight (clampWeights), and a

@@ -276,14 +276,14 @@ func ms2ns(x int64) int64 { return x * int64(time.Millisecond) }
 
 // TestReportedWRR_trustLocked checks the two cuts on one list: the cap at
 // 3× the median weight, then the median weight for a peer weighted above
-// it whose replies are more than twice the median latency.
+// it whose replies are more than four times the median latency.
 func TestReportedWRR_trustLocked(t *testing.T) {
 	peers := makePeers(5, letter, nil)
 	s, err := NewReportedWRR(peers)
 	require.NoError(t, err)
 	// Weights 100 (×3), 250 and 1e9 (median 100: cap 300); latencies
-	// 10, 10, 10, 30, 10 ms (median 10: slow above 20).
-	for i, l := range []float64{10, 10, 10, 30, 10} {
+	// 10, 10, 10, 50, 10 ms (median 10: slow above 40).
+	for i, l := range []float64{10, 10, 10, 50, 10} {
 		rwrrOf(peers[i]).replies.observe(l * 1e6)
 	}
 	s.mu.Lock()
