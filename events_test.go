@@ -188,7 +188,13 @@ func TestEvents_concurrent(t *testing.T) {
 					if err != nil {
 						continue
 					}
-					_ = p.Done(got, Outcome{Failed: got.Addr() != "c" && (i+g)%3 == 0})
+					// Every other attempt on a or b fails: against the
+					// three-peer rotation a period of 2 meets a or b at an
+					// even i within any 6 picks, so some failure (and its
+					// event) happens however the goroutines interleave; a
+					// period of 3 could align with the rotation and meet
+					// only c (it did once, under -race).
+					_ = p.Done(got, Outcome{Failed: got.Addr() != "c" && (i+g)%2 == 0})
 				}
 			})
 		}
