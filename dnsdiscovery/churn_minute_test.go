@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -84,45 +82,21 @@ type gatedBackends struct {
 func startGatedBackends(t *testing.T, n int) *gatedBackends {
 	t.Helper()
 	g := &gatedBackends{arrived: make(chan int, 64)}
-	for try := 0; try < 20; try++ {
-		ln, err := net.Listen("tcp", "127.0.0.2:0")
-		require.NoError(t, err)
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		lns := []net.Listener{ln}
-		for i := 1; i < n; i++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%s", i+2, port))
-			if err != nil {
-				break
+	port, lns := listenOnOnePort(t, n)
+	g.port = port
+	for i, l := range lns {
+		c := new(atomic.Int64)
+		g.served = append(g.served, c)
+		serveOn(t, l, func(w http.ResponseWriter, r *http.Request) {
+			c.Add(1)
+			if gate := g.gate.Load(); gate != nil {
+				g.arrived <- i
+				<-*gate
 			}
-			lns = append(lns, l)
-		}
-		if len(lns) < n {
-			for _, l := range lns {
-				l.Close()
-			}
-			continue
-		}
-		g.port = port
-		for i, l := range lns {
-			c := new(atomic.Int64)
-			g.served = append(g.served, c)
-			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				c.Add(1)
-				if gate := g.gate.Load(); gate != nil {
-					g.arrived <- i
-					<-*gate
-				}
-				fmt.Fprint(w, "ok")
-			}))
-			srv.Listener.Close()
-			srv.Listener = l
-			srv.Start()
-			t.Cleanup(srv.Close)
-		}
-		return g
+			fmt.Fprint(w, "ok")
+		})
 	}
-	t.Fatal("no port free on 127.0.0.2 to 127.0.0.7")
-	return nil
+	return g
 }
 
 func (g *gatedBackends) counts() []int64 {

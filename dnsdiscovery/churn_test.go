@@ -27,6 +27,23 @@ import (
 // requests it served.
 func backendsOnOnePort(t *testing.T, n int) (string, []*atomic.Int64) {
 	t.Helper()
+	port, lns := listenOnOnePort(t, n)
+	served := make([]*atomic.Int64, n)
+	for i, l := range lns {
+		c := new(atomic.Int64)
+		served[i] = c
+		serveOn(t, l, func(w http.ResponseWriter, r *http.Request) {
+			c.Add(1)
+			fmt.Fprint(w, "ok")
+		})
+	}
+	return port, served
+}
+
+// listenOnOnePort listens on one port of 127.0.0.2 to 127.0.0.(n+1),
+// trying ports until one is free on every address.
+func listenOnOnePort(t *testing.T, n int) (string, []net.Listener) {
+	t.Helper()
 	for try := 0; try < 20; try++ {
 		ln, err := net.Listen("tcp", "127.0.0.2:0")
 		require.NoError(t, err)
@@ -39,29 +56,24 @@ func backendsOnOnePort(t *testing.T, n int) (string, []*atomic.Int64) {
 			}
 			lns = append(lns, l)
 		}
-		if len(lns) < n {
-			for _, l := range lns {
-				l.Close()
-			}
-			continue
+		if len(lns) == n {
+			return port, lns
 		}
-		served := make([]*atomic.Int64, n)
-		for i, l := range lns {
-			c := new(atomic.Int64)
-			served[i] = c
-			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				c.Add(1)
-				fmt.Fprint(w, "ok")
-			}))
-			srv.Listener.Close()
-			srv.Listener = l
-			srv.Start()
-			t.Cleanup(srv.Close)
+		for _, l := range lns {
+			l.Close()
 		}
-		return port, served
 	}
-	t.Fatal("no port free on 127.0.0.2 to 127.0.0.7")
+	t.Fatalf("no port free on 127.0.0.2 to 127.0.0.%d", n+1)
 	return "", nil
+}
+
+// serveOn serves h on l until the test ends.
+func serveOn(t *testing.T, l net.Listener, h http.HandlerFunc) {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
 }
 
 // TestWatch_churnUnderLoad: a DNS name whose addresses change every 20 ms
