@@ -69,13 +69,12 @@
 //
 // # Subsetting
 //
-// [Subset] wraps any Balancer and hands it only this client's subset of a
-// large backend list, chosen by a [Subsetter]. For clients with an index,
-// [RingSubsetter] keeps every backend within one client of the same count
-// (the SRE book's [DeterministicSubsetter] does when the subset size
-// divides the backend count); for clients without one,
-// [RendezvousSubsetter] and [RandomSubsetter] change one member per
-// backend added or removed.
+// Package subset (github.com/lbgo/balancer/subset) wraps any Balancer and
+// hands it only this client's subset of a large backend list: for clients
+// with an index, its Ring keeps every backend within one client of the
+// same count; for clients without one, Rendezvous and Random change one
+// member per backend added or removed. [Subset], [NewSubset] and the
+// *Subsetter constructors here are its deprecated names.
 //
 // # Errors
 //

@@ -226,6 +226,36 @@ func (p *Peer) adopt(q *Peer) {
 	p.value.Store(q.value.Load())
 }
 
+// Adopt gives p, a peer no picker holds, q's configuration: its weight,
+// max_fails, fail_timeout, max_conns, backup and down flags and value (not
+// its address or hash text), as Update gives a peer it keeps the
+// configuration of the snapshot peer matched to it; a changed weight resets
+// the effective weight. It is for code that keeps peers beside a picker, as
+// subset.Subset keeps the backends outside its subset. It changes nothing
+// and returns ErrPeerInUse if a picker holds p (change p through it), and
+// q's Err if q has one.
+func (p *Peer) Adopt(q *Peer) error {
+	if q.configErr != nil {
+		return q.configErr
+	}
+	ownerMu.Lock() // a claim stores the owner under it: p stays free meanwhile
+	defer ownerMu.Unlock()
+	if p.owner.Load() != nil {
+		return fmt.Errorf("balancer: Adopt: peer %q: %w", p.addr, ErrPeerInUse)
+	}
+	p.adopt(q)
+	return nil
+}
+
+// Err returns the error of the first bad option p was built with (an
+// ErrInvalidConfig naming the value), nil if there was none: what a picker
+// refuses p with when it is added.
+func (p *Peer) Err() error { return p.configErr }
+
+// InUse reports whether a picker holds p: whether adding p to another
+// picker would be refused with ErrPeerInUse.
+func (p *Peer) InUse() bool { return p.owner.Load() != nil }
+
 // setWeightLocked aims the smooth step at w, the configured weight, with
 // the effective weight at w. Requires the owner's lock, or p held by no
 // picker.

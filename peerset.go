@@ -64,11 +64,36 @@ type peerSet struct {
 
 	guardSet // the guards, all behind one seam (guards.go); set by init
 
-	inSubset atomic.Bool // a Subset holds the picker as its inner one (subset.go)
+	inSubset atomic.Bool // a wrapper holds the picker as its inner one (Claim)
 }
 
 func (s *peerSet) claimInner() bool { return s.inSubset.CompareAndSwap(false, true) }
 func (s *peerSet) releaseInner()    { s.inSubset.Store(false) }
+
+// Claim marks b as the inner picker of one wrapper that sets its peers
+// wholesale, as subset.Subset hands it one client's subset: two such
+// wrappers over one picker would take each other's peers in turn. It
+// returns ErrPeerInUse if a wrapper holds b already, and otherwise release,
+// which undoes the claim for a wrapper whose construction then failed. A
+// picker of this package (or the deprecated Subset) stays claimed for its
+// life; any other Balancer is not tracked, and release does nothing.
+func Claim(b Balancer) (release func(), err error) {
+	c, ok := b.(innerClaim)
+	if !ok {
+		return func() {}, nil
+	}
+	if !c.claimInner() {
+		return nil, fmt.Errorf("balancer: Claim: the %T serves another wrapper: %w", b, ErrPeerInUse)
+	}
+	return c.releaseInner, nil
+}
+
+// innerClaim is an inner picker that knows whether a wrapper holds it: the
+// peer set, and the deprecated Subset.
+type innerClaim interface {
+	claimInner() bool // false if a wrapper holds it already
+	releaseInner()    // undoes a claim whose wrapper failed
+}
 
 func (s *peerSet) init(peers []*Peer, cfg config, changed func(*peerList)) error {
 	clock := cfg.now

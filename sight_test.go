@@ -386,7 +386,9 @@ func TestSight_subset(t *testing.T) {
 	clk := newFakeClock()
 	inner, err := NewLeastConn(nil, clk.opt(), WithReportedLoad(time.Second, 1))
 	require.NoError(t, err)
-	s, err := NewSubset(inner, addrPeers(6, 0), mustSubsetter(RingSubsetter(0, 2, 3)))
+	by, err := RingSubsetter(0, 2, 3)
+	require.NoError(t, err)
+	s, err := NewSubset(inner, addrPeers(6, 0), by)
 	require.NoError(t, err)
 	require.Len(t, s.Peers(), 3)
 	for i := 1; i <= 24; i++ {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/subset"
 )
 
 // soakBackend answers 200 "ok", or 503 while failing; "/slow" first waits
@@ -249,9 +250,9 @@ func TestSoak_churn(t *testing.T) {
 		routes = append(routes, rs...)
 	}
 	inner := add(balancer.NewLeastConn(nil, guardOpts()...)).(*balancer.LeastConn)
-	by, err := balancer.RendezvousSubsetter("client-1", 3)
+	by, err := subset.Rendezvous("client-1", 3)
 	require.NoError(t, err)
-	sub, err := balancer.NewSubset(inner, nil, by)
+	sub, err := subset.New(inner, nil, by)
 	require.NoError(t, err)
 	sr := viaTransport("Transport/Subset(LeastConn+guards)", sub, sub.Update)
 	// Not asked to panic: its subset of three may not hold the failing

@@ -9,20 +9,20 @@ import (
 	"strconv"
 	"strings"
 
-	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/subset"
 	"google.golang.org/grpc/resolver"
 )
 
 // SubsetConfig is Config's subset: the client connects to, and balances
 // over, only its subset of the resolver's endpoints, chosen by one of the
-// balancer package's subsetters from the endpoints' keys (an endpoint's
+// subset package's subsetters from the endpoints' keys (an endpoint's
 // addresses, comma-separated: its peer's address). Algorithm is
-// "deterministic" (balancer.DeterministicSubsetter, the SRE book's; with
-// clientIndex, clientCount, size), "ring" (balancer.RingSubsetter; the
-// same fields), "rendezvous" (balancer.RendezvousSubsetter; clientKey,
-// size) or "random" (balancer.RandomSubsetter, gRFC A68's; size and an
-// optional seed, else one drawn for each channel). A number may be written
-// as a float (3.0, as xDS sends it) but must be an integer.
+// "deterministic" (subset.Deterministic, the SRE book's; with clientIndex,
+// clientCount, size), "ring" (subset.Ring; the same fields), "rendezvous"
+// (subset.Rendezvous; clientKey, size) or "random" (subset.Random, gRFC
+// A68's; size and an optional seed, else one drawn for each channel). A
+// number may be written as a float (3.0, as xDS sends it) but must be an
+// integer.
 type SubsetConfig struct {
 	Algorithm   string      `json:"algorithm,omitempty"`
 	ClientIndex json.Number `json:"clientIndex,omitempty"`
@@ -43,20 +43,20 @@ type subsetSpec struct {
 
 // subsetter returns the spec's Subsetter, with channelSeed as the random
 // algorithm's seed if the config gave none. Every value was checked.
-func (s *subsetSpec) subsetter(channelSeed uint64) lbgo.Subsetter {
-	var by lbgo.Subsetter
+func (s *subsetSpec) subsetter(channelSeed uint64) subset.Subsetter {
+	var by subset.Subsetter
 	switch s.alg {
 	case "deterministic":
-		by, _ = lbgo.DeterministicSubsetter(s.index, s.count, s.size)
+		by, _ = subset.Deterministic(s.index, s.count, s.size)
 	case "ring":
-		by, _ = lbgo.RingSubsetter(s.index, s.count, s.size)
+		by, _ = subset.Ring(s.index, s.count, s.size)
 	case "rendezvous":
-		by, _ = lbgo.RendezvousSubsetter(s.key, s.size)
+		by, _ = subset.Rendezvous(s.key, s.size)
 	default:
 		if s.seeded {
 			channelSeed = s.seed
 		}
-		by, _ = lbgo.RandomSubsetter(s.size, channelSeed)
+		by, _ = subset.Random(s.size, channelSeed)
 	}
 	return by
 }
@@ -126,7 +126,7 @@ func parseSubset(raw json.RawMessage) (*subsetSpec, error) {
 		return i, nil
 	}
 	count := func(field string, n json.Number) (int, error) {
-		const most = min(lbgo.MaxSubsetClients, math.MaxInt) // an int of 32 bits holds 2^31-1
+		const most = min(subset.MaxClients, math.MaxInt) // an int of 32 bits holds 2^31-1
 		i, err := integer(field, n, 1, most, fmt.Sprintf("out of [1, %d]", int64(most)))
 		return int(i), err
 	}
@@ -182,7 +182,7 @@ func missing(field string) error {
 // subsetEndpoints returns the endpoints of eps in by's subset, in their
 // order; endpoints without an address are left out, and one listed again
 // is counted once, as the policy makes one peer of it.
-func subsetEndpoints(by lbgo.Subsetter, eps []resolver.Endpoint) []resolver.Endpoint {
+func subsetEndpoints(by subset.Subsetter, eps []resolver.Endpoint) []resolver.Endpoint {
 	var with []resolver.Endpoint
 	var keys []string
 	seen := make(map[string]bool, len(eps))

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/subset"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/balancer"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 )
 
-func must(s lbgo.Subsetter, err error) lbgo.Subsetter {
+func must(s subset.Subsetter, err error) subset.Subsetter {
 	if err != nil {
 		panic(err)
 	}
@@ -30,15 +30,15 @@ func TestParseConfig_subset(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		json    string
-		want    lbgo.Subsetter // the same subset of keys, from the root package
+		want    subset.Subsetter // the same subset of keys, from the root package
 		wantErr string
 	}{
-		{json: `{"subset":{"algorithm":"deterministic","clientIndex":3,"clientCount":300,"size":30}}`, want: must(lbgo.DeterministicSubsetter(3, 300, 30))},
+		{json: `{"subset":{"algorithm":"deterministic","clientIndex":3,"clientCount":300,"size":30}}`, want: must(subset.Deterministic(3, 300, 30))},
 		// xDS hands numbers over as floats.
-		{json: `{"subset":{"algorithm":"deterministic","clientIndex":3.0,"clientCount":3e2,"size":30.0}}`, want: must(lbgo.DeterministicSubsetter(3, 300, 30))},
-		{json: `{"subset":{"algorithm":"ring","clientIndex":7,"clientCount":10,"size":4}}`, want: must(lbgo.RingSubsetter(7, 10, 4))},
-		{json: `{"subset":{"algorithm":"rendezvous","clientKey":"pod-a","size":5}}`, want: must(lbgo.RendezvousSubsetter("pod-a", 5))},
-		{json: `{"subset":{"algorithm":"random","size":5,"seed":42}}`, want: must(lbgo.RandomSubsetter(5, 42))},
+		{json: `{"subset":{"algorithm":"deterministic","clientIndex":3.0,"clientCount":3e2,"size":30.0}}`, want: must(subset.Deterministic(3, 300, 30))},
+		{json: `{"subset":{"algorithm":"ring","clientIndex":7,"clientCount":10,"size":4}}`, want: must(subset.Ring(7, 10, 4))},
+		{json: `{"subset":{"algorithm":"rendezvous","clientKey":"pod-a","size":5}}`, want: must(subset.Rendezvous("pod-a", 5))},
+		{json: `{"subset":{"algorithm":"random","size":5,"seed":42}}`, want: must(subset.Random(5, 42))},
 		{json: `{"subset":{"algorithm":"deterministic","clientIndex":3.5,"clientCount":300,"size":30}}`, wantErr: `subset.clientIndex 3.5: not an integer`},
 		{json: `{"subset":{"algorithm":"ring","clientIndex":1,"clientCount":10,"size":"4"}}`, wantErr: `subset.size "4": not a number`},
 		{json: `{"subset":{"algorithm":"ring","clientIndex":1,"clientCount":10,"size":1e30}}`, wantErr: `subset.size 1e30: out of [1, 2147483648]`},
@@ -58,12 +58,12 @@ func TestParseConfig_subset(t *testing.T) {
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":"7"}}`, wantErr: `subset.seed "7": not a number`},
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":1.5}}`, wantErr: `subset.seed 1.5: not an integer`},
 		{json: `{"subset":{"algorithm":"ring","clientIndex":1e30,"clientCount":10,"size":3}}`, wantErr: `subset.clientIndex 1e30: out of [0, 10)`},
-		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551615}}`, want: must(lbgo.RandomSubsetter(3, 18446744073709551615))},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551615}}`, want: must(subset.Random(3, 18446744073709551615))},
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":18446744073709551616}}`, wantErr: `subset.seed 18446744073709551616: out of [0, 18446744073709551615]`},
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":-1}}`, wantErr: `subset.seed -1: out of [0, 18446744073709551615]`},
 		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e16}}`, wantErr: `subset.seed 1e16: out of [0, 9007199254740992] (a float)`},
-		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e15}}`, want: must(lbgo.RandomSubsetter(3, 1e15))},
-		{json: `{"subset":{"algorithm":"ring","clientIndex":-0.0,"clientCount":1,"size":3e0}}`, want: must(lbgo.RingSubsetter(0, 1, 3))},
+		{json: `{"subset":{"algorithm":"random","size":3,"seed":1e15}}`, want: must(subset.Random(3, 1e15))},
+		{json: `{"subset":{"algorithm":"ring","clientIndex":-0.0,"clientCount":1,"size":3e0}}`, want: must(subset.Ring(0, 1, 3))},
 	} {
 		t.Run(tc.json, func(t *testing.T) {
 			got, err := balancer.Get("lbgo_roundrobin").(balancer.ConfigParser).ParseConfig([]byte(tc.json))
@@ -116,7 +116,7 @@ func check(t *testing.T, conn *grpc.ClientConn, n int) {
 
 // subsetOf is the expected subset, from the root package's subsetter over
 // the backends' addresses (the endpoints' keys).
-func subsetOf(s lbgo.Subsetter, bs []*backend) map[*backend]bool {
+func subsetOf(s subset.Subsetter, bs []*backend) map[*backend]bool {
 	keys := make([]string, len(bs))
 	for i, b := range bs {
 		keys[i] = b.addr
@@ -136,10 +136,10 @@ func TestSubset_endToEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		config string
-		by     lbgo.Subsetter
+		by     subset.Subsetter
 	}{
-		{"rendezvous", `{"subset":{"algorithm":"rendezvous","clientKey":"client-a","size":3}}`, must(lbgo.RendezvousSubsetter("client-a", 3))},
-		{"deterministic", `{"subset":{"algorithm":"deterministic","clientIndex":2.0,"clientCount":6,"size":3}}`, must(lbgo.DeterministicSubsetter(2, 6, 3))},
+		{"rendezvous", `{"subset":{"algorithm":"rendezvous","clientKey":"client-a","size":3}}`, must(subset.Rendezvous("client-a", 3))},
+		{"deterministic", `{"subset":{"algorithm":"deterministic","clientIndex":2.0,"clientCount":6,"size":3}}`, must(subset.Deterministic(2, 6, 3))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var bs []*backend
@@ -222,7 +222,7 @@ func TestSubsetEndpoints_duplicate(t *testing.T) {
 	}
 	eps := []resolver.Endpoint{ep("10.0.0.1:80"), ep("10.0.0.1:80"), ep("10.0.0.2:80"), ep("10.0.0.3:80"), ep("10.0.0.4:80"), ep("10.0.0.5:80")}
 	for c := range 20 {
-		by := must(lbgo.RendezvousSubsetter(fmt.Sprint("client-", c), 4))
+		by := must(subset.Rendezvous(fmt.Sprint("client-", c), 4))
 		keys := map[string]bool{}
 		for _, e := range subsetEndpoints(by, eps) {
 			keys[endpointKey(e)] = true

@@ -48,12 +48,12 @@ const (
 )
 
 // Source is what a Collector reads: every picker of the balancer package
-// (a balancer.Balancer or balancer.Updater) and balancer.Subset are one. An
+// (a balancer.Balancer or balancer.Updater) and subset.Subset are one. An
 // integration that replaces its picker (a gRPC balancer rebuilt on a
 // resolver update) can pass a Source of its own whose Peers reads the
 // current one. The picker's own series (balancer_no_live_peer_total, the
 // guards', balancer_blind_total) come from balancer.Stats, which every
-// picker of the balancer package, Subset and grpcbalancer.Channel
+// picker of the balancer package, subset.Subset and grpcbalancer.Channel
 // implement: a Source that does not export only the peers' series.
 type Source interface {
 	Peers() []*balancer.Peer
@@ -82,7 +82,7 @@ type Source interface {
 //     0 otherwise;
 //
 // and for the picker (label picker), if the Source implements
-// balancer.Stats (every picker of the balancer package and Subset do),
+// balancer.Stats (every picker of the balancer package and subset.Subset do),
 // read from its balancer.PickerStats: balancer_no_live_peer_total
 // (counter): the picks that returned balancer.ErrNoLivePeer; and, from the guards
 // (balancer.WithPanicThreshold, balancer.WithMaxEjectionPercent; 0 without

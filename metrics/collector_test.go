@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/subset"
 )
 
 // clock is a settable clock; it never moves by itself.
@@ -244,15 +245,15 @@ func TestCollector_noAllocsInPick(t *testing.T) {
 // d's failure is capped (1). One of four eligible, 25% < 50%: panic
 // engages once (1, in panic). A success on a peer out, picked in panic,
 // readmits it: two of four, 50%, not below: panic is over (0), the counter
-// stays. The same behind a balancer.Subset whose subset is the four: the
+// stays. The same behind a subset.Subset whose subset is the four: the
 // series are the inner picker's, which the Subset forwards.
 func TestCollector_guards(t *testing.T) {
-	for _, subset := range []bool{false, true} {
-		t.Run(map[bool]string{false: "RoundRobin", true: "Subset"}[subset], func(t *testing.T) { testGuards(t, subset) })
+	for _, wrapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "RoundRobin", true: "Subset"}[wrapped], func(t *testing.T) { testGuards(t, wrapped) })
 	}
 }
 
-// everyBackend is a balancer.Subsetter whose subset is the whole list.
+// everyBackend is a subset.Subsetter whose subset is the whole list.
 type everyBackend struct{}
 
 func (everyBackend) Subset(keys []string) []int {
@@ -263,17 +264,17 @@ func (everyBackend) Subset(keys []string) []int {
 	return out
 }
 
-func testGuards(t *testing.T, subset bool) {
+func testGuards(t *testing.T, wrapped bool) {
 	clk := &clock{time.Unix(1000, 0)}
 	peers := []*balancer.Peer{balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("c"), balancer.NewPeer("d")}
 	opts := []balancer.Option{balancer.WithClock(clk.now), balancer.WithPanicThreshold(50), balancer.WithMaxEjectionPercent(75)}
 	var rr balancer.Balancer
-	if subset {
+	if wrapped {
 		inner, err := balancer.NewRoundRobin(nil, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rr, err = balancer.NewSubset(inner, peers, everyBackend{}); err != nil {
+		if rr, err = subset.New(inner, peers, everyBackend{}); err != nil {
 			t.Fatal(err)
 		}
 	} else {

@@ -64,7 +64,7 @@
 // backend's true requests in flight and current speed at the pick, but no
 // service time in advance: the bound of what server-side load reports can
 // tell a client.
-// [CompareSubsets] compares subsettings (balancer.Subset over each
+// [CompareSubsets] compares subsettings (subset.Subset over each
 // client's round robin) at the SRE book's fleet of 300 clients and 300
 // backends with subsets of 30: connections per backend, requests per
 // backend, latency, and the churn of scale events of ±10% backends

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/subset"
 )
 
 // SubsetScenario names the subsetting comparison ([CompareSubsets]).
@@ -51,7 +52,7 @@ func DefaultSubsetFleet() SubsetFleet {
 // subsetting, every client over every backend).
 type SubsetPolicy struct {
 	Name string
-	By   func(f SubsetFleet, c int, seed uint64) (balancer.Subsetter, error)
+	By   func(f SubsetFleet, c int, seed uint64) (subset.Subsetter, error)
 }
 
 // SubsetPolicies returns the subsettings compared: none, the SRE book's
@@ -61,17 +62,17 @@ type SubsetPolicy struct {
 func SubsetPolicies() []SubsetPolicy {
 	return []SubsetPolicy{
 		{Name: "none"},
-		{Name: "deterministic", By: func(f SubsetFleet, c int, _ uint64) (balancer.Subsetter, error) {
-			return balancer.DeterministicSubsetter(c, f.Clients, f.Size)
+		{Name: "deterministic", By: func(f SubsetFleet, c int, _ uint64) (subset.Subsetter, error) {
+			return subset.Deterministic(c, f.Clients, f.Size)
 		}},
-		{Name: "ring", By: func(f SubsetFleet, c int, _ uint64) (balancer.Subsetter, error) {
-			return balancer.RingSubsetter(c, f.Clients, f.Size)
+		{Name: "ring", By: func(f SubsetFleet, c int, _ uint64) (subset.Subsetter, error) {
+			return subset.Ring(c, f.Clients, f.Size)
 		}},
-		{Name: "rendezvous", By: func(f SubsetFleet, c int, seed uint64) (balancer.Subsetter, error) {
-			return balancer.RendezvousSubsetter(fmt.Sprintf("client-%d-%d", seed, c), f.Size)
+		{Name: "rendezvous", By: func(f SubsetFleet, c int, seed uint64) (subset.Subsetter, error) {
+			return subset.Rendezvous(fmt.Sprintf("client-%d-%d", seed, c), f.Size)
 		}},
-		{Name: "random", By: func(f SubsetFleet, c int, seed uint64) (balancer.Subsetter, error) {
-			return balancer.RandomSubsetter(f.Size, stream(seed, SubsetScenario, "subset", c).Uint64())
+		{Name: "random", By: func(f SubsetFleet, c int, seed uint64) (subset.Subsetter, error) {
+			return subset.Random(f.Size, stream(seed, SubsetScenario, "subset", c).Uint64())
 		}},
 	}
 }
@@ -125,7 +126,7 @@ func subsetScenario(f SubsetFleet) Scenario {
 }
 
 // subsetPolicy is p as the engine's policy: each client's round robin over
-// the first f.Backends peers, wrapped in a balancer.Subset. The engine
+// the first f.Backends peers, wrapped in a subset.Subset. The engine
 // builds a run's clients in order, 0 first, so the factory counts them.
 func subsetPolicy(f SubsetFleet, p SubsetPolicy, seed uint64) Policy {
 	rr, _ := balancer.AlgorithmNamed("RoundRobin")
@@ -146,7 +147,7 @@ func subsetPolicy(f SubsetFleet, p SubsetPolicy, seed uint64) Policy {
 			if err != nil {
 				return nil, err
 			}
-			return balancer.NewSubset(in.(balancer.Balancer), peers, by)
+			return subset.New(in.(balancer.Balancer), peers, by)
 		}
 	}}
 }
@@ -279,7 +280,7 @@ func meanMax(v []int) (mean, most float64) {
 }
 
 // CompareSubsets runs each subsetting over fleet f with o.Seeds seeds,
-// every client's round robin wrapped in a balancer.Subset, with the scale
+// every client's round robin wrapped in a subset.Subset, with the scale
 // events inside the run: at each, every client's picker gets the new
 // backend list through Update, as a discovery update would deliver it.
 // Runs go on o.Parallel goroutines; the report does not depend on how

@@ -188,7 +188,7 @@ shows; [PREQUAL_SWEEP.md](PREQUAL_SWEEP.md) sweeps Prequal's settings.
 ## Subsetting
 
 ` + "`balance sim -scenario subset300 -format markdown`" + ` compares the subsettings over the SRE
-book's fleet, each client's round robin wrapped in a balancer.Subset, with two scale events
+book's fleet, each client's round robin wrapped in a subset.Subset, with two scale events
 inside the run: at each, every client's picker gets the new backend list through Update, and
 the churn is what that Update changed.
 

@@ -1,8 +1,9 @@
-package balancer
+package subset
 
 import (
 	"errors"
 	"fmt"
+	"github.com/lbgo/balancer"
 	"math"
 	"slices"
 	"strings"
@@ -49,15 +50,15 @@ func mustSubsetter(s Subsetter, err error) Subsetter {
 }
 
 func sreFleet(clients, size int) func(c int) Subsetter {
-	return func(c int) Subsetter { return mustSubsetter(DeterministicSubsetter(c, clients, size)) }
+	return func(c int) Subsetter { return mustSubsetter(Deterministic(c, clients, size)) }
 }
 
 func ringFleet(clients, size int) func(c int) Subsetter {
-	return func(c int) Subsetter { return mustSubsetter(RingSubsetter(c, clients, size)) }
+	return func(c int) Subsetter { return mustSubsetter(Ring(c, clients, size)) }
 }
 
 func rendezvousFleet(size int) func(c int) Subsetter {
-	return func(c int) Subsetter { return mustSubsetter(RendezvousSubsetter(fmt.Sprintf("client-%d", c), size)) }
+	return func(c int) Subsetter { return mustSubsetter(Rendezvous(fmt.Sprintf("client-%d", c), size)) }
 }
 
 // The balance each deterministic algorithm promises, derived: a client
@@ -139,7 +140,7 @@ func churn(before, after map[string]bool) int {
 }
 
 // wraps reports whether client c's run on the ring of n backends passes
-// the ring's origin (RingSubsetter's doc).
+// the ring's origin (Ring's doc).
 func wraps(c, clients, n, size int) bool { return size < n && c*n/clients+size > n }
 
 // The churn bounds of the ring and rendezvous algorithms, checked over
@@ -256,10 +257,10 @@ func TestSubsetters_orderFree(t *testing.T) {
 	rev := slices.Clone(keys)
 	slices.Reverse(rev)
 	for name, s := range map[string]Subsetter{
-		"deterministic": mustSubsetter(DeterministicSubsetter(3, 10, 7)),
-		"ring":          mustSubsetter(RingSubsetter(3, 10, 7)),
-		"rendezvous":    mustSubsetter(RendezvousSubsetter("c3", 7)),
-		"random":        mustSubsetter(RandomSubsetter(7, 42)),
+		"deterministic": mustSubsetter(Deterministic(3, 10, 7)),
+		"ring":          mustSubsetter(Ring(3, 10, 7)),
+		"rendezvous":    mustSubsetter(Rendezvous("c3", 7)),
+		"random":        mustSubsetter(Random(7, 42)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			idx := s.Subset(keys)
@@ -277,38 +278,38 @@ func TestSubsetters_orderFree(t *testing.T) {
 func TestSubsetters_duplicateKeys(t *testing.T) {
 	keys := []string{"a", "a", "a", "b"}
 	for _, s := range []Subsetter{
-		mustSubsetter(DeterministicSubsetter(0, 1, 4)),
-		mustSubsetter(RingSubsetter(0, 1, 4)),
-		mustSubsetter(RendezvousSubsetter("c", 4)),
+		mustSubsetter(Deterministic(0, 1, 4)),
+		mustSubsetter(Ring(0, 1, 4)),
+		mustSubsetter(Rendezvous("c", 4)),
 	} {
 		assert.Equal(t, []int{0, 1, 2, 3}, s.Subset(keys))
 	}
 }
 
 func TestSubsetters_invalid(t *testing.T) {
-	huge := MaxSubsetClients + 1
+	huge := MaxClients + 1
 	for _, tc := range []struct {
 		name string
 		make func() (Subsetter, error)
 		want string
 	}{
-		{"size 0", func() (Subsetter, error) { return DeterministicSubsetter(0, 1, 0) }, "subset size 0"},
-		{"size -3", func() (Subsetter, error) { return RingSubsetter(0, 1, -3) }, "subset size -3"},
-		{"size huge", func() (Subsetter, error) { return RingSubsetter(0, 1, huge) }, fmt.Sprintf("subset size %d", huge)},
-		{"clients 0", func() (Subsetter, error) { return DeterministicSubsetter(0, 0, 3) }, "client count 0"},
-		{"clients huge", func() (Subsetter, error) { return RingSubsetter(0, huge, 3) }, fmt.Sprintf("client count %d", huge)},
-		{"index -1", func() (Subsetter, error) { return DeterministicSubsetter(-1, 5, 3) }, "client index -1"},
-		{"index = clients", func() (Subsetter, error) { return RingSubsetter(5, 5, 3) }, "client index 5"},
-		{"rendezvous size 0", func() (Subsetter, error) { return RendezvousSubsetter("c", 0) }, "subset size 0"},
-		{"rendezvous no key", func() (Subsetter, error) { return RendezvousSubsetter("", 3) }, "empty client key"},
+		{"size 0", func() (Subsetter, error) { return Deterministic(0, 1, 0) }, "subset size 0"},
+		{"size -3", func() (Subsetter, error) { return Ring(0, 1, -3) }, "subset size -3"},
+		{"size huge", func() (Subsetter, error) { return Ring(0, 1, huge) }, fmt.Sprintf("subset size %d", huge)},
+		{"clients 0", func() (Subsetter, error) { return Deterministic(0, 0, 3) }, "client count 0"},
+		{"clients huge", func() (Subsetter, error) { return Ring(0, huge, 3) }, fmt.Sprintf("client count %d", huge)},
+		{"index -1", func() (Subsetter, error) { return Deterministic(-1, 5, 3) }, "client index -1"},
+		{"index = clients", func() (Subsetter, error) { return Ring(5, 5, 3) }, "client index 5"},
+		{"rendezvous size 0", func() (Subsetter, error) { return Rendezvous("c", 0) }, "subset size 0"},
+		{"rendezvous no key", func() (Subsetter, error) { return Rendezvous("", 3) }, "empty client key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tc.make()
 			require.Error(t, err)
 			assert.Nil(t, s)
-			assert.True(t, errors.Is(err, ErrInvalidConfig), "%v", err)
+			assert.True(t, errors.Is(err, balancer.ErrInvalidConfig), "%v", err)
 			assert.Contains(t, err.Error(), tc.want)
-			assert.True(t, strings.HasPrefix(err.Error(), "balancer: "), "%v", err)
+			assert.True(t, strings.HasPrefix(err.Error(), "subset: "), "%v", err)
 		})
 	}
 }

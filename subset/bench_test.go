@@ -1,7 +1,8 @@
-package balancer
+package subset
 
 import (
 	"fmt"
+	"github.com/lbgo/balancer"
 	"testing"
 )
 
@@ -10,7 +11,7 @@ import (
 // wrapper's cost is one call.
 func BenchmarkSubsetPick(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
-		by := mustSubsetter(RingSubsetter(7, 100, 30))
+		by := mustSubsetter(Ring(7, 100, 30))
 		for _, wrapped := range []bool{false, true} {
 			name := fmt.Sprintf("backends=%d/plain", n)
 			if wrapped {
@@ -18,13 +19,13 @@ func BenchmarkSubsetPick(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				backends := benchPeers(n)
-				inner, err := NewP2CPeakEWMA(nil)
+				inner, err := balancer.NewP2CPeakEWMA(nil)
 				if err != nil {
 					b.Fatal(err)
 				}
-				var lb Balancer = inner
+				var lb balancer.Balancer = inner
 				if wrapped {
-					if lb, err = NewSubset(inner, backends, by); err != nil {
+					if lb, err = New(inner, backends, by); err != nil {
 						b.Fatal(err)
 					}
 				} else {
@@ -32,7 +33,7 @@ func BenchmarkSubsetPick(b *testing.B) {
 					for i, p := range backends {
 						keys[i] = p.HashText()
 					}
-					var sub []*Peer
+					var sub []*balancer.Peer
 					for _, i := range by.Subset(keys) {
 						sub = append(sub, backends[i])
 					}
@@ -40,7 +41,7 @@ func BenchmarkSubsetPick(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				var r Request
+				var r balancer.Request
 				b.ReportAllocs()
 				for b.Loop() {
 					r.Reset()
@@ -48,7 +49,7 @@ func BenchmarkSubsetPick(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					_ = lb.Done(p, Outcome{})
+					_ = lb.Done(p, balancer.Outcome{})
 				}
 			})
 		}
@@ -61,11 +62,11 @@ func BenchmarkSubsetPick(b *testing.B) {
 func BenchmarkSubsetUpdate(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
-			inner, err := NewRoundRobin(nil)
+			inner, err := balancer.NewRoundRobin(nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			s, err := NewSubset(inner, benchPeers(n), mustSubsetter(RingSubsetter(7, 100, 30)))
+			s, err := New(inner, benchPeers(n), mustSubsetter(Ring(7, 100, 30)))
 			if err != nil {
 				b.Fatal(err)
 			}

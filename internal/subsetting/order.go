@@ -1,4 +1,9 @@
-package balancer
+// Package subsetting computes subsets and keeps a picker's share of a
+// backend list: the implementation behind package subset and the balancer
+// package's deprecated names for it (Subset, NewSubset and the
+// subsetters), which cannot call package subset (it imports balancer).
+// Package subset documents the contracts.
+package subsetting
 
 import (
 	"cmp"
@@ -6,11 +11,15 @@ import (
 	"slices"
 )
 
-// MaxSubsetClients bounds a subsetter's client count and subset size: far
-// above any fleet, and low enough that index·backends never overflows. The
-// caller sets both, so the bound is exported: a value past it is refused
-// with ErrInvalidConfig.
-const MaxSubsetClients = 1 << 31
+// MaxClients bounds a subsetter's client count and subset size: far above
+// any fleet, and low enough that index·backends never overflows.
+const MaxClients = 1 << 31
+
+// Subsetter chooses one client's subset of a backend list (see
+// subset.Subsetter).
+type Subsetter interface {
+	Subset(keys []string) []int
+}
 
 // subsetBackend is one entry of a backend list as the subsetters see it:
 // its key, the number of entries with that key before it (two peers with
@@ -74,23 +83,30 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// checkSubsetSize refuses a size out of [1, MaxSubsetClients]. The bound
-// is compared as an int64: an int of 32 bits does not hold it.
-func checkSubsetSize(who string, size int) error {
-	if size <= 0 || int64(size) > MaxSubsetClients {
-		return fmt.Errorf("balancer: %s: subset size %d out of [1, %d]: %w", who, size, int64(MaxSubsetClients), ErrInvalidConfig)
+// Refused is a constructor's refusal: what was wrong, the value named.
+// Error is the text alone, so that a caller can put its name before it and
+// its sentinel after it.
+type Refused struct{ What string }
+
+func (e *Refused) Error() string { return e.What }
+
+// checkSubsetSize refuses a size out of [1, MaxClients]. The bound is
+// compared as an int64: an int of 32 bits does not hold it.
+func checkSubsetSize(size int) error {
+	if size <= 0 || int64(size) > MaxClients {
+		return &Refused{fmt.Sprintf("subset size %d out of [1, %d]", size, int64(MaxClients))}
 	}
 	return nil
 }
 
-// checkClient refuses a client count out of [1, MaxSubsetClients] or an
-// index out of [0, count).
-func checkClient(who string, index, count int) error {
+// checkClient refuses a client count out of [1, MaxClients] or an index
+// out of [0, count).
+func checkClient(index, count int) error {
 	switch {
-	case count <= 0 || int64(count) > MaxSubsetClients:
-		return fmt.Errorf("balancer: %s: client count %d out of [1, %d]: %w", who, count, int64(MaxSubsetClients), ErrInvalidConfig)
+	case count <= 0 || int64(count) > MaxClients:
+		return &Refused{fmt.Sprintf("client count %d out of [1, %d]", count, int64(MaxClients))}
 	case index < 0 || index >= count:
-		return fmt.Errorf("balancer: %s: client index %d out of [0, %d): %w", who, index, count, ErrInvalidConfig)
+		return &Refused{fmt.Sprintf("client index %d out of [0, %d)", index, count)}
 	}
 	return nil
 }

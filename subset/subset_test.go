@@ -1,8 +1,9 @@
-package balancer
+package subset
 
 import (
 	"errors"
 	"fmt"
+	"github.com/lbgo/balancer"
 	"slices"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ func toSetOf(keys []string) map[string]bool {
 	return m
 }
 
-func addrsOf(peers []*Peer) []string {
+func addrsOf(peers []*balancer.Peer) []string {
 	out := make([]string, len(peers))
 	for i, p := range peers {
 		out[i] = p.Addr()
@@ -30,7 +31,7 @@ func addrsOf(peers []*Peer) []string {
 
 // subsetAddrs is the subset s chooses of peers, by key, sorted: the expected
 // value, from the Subsetter alone.
-func subsetAddrs(s Subsetter, peers []*Peer) []string {
+func subsetAddrs(s Subsetter, peers []*balancer.Peer) []string {
 	keys := make([]string, len(peers))
 	for i, p := range peers {
 		keys[i] = p.Addr()
@@ -46,23 +47,23 @@ func subsetAddrs(s Subsetter, peers []*Peer) []string {
 // The inner picker holds the subset, and only it: picks never leave it.
 func TestSubset_innerHoldsTheSubset(t *testing.T) {
 	forEachPicker(t, func(t *testing.T, pc pickerCase) {
-		by := mustSubsetter(RendezvousSubsetter("client-7", 3))
+		by := mustSubsetter(Rendezvous("client-7", 3))
 		backends := addrPeers(10, 0)
 		inner, err := pc.new(nil)
 		require.NoError(t, err)
-		s, err := NewSubset(inner, backends, by)
+		s, err := New(inner, backends, by)
 		require.NoError(t, err)
 		want := subsetAddrs(by, backends)
 		require.Len(t, want, 3)
 		assert.Equal(t, want, addrsOf(s.Peers()))
 		assert.Len(t, s.Backends(), 10)
-		var r Request
+		var r balancer.Request
 		for range 60 {
 			r.Reset()
 			p, err := s.Pick(&r)
 			require.NoError(t, err)
 			assert.Contains(t, want, p.Addr())
-			require.NoError(t, s.Done(p, Outcome{}))
+			require.NoError(t, s.Done(p, balancer.Outcome{}))
 		}
 	})
 }
@@ -71,11 +72,11 @@ func TestSubset_innerHoldsTheSubset(t *testing.T) {
 // backend added or removed changes at most one member, and a member kept
 // keeps its state (here an attempt in flight, reported after the change).
 func TestSubset_update(t *testing.T) {
-	by := mustSubsetter(RendezvousSubsetter("client-7", 3))
-	rr, err := NewRoundRobin(nil)
+	by := mustSubsetter(Rendezvous("client-7", 3))
+	rr, err := balancer.NewRoundRobin(nil)
 	require.NoError(t, err)
 	backends := addrPeers(10, 0)
-	s, err := NewSubset(rr, backends, by)
+	s, err := New(rr, backends, by)
 	require.NoError(t, err)
 	held, err := s.Pick(nil)
 	require.NoError(t, err)
@@ -84,7 +85,7 @@ func TestSubset_update(t *testing.T) {
 	// clients, at most one member changes.
 	grown := append(addrPeers(10, 0), addrPeers(1, 10)...)
 	for c := range 20 {
-		other := mustSubsetter(RendezvousSubsetter(fmt.Sprint("client-", c), 3))
+		other := mustSubsetter(Rendezvous(fmt.Sprint("client-", c), 3))
 		before, after := subsetAddrs(other, backends), subsetAddrs(other, grown)
 		assert.LessOrEqual(t, churn(toSetOf(before), toSetOf(after)), 1)
 	}
@@ -94,13 +95,13 @@ func TestSubset_update(t *testing.T) {
 	assert.Equal(t, want, addrsOf(rr.Peers()))
 	if slices.Contains(want, held.Addr()) {
 		assert.Equal(t, 1, held.InFlight(), "a kept member keeps its attempt")
-		assert.NoError(t, s.Done(held, Outcome{}))
+		assert.NoError(t, s.Done(held, balancer.Outcome{}))
 	}
 	assert.Len(t, s.Backends(), 11)
 
 	// Remove, SetDown and SetWeight take the peers Pick returns and the
 	// backends outside the subset alike.
-	var out *Peer
+	var out *balancer.Peer
 	for _, p := range s.Backends() {
 		if !slices.Contains(want, p.Addr()) {
 			out = p
@@ -122,36 +123,36 @@ func TestSubset_update(t *testing.T) {
 	assert.Len(t, s.Peers(), 3)
 	assert.Equal(t, subsetAddrs(by, s.Backends()), addrsOf(s.Peers()))
 
-	fresh := NewPeer(ipAddr(99))
+	fresh := balancer.NewPeer(ipAddr(99))
 	require.NoError(t, s.Add(fresh))
 	assert.Equal(t, subsetAddrs(by, s.Backends()), addrsOf(s.Peers()))
-	assert.ErrorIs(t, s.Remove(NewPeer("stranger")), ErrUnknownPeer)
-	assert.ErrorIs(t, s.SetDown(NewPeer("stranger"), true), ErrUnknownPeer)
+	assert.ErrorIs(t, s.Remove(balancer.NewPeer("stranger")), balancer.ErrUnknownPeer)
+	assert.ErrorIs(t, s.SetDown(balancer.NewPeer("stranger"), true), balancer.ErrUnknownPeer)
 }
 
 // A bad list changes nothing, and says what was wrong.
 func TestSubset_badInput(t *testing.T) {
-	by := mustSubsetter(RingSubsetter(0, 1, 2))
-	rr, err := NewRoundRobin(nil)
+	by := mustSubsetter(Ring(0, 1, 2))
+	rr, err := balancer.NewRoundRobin(nil)
 	require.NoError(t, err)
-	s, err := NewSubset(rr, addrPeers(4, 0), by)
+	s, err := New(rr, addrPeers(4, 0), by)
 	require.NoError(t, err)
 	before := addrsOf(s.Peers())
-	p := NewPeer(ipAddr(50))
-	other, err := NewRoundRobin([]*Peer{NewPeer(ipAddr(60))})
+	p := balancer.NewPeer(ipAddr(50))
+	other, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer(ipAddr(60))})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name     string
-		snapshot []*Peer
+		snapshot []*balancer.Peer
 		want     error
 	}{
-		{"nil peer", []*Peer{NewPeer(ipAddr(1)), nil}, ErrInvalidConfig},
-		{"twice", []*Peer{p, p}, ErrDuplicatePeer},
-		{"bad weight", []*Peer{NewPeer(ipAddr(1), Weight(-1))}, ErrInvalidConfig},
-		{"another picker's", append(addrPeers(2, 0), other.Peers()...), ErrPeerInUse},
+		{"nil peer", []*balancer.Peer{balancer.NewPeer(ipAddr(1)), nil}, balancer.ErrInvalidConfig},
+		{"twice", []*balancer.Peer{p, p}, balancer.ErrDuplicatePeer},
+		{"bad weight", []*balancer.Peer{balancer.NewPeer(ipAddr(1), balancer.Weight(-1))}, balancer.ErrInvalidConfig},
+		{"another picker's", append(addrPeers(2, 0), other.Peers()...), balancer.ErrPeerInUse},
 		// Wherever it falls, member or not.
-		{"another picker's, among many", append(addrPeers(8, 0), other.Peers()...), ErrPeerInUse},
-		{"another picker's, first", append(other.Peers(), addrPeers(8, 0)...), ErrPeerInUse},
+		{"another picker's, among many", append(addrPeers(8, 0), other.Peers()...), balancer.ErrPeerInUse},
+		{"another picker's, first", append(other.Peers(), addrPeers(8, 0)...), balancer.ErrPeerInUse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.Update(tc.snapshot)
@@ -160,50 +161,50 @@ func TestSubset_badInput(t *testing.T) {
 			assert.Len(t, s.Backends(), 4)
 		})
 	}
-	_, err = NewSubset(nil, nil, by)
-	assert.ErrorIs(t, err, ErrInvalidConfig)
-	_, err = NewSubset(rr, nil, nil)
-	assert.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = New(nil, nil, by)
+	assert.ErrorIs(t, err, balancer.ErrInvalidConfig)
+	_, err = New(rr, nil, nil)
+	assert.ErrorIs(t, err, balancer.ErrInvalidConfig)
 }
 
 // Pick and Done go straight to the inner picker: nothing allocated.
 func TestSubset_pickAllocatesNothing(t *testing.T) {
-	inner, err := NewP2CPeakEWMA(nil)
+	inner, err := balancer.NewP2CPeakEWMA(nil)
 	require.NoError(t, err)
-	s, err := NewSubset(inner, addrPeers(100, 0), mustSubsetter(RingSubsetter(3, 10, 10)))
+	s, err := New(inner, addrPeers(100, 0), mustSubsetter(Ring(3, 10, 10)))
 	require.NoError(t, err)
-	var r Request
+	var r balancer.Request
 	allocs := testing.AllocsPerRun(1000, func() {
 		r.Reset()
 		p, err := s.Pick(&r)
 		if err != nil {
 			panic(err)
 		}
-		_ = s.Done(p, Outcome{})
+		_ = s.Done(p, balancer.Outcome{})
 	})
 	assert.Zero(t, allocs)
 }
 
 // Picks and reports racing updates of the backend list (-race).
 func TestSubset_concurrent(t *testing.T) {
-	inner, err := NewLeastConn(nil)
+	inner, err := balancer.NewLeastConn(nil)
 	require.NoError(t, err)
-	s, err := NewSubset(inner, addrPeers(40, 0), mustSubsetter(RendezvousSubsetter("c", 5)))
+	s, err := New(inner, addrPeers(40, 0), mustSubsetter(Rendezvous("c", 5)))
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			var r Request
+			var r balancer.Request
 			for range 2000 {
 				r.Reset()
 				p, err := s.Pick(&r)
-				if errors.Is(err, ErrNoLivePeer) {
+				if errors.Is(err, balancer.ErrNoLivePeer) {
 					continue
 				}
 				if !assert.NoError(t, err) {
 					return
 				}
-				_ = s.Done(p, Outcome{})
+				_ = s.Done(p, balancer.Outcome{})
 			}
 		})
 	}
@@ -218,13 +219,13 @@ func TestSubset_concurrent(t *testing.T) {
 // the package does (the metrics Collector reads NoLivePeerCount): the
 // inner picker's count.
 func TestSubset_noLivePeerCount(t *testing.T) {
-	inner, err := NewRoundRobin(nil)
+	inner, err := balancer.NewRoundRobin(nil)
 	require.NoError(t, err)
-	s, err := NewSubset(inner, addrPeers(6, 0, Down()), mustSubsetter(RingSubsetter(0, 2, 3)))
+	s, err := New(inner, addrPeers(6, 0, balancer.Down()), mustSubsetter(Ring(0, 2, 3)))
 	require.NoError(t, err)
 	for range 4 {
 		_, err := s.Pick(nil)
-		require.ErrorIs(t, err, ErrNoLivePeer)
+		require.ErrorIs(t, err, balancer.ErrNoLivePeer)
 	}
 	c, ok := any(s).(interface{ NoLivePeerCount() uint64 })
 	require.True(t, ok, "Subset has no NoLivePeerCount")
@@ -252,14 +253,14 @@ func TestSubset_badSubsetter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			good := fixedSubsetter{0}
 			by := &switchSubsetter{s: good}
-			inner, err := NewRoundRobin(nil)
+			inner, err := balancer.NewRoundRobin(nil)
 			require.NoError(t, err)
-			s, err := NewSubset(inner, addrPeers(4, 0), by)
+			s, err := New(inner, addrPeers(4, 0), by)
 			require.NoError(t, err)
 			before := s.Backends()
 			by.s = fixedSubsetter(tc.pos)
 			err = s.Update(addrPeers(4, 0))
-			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorIs(t, err, balancer.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Equal(t, before, s.Backends())
 			assert.Equal(t, addrsOf(before[:1]), addrsOf(s.Peers()))

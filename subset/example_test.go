@@ -1,15 +1,16 @@
-package balancer_test
+package subset_test
 
 import (
 	"fmt"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/subset"
 )
 
 // A fleet of 6 clients over 12 backends, subsets of 4: client 2 balances
 // over its 4 with round robin, and the fleet's subsets hold every backend
-// 6·4/12 = 2 times (RingSubsetter: ±1, here exact).
-func ExampleSubset() {
+// 6·4/12 = 2 times (Ring: ±1, here exact).
+func Example() {
 	var backends []*balancer.Peer
 	var keys []string
 	for i := range 12 {
@@ -17,7 +18,7 @@ func ExampleSubset() {
 		backends = append(backends, balancer.NewPeer(addr))
 		keys = append(keys, addr)
 	}
-	by, err := balancer.RingSubsetter(2, 6, 4) // client 2 of 6
+	by, err := subset.Ring(2, 6, 4) // client 2 of 6
 	if err != nil {
 		panic(err)
 	}
@@ -25,7 +26,7 @@ func ExampleSubset() {
 	if err != nil {
 		panic(err)
 	}
-	lb, err := balancer.NewSubset(inner, backends, by)
+	lb, err := subset.New(inner, backends, by)
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +44,7 @@ func ExampleSubset() {
 	// Every client's subset, as each computes it for itself.
 	held := map[string]int{}
 	for c := range 6 {
-		s, _ := balancer.RingSubsetter(c, 6, 4)
+		s, _ := subset.Ring(c, 6, 4)
 		for _, i := range s.Subset(keys) {
 			held[keys[i]]++
 		}

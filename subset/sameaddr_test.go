@@ -1,7 +1,8 @@
-package balancer
+package subset
 
 import (
 	"fmt"
+	"github.com/lbgo/balancer"
 	"math/rand/v2"
 	"testing"
 
@@ -17,21 +18,21 @@ import (
 func TestSubset_sameAddressReordered(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		inner func() Balancer
+		inner func() balancer.Balancer
 	}{
-		{"RoundRobin", func() Balancer { b, _ := NewRoundRobin(nil); return b }},
-		{"LeastConn", func() Balancer { b, _ := NewLeastConn(nil); return b }},
-		{"SmoothWRR", func() Balancer { b, _ := NewSmoothWRR(nil); return b }},
+		{"RoundRobin", func() balancer.Balancer { b, _ := balancer.NewRoundRobin(nil); return b }},
+		{"LeastConn", func() balancer.Balancer { b, _ := balancer.NewLeastConn(nil); return b }},
+		{"SmoothWRR", func() balancer.Balancer { b, _ := balancer.NewSmoothWRR(nil); return b }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			first, second := NewPeer(ipAddr(1), Weight(2)), NewPeer(ipAddr(1), Weight(5))
+			first, second := balancer.NewPeer(ipAddr(1), balancer.Weight(2)), balancer.NewPeer(ipAddr(1), balancer.Weight(5))
 			// Size 1 of two equal keys: one occurrence, whichever comes
 			// first or second in the list by the subsetter's hash.
-			s, err := NewSubset(tc.inner(), []*Peer{first, second}, mustSubsetter(RingSubsetter(0, 1, 1)))
+			s, err := New(tc.inner(), []*balancer.Peer{first, second}, mustSubsetter(Ring(0, 1, 1)))
 			require.NoError(t, err)
 			member := s.Peers()[0]
 			wantWeight := []int{5, 2} // by list position, as given below
-			require.NoError(t, s.Update([]*Peer{second, first}))
+			require.NoError(t, s.Update([]*balancer.Peer{second, first}))
 
 			bs := s.Backends()
 			require.Len(t, bs, 2)
@@ -42,7 +43,7 @@ func TestSubset_sameAddressReordered(t *testing.T) {
 			assert.Contains(t, bs, s.Peers()[0], "the member is a backend")
 			assert.Same(t, member, s.Peers()[0], "the inner picker kept its peer")
 			assert.NoError(t, s.Update(bs), "Backends given back")
-			assert.NoError(t, s.Add(NewPeer(ipAddr(2))))
+			assert.NoError(t, s.Add(balancer.NewPeer(ipAddr(2))))
 			assert.NoError(t, s.Remove(bs[1]))
 		})
 	}
@@ -54,21 +55,21 @@ func TestSubset_sameAddressReordered(t *testing.T) {
 // and the subset is the Subsetter's over the given keys.
 func TestSubset_sameAddressLists(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	fresh := func() []*Peer {
-		ps := make([]*Peer, r.IntN(9))
+	fresh := func() []*balancer.Peer {
+		ps := make([]*balancer.Peer, r.IntN(9))
 		for i := range ps {
-			ps[i] = NewPeer(ipAddr(r.IntN(3)), Weight(1+r.IntN(9)))
+			ps[i] = balancer.NewPeer(ipAddr(r.IntN(3)), balancer.Weight(1+r.IntN(9)))
 		}
 		return ps
 	}
 	for trial := range 100 {
-		inner, err := NewLeastConn(nil)
+		inner, err := balancer.NewLeastConn(nil)
 		require.NoError(t, err)
-		by := mustSubsetter(RendezvousSubsetter(fmt.Sprint("client-", trial), 1+r.IntN(5)))
-		s, err := NewSubset(inner, fresh(), by)
+		by := mustSubsetter(Rendezvous(fmt.Sprint("client-", trial), 1+r.IntN(5)))
+		s, err := New(inner, fresh(), by)
 		require.NoError(t, err)
 		for step := range 30 {
-			var given []*Peer
+			var given []*balancer.Peer
 			switch r.IntN(3) {
 			case 0:
 				given = fresh()
@@ -89,7 +90,7 @@ func TestSubset_sameAddressLists(t *testing.T) {
 			require.NoError(t, s.Update(given), "trial %d step %d", trial, step)
 			bs := s.Backends()
 			require.Len(t, bs, len(given))
-			seen := map[*Peer]bool{}
+			seen := map[*balancer.Peer]bool{}
 			for i, p := range bs {
 				require.False(t, seen[p], "trial %d step %d: %s listed twice", trial, step, p)
 				seen[p] = true
