@@ -126,17 +126,12 @@ import (
 // latency replaced by the exact one (current speed × (count + 1), in a
 // modified simulator, not kept, before it answered by RIF level) fleet16
 // was still at 177-190 and fleet64 at 240-270. The defaults, fed by the
-// replies' reports and aging each answer (answerAge, prequal_pool.go),
-// reach 1.9× the oracle with 16 clients and 2.5× with 64 (166.4 and 225.9
-// ms against 87.9 and 90.6; TestPrequalDefault), against
+// replies' reports, reach 2.0× the oracle with 16 clients and 2.8× with 64
+// (176.8 and 252.7 ms against 87.9 and 90.6; TestPrequalDefault), against
 // P2CPeakEWMA's 4.0× and 5.7×: above the 1.5× and 2× aimed at. A pool of 6
 // helps one client (zones1 154 ms) but herds with 64 (fleet64 273), and 3
 // the reverse (229 and 221); the hot quantile between 0.2 and 0.4 moves
-// every fleet by under 5% (these before the aging).
-//   - Aging. An answer's count is moved, by the others' part of it, toward
-//     the others' mean as the answer ages (answerAge): fleet16 177 to 166
-//     ms, fleet64 253 to 226, zones16 211 to 201; nothing changes with one
-//     client.
+// every fleet by under 5%.
 
 // Prequal balances by asynchronous probes of the servers' requests in
 // flight and latency (Wydrowski et al., NSDI 2024, in production at

@@ -42,8 +42,6 @@ type poolEntry struct {
 	lat  float64 // the server's latency estimate at that count, ns
 	at   int64   // when the server answered, unix ns
 	uses int32   // what is left of the reuse budget
-	oth  float64 // the other clients' part of rif0: rif0 less this client's attempts then, at least 0
-	aged float64 // the others' part's drift since the answer, as of the pick (ageLocked)
 }
 
 // probePool is the pool and what its rule reads; every field is guarded by
@@ -61,7 +59,6 @@ type probePool struct {
 	credit  float64 // the budget's fractional part, carried from answer to answer
 	oldest  bool    // the next per-pick removal takes the oldest (else the worst)
 	answers int     // answers since the last removal, up to answersPerRemoval
-	othMean float64 // the others' part per unit of weight, smoothed over the answers (gain 1/16)
 	removes bool    // the picker probes (perPick > 0), so its picks remove
 }
 
@@ -180,9 +177,7 @@ func (pl *probePool) putLocked(p *Peer, st *prequalPeer, rif, rif0, lat float64,
 		}
 		pl.e[j].st.inPool.Store(false)
 	}
-	oth := max(0, rif0-float64(p.inFlight()))
-	pl.othMean += (oth/weightOf(p) - pl.othMean) / 16
-	pl.e[j] = poolEntry{peer: p, st: st, rif: rif, rif0: rif0, lat: lat, at: at, uses: pl.newUsesLocked(), oth: oth}
+	pl.e[j] = poolEntry{peer: p, st: st, rif: rif, rif0: rif0, lat: lat, at: at, uses: pl.newUsesLocked()}
 	st.inPool.Store(true)
 }
 
@@ -213,8 +208,7 @@ func (pl *probePool) dropLocked(p *Peer) {
 	}
 }
 
-// ageLocked drops the answers older than maxAge at now and estimates each
-// remaining answer's queue at now (see answerAge).
+// ageLocked drops the answers older than maxAge at now.
 func (pl *probePool) ageLocked(now int64) {
 	for j := 0; j < len(pl.e); {
 		if now-pl.e[j].at > pl.maxAge {
@@ -223,53 +217,18 @@ func (pl *probePool) ageLocked(now int64) {
 		}
 		j++
 	}
-	var tau float64 // the mean time a request of the pool's answers
-	for j := range pl.e {
-		tau += pl.e[j].lat / (pl.e[j].rif0 + 1)
-	}
-	if tau <= 0 {
-		for j := range pl.e {
-			pl.e[j].aged = 0
-		}
-		return
-	}
-	tau /= float64(len(pl.e))
-	for j := range pl.e {
-		e := &pl.e[j]
-		f := -math.Expm1(-float64(now-e.at) / tau)
-		e.aged = (pl.othMean*weightOf(e.peer) - e.oth) * f
-	}
 }
-
-// answerAge: the queue an answer implies at the pick. An answer is as old
-// as the client's interval between picks or more (43 ms mean with 16
-// clients in balance sim's fleets, 170 ms with 64), and meanwhile the
-// server took the other clients' attempts and ended some: what this client
-// sent since, it counts (the answer's uses); what the others did, it
-// cannot see. Their part of the answered count (rif0 less this client's
-// attempts then, oth) is taken to relax toward its mean over recent
-// answers, othMean × weight, as a queue relaxes toward its mean, over the
-// mean time a request of the pool's answers (their latency over count + 1):
-// aged = (othMean·w − oth)·(1 − e^(−age/τ)), added to the count the hot
-// rule reads and to the count the score scales the latency by. An answer
-// that showed a short queue counts as longer the older it is, a long one
-// as shorter. With one client oth is 0 and othMean 0: nothing changes.
-// balance sim, seeds 1-3, p99: fleet16 176.8 to 166.4 ms, fleet64 252.7
-// to 225.9, zones16 210.7 to 201.1; fleet1 and zones1 unchanged. A fixed τ
-// of 10-50 ms did about as well in these fleets (10 ms: 165, 225, 197)
-// but is not scale-free (2 ms: fleet64 423); τ as each answer's own time
-// a request did worse (177, 241, 206).
 
 // score is an answer's expected latency for this client per unit of the
 // peer's weight, ns: the server's estimate plus the client's smoothed round
 // trip to the peer, over the weight (see prequalWeights).
 func (e *poolEntry) score() float64 {
-	return (e.lat*(e.rif+e.aged+1)/(e.rif0+1) + e.st.rtt) / weightOf(e.peer)
+	return (e.lat*(e.rif+1)/(e.rif0+1) + e.st.rtt) / weightOf(e.peer)
 }
 
 // load is an answer's in-flight count per unit of the peer's weight, what
 // the hot rule reads.
-func (e *poolEntry) load() float64 { return (e.rif + e.aged) / weightOf(e.peer) }
+func (e *poolEntry) load() float64 { return e.rif / weightOf(e.peer) }
 
 // prequalWeights: how a configured weight shapes Prequal's choice. A
 // weight stands for capacity, as P2CPeakEWMA's cost (latency × (in flight
