@@ -92,11 +92,14 @@ const prequalWarmupPicks = 1000
 // rate-limited fallback). PickDoneSilent is PickDone with one peer in ten
 // a server whose probes fail (one without the probe handler), so that the
 // picks also draw among the unprobed peers and give them their share.
+// PickDoneReport is PickDone with a load report counting the server's
+// requests in flight on every reply, which enters the pool as an answer.
 // BenchmarkPrequal/PickDone/peers=100/steady and so on;
 // .../P2CPeakEWMA/peers=100/steady is the baseline.
 func BenchmarkPrequal(b *testing.B) {
 	lat := benchLognormal(4096, 1)
-	for _, mode := range []string{"PickDone", "PickDoneSilent", "PickAnswer", "P2CPeakEWMA"} {
+	load := &ServerLoad{HasInFlight: true}
+	for _, mode := range []string{"PickDone", "PickDoneReport", "PickDoneSilent", "PickAnswer", "P2CPeakEWMA"} {
 		for _, n := range benchLatencySizes {
 			build := func(b *testing.B) (Picker, *benchProber) {
 				if mode == "P2CPeakEWMA" {
@@ -123,7 +126,12 @@ func BenchmarkPrequal(b *testing.B) {
 			step := func(p Picker, pr *benchProber, i int) {
 				peer, err := p.Pick(nil)
 				if err == nil {
-					_ = p.Done(peer, Outcome{Latency: lat[i%len(lat)]})
+					o := Outcome{Latency: lat[i%len(lat)]}
+					if mode == "PickDoneReport" {
+						load.InFlight = float64(peer.InFlight())
+						o.Load = load
+					}
+					_ = p.Done(peer, o)
 				}
 				if pr != nil && !pr.inline {
 					pr.drain()

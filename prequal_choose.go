@@ -43,7 +43,7 @@ func (b *Prequal) choose(peers []*Peer, d *drawList, backup bool, r *Request, cl
 			}
 			probing, c := b.cost(peers[u], p2cState(d.st[u]), clk.get(), clk)
 			if !probing {
-				limit = c
+				limit = c / weightOf(peers[u]) // per unit of weight, as the pool's score
 			}
 		}
 	}

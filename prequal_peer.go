@@ -12,8 +12,9 @@ import (
 // Done also feeds the attempt's latency into the peak EWMA, as
 // P2CPeakEWMA's; a failure drops the peer's answer from the pool and keeps
 // its answers out for fail_timeout, or, with max_fails 0, until an attempt
-// on it succeeds. A success on a peer whose last attempt did not fail
-// takes no lock.
+// on it succeeds. A success with a load report that counts the server's
+// requests in flight is a fresh answer (replied); one without, on a peer
+// whose last attempt did not fail, takes no lock.
 func (b *Prequal) Done(p *Peer, o Outcome) error {
 	if err := b.donePeak(&b.peakEWMA, p, o); err != nil {
 		return err
@@ -25,6 +26,9 @@ func (b *Prequal) Done(p *Peer, o Outcome) error {
 	st := prequalState(h)
 	if !o.Failed {
 		b.judge(p, h, st, o) // trust.go
+		if o.Load != nil && o.Load.HasInFlight {
+			b.replied(p, h, st, o)
+		}
 	}
 	if !o.Failed && !st.failedLast.Load() {
 		return nil
@@ -140,10 +144,49 @@ func (b *Prequal) Answer(p *Peer, a ProbeAnswer) error {
 		b.stats.distrusted.Add(1)
 		lat = st.trust.measured(lat, st.rtt)
 	}
-	pl.ring.add(rif)
+	pl.ring.add(rif / weightOf(p))
 	pl.answers = min(pl.answers+1, answersPerRemoval)
 	pl.putLocked(p, st, rif, a.InFlight, lat, now-int64(a.RoundTrip)/2)
 	return nil
+}
+
+// replied puts the load report of a successful reply into the pool as a
+// fresh answer of its peer: the server's count R, less the attempt it
+// replied to (counted while the report was written, gone now), at the
+// latency of the peer's last probe answer scaled to that count (the
+// server's estimate grows as count + 1, as the pool's score takes it),
+// answered half a round trip ago; raised to this client's own attempts and
+// to its replies' floor, and to its replies' latency if distrusted, as a
+// probe's answer is (trust.go). Without a probe answer yet there is no
+// estimate to scale, and a peer whose last attempt failed or whose probes
+// fail keeps its reports out, as its answers. The report enters the
+// recent counts but pays for no removal: the removals follow the probes
+// (answersPerRemoval). Under the pool's lock, O(pool size), no allocation.
+func (b *Prequal) replied(p *Peer, h *peerState, st *prequalPeer, o Outcome) {
+	if !st.trust.has.Load() || b.closed.Load() {
+		return // no answer yet: no latency estimate to scale
+	}
+	now := b.now()
+	pl := &b.pool
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if b.closed.Load() || p.owner.Load() != &b.peerSet || p.state.Load() != h || st.failedLast.Load() || st.unprobed.Load() {
+		return
+	}
+	r0 := max(o.Load.InFlight-1, 0) // the replied request has left
+	lat0 := math.Float64frombits(st.trust.lat.Load())
+	rif00 := math.Float64frombits(st.trust.rif0.Load())
+	lat := lat0 * (r0 + 1) / (rif00 + 1)
+	rif, raised := raiseRIF(r0, p.inFlight())
+	lat, slower := st.trust.raiseLatency(lat, st.rtt, now)
+	if raised || slower {
+		b.stats.raised.Add(1)
+	}
+	if st.trust.distrusted.Load() {
+		lat = st.trust.measured(lat, st.rtt)
+	}
+	pl.ring.add(rif / weightOf(p))
+	pl.putLocked(p, st, rif, r0, lat, now-int64(st.rtt)/2)
 }
 
 // readmittable reports whether p, whose last attempt failed, may compete

@@ -425,6 +425,7 @@ func Scenarios() []Scenario {
 		fleet("fleet16", 16),
 		fleet("fleet64", 64),
 		zones(),
+		zonesOne(),
 		fastFail(),
 		uniform(),
 		retryStorm(),
@@ -586,6 +587,16 @@ func zones() Scenario {
 			s.Backends[i].RTT = 20 * time.Millisecond
 		}
 	}
+	return s
+}
+
+// zonesOne is zones16 seen by one client: the client alone sends all the
+// traffic, so its own attempts are every server's queue, and the choice is
+// between a near server's queue and a far one's 19 ms more each way.
+func zonesOne() Scenario {
+	s := zones()
+	s.Name, s.Clients = "zones1", 1
+	s.Title = "fleet1 in two zones: backends 0-4 at a round trip of 1 ms, 5-9 at 20 ms; K=1"
 	return s
 }
 
