@@ -181,3 +181,92 @@ func TestHedge_names(t *testing.T) {
 	_, ok = policy(t, "P2CPeakEWMA").HedgeBase()
 	assert.False(t, ok)
 }
+
+// TestHedge_delayBound checks the hedging arithmetic where it is exact:
+// backends without queues (unlimited workers) whose service times are
+// exponential of mean m = 40 ms, every attempt hedged after a fixed d =
+// 100 ms. A request then ends at min(S, d + S') for independent S, S', so
+// past d its latency exceeds t with probability e^(−t/m)·e^(−(t−d)/m): its
+// p99 is (m ln 100 + d)/2 = 142.1 ms against m ln 100 = 184.2 ms without
+// hedging (1.30×, and 2× only with d = 0, every request sent twice). A
+// share e^(−d/m) = 8.2% of the requests is hedged, and half the hedges
+// win (S − d, given S > d, is again exponential of mean m).
+func TestHedge_delayBound(t *testing.T) {
+	const m, d = 40 * time.Millisecond, 100 * time.Millisecond
+	sc := Scenario{Name: "nowait", Rate: 1000, Duration: 30 * time.Second, Watch: -1}
+	for range 4 {
+		sc.Backends = append(sc.Backends, Backend{Mean: m, Weight: 1})
+	}
+	pol, err := Hedged(policy(t, "RoundRobin"), Hedge{Budget: 0.5, Delay: d})
+	require.NoError(t, err)
+	plain, err := Run(&sc, policy(t, "RoundRobin"), 1)
+	require.NoError(t, err)
+	r, err := Run(&sc, pol, 1)
+	require.NoError(t, err)
+	ln100 := math.Log(100)
+	wantPlain := time.Duration(float64(m) * ln100)
+	want := time.Duration((float64(m)*ln100 + float64(d)) / 2)
+	share := float64(r.Hedges) / float64(r.Requests)
+	won := float64(r.HedgesWon) / float64(r.Hedges)
+	t.Logf("p99 %v (derived %v), plain %v (derived %v); hedged %.2f%% (derived %.2f%%), won %.1f%%",
+		r.P99, want, plain.P99, wantPlain, 100*share, 100*math.Exp(-2.5), 100*won)
+	assert.InEpsilon(t, float64(wantPlain), float64(plain.P99), 0.05, "plain p99")
+	assert.InEpsilon(t, float64(want), float64(r.P99), 0.05, "hedged p99")
+	assert.InDelta(t, math.Exp(-float64(d)/float64(m)), share, 0.005, "hedged share")
+	assert.InDelta(t, 0.5, won, 0.05, "won share")
+	assert.Zero(t, r.HedgesRefused, "the budget of half the requests is never reached")
+	assert.Zero(t, r.Cancelled, "nothing waits, so no loser leaves a queue")
+}
+
+// TestHedge_targets measures issue 28's simulator targets over 3 seeds:
+// P2CPeakEWMA+hedge and Prequal+hedge against the same pickers in fleet16,
+// fleet64 and brownout. What holds is pinned: hedging lowers the mean p99
+// by at least minCut, within the 5% budget. The target of a 2× cut is not
+// met (1.1-1.4×, logged): at a p95 delay the cut is bounded as
+// TestHedge_delayBound derives (about 1.3× for exponential service), and
+// queues and losers served to their end take part of that.
+func TestHedge_targets(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("30 runs of 60 s simulated")
+	}
+	var scs []Scenario
+	for _, name := range []string{"fleet16", "fleet64", "brownout"} {
+		scs = append(scs, mustLookup(t, name))
+	}
+	var pols []Policy
+	for _, name := range []string{"P2CPeakEWMA", "Prequal"} {
+		p := policy(t, name)
+		h, err := Hedged(p, DefaultHedge)
+		require.NoError(t, err)
+		pols = append(pols, p, h)
+	}
+	pols = append(pols, policy(t, OracleSED))
+	rep, err := Compare(scs, pols, Options{Seeds: 3, Seed: 1})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		scenario, picker string
+		minCut           float64
+	}{
+		{"fleet16", "P2CPeakEWMA", 1.15},
+		{"fleet16", "Prequal", 1.05},
+		{"fleet64", "P2CPeakEWMA", 1.15},
+		{"fleet64", "Prequal", 1.05},
+		{"brownout", "P2CPeakEWMA", 1.1},
+		{"brownout", "Prequal", 1.1},
+	} {
+		plain, ok := rep.Find(c.scenario, c.picker)
+		require.True(t, ok)
+		h, ok := rep.Find(c.scenario, c.picker+HedgeSuffix)
+		require.True(t, ok)
+		sed, ok := rep.Find(c.scenario, OracleSED)
+		require.True(t, ok)
+		cut := plain.P99.Mean / h.P99.Mean
+		t.Logf("%s %s: p99 %.1f ± %.1f ms, hedged %.1f ± %.1f ms: %.2f× cut; %.2f× Oracle SED's %.1f; hedges %.2f%%, won %.1f%%, wasted %.2f%%",
+			c.scenario, c.picker, plain.P99.Mean, plain.P99.CI, h.P99.Mean, h.P99.CI, cut, h.P99.Mean/sed.P99.Mean, sed.P99.Mean,
+			100*h.HedgeShare.Mean, 100*h.HedgeWon.Mean, 100*h.Waste.Mean)
+		assert.GreaterOrEqual(t, cut, c.minCut, "%s %s: p99 cut", c.scenario, c.picker)
+		for _, r := range h.Runs {
+			assert.LessOrEqual(t, float64(r.Hedges)/float64(r.Requests), DefaultHedge.Budget, "%s %s seed %d: hedges", c.scenario, c.picker, r.Seed)
+		}
+	}
+}
