@@ -19,7 +19,13 @@ import (
 // Budget is the most hedges per request, a share in [0, MaxHedgeBudget]:
 // each client's hedges are taken from a balancer.RetryBudget of that ratio
 // with no minimum per second over HedgeBudgetWindow, on the virtual clock,
-// where each request deposits. Delay, when positive, is a fixed delay;
+// where each request deposits, and stop while the client sees its
+// attempts fail, as gRPC's retryThrottling (A6) stops hedges: each failed
+// attempt takes a token, each success adds HedgeTokenRatio, and no hedge
+// is sent while the client holds HedgeMaxTokens/2 or fewer (it starts
+// with HedgeMaxTokens), so hedges stop once more than about one attempt
+// in eleven fails and do not feed an overload. Delay, when positive, is a
+// fixed delay;
 // when 0, the default, the delay is the (1 − Budget) quantile of the
 // client's own recent attempt latencies, as Finagle's BackupRequestFilter
 // sets it (5% hedges at about p95): see HedgeHistory.
@@ -66,6 +72,13 @@ const (
 	HedgeHistory   = 30 * time.Second
 	HedgeRecompute = 3 * time.Second
 	MinHedgeDelay  = time.Millisecond
+)
+
+// HedgeMaxTokens and HedgeTokenRatio are the hedge throttle's, the values
+// of gRPC A6's retryThrottling example: 10 tokens, 0.1 per success.
+const (
+	HedgeMaxTokens  = 10
+	HedgeTokenRatio = 0.1
 )
 
 // hedgeable lists the pickers whose +hedge variants HedgePolicies returns:
@@ -202,6 +215,7 @@ type hclient struct {
 	at, lat []int64 // recorded latencies and when, in time order
 	head    int     // the first still in the history
 	delay   int64   // math.MaxInt64: none yet
+	tokens  float64 // the throttle's
 	next    int64   // the next recompute
 	scratch []int64
 }
@@ -221,8 +235,8 @@ type hedgeRun struct {
 	reqs     []hreq
 	clients  []hclient
 
-	sent, won, refused, left int
-	waste                    int64
+	sent, won, refused, throttled, left int
+	waste                               int64
 }
 
 func newHedgeRun(w *world, h Hedge, clock func() time.Time) (*hedgeRun, error) {
@@ -232,7 +246,7 @@ func newHedgeRun(w *world, h Hedge, clock func() time.Time) (*hedgeRun, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.clients[c] = hclient{budget: b, delay: math.MaxInt64, next: int64(HedgeRecompute)}
+		r.clients[c] = hclient{budget: b, delay: math.MaxInt64, next: int64(HedgeRecompute), tokens: HedgeMaxTokens}
 	}
 	for i := range w.backends {
 		be := &w.backends[i]
@@ -565,8 +579,14 @@ func (w *world) hOutcome(a int32, failed, timeout bool) {
 		w.load = at.load
 		o.Load = &w.load
 	}
+	hc := &r.clients[q.client]
 	if !failed || timeout {
-		r.clients[q.client].record(w.now, lat)
+		hc.record(w.now, lat)
+	}
+	if failed {
+		hc.tokens = max(hc.tokens-1, 0)
+	} else {
+		hc.tokens = min(hc.tokens+HedgeTokenRatio, HedgeMaxTokens)
 	}
 	if err := w.clients[q.client].picker.Done(at.peer, o); err != nil {
 		w.err = fmt.Errorf("Done(%v, %+v): %w", at.peer, o, err)
@@ -641,7 +661,7 @@ func (w *world) hCancelArrives(a int32) {
 
 // hTimer: attempt a's hedge delay is up. If it is still the request's one
 // attempt in flight, and the request has sent no hedge, the client sends
-// one, as its budget allows.
+// one, as its throttle and budget allow.
 func (w *world) hTimer(a int32) {
 	at := &w.h.attempts[a]
 	if at.answered {
@@ -649,6 +669,10 @@ func (w *world) hTimer(a int32) {
 	}
 	hr := &w.h.reqs[at.req]
 	if hr.hedged || hr.inFlight[1] >= 0 {
+		return
+	}
+	if w.h.clients[w.reqs[at.req].client].tokens <= HedgeMaxTokens/2 {
+		w.h.throttled++
 		return
 	}
 	w.hSend(at.req, true)

@@ -381,7 +381,7 @@ func (r *Report) hedged(si int) bool {
 }
 
 // hedgeLegend explains the hedge columns.
-const hedgeLegend = "+hedge: the picker with hedged attempts (the second to another peer after the client's p95, at most 5% of requests, the loser cancelled: it leaves the backend's queue unless already in service, where it runs to its end). hedges %: hedges sent per request; won %: the hedges that answered first; wasted %: the workers' time spent on losers, of all their time on requests."
+const hedgeLegend = "+hedge: the picker with hedged attempts (the second to another peer after the client's p95, at most 5% of requests and none while the client's attempts fail, the loser cancelled: it leaves the backend's queue unless already in service, where it runs to its end). hedges %: hedges sent per request; won %: the hedges that answered first; wasted %: the workers' time spent on losers, of all their time on requests."
 
 // probeLegend explains the probe columns.
 var probeLegend = fmt.Sprintf("probes/req: probes sent per request; probe load %%: the servers' time answering them (%v each, no worker occupied) over their workers' time serving requests.", ProbeCost)

@@ -96,11 +96,12 @@ type Result struct {
 	// The hedging metrics of a hedged policy (see Hedged), 0 for any
 	// other: Hedges counts the hedges sent (among Attempts), HedgesWon
 	// those that answered first with a success, HedgesRefused those the
-	// budget refused, Cancelled the losers that left their backend's
+	// budget refused, HedgesThrottled those the throttle held back (the
+	// client's attempts failing, see Hedge), Cancelled the losers that left their backend's
 	// queue unserved, and HedgeWaste the worker time spent serving losers
 	// to their end.
-	Hedges, HedgesWon, HedgesRefused, Cancelled int
-	HedgeWaste                                  time.Duration
+	Hedges, HedgesWon, HedgesRefused, HedgesThrottled, Cancelled int
+	HedgeWaste                                                   time.Duration
 
 	// Picks counts the attempts sent to each backend in each Bucket,
 	// bucket-major: Picks[k*Backends+i].
@@ -307,7 +308,7 @@ func (w *world) result(policy string, seed uint64) *Result {
 	r.WindowP99 = time.Duration(quantiles(w.winLat, 0.99)[0])
 	r.BeforeP99 = time.Duration(quantiles(w.beforeLat, 0.99)[0])
 	if h := w.h; h != nil {
-		r.Hedges, r.HedgesWon, r.HedgesRefused, r.Cancelled = h.sent, h.won, h.refused, h.left
+		r.Hedges, r.HedgesWon, r.HedgesRefused, r.HedgesThrottled, r.Cancelled = h.sent, h.won, h.refused, h.throttled, h.left
 		r.HedgeWaste = time.Duration(h.waste)
 	}
 	if from, to, ok := w.sc.Degraded(); ok {
