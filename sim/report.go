@@ -558,6 +558,12 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 				break
 			}
 		}
+		for s := range r.Scenarios {
+			if r.hedged(s) {
+				legend += "\n" + hedgeLegend
+				break
+			}
+		}
 		var guards bool
 		for _, m := range []Measure{Amplification, FailedShare, WindowP99} {
 			if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return s.Measure == m }) {
