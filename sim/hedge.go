@@ -102,9 +102,10 @@ func HedgePolicies() []Policy {
 }
 
 // Hedged returns p's variant with hedged attempts as h sets them, named
-// p.Name + HedgeSuffix. It returns an error wrapping ErrInvalid for an
-// oracle, a policy already hedged, a Budget outside [0, MaxHedgeBudget] or
-// a negative Delay.
+// p.Name + HedgeSuffix; of a policy hedged already, the same policy with h
+// in place of its hedge, named as it is. It returns an error wrapping
+// ErrInvalid for an oracle, a Budget outside [0, MaxHedgeBudget] or a
+// negative Delay.
 //
 // A run of the variant serves every backend from an explicit
 // first-come first-served queue, the service time drawn when service
@@ -126,15 +127,15 @@ func Hedged(p Policy, h Hedge) (Policy, error) {
 	switch {
 	case p.oracle != nil:
 		return Policy{}, invalid("sim: %s is an oracle: it has no hedged variant", p.Name)
-	case p.hedge != nil:
-		return Policy{}, invalid("sim: %s is hedged already", p.Name)
 	case !(h.Budget >= 0 && h.Budget <= MaxHedgeBudget):
 		return Policy{}, invalid("sim: hedge budget %v out of range [0, %v]", h.Budget, float64(MaxHedgeBudget))
 	case h.Delay < 0:
 		return Policy{}, invalid("sim: hedge delay %v is negative", h.Delay)
 	}
 	v := p
-	v.Name = p.Name + HedgeSuffix
+	if p.hedge == nil {
+		v.Name = p.Name + HedgeSuffix
+	}
 	v.hedge = &h
 	return v, nil
 }
@@ -146,7 +147,7 @@ func hedgeByName(name string) (Policy, bool) {
 		return Policy{}, false
 	}
 	base, ok := PolicyByName(name[:len(name)-len(HedgeSuffix)])
-	if !ok {
+	if !ok || base.hedge != nil {
 		return Policy{}, false
 	}
 	h, err := Hedged(base, DefaultHedge)

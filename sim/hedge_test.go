@@ -171,7 +171,7 @@ func TestHedge_invalid(t *testing.T) {
 		want string
 	}{
 		{policy(t, OracleSED), DefaultHedge, "oracle"},
-		{hedged, DefaultHedge, "hedged already"},
+		{hedged, Hedge{Budget: 0.6}, "0.6"},
 		{p2c, Hedge{Budget: -0.01}, "-0.01"},
 		{p2c, Hedge{Budget: 0.51}, "0.51"},
 		{p2c, Hedge{Budget: math.NaN()}, "NaN"},
@@ -205,6 +205,12 @@ func TestHedge_names(t *testing.T) {
 	}
 	_, ok = policy(t, "P2CPeakEWMA").HedgeBase()
 	assert.False(t, ok)
+	// Hedging a hedged policy again changes its hedge, not its name.
+	again, err := Hedged(p, Hedge{Budget: 0.1})
+	require.NoError(t, err)
+	assert.Equal(t, "Prequal+hedge", again.Name)
+	assert.Equal(t, Hedge{Budget: 0.1}, *again.hedge)
+	assert.Equal(t, DefaultHedge, *p.hedge, "the first variant is left as it was")
 }
 
 // TestHedge_delayBound checks the hedging arithmetic where it is exact:

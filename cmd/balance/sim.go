@@ -244,12 +244,20 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if has("rif-window") {
 		var rif bool
 		for i, p := range pols {
-			base, ok := strings.CutSuffix(p.Name, sim.ReportedSuffix)
+			name, hedged := p.HedgeBase()
+			if !hedged {
+				name = p.Name
+			}
+			base, ok := strings.CutSuffix(name, sim.ReportedSuffix)
 			if !ok || p.IsOracle() {
 				continue
 			}
 			if pols[i], ok, err = sim.Reported(base, *rifWindow); !ok || err != nil {
 				return bad("rif-window", "%s: %v", p.Name, err)
+			}
+			if hedged {
+				// The hedge is set below, from the hedge flags.
+				pols[i], _ = sim.Hedged(pols[i], sim.DefaultHedge)
 			}
 			rif = true
 		}
@@ -393,9 +401,8 @@ func simPolicies(arg string) ([]sim.Policy, error) {
 func simHedge(pols []sim.Policy, add bool, h sim.Hedge) ([]sim.Policy, error) {
 	var out []sim.Policy
 	for _, p := range pols {
-		if base, ok := p.HedgeBase(); ok {
-			b, _ := sim.PolicyByName(base)
-			v, err := sim.Hedged(b, h)
+		if _, ok := p.HedgeBase(); ok {
+			v, err := sim.Hedged(p, h)
 			if err != nil {
 				return nil, err
 			}
@@ -468,6 +475,10 @@ func simList(w io.Writer) {
 	}
 	fmt.Fprintln(w, "pickers:")
 	for _, p := range sim.Pickers() {
+		fmt.Fprintf(w, "  %s\n", p.Name)
+	}
+	fmt.Fprintln(w, "hedged (-hedge, or by name):")
+	for _, p := range sim.HedgePolicies() {
 		fmt.Fprintf(w, "  %s\n", p.Name)
 	}
 	fmt.Fprintln(w, "oracles:")

@@ -53,7 +53,7 @@ func TestSimSeries(t *testing.T) {
 func TestSimList(t *testing.T) {
 	code, out, _ := exec([]string{"sim", "-list"}, "")
 	require.Equal(t, 0, code)
-	for _, name := range []string{"hetero", "brownout", "blackhole-stall", "herd", "SmoothWRR", "Oracle split"} {
+	for _, name := range []string{"hetero", "brownout", "blackhole-stall", "herd", "SmoothWRR", "Oracle split", "Prequal+hedge"} {
 		assert.Contains(t, out, name)
 	}
 }
@@ -178,4 +178,12 @@ func TestSimHedge(t *testing.T) {
 	// policy columns up to errors %, then the hedge columns, herd, churn.
 	assert.Equal(t, base[:len(base)-5], hedged[:len(hedged)-5], "no hedge allowed: the plain picker's row")
 	assert.Equal(t, []string{"0.00", "0.0", "0.00"}, hedged[len(hedged)-5:len(hedged)-2])
+
+	// -rif-window reaches a +rif picker's hedged variant, named or added.
+	short, _ := rows("-pickers", "LeastConn+rif,LeastConn+rif+hedge", "-rif-window", "100ms", "-hedge-budget", "0")
+	added, _ := rows("-pickers", "LeastConn+rif", "-hedge", "-rif-window", "100ms", "-hedge-budget", "0")
+	long, _ := rows("-pickers", "LeastConn+rif,LeastConn+rif+hedge", "-hedge-budget", "0")
+	assert.Equal(t, short["LeastConn+rif"], short["LeastConn+rif+hedge"])
+	assert.Equal(t, short["LeastConn+rif+hedge"], added["LeastConn+rif+hedge"])
+	assert.NotEqual(t, short["LeastConn+rif+hedge"], long["LeastConn+rif+hedge"], "the window changes the run")
 }
