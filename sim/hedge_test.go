@@ -20,7 +20,11 @@ import (
 // reports and probes. The plain engine is the reference: the two share
 // only the draws.
 func TestHedge_noHedgeIsPlain(t *testing.T) {
-	for _, name := range []string{"fleet16", "zones16", "retrystorm", "blackhole-stall", "blackhole-flaky", "linkerd"} {
+	names := []string{"fleet16", "zones16", "retrystorm", "blackhole-stall", "blackhole-flaky", "linkerd"}
+	if testing.Short() || raceEnabled {
+		names = names[:2] // the run is one goroutine: -race finds nothing more
+	}
+	for _, name := range names {
 		sc := mustLookup(t, name)
 		sc.Duration = max(min(sc.Duration, 30*time.Second), sc.Window.To)
 		for _, pn := range []string{"P2CPeakEWMA", "Prequal", "LeastConn+rif"} {
