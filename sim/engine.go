@@ -104,6 +104,9 @@ type backendState struct {
 	arrived  int32   // far: jobs that reached the server and have not ended
 	queued   int32   // far: jobs sent and not ended, the ones on the way included
 	seen     []int64 // far: each worker's free time as the server knows it
+	// hq is the backend's explicit queue in a hedged run (hedge.go),
+	// where arrived counts the jobs it holds; nil otherwise.
+	hq *hqueue
 }
 
 // far reports whether the backend is across a network: a round trip
@@ -268,6 +271,9 @@ type world struct {
 	winLat, beforeLat                               []int64
 	budgetRefused                                   int
 
+	// h is the hedging state of a hedged run (hedge.go); nil otherwise.
+	h *hedgeRun
+
 	err error
 }
 
@@ -405,6 +411,12 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 			if w.clients[c].budget, err = balancer.NewRetryBudget(b.Ratio, b.MinPerSecond, b.Window, balancer.WithClock(clock)); err != nil {
 				return nil, fmt.Errorf("sim: building %s's retry budget: %w", pol.Name, err)
 			}
+		}
+	}
+	if pol.hedge != nil {
+		var err error
+		if w.h, err = newHedgeRun(w, *pol.hedge, clock); err != nil {
+			return nil, fmt.Errorf("sim: building %s's hedge budget: %w", pol.Name, err)
 		}
 	}
 	for i, b := range sc.Backends {
@@ -549,6 +561,8 @@ func (w *world) loop() {
 			w.probeAnswer(ev.req)
 		case evJoin:
 			w.join(ev.req)
+		default:
+			w.hedgeEvent(ev)
 		}
 	}
 	w.weigh(math.MaxInt64)
@@ -595,6 +609,10 @@ func (w *world) arrive() {
 
 // send starts the next attempt of request i.
 func (w *world) send(i int32) {
+	if w.h != nil {
+		w.hArrive(i)
+		return
+	}
 	q := &w.reqs[i]
 	c := &w.clients[q.client]
 	var p *balancer.Peer

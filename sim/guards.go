@@ -82,17 +82,25 @@ type Guard struct {
 // Policies returns the policies Compare runs in s out of pols: all of
 // them for a scenario that names no Pickers; otherwise those it names, in
 // pols' order, each followed by its Guards' variants (a guard with picker
-// options has none for an oracle or a +rif variant).
+// options has none for an oracle or a +rif variant); a hedged variant of
+// one it names (Hedged) runs too, without the guards.
 func (s *Scenario) Policies(pols []Policy) []Policy {
 	if s.Pickers == nil {
 		return pols
 	}
 	var out []Policy
 	for _, p := range pols {
-		if !slices.ContainsFunc(s.Pickers, func(n string) bool { return strings.EqualFold(n, p.Name) }) {
+		name, hedged := p.HedgeBase()
+		if !hedged {
+			name = p.Name
+		}
+		if !slices.ContainsFunc(s.Pickers, func(n string) bool { return strings.EqualFold(n, name) }) {
 			continue
 		}
 		out = append(out, p)
+		if hedged {
+			continue // a hedged picker runs beside its plain one, unguarded
+		}
 		for _, g := range s.Guards {
 			if v, ok := p.guarded(g); ok {
 				out = append(out, v)

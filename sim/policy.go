@@ -46,6 +46,8 @@ type Policy struct {
 	// budget, when set, gives each client its own retry budget (a
 	// guard's variant, see Guard).
 	budget *Budget
+	// hedge, when set, makes the policy's attempts hedged (hedge.go).
+	hedge *Hedge
 }
 
 // IsOracle reports whether p is an oracle rather than a picker.
@@ -167,7 +169,7 @@ func PolicyByName(name string) (Policy, bool) {
 			return p, true
 		}
 	}
-	return Policy{}, false
+	return hedgeByName(name)
 }
 
 // Probed returns the policy of algorithm a, one that balances by probes:

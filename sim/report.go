@@ -67,6 +67,11 @@ type Summary struct {
 	Offered, AttemptRate, Amplification  Stat
 	WindowErrors, WindowRefused          Stat
 	WindowP99, BeforeP99, WindowP99Ratio Stat
+	// The hedging metrics of a hedged policy (Hedged), 0 for any other:
+	// the hedges sent per request, the share of them that won, and the
+	// worker time spent on losers over all worker time on requests.
+	Hedged                      bool
+	HedgeShare, HedgeWon, Waste Stat
 }
 
 // Report is the outcome of Compare: a Summary for every scenario and
@@ -220,6 +225,10 @@ func summarize(p Policy, runs []*Result) Summary {
 	sum.WindowP99 = over(func(r *Result) float64 { return ms(r.WindowP99) })
 	sum.BeforeP99 = over(func(r *Result) float64 { return ms(r.BeforeP99) })
 	sum.WindowP99Ratio = over(func(r *Result) float64 { return ratio64(r.WindowP99, r.BeforeP99) })
+	_, sum.Hedged = p.HedgeBase()
+	sum.HedgeShare = over(func(r *Result) float64 { return ratio(r.Hedges, r.Requests) })
+	sum.HedgeWon = over(func(r *Result) float64 { return ratio(r.HedgesWon, r.Hedges) })
+	sum.Waste = over(func(r *Result) float64 { return ratio64(r.HedgeWaste, r.ServiceTime) })
 	for _, r := range runs {
 		if r.Sinkhole {
 			sum.Sinkholes++
@@ -338,6 +347,13 @@ func (r *Report) columns(si int) []column {
 			column{"probe load %", func(m *Summary) string { return num(100*m.ProbeLoad.Mean, 3) }},
 		)
 	}
+	if r.hedged(si) {
+		cols = append(cols,
+			column{"hedges %", func(m *Summary) string { return num(100*m.HedgeShare.Mean, 2) }},
+			column{"won %", func(m *Summary) string { return num(100*m.HedgeWon.Mean, 1) }},
+			column{"wasted %", func(m *Summary) string { return num(100*m.Waste.Mean, 2) }},
+		)
+	}
 	return append(cols,
 		column{"herd", func(m *Summary) string { return num(m.Herd.Mean, 2) }},
 		column{"churn", func(m *Summary) string { return num(m.Churn.Mean, 3) }},
@@ -353,6 +369,19 @@ func (r *Report) probes(si int) bool {
 	}
 	return false
 }
+
+// hedged reports whether a policy of scenario si hedges.
+func (r *Report) hedged(si int) bool {
+	for _, m := range r.Summaries[si] {
+		if m.Hedged {
+			return true
+		}
+	}
+	return false
+}
+
+// hedgeLegend explains the hedge columns.
+const hedgeLegend = "+hedge: the picker with hedged attempts (the second to another peer after the client's p95, at most 5% of requests and none while the client's attempts fail, the loser cancelled: it leaves the backend's queue unless already in service, where it runs to its end). hedges %: hedges sent per request; won %: the hedges that answered first; wasted %: the workers' time spent on losers, of all their time on requests."
 
 // probeLegend explains the probe columns.
 var probeLegend = fmt.Sprintf("probes/req: probes sent per request; probe load %%: the servers' time answering them (%v each, no worker occupied) over their workers' time serving requests.", ProbeCost)
@@ -529,6 +558,12 @@ func (r *Report) Write(w io.Writer, markdown bool) error {
 				break
 			}
 		}
+		for s := range r.Scenarios {
+			if r.hedged(s) {
+				legend += "\n" + hedgeLegend
+				break
+			}
+		}
 		var guards bool
 		for _, m := range []Measure{Amplification, FailedShare, WindowP99} {
 			if slices.ContainsFunc(r.Scenarios, func(s Scenario) bool { return s.Measure == m }) {
@@ -604,13 +639,16 @@ func (r *Report) tableLegend(si int) []string {
 	if l := guardLegend(s); l != "" {
 		out = append(out, l, guardSuffixes)
 	}
+	if r.hedged(si) {
+		out = append(out, hedgeLegend)
+	}
 	out = append(out,
 		fmt.Sprintf("herd: the 99th percentile over time of the busiest backend's attempts in flight over the mean across backends (1 = even, %d = all on one).", len(s.Backends)),
 		"churn: the mean fraction of traffic that changes backend from one 500 ms window to the next (0 = a fixed split).")
 	var oracles, rif bool
 	for _, m := range r.Summaries[0] {
 		oracles = oracles || m.Oracle
-		rif = rif || strings.HasSuffix(m.Policy, ReportedSuffix)
+		rif = rif || strings.Contains(m.Policy, ReportedSuffix)
 	}
 	if rif {
 		out = append(out, "+rif: the picker weighing the requests in flight its backends report with each reply (WithReportedLoad).")

@@ -93,6 +93,16 @@ type Result struct {
 	BudgetRefused                                               int
 	window                                                      Window // the scenario's, for the rates
 
+	// The hedging metrics of a hedged policy (see Hedged), 0 for any
+	// other: Hedges counts the hedges sent (among Attempts), HedgesWon
+	// those that answered first with a success, HedgesRefused those the
+	// budget refused, HedgesThrottled those the throttle held back (the
+	// client's attempts failing, see Hedge), Cancelled the losers that left their backend's
+	// queue unserved, and HedgeWaste the worker time spent serving losers
+	// to their end.
+	Hedges, HedgesWon, HedgesRefused, HedgesThrottled, Cancelled int
+	HedgeWaste                                                   time.Duration
+
 	// Picks counts the attempts sent to each backend in each Bucket,
 	// bucket-major: Picks[k*Backends+i].
 	Picks    []int32
@@ -297,6 +307,10 @@ func (w *world) result(policy string, seed uint64) *Result {
 	r.window = w.sc.Window
 	r.WindowP99 = time.Duration(quantiles(w.winLat, 0.99)[0])
 	r.BeforeP99 = time.Duration(quantiles(w.beforeLat, 0.99)[0])
+	if h := w.h; h != nil {
+		r.Hedges, r.HedgesWon, r.HedgesRefused, r.HedgesThrottled, r.Cancelled = h.sent, h.won, h.refused, h.throttled, h.left
+		r.HedgeWaste = time.Duration(h.waste)
+	}
 	if from, to, ok := w.sc.Degraded(); ok {
 		watch(r, w.sc.Watch, w.sc.FairShare(w.sc.Watch), from, to)
 	}

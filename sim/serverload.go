@@ -167,6 +167,9 @@ func (b *backendState) fill(l *balancer.ServerLoad, now int64) {
 // and when each of its workers frees. Across the network (far) the jobs
 // still on their way to it are not yet its own.
 func (b *backendState) serverView(now int64) (inFlight int, workers []int64) {
+	if b.hq != nil {
+		return int(b.arrived), b.workers // the server's own queue
+	}
 	if b.far() {
 		return int(b.arrived), b.seen
 	}

@@ -34,6 +34,7 @@ var generatedSections = []struct {
 }{
 	{"README.md", "trace", []string{"trace", "../../examples/upstream.conf"}},
 	{"docs/simulator.md", "check", []string{"sim", "-check"}},
+	{"docs/simulator.md", "hedge", []string{"sim", "-hedge", "-scenario", "fleet16,fleet64,brownout,uniform,retrystorm", "-pickers", "P2CPeakEWMA,FastestFirst,Prequal,Oracle SED"}},
 }
 
 func TestReadme(t *testing.T) {
@@ -264,7 +265,8 @@ var docCommands = map[string]string{
 	"balance sim -check -candidate Prequal":                                                      "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
 	"balance sim -scenario subset300 -format markdown":                                           "cmd/balance/sim_docs_test.go:TestDocsSimulationPage",
 	"balance sim -scenario hetero,brownout,fleet16,zones16,fastfail16 -seeds 1 -svg docs/charts": "cmd/balance/sim_docs_test.go:TestDocsCharts",
-	"balance trace -algo FastestFirst -n 2000":                                                   "not run: bench_test.go's BenchmarkTrace100k times it; CI runs no benchmark",
+	`balance sim -hedge -scenario fleet16,fleet64,brownout,uniform,retrystorm -pickers "P2CPeakEWMA,FastestFirst,Prequal,Oracle SED"`: "cmd/balance/readme_test.go:TestReadme",
+	"balance trace -algo FastestFirst -n 2000": "not run: bench_test.go's BenchmarkTrace100k times it; CI runs no benchmark",
 }
 
 // docCommand matches what reads as a command in an inline code span or

@@ -17,7 +17,8 @@ import (
 )
 
 var simUsage = fmt.Sprintf(`usage: balance sim [-scenario NAME,...|all] [-pickers NAME,...|all] [-seeds N] [-format table|markdown]
-                 [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-svg DIR] [-list] [overrides]
+                 [-check [-candidate NAME] [-baseline NAME] [-tau D]] [-series] [-svg DIR] [-list]
+                 [-hedge [-hedge-budget F] [-hedge-delay D] [-hedge-abort]] [overrides]
 
 Simulates every picker and the oracles in the built-in scenarios on a
 virtual clock and prints one comparison table per scenario. Backends send
@@ -47,6 +48,14 @@ LeastConn, FastestFirst and ReportedWRR, the last also with A58's
 periods (+a58: a 10 s blackout), on servers of unequal speeds from a
 client's first request. -check leaves them out, as does a -duration that
 ends before their window.
+
+-hedge runs, after each chosen picker that has one (P2CPeakEWMA,
+FastestFirst, LeastConn+rif, Prequal), its +hedge variant: when an attempt
+has not answered after the client's p95 latency (or -hedge-delay), a second
+goes to another peer, the first answer wins and the other is cancelled; it
+leaves the backend's queue if it has not started, else runs to its end
+(-hedge-abort: stops). Hedges are at most -hedge-budget of the requests
+(5%%); the tables add the hedges sent, won and the server time wasted.
 
 Every flag is checked: a value out of range exits 2 naming it. A run is
 refused before it starts (exit 2, with the estimate) when it is expected to
@@ -93,6 +102,10 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&failTimeout, "fail-timeout", "override: every peer's fail_timeout, a `duration` "+failTimeoutDefault)
 	jitterEvery := fs.Duration("jitter-every", 0, "override: mean interval between service-time redraws, in scenarios with jitter (a uniform interval's spread scales with it) "+jitterDefault)
 	noReports := fs.Bool("no-reports", false, "override: the backends send no load reports with their replies")
+	hedge := fs.Bool("hedge", false, "also run each chosen picker's +hedge variant after it (P2CPeakEWMA, FastestFirst, LeastConn+rif, Prequal)")
+	hedgeBudget := fs.Float64("hedge-budget", sim.DefaultHedge.Budget, "the +hedge variants' most hedges per request, in [0, 0.5]")
+	hedgeDelay := fs.Duration("hedge-delay", 0, "the +hedge variants' fixed hedge delay (default: the client's latency percentile 1 − budget)")
+	hedgeAbort := fs.Bool("hedge-abort", false, "the backends stop a cancelled loser already in service (default: it runs to its end)")
 	rifWindow := fs.Duration("rif-window", sim.ReportedLoadWindow, "the window over which the +rif pickers fade a reported count (WithReportedLoad)")
 	fs.Usage = func() {} // a usage error prints a hint, -h the usage
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +148,10 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return bad("timeout", "the attempt timeout must be positive")
 	case !positive("jitter-every", *jitterEvery):
 		return bad("jitter-every", "the mean interval must be positive")
+	case has("hedge-budget") && !(*hedgeBudget >= 0 && *hedgeBudget <= sim.MaxHedgeBudget):
+		return bad("hedge-budget", "the share of requests hedged must be in [0, %v]", sim.MaxHedgeBudget)
+	case !positive("hedge-delay", *hedgeDelay):
+		return bad("hedge-delay", "the delay must be positive")
 	case !positive("rif-window", *rifWindow):
 		return bad("rif-window", "the window must be positive")
 	case !positive("tau", *tau):
@@ -227,17 +244,35 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if has("rif-window") {
 		var rif bool
 		for i, p := range pols {
-			base, ok := strings.CutSuffix(p.Name, sim.ReportedSuffix)
+			name, hedged := p.HedgeBase()
+			if !hedged {
+				name = p.Name
+			}
+			base, ok := strings.CutSuffix(name, sim.ReportedSuffix)
 			if !ok || p.IsOracle() {
 				continue
 			}
 			if pols[i], ok, err = sim.Reported(base, *rifWindow); !ok || err != nil {
 				return bad("rif-window", "%s: %v", p.Name, err)
 			}
+			if hedged {
+				// The hedge is set below, from the hedge flags.
+				pols[i], _ = sim.Hedged(pols[i], sim.DefaultHedge)
+			}
 			rif = true
 		}
 		if !rif {
 			return bad("rif-window", "no chosen picker reads reported counts (the %s ones)", sim.ReportedSuffix)
+		}
+	}
+	if pols, err = simHedge(pols, *hedge, sim.Hedge{Budget: *hedgeBudget, Delay: *hedgeDelay, Abort: *hedgeAbort}); err != nil {
+		return bad("hedge", "%v", err)
+	}
+	if hedged := slices.ContainsFunc(pols, func(p sim.Policy) bool { _, ok := p.HedgeBase(); return ok }); !hedged {
+		for _, name := range []string{"hedge-budget", "hedge-delay", "hedge-abort"} {
+			if has(name) {
+				return bad(name, "no chosen picker hedges (-hedge, or a %s picker)", sim.HedgeSuffix)
+			}
 		}
 	}
 	if *series {
@@ -361,6 +396,35 @@ func simPolicies(arg string) ([]sim.Policy, error) {
 	return out, nil
 }
 
+// simHedge returns pols with every hedged variant set to h, and with
+// -hedge (add) each picker that has a +hedge variant followed by it.
+func simHedge(pols []sim.Policy, add bool, h sim.Hedge) ([]sim.Policy, error) {
+	var out []sim.Policy
+	for _, p := range pols {
+		if _, ok := p.HedgeBase(); ok {
+			v, err := sim.Hedged(p, h)
+			if err != nil {
+				return nil, err
+			}
+			p = v
+		}
+		out = append(out, p)
+		if !add || !slices.ContainsFunc(sim.HedgePolicies(), func(v sim.Policy) bool { return v.Name == p.Name+sim.HedgeSuffix }) ||
+			slices.ContainsFunc(pols, func(v sim.Policy) bool { return v.Name == p.Name+sim.HedgeSuffix }) {
+			continue
+		}
+		v, err := sim.Hedged(p, h)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if add && len(out) == len(pols) {
+		return nil, fmt.Errorf("none of the chosen pickers has a %s variant (P2CPeakEWMA, FastestFirst, LeastConn+rif, Prequal)", sim.HedgeSuffix)
+	}
+	return out, nil
+}
+
 // unknownPicker explains why name is not a policy: a keyed picker of the
 // library needs keys the simulator does not send; anything else is unknown.
 func unknownPicker(name string) error {
@@ -411,6 +475,10 @@ func simList(w io.Writer) {
 	}
 	fmt.Fprintln(w, "pickers:")
 	for _, p := range sim.Pickers() {
+		fmt.Fprintf(w, "  %s\n", p.Name)
+	}
+	fmt.Fprintln(w, "hedged (-hedge, or by name):")
+	for _, p := range sim.HedgePolicies() {
 		fmt.Fprintf(w, "  %s\n", p.Name)
 	}
 	fmt.Fprintln(w, "oracles:")

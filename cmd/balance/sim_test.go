@@ -53,7 +53,7 @@ func TestSimSeries(t *testing.T) {
 func TestSimList(t *testing.T) {
 	code, out, _ := exec([]string{"sim", "-list"}, "")
 	require.Equal(t, 0, code)
-	for _, name := range []string{"hetero", "brownout", "blackhole-stall", "herd", "SmoothWRR", "Oracle split"} {
+	for _, name := range []string{"hetero", "brownout", "blackhole-stall", "herd", "SmoothWRR", "Oracle split", "Prequal+hedge"} {
 		assert.Contains(t, out, name)
 	}
 }
@@ -73,6 +73,13 @@ func TestSimBadUsage(t *testing.T) {
 		{"bad flag", []string{"sim", "-nope"}, "flag provided but not defined"},
 		{"rif window 0", []string{"sim", "-rif-window", "0s"}, "-rif-window 0s: the window must be positive"},
 		{"rif window unused", []string{"sim", "-pickers", "LeastConn", "-rif-window", "1s"}, "no chosen picker reads reported counts"},
+		{"hedge without variant", []string{"sim", "-pickers", "SmoothWRR", "-hedge"}, "none of the chosen pickers has a +hedge variant"},
+		{"hedge budget", []string{"sim", "-hedge", "-hedge-budget", "0.6"}, "-hedge-budget 0.6: the share of requests hedged must be in [0, 0.5]"},
+		{"hedge budget NaN", []string{"sim", "-hedge", "-hedge-budget", "NaN"}, "-hedge-budget NaN"},
+		{"hedge delay 0", []string{"sim", "-hedge", "-hedge-delay", "0s"}, "-hedge-delay 0s: the delay must be positive"},
+		{"hedge delay unused", []string{"sim", "-pickers", "P2CPeakEWMA", "-hedge-delay", "10ms"}, "-hedge-delay 10ms: no chosen picker hedges"},
+		{"hedge abort unused", []string{"sim", "-pickers", "P2CPeakEWMA", "-hedge-abort"}, "-hedge-abort: no chosen picker hedges"},
+		{"unknown hedged picker", []string{"sim", "-pickers", "SmoothWRR+hedgex"}, `unknown picker "SmoothWRR+hedgex"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,4 +144,46 @@ func TestSimGuardScenario(t *testing.T) {
 	code, _, errOut = exec([]string{"sim", "-duration", "15s", "-seeds", "1", "-pickers", "SmoothWRR"}, "")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, errOut, "left out outage1s: its window ends at 16s, after -duration 15s")
+}
+
+// TestSimHedge: -hedge runs each chosen picker that has one beside its
+// +hedge variant, and the tables add the hedge columns, which a run
+// without a hedged picker does not have; a +hedge picker named alone
+// takes -hedge-delay and -hedge-budget, and with a budget of 0 its row is
+// its plain picker's but for the name and the hedge columns.
+func TestSimHedge(t *testing.T) {
+	rows := func(args ...string) (map[string]string, string) {
+		code, out, errOut := exec(simArgs(append([]string{"-scenario", "fleet16", "-format", "markdown"}, args...)...), "")
+		require.Equal(t, 0, code, errOut)
+		m := map[string]string{}
+		for _, l := range strings.Split(out, "\n") {
+			if name, rest, ok := strings.Cut(strings.TrimPrefix(l, "| "), " | "); ok && strings.HasPrefix(l, "| ") {
+				m[name] = rest
+			}
+		}
+		return m, out
+	}
+	m, out := rows("-pickers", "P2CPeakEWMA,SmoothWRR", "-hedge")
+	assert.Contains(t, m, "P2CPeakEWMA+hedge")
+	assert.NotContains(t, m, "SmoothWRR+hedge")
+	assert.Contains(t, out, "| hedges % | won % | wasted % |")
+	assert.Contains(t, out, "+hedge: the picker with hedged attempts")
+	_, plain := rows("-pickers", "P2CPeakEWMA,SmoothWRR")
+	assert.NotContains(t, plain, "hedges %")
+
+	off, _ := rows("-pickers", "P2CPeakEWMA,P2CPeakEWMA+hedge", "-hedge-budget", "0", "-hedge-delay", "5ms")
+	hedged := strings.Split(off["P2CPeakEWMA+hedge"], " | ")
+	base := strings.Split(off["P2CPeakEWMA"], " | ")
+	require.Equal(t, len(base), len(hedged))
+	// policy columns up to errors %, then the hedge columns, herd, churn.
+	assert.Equal(t, base[:len(base)-5], hedged[:len(hedged)-5], "no hedge allowed: the plain picker's row")
+	assert.Equal(t, []string{"0.00", "0.0", "0.00"}, hedged[len(hedged)-5:len(hedged)-2])
+
+	// -rif-window reaches a +rif picker's hedged variant, named or added.
+	short, _ := rows("-pickers", "LeastConn+rif,LeastConn+rif+hedge", "-rif-window", "100ms", "-hedge-budget", "0")
+	added, _ := rows("-pickers", "LeastConn+rif", "-hedge", "-rif-window", "100ms", "-hedge-budget", "0")
+	long, _ := rows("-pickers", "LeastConn+rif,LeastConn+rif+hedge", "-hedge-budget", "0")
+	assert.Equal(t, short["LeastConn+rif"], short["LeastConn+rif+hedge"])
+	assert.Equal(t, short["LeastConn+rif+hedge"], added["LeastConn+rif+hedge"])
+	assert.NotEqual(t, short["LeastConn+rif+hedge"], long["LeastConn+rif+hedge"], "the window changes the run")
 }
