@@ -551,3 +551,146 @@ func TestHedging_budget(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkHedgingOverhead: one health check over loopback through an
+// lbgo_smoothwrr channel, plain and through the hedging interceptor with a
+// delay (1 h) that never fires: the interceptor's own cost per RPC (the
+// attempt's goroutine, contexts, a fresh reply kept for the caller).
+func BenchmarkHedgingOverhead(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	defer srv.Stop()
+	sc := `{"loadBalancingConfig":[{"lbgo_smoothwrr":{}}],
+	  "methodConfig":[{"name":[{"service":"grpc.health.v1.Health"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"3600s"}}]}`
+	h, err := NewHedging(sc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []grpc.DialOption
+	}{
+		{"plain", []grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}},
+		{"hedging", h.DialOptions()},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
+				append(tc.opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			client := healthpb.NewHealthClient(conn)
+			ctx := context.Background()
+			if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestIntercept_callOptions drives the interceptor with an invoker of its
+// own: attempt 0 blocks until cancelled, attempt 1 answers SERVING and
+// writes its trailer and header. The caller gets attempt 1's reply,
+// header, trailer and peer; grpc.OnFinish runs once, with the RPC's
+// error; attempt 0 is cancelled before Intercept returns. A method without
+// a hedging policy, and a reply that is not a proto message, go to the
+// invoker once, untouched.
+func TestIntercept_callOptions(t *testing.T) {
+	h, err := NewHedging(hedgeSC(`{"maxAttempts":2}`), WithHedgeBudget(bigBudget(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const method = "/grpc.health.v1.Health/Check"
+	var cancelled atomic.Int32
+	invoker := func(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		attempt := "0"
+		if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
+			attempt = v[0]
+		}
+		for _, o := range opts {
+			switch o := o.(type) {
+			case grpc.OnFinishCallOption:
+				t.Errorf("attempt %s got the caller's OnFinish", attempt)
+			case grpc.HeaderCallOption:
+				*o.HeaderAddr = metadata.Pairs("attempt", attempt)
+			case grpc.TrailerCallOption:
+				*o.TrailerAddr = metadata.Pairs("attempt", attempt)
+			case grpc.PeerCallOption:
+				o.PeerAddr.Addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1000 + len(attempt)}
+			}
+		}
+		if attempt == "0" {
+			<-ctx.Done()
+			cancelled.Add(1)
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		reply.(*healthpb.HealthCheckResponse).Status = healthpb.HealthCheckResponse_SERVING
+		return nil
+	}
+	var reply healthpb.HealthCheckResponse
+	var header, trailer metadata.MD
+	var p peer.Peer
+	var finished []error
+	err = h.Intercept(context.Background(), method, &healthpb.HealthCheckRequest{}, &reply, nil, invoker,
+		grpc.Header(&header), grpc.Trailer(&trailer), grpc.Peer(&p), grpc.OnFinish(func(err error) { finished = append(finished, err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Status != healthpb.HealthCheckResponse_SERVING || header.Get("attempt")[0] != "1" || trailer.Get("attempt")[0] != "1" || p.Addr == nil {
+		t.Errorf("reply %v, header %v, trailer %v, peer %v: want attempt 1's", &reply, header, trailer, p.Addr)
+	}
+	if len(finished) != 1 || finished[0] != nil {
+		t.Errorf("OnFinish ran with %v, want once with nil", finished)
+	}
+	if cancelled.Load() != 1 {
+		t.Errorf("attempt 0 cancelled %d times before Intercept returned, want 1", cancelled.Load())
+	}
+	if st := h.Stats(); st != (HedgingStats{RPCs: 1, Hedges: 1, Won: 1}) {
+		t.Errorf("stats %+v", st)
+	}
+
+	// Passed through: once, with the caller's reply and options.
+	calls := 0
+	var sawReply any
+	var sawOpts int
+	through := func(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+		calls++
+		sawReply, sawOpts = reply, len(opts)
+		if ctx.Value(hedgeKey{}) != nil {
+			t.Error("a passed-through call is marked hedged")
+		}
+		return nil
+	}
+	notProto := new(struct{ A int })
+	for _, tc := range []struct {
+		method string
+		reply  any
+	}{
+		{"/other.Service/M", &healthpb.HealthCheckResponse{}},
+		{method, notProto},
+	} {
+		calls = 0
+		if err := h.Intercept(context.Background(), tc.method, nil, tc.reply, nil, through, grpc.Header(&header)); err != nil {
+			t.Fatal(err)
+		}
+		if calls != 1 || sawReply != tc.reply || sawOpts != 1 {
+			t.Errorf("%s %T: %d calls, reply %p, %d options: want 1 call with the caller's reply %p and its option", tc.method, tc.reply, calls, sawReply, sawOpts, tc.reply)
+		}
+	}
+	if st := h.Stats(); st.RPCs != 1 {
+		t.Errorf("passed-through calls counted: %+v", st)
+	}
+}
