@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // The default budget of a Hedging: extra attempts may add 5% to the RPCs
@@ -163,6 +165,7 @@ type hedgeCall struct {
 
 // hedgeAttempt is one attempt of a hedged RPC.
 type hedgeAttempt struct {
+	i      int // 0 for the first attempt
 	call   *hedgeCall
 	reply  proto.Message
 	cancel context.CancelFunc
@@ -174,12 +177,12 @@ type hedgeAttempt struct {
 	peer            peer.Peer
 }
 
-type hedgeResult struct {
-	i   int
-	err error
-}
-
 // Intercept is the grpc.UnaryClientInterceptor that hedges.
+//
+// The first attempt runs on the caller's goroutine and each later one on
+// its own, started by the hedging delay's timer or by an attempt's
+// non-fatal end; hedgeRun decides under its lock. An RPC answered before
+// the delay so costs no goroutine.
 func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	p := h.policies.lookup(method)
 	msg, ok := reply.(proto.Message)
@@ -189,153 +192,203 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 	h.rpcs.Add(1)
 	h.budget.Deposit()
 
+	r := &hedgeRun{h: h, p: p, ctx: ctx, method: method, req: req, cc: cc, invoker: invoker, msg: msg}
+	r.decided = make(chan struct{})
 	// The caller's per-call outputs, which only the winner fills.
-	var (
-		headerTo, trailerTo *metadata.MD
-		peerTo              *peer.Peer
-		onFinish            []func(error)
-		passed              = make([]grpc.CallOption, 0, len(opts)+3)
-	)
+	var onFinish []func(error)
 	for _, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
-			headerTo = o.HeaderAddr
+			r.headerTo = o.HeaderAddr
 		case grpc.TrailerCallOption:
-			trailerTo = o.TrailerAddr
+			r.trailerTo = o.TrailerAddr
 		case grpc.PeerCallOption:
-			peerTo = o.PeerAddr
+			r.peerTo = o.PeerAddr
 		case grpc.OnFinishCallOption:
 			onFinish = append(onFinish, o.OnFinish)
 		default:
-			passed = append(passed, o)
+			r.passed = append(r.passed, o)
 		}
 	}
-
 	// The reply's type, read before the first attempt writes to msg.
-	mt := msg.ProtoReflect().Type()
-	call := &hedgeCall{}
-	attempts := make([]*hedgeAttempt, 0, p.maxAttempts)
-	results := make(chan hedgeResult, p.maxAttempts)
-	start := func() {
-		i := len(attempts)
-		a := &hedgeAttempt{call: call, reply: msg}
-		if i > 0 {
-			a.reply = mt.New().Interface()
-		}
-		actx := context.WithValue(ctx, hedgeKey{}, a)
-		if i > 0 {
-			actx = metadata.AppendToOutgoingContext(actx, "grpc-previous-rpc-attempts", strconv.Itoa(i))
-		}
-		actx, a.cancel = context.WithCancel(actx)
-		aopts := passed
-		if headerTo != nil || trailerTo != nil || peerTo != nil {
-			aopts = append(passed[:len(passed):len(passed)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
-		}
-		attempts = append(attempts, a)
-		go func() { results <- hedgeResult{i, invoker(actx, method, req, a.reply, cc, aopts...)} }()
-	}
+	r.mt = msg.ProtoReflect().Type()
+	r.attempts = make([]*hedgeAttempt, 0, p.maxAttempts)
 
-	start()
-	inflight, hedging := 1, true
-	// hedge sends the next attempt if maxAttempts and the budget allow.
-	hedge := func() {
-		if !hedging || len(attempts) >= p.maxAttempts || ctx.Err() != nil {
-			return
-		}
-		if !h.budget.TryWithdraw() {
-			h.refused.Add(1)
-			hedging = false
-			return
-		}
-		h.hedges.Add(1)
-		start()
-		inflight++
-	}
-	var timer *time.Timer
-	var tick <-chan time.Time
-	arm := func() {
-		switch {
-		case !hedging || len(attempts) >= p.maxAttempts:
-			tick = nil
-		case timer == nil:
-			timer = time.NewTimer(p.delay)
-			tick = timer.C
-		default:
-			timer.Reset(p.delay)
-			tick = timer.C
-		}
-	}
+	r.mu.Lock()
+	first, firstCtx, firstOpts := r.startLocked()
 	if p.delay == 0 {
-		for len(attempts) < p.maxAttempts && hedging {
-			hedge()
+		for r.hedgeLocked() {
 		}
 	} else {
-		arm()
+		r.timer = time.AfterFunc(p.delay, r.tick)
 	}
+	r.mu.Unlock()
 
-	win := -1
-	var last error
-	for win < 0 && inflight > 0 {
-		select {
-		case <-tick:
-			hedge()
-			arm()
-		case r := <-results:
-			inflight--
-			if attempts[r.i].noPeer.Load() {
-				// Never sent: no backend left that the RPC has not
-				// tried. Neither will a later attempt find one.
-				h.noBackend.Add(1)
-				hedging = false
-				if last == nil {
-					last = r.err
-				}
-				arm()
-				continue
-			}
-			if r.err == nil || ctx.Err() != nil || !p.nonFatal.has(status.Code(r.err)) {
-				win = r.i
-				last = r.err
-				break
-			}
-			last = r.err
-			hedge() // gRFC A6: a non-fatal status sends the next at once
-			arm()
-		}
+	r.report(first, invoker(firstCtx, method, req, msg, cc, firstOpts...))
+	<-r.decided
+
+	r.mu.Lock()
+	if r.timer != nil {
+		r.timer.Stop()
 	}
-	if timer != nil {
-		timer.Stop()
-	}
-	for _, a := range attempts {
+	win, err := r.win, r.last
+	for _, a := range r.attempts {
 		a.cancel()
 	}
-	for ; inflight > 0; inflight-- {
-		<-results // the losers return soon after their cancel
-	}
-	if win > 0 {
-		w := attempts[win]
-		if last == nil {
-			h.won.Add(1)
-		}
+	r.mu.Unlock()
+	r.wg.Wait() // the losers return soon after their cancel
+
+	if win > 0 && err == nil {
+		h.won.Add(1)
 		proto.Reset(msg)
-		proto.Merge(msg, w.reply)
+		proto.Merge(msg, r.attempts[win].reply)
 	}
 	if win >= 0 {
-		w := attempts[win]
-		if headerTo != nil {
-			*headerTo = w.header
+		w := r.attempts[win]
+		if r.headerTo != nil {
+			*r.headerTo = w.header
 		}
-		if trailerTo != nil {
-			*trailerTo = w.trailer
+		if r.trailerTo != nil {
+			*r.trailerTo = w.trailer
 		}
-		if peerTo != nil {
-			*peerTo = w.peer
+		if r.peerTo != nil {
+			*r.peerTo = w.peer
 		}
 	}
 	for _, f := range onFinish {
-		f(last)
+		f(err)
 	}
-	return last
+	return err
+}
+
+// hedgeRun is one hedged RPC under way.
+type hedgeRun struct {
+	h       *Hedging
+	p       *hedgePolicy
+	ctx     context.Context
+	method  string
+	req     any
+	cc      *grpc.ClientConn
+	invoker grpc.UnaryInvoker
+	msg     proto.Message
+	mt      protoreflect.MessageType
+	passed  []grpc.CallOption
+	call    hedgeCall
+
+	headerTo, trailerTo *metadata.MD
+	peerTo              *peer.Peer
+
+	wg      sync.WaitGroup // the attempts after the first
+	decided chan struct{}  // closed when win and last are final
+
+	mu       sync.Mutex
+	attempts []*hedgeAttempt
+	inflight int
+	hedging  bool // more attempts may be sent
+	done     bool // decided is closed
+	win      int  // the attempt whose answer ends the RPC; -1: none
+	last     error
+	timer    *time.Timer
+}
+
+// startLocked makes the next attempt and returns what its call needs.
+func (r *hedgeRun) startLocked() (*hedgeAttempt, context.Context, []grpc.CallOption) {
+	i := len(r.attempts)
+	a := &hedgeAttempt{call: &r.call, reply: r.msg, i: i}
+	if i > 0 {
+		a.reply = r.mt.New().Interface()
+	}
+	actx := context.WithValue(r.ctx, hedgeKey{}, a)
+	if i > 0 {
+		actx = metadata.AppendToOutgoingContext(actx, "grpc-previous-rpc-attempts", strconv.Itoa(i))
+	}
+	actx, a.cancel = context.WithCancel(actx)
+	opts := r.passed
+	if r.headerTo != nil || r.trailerTo != nil || r.peerTo != nil {
+		opts = append(opts[:len(opts):len(opts)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
+	}
+	r.attempts = append(r.attempts, a)
+	r.inflight++
+	if i == 0 {
+		r.hedging = true
+	}
+	return a, actx, opts
+}
+
+// hedgeLocked sends the next attempt if the RPC is undecided and
+// maxAttempts and the budget allow, and reports whether it did.
+func (r *hedgeRun) hedgeLocked() bool {
+	if r.done || !r.hedging || len(r.attempts) >= r.p.maxAttempts || r.ctx.Err() != nil {
+		return false
+	}
+	if !r.h.budget.TryWithdraw() {
+		r.h.refused.Add(1)
+		r.hedging = false
+		return false
+	}
+	r.h.hedges.Add(1)
+	a, actx, opts := r.startLocked()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.report(a, r.invoker(actx, r.method, r.req, a.reply, r.cc, opts...))
+	}()
+	return true
+}
+
+// tick is the hedging delay's timer: send the next attempt, and wait
+// another delay for the one after.
+func (r *hedgeRun) tick() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hedgeLocked() && r.hedging && len(r.attempts) < r.p.maxAttempts {
+		r.timer.Reset(r.p.delay)
+	}
+}
+
+// report takes an attempt's end into account.
+func (r *hedgeRun) report(a *hedgeAttempt, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight--
+	if r.done {
+		return
+	}
+	switch {
+	case a.noPeer.Load():
+		// Never sent: no backend left that the RPC has not tried.
+		// Neither will a later attempt find one.
+		r.h.noBackend.Add(1)
+		r.hedging = false
+		if r.last == nil {
+			r.last = err
+		}
+	case err == nil || r.ctx.Err() != nil || !r.p.nonFatal.has(status.Code(err)):
+		r.win, r.last = a.i, err
+		r.decide()
+		return
+	default:
+		r.last = err
+		// gRFC A6: a non-fatal status sends the next attempt at once,
+		// and the one after it a delay later.
+		if r.hedgeLocked() && r.timer != nil {
+			r.timer.Reset(r.p.delay)
+		}
+	}
+	if r.inflight == 0 {
+		r.win = -1
+		r.decide()
+	}
+}
+
+// decide ends the RPC: the other attempts are cancelled at once, since
+// the first may hold the caller's goroutine.
+func (r *hedgeRun) decide() {
+	r.done = true
+	for _, a := range r.attempts {
+		a.cancel()
+	}
+	close(r.decided)
 }
 
 // errNoOtherPeer is the pick error of a hedged attempt that finds no peer
