@@ -85,5 +85,25 @@
 // cutting the probes under way short. Channel(target).ProbeStats counts
 // the probes.
 //
+// # Hedging: gRFC A6's hedgingPolicy
+//
+// grpc-go ignores a methodConfig's hedgingPolicy. NewHedging reads it from
+// the same service config JSON, strictly, and its interceptor sends the
+// hedges, opt-in:
+//
+//	h, err := grpcbalancer.NewHedging(sc) // sc has a hedgingPolicy
+//	conn, err := grpc.NewClient(target, append(h.DialOptions(), creds)...)
+//
+// The first attempt goes at once, one more every hedgingDelay (all at once
+// for 0s) up to maxAttempts (at most 5); the first OK or fatal answer ends
+// the RPC and cancels the others, which their servers see; a status in
+// nonFatalStatusCodes sends the next attempt at once. A balancer.RetryBudget
+// bounds the extra attempts (default 5% of the RPCs over 10 s). Under an
+// lbgo_ policy the attempts of one RPC share its tried set, so each goes
+// to a backend none of the RPC's other attempts is on, and an attempt that
+// finds none is not sent. Streaming RPCs are left alone: only unary calls
+// through the interceptor are hedged. Hedging.Stats counts the hedges
+// sent, won and refused.
+//
 // The policies are safe for concurrent use, as gRPC requires.
 package grpcbalancer

@@ -36,9 +36,11 @@ type picker struct {
 // it keys the map. An RPC gets an entry only when an attempt ends in an
 // error (a retry may follow), and the entry goes when the RPC's context
 // ends (context.AfterFunc), or at the first attempt that succeeds: nothing
-// outlives the RPC.
+// outlives the RPC. A hedged RPC (hedge.go) has its attempts run at once,
+// each with a context of its own: they find their shared rpc in the
+// context instead, and the lock orders their picks.
 type rpc struct {
-	mu   sync.Mutex // gRPC's attempts are sequential; the lock is for safety
+	mu   sync.Mutex // gRPC's retries are sequential; hedged attempts are not
 	req  lbgo.Request
 	stop func() bool // stops the AfterFunc cleanup; nil until stored
 }
@@ -51,6 +53,7 @@ type attempt struct {
 	ctx   context.Context
 	key   <-chan struct{}
 	rpc   *rpc
+	hedge *hedgeAttempt   // set for an attempt of a hedged RPC (hedge.go)
 	own   rpc             // the RPC's state when this is its first attempt: one allocation
 	load  lbgo.ServerLoad // Outcome.Load's storage, in the same allocation
 }
@@ -64,7 +67,14 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	b := p.b
 	a := &attempt{p: p, ctx: info.Ctx, key: info.Ctx.Done()}
-	if a.key != nil {
+	if hedgingUsed.Load() {
+		// The attempts of a hedged RPC run at once, each with a context
+		// of its own: they share the state the interceptor keeps.
+		if h, ok := info.Ctx.Value(hedgeKey{}).(*hedgeAttempt); ok {
+			a.hedge, a.rpc = h, &h.call.rpc
+		}
+	}
+	if a.rpc == nil && a.key != nil {
 		if v, ok := b.rpcs.Load(a.key); ok {
 			a.rpc = v.(*rpc)
 		}
@@ -72,7 +82,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if a.rpc == nil {
 		a.rpc = &a.own
 	}
-	peer, err := p.pick(a.rpc, info.Ctx)
+	peer, err := p.pick(a.rpc, info.Ctx, a.hedge != nil)
+	if errors.Is(err, errNoOtherPeer) {
+		a.hedge.noPeer.Store(true)
+		return balancer.PickResult{}, hedgeRefusal(b.name)
+	}
 	var wake time.Time
 	var wakes bool
 	if err != nil && noPeer(err) {
@@ -90,7 +104,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		// by the wake-up.
 		b.waiting.Store(true)
 		wake, wakes = p.lb.NextEligible()
-		peer, err = p.pick(a.rpc, info.Ctx)
+		peer, err = p.pick(a.rpc, info.Ctx, a.hedge != nil)
+		if errors.Is(err, errNoOtherPeer) {
+			a.hedge.noPeer.Store(true)
+			return balancer.PickResult{}, hedgeRefusal(b.name)
+		}
 	}
 	if err != nil {
 		if noPeer(err) {
@@ -120,13 +138,18 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	return balancer.PickResult{SubConn: sc, Done: a.done}, nil
 }
 
-// pick picks for the RPC r, under its lock.
-func (p *picker) pick(r *rpc, ctx context.Context) (*lbgo.Peer, error) {
+// pick picks for the RPC r, under its lock. An attempt of a hedged RPC
+// that finds no peer the RPC has not tried gets errNoOtherPeer: its other
+// attempts may be in flight on every peer.
+func (p *picker) pick(r *rpc, ctx context.Context, hedged bool) (*lbgo.Peer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p.setKey(&r.req, ctx)
 	peer, err := p.lb.Pick(&r.req)
 	if err != nil && r.req.Attempts() > 0 && (errors.Is(err, lbgo.ErrNoLivePeer) || errors.Is(err, lbgo.ErrTriesExhausted)) {
+		if hedged {
+			return nil, errNoOtherPeer
+		}
 		// A retry that has tried every eligible peer, or as many as nginx
 		// allows: gRPC's retry policy bounds the attempts, so start the
 		// tried set afresh rather than fail the retry.
@@ -197,6 +220,9 @@ func (a *attempt) done(info balancer.DoneInfo) {
 	}
 	retryMayFollow := info.Err != nil || !info.BytesSent
 	switch {
+	case a.hedge != nil:
+		// A hedged RPC's state lives with its interceptor, as long as
+		// the RPC.
 	case retryMayFollow && r.stop == nil && a.key != nil && a.ctx.Err() == nil:
 		// Keep the RPC's tried set for a retry, until the RPC ends.
 		r.mu.Lock()

@@ -1,0 +1,402 @@
+package grpcbalancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lbgo "github.com/lbgo/balancer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// The default budget of a Hedging: extra attempts may add 5% to the RPCs
+// of any 10 s window, with no floor, as Finagle's backup requests budget
+// their maxExtraLoad.
+const (
+	DefaultHedgeRatio        = 0.05
+	DefaultHedgeMinPerSecond = 0
+	DefaultHedgeWindow       = 10 * time.Second
+)
+
+// Hedging sends hedged unary RPCs as gRFC A6's hedgingPolicy says, which
+// grpc-go does not implement (it ignores the field): for a method whose
+// methodConfig has a hedgingPolicy, the first attempt goes at once, another
+// every hedgingDelay (all at once for 0s or none) until maxAttempts (capped
+// at MaxHedgedAttempts); the first OK answer, or the first with a status
+// not in nonFatalStatusCodes, ends the RPC and cancels the other attempts,
+// whose servers see their contexts cancelled; a non-fatal status starts the
+// next attempt at once. When every attempt has ended non-fatally, the RPC
+// fails with the last status. Each attempt carries
+// grpc-previous-rpc-attempts, the number of attempts sent before it.
+//
+// A budget bounds the extra attempts: a balancer.RetryBudget (default
+// DefaultHedgeRatio, DefaultHedgeMinPerSecond, DefaultHedgeWindow; see
+// WithHedgeBudget) in which each hedged RPC deposits one token and each
+// attempt after the first withdraws one; once one is refused, the RPC
+// sends no more. gRPC's retryThrottling is not used: it counts only
+// failures, so a backend that is slow but answers OK, the case hedging is
+// for, would never throttle hedges.
+//
+// Under an lbgo_ policy of this package the attempts of one RPC share its
+// tried set, so each goes to a backend that no other attempt of the RPC
+// has been sent to; an attempt that finds none is not sent (NoBackend in
+// Stats). Under another policy they are picked independently.
+//
+// Streaming RPCs, methods without a hedgingPolicy and replies that are not
+// proto messages are passed through untouched. Use the interceptor
+// (Intercept) with the same service config given to the channel, or
+// DialOptions, which gives both. A Hedging is safe for concurrent use and
+// may serve many channels; Stats sums them.
+type Hedging struct {
+	sc       string
+	policies hedgePolicies
+	budget   *lbgo.RetryBudget
+
+	rpcs, hedges, won, refused, noBackend atomic.Uint64
+}
+
+// HedgingStats counts what a Hedging has done since it was made.
+type HedgingStats struct {
+	RPCs      uint64 // RPCs of a method with a hedgingPolicy
+	Hedges    uint64 // attempts after the first, sent with the budget's leave
+	Won       uint64 // RPCs whose OK answer came from an attempt after the first
+	Refused   uint64 // attempts after the first that the budget refused
+	NoBackend uint64 // attempts not sent: no backend the RPC's other attempts had not tried
+}
+
+// HedgingOption configures NewHedging.
+type HedgingOption func(*Hedging) error
+
+// WithHedgeBudget makes the Hedging take its extra attempts from b, which
+// may be shared with other clients' retries or hedges. nil is refused.
+func WithHedgeBudget(b *lbgo.RetryBudget) HedgingOption {
+	return func(h *Hedging) error {
+		if b == nil {
+			return fmt.Errorf("%w: WithHedgeBudget(nil)", ErrBadHedgingConfig)
+		}
+		h.budget = b
+		return nil
+	}
+}
+
+// NewHedging reads the hedging policies of serviceConfig, the JSON given
+// to grpc.WithDefaultServiceConfig, more strictly than grpc-go reads the
+// rest: a key that names no field of the service config, its methodConfig
+// or hedgingPolicy, a key matching one only without regard to case, a key
+// given twice in one object, a maxAttempts below 2 or not an integer, a
+// hedgingDelay that is not google.protobuf.Duration's JSON form ("0.05s")
+// or lies outside [0, MaxHedgingDelay], a status code it does not know, a
+// methodConfig with both a retryPolicy and a hedgingPolicy, and a method
+// named twice are refused with ErrBadHedgingConfig, naming the key.
+func NewHedging(serviceConfig string, opts ...HedgingOption) (*Hedging, error) {
+	policies, err := parseHedging(serviceConfig)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hedging{sc: serviceConfig, policies: policies}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: a nil HedgingOption", ErrBadHedgingConfig)
+		}
+		if err := o(h); err != nil {
+			return nil, err
+		}
+	}
+	if h.budget == nil {
+		b, err := lbgo.NewRetryBudget(DefaultHedgeRatio, DefaultHedgeMinPerSecond, DefaultHedgeWindow)
+		if err != nil {
+			return nil, err // cannot happen: the defaults are in range
+		}
+		h.budget = b
+	}
+	for _, p := range policies {
+		if p != nil {
+			hedgingUsed.Store(true)
+			break
+		}
+	}
+	return h, nil
+}
+
+// DialOptions returns the options that give a channel the service config
+// and the interceptor: grpc.WithDefaultServiceConfig and
+// grpc.WithChainUnaryInterceptor, which keeps the channel's other
+// interceptors (this one runs after those given before it).
+func (h *Hedging) DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithDefaultServiceConfig(h.sc),
+		grpc.WithChainUnaryInterceptor(h.Intercept),
+	}
+}
+
+// Stats returns the Hedging's counters.
+func (h *Hedging) Stats() HedgingStats {
+	return HedgingStats{
+		RPCs:      h.rpcs.Load(),
+		Hedges:    h.hedges.Load(),
+		Won:       h.won.Load(),
+		Refused:   h.refused.Load(),
+		NoBackend: h.noBackend.Load(),
+	}
+}
+
+// hedgingUsed is set once a Hedging with a policy exists: only then does a
+// pick look for a hedged attempt in its context.
+var hedgingUsed atomic.Bool
+
+// hedgeKey is the context key of a hedged attempt (a *hedgeAttempt).
+type hedgeKey struct{}
+
+// hedgeCall is one hedged RPC: the retry state its attempts share in the
+// picker (pick.go), so each picks a peer the others have not.
+type hedgeCall struct {
+	rpc rpc
+}
+
+// hedgeAttempt is one attempt of a hedged RPC.
+type hedgeAttempt struct {
+	i      int // 0 for the first attempt
+	call   *hedgeCall
+	reply  proto.Message
+	cancel context.CancelFunc
+	noPeer atomic.Bool // the picker found no peer the other attempts had not tried
+
+	// Where the attempt writes what the caller asked for with grpc.Header,
+	// grpc.Trailer and grpc.Peer; copied out if it wins.
+	header, trailer metadata.MD
+	peer            peer.Peer
+}
+
+// Intercept is the grpc.UnaryClientInterceptor that hedges.
+//
+// The first attempt runs on the caller's goroutine and each later one on
+// its own, started by the hedging delay's timer or by an attempt's
+// non-fatal end; hedgeRun decides under its lock. An RPC answered before
+// the delay so costs no goroutine.
+func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	p := h.policies.lookup(method)
+	msg, ok := reply.(proto.Message)
+	if p == nil || !ok {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	h.rpcs.Add(1)
+	h.budget.Deposit()
+
+	r := &hedgeRun{h: h, p: p, ctx: ctx, method: method, req: req, cc: cc, invoker: invoker, msg: msg}
+	r.decided = make(chan struct{})
+	// The caller's per-call outputs, which only the winner fills.
+	var onFinish []func(error)
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			r.headerTo = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			r.trailerTo = o.TrailerAddr
+		case grpc.PeerCallOption:
+			r.peerTo = o.PeerAddr
+		case grpc.OnFinishCallOption:
+			onFinish = append(onFinish, o.OnFinish)
+		default:
+			r.passed = append(r.passed, o)
+		}
+	}
+	// The reply's type, read before the first attempt writes to msg.
+	r.mt = msg.ProtoReflect().Type()
+	r.attempts = make([]*hedgeAttempt, 0, p.maxAttempts)
+
+	r.mu.Lock()
+	first, firstCtx, firstOpts := r.startLocked()
+	if p.delay == 0 {
+		for r.hedgeLocked() {
+		}
+	} else {
+		r.timer = time.AfterFunc(p.delay, r.tick)
+	}
+	r.mu.Unlock()
+
+	r.report(first, invoker(firstCtx, method, req, msg, cc, firstOpts...))
+	<-r.decided
+
+	r.mu.Lock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	win, err := r.win, r.last
+	for _, a := range r.attempts {
+		a.cancel()
+	}
+	r.mu.Unlock()
+	r.wg.Wait() // the losers return soon after their cancel
+
+	if win > 0 && err == nil {
+		h.won.Add(1)
+		proto.Reset(msg)
+		proto.Merge(msg, r.attempts[win].reply)
+	}
+	if win >= 0 {
+		w := r.attempts[win]
+		if r.headerTo != nil {
+			*r.headerTo = w.header
+		}
+		if r.trailerTo != nil {
+			*r.trailerTo = w.trailer
+		}
+		if r.peerTo != nil {
+			*r.peerTo = w.peer
+		}
+	}
+	for _, f := range onFinish {
+		f(err)
+	}
+	return err
+}
+
+// hedgeRun is one hedged RPC under way.
+type hedgeRun struct {
+	h       *Hedging
+	p       *hedgePolicy
+	ctx     context.Context
+	method  string
+	req     any
+	cc      *grpc.ClientConn
+	invoker grpc.UnaryInvoker
+	msg     proto.Message
+	mt      protoreflect.MessageType
+	passed  []grpc.CallOption
+	call    hedgeCall
+
+	headerTo, trailerTo *metadata.MD
+	peerTo              *peer.Peer
+
+	wg      sync.WaitGroup // the attempts after the first
+	decided chan struct{}  // closed when win and last are final
+
+	mu       sync.Mutex
+	attempts []*hedgeAttempt
+	inflight int
+	hedging  bool // more attempts may be sent
+	done     bool // decided is closed
+	win      int  // the attempt whose answer ends the RPC; -1: none
+	last     error
+	timer    *time.Timer
+}
+
+// startLocked makes the next attempt and returns what its call needs.
+func (r *hedgeRun) startLocked() (*hedgeAttempt, context.Context, []grpc.CallOption) {
+	i := len(r.attempts)
+	a := &hedgeAttempt{call: &r.call, reply: r.msg, i: i}
+	if i > 0 {
+		a.reply = r.mt.New().Interface()
+	}
+	actx := context.WithValue(r.ctx, hedgeKey{}, a)
+	if i > 0 {
+		actx = metadata.AppendToOutgoingContext(actx, "grpc-previous-rpc-attempts", strconv.Itoa(i))
+	}
+	actx, a.cancel = context.WithCancel(actx)
+	opts := r.passed
+	if r.headerTo != nil || r.trailerTo != nil || r.peerTo != nil {
+		opts = append(opts[:len(opts):len(opts)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
+	}
+	r.attempts = append(r.attempts, a)
+	r.inflight++
+	if i == 0 {
+		r.hedging = true
+	}
+	return a, actx, opts
+}
+
+// hedgeLocked sends the next attempt if the RPC is undecided and
+// maxAttempts and the budget allow, and reports whether it did.
+func (r *hedgeRun) hedgeLocked() bool {
+	if r.done || !r.hedging || len(r.attempts) >= r.p.maxAttempts || r.ctx.Err() != nil {
+		return false
+	}
+	if !r.h.budget.TryWithdraw() {
+		r.h.refused.Add(1)
+		r.hedging = false
+		return false
+	}
+	r.h.hedges.Add(1)
+	a, actx, opts := r.startLocked()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.report(a, r.invoker(actx, r.method, r.req, a.reply, r.cc, opts...))
+	}()
+	return true
+}
+
+// tick is the hedging delay's timer: send the next attempt, and wait
+// another delay for the one after.
+func (r *hedgeRun) tick() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hedgeLocked() && r.hedging && len(r.attempts) < r.p.maxAttempts {
+		r.timer.Reset(r.p.delay)
+	}
+}
+
+// report takes an attempt's end into account.
+func (r *hedgeRun) report(a *hedgeAttempt, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight--
+	if r.done {
+		return
+	}
+	switch {
+	case a.noPeer.Load():
+		// Never sent: no backend left that the RPC has not tried.
+		// Neither will a later attempt find one.
+		r.h.noBackend.Add(1)
+		r.hedging = false
+		if r.last == nil {
+			r.last = err
+		}
+	case err == nil || r.ctx.Err() != nil || !r.p.nonFatal.has(status.Code(err)):
+		r.win, r.last = a.i, err
+		r.decide()
+		return
+	default:
+		r.last = err
+		// gRFC A6: a non-fatal status sends the next attempt at once,
+		// and the one after it a delay later.
+		if r.hedgeLocked() && r.timer != nil {
+			r.timer.Reset(r.p.delay)
+		}
+	}
+	if r.inflight == 0 {
+		r.win = -1
+		r.decide()
+	}
+}
+
+// decide ends the RPC: the other attempts are cancelled at once, since
+// the first may hold the caller's goroutine.
+func (r *hedgeRun) decide() {
+	r.done = true
+	for _, a := range r.attempts {
+		a.cancel()
+	}
+	close(r.decided)
+}
+
+// errNoOtherPeer is the pick error of a hedged attempt that finds no peer
+// the RPC's other attempts have not tried.
+var errNoOtherPeer = errors.New("no backend that no other attempt of the RPC has tried")
+
+// hedgeRefusal is the status a pick gives such an attempt: gRPC ends the
+// attempt with it at once, without waiting for a new picker.
+func hedgeRefusal(name string) error {
+	return status.Errorf(codes.Unavailable, "%s: hedged attempt not sent: %v", name, errNoOtherPeer)
+}
