@@ -16,7 +16,22 @@ import (
 // only Picker's bound) nor once GaveUp, checked before each pick, returns
 // an error (nil GaveUp: ctx.Err). Run deposits one request in Budget. Now
 // times each attempt (nil: time.Now). Done's errors are not returned. An
-// Attempts serves one request; its attempts are sequential.
+// Attempts serves one request; without Hedge its attempts are sequential.
+//
+// With Hedge set, an attempt that has not answered within Hedge's delay
+// is joined by a hedge on another peer (the Request's tried set keeps it
+// off the peers in flight), up to HedgePolicy.MaxAttempts in flight, each
+// hedge taken from the policy's Budget; the first verdict that ends the
+// loop wins and the other attempts' contexts are cancelled with
+// ErrSuperseded, each reported Abandoned (unless its Verdict says
+// Reported) once its try returns. A failure asking for a retry while
+// another attempt is in flight waits for it; with none in flight it is an
+// ordinary retry. Each try then runs on a goroutine of its own, on a
+// context of its own, so try and Now must be safe for concurrent use;
+// Run returns once every try has returned, and never cancels the
+// winner's context, which ctx's end releases (a caller that keeps
+// reading the winner's reply cancels ctx once done). A try that panics
+// stops the loop as the others return, and the panic goes on from Run.
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
@@ -24,6 +39,7 @@ type Attempts struct {
 	MaxTries int
 	Now      func() time.Time
 	GaveUp   func() error
+	Hedge    *Hedging // nil: no hedging
 }
 
 // Verdict is what one attempt came to, as try returns it to
@@ -36,7 +52,9 @@ type Verdict struct {
 	Retry bool
 	// Reported says try's caller reports the attempt with Done itself,
 	// later (a reply whose body is still to be read); Outcome is then
-	// not reported.
+	// not reported. Under hedging, a Reported attempt that lost (its
+	// context's cause ErrSuperseded) is the caller's to report
+	// Abandoned.
 	Reported bool
 }
 
@@ -46,16 +64,29 @@ type Verdict struct {
 // (ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers, ErrRetryBudget), or an
 // error matching ErrTriesExhausted and naming MaxTries.
 func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	if a.Hedge != nil {
+		return a.runHedged(ctx, a.begin(), try)
+	}
+	return a.runSequential(ctx, try)
+}
+
+// begin deposits the request in Budget and returns its Request.
+func (a *Attempts) begin() *Request {
 	if a.Budget != nil {
 		a.Budget.Deposit()
 	}
-	r := a.Request
-	if r == nil {
-		r = new(Request)
+	if a.Request == nil {
+		return new(Request)
 	}
-	// One attempt at a time. Hedging would start a second try, on a
-	// context of its own, while the first is in flight: each attempt
-	// keeps its own Verdict and Done, and the loser's is Abandoned.
+	return a.Request
+}
+
+// runSequential is Run without hedging, on the caller's goroutine; Do
+// calls it directly, so that its try does not escape to the heap as
+// runHedged's goroutines make Run's.
+func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	r := a.begin()
+	// One attempt at a time; attempts_hedge.go runs them side by side.
 	for n := 0; ; n++ {
 		if err := a.gaveUp(ctx); err != nil {
 			return err
