@@ -16,22 +16,8 @@ import (
 // only Picker's bound) nor once GaveUp, checked before each pick, returns
 // an error (nil GaveUp: ctx.Err). Run deposits one request in Budget. Now
 // times each attempt (nil: time.Now). Done's errors are not returned. An
-// Attempts serves one request; without Hedge its attempts are sequential.
-//
-// With Hedge set, an attempt that has not answered within Hedge's delay
-// is joined by a hedge on another peer (the Request's tried set keeps it
-// off the peers in flight), up to HedgePolicy.MaxAttempts in flight, each
-// hedge taken from the policy's Budget; the first verdict that ends the
-// loop wins and the other attempts' contexts are cancelled with
-// ErrSuperseded, each reported Abandoned (unless its Verdict says
-// Reported) once its try returns. A failure asking for a retry while
-// another attempt is in flight waits for it; with none in flight it is an
-// ordinary retry. Each try then runs on a goroutine of its own, on a
-// context of its own, so try and Now must be safe for concurrent use;
-// Run returns once every try has returned, and never cancels the
-// winner's context, which ctx's end releases (a caller that keeps
-// reading the winner's reply cancels ctx once done). A try that panics
-// stops the loop as the others return, and the panic goes on from Run.
+// Attempts serves one request; Run's attempts are sequential, and
+// RunHedged hedges them.
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
@@ -39,7 +25,6 @@ type Attempts struct {
 	MaxTries int
 	Now      func() time.Time
 	GaveUp   func() error
-	Hedge    *Hedging // nil: no hedging
 }
 
 // Verdict is what one attempt came to, as try returns it to
@@ -64,9 +49,6 @@ type Verdict struct {
 // (ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers, ErrRetryBudget), or an
 // error matching ErrTriesExhausted and naming MaxTries.
 func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
-	if a.Hedge != nil {
-		return a.runHedged(ctx, a.begin(), try)
-	}
 	return a.runSequential(ctx, try)
 }
 
@@ -81,9 +63,9 @@ func (a *Attempts) begin() *Request {
 	return a.Request
 }
 
-// runSequential is Run without hedging, on the caller's goroutine; Do
-// calls it directly, so that its try does not escape to the heap as
-// runHedged's goroutines make Run's.
+// runSequential is Run, which Do calls too. RunHedged is apart so that
+// Run's try does not escape to the heap as RunHedged's goroutines make
+// its own.
 func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
 	r := a.begin()
 	// One attempt at a time; attempts_hedge.go runs them side by side.

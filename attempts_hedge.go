@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// hedgeResult is what one attempt's goroutine sends back to runHedged.
+// hedgeResult is what one attempt's goroutine sends back to RunHedged.
 type hedgeResult struct {
 	id       int
 	v        Verdict
@@ -17,7 +17,7 @@ type hedgeResult struct {
 	pv       any
 }
 
-// hedgeAttempt is runHedged's record of one attempt.
+// hedgeAttempt is RunHedged's record of one attempt.
 type hedgeAttempt struct {
 	peer   *Peer
 	cancel context.CancelCauseFunc
@@ -25,7 +25,23 @@ type hedgeAttempt struct {
 	done   bool
 }
 
-// runHedged is Run with a.Hedge set. Every attempt runs try on a
+// RunHedged is Run with hedging: an attempt that has not answered within
+// h's delay is joined by a hedge on another peer (the Request's tried set
+// keeps it off the peers in flight), up to HedgePolicy.MaxAttempts in
+// flight, each hedge taken from the policy's Budget; the first verdict
+// that ends the loop wins and the other attempts' contexts are cancelled
+// with ErrSuperseded, each reported Abandoned (unless its Verdict says
+// Reported) once its try returns. A failure asking for a retry while
+// another attempt is in flight waits for it; with none in flight it is an
+// ordinary retry. Each try runs on a goroutine of its own, on a context
+// of its own, so try and Now must be safe for concurrent use. RunHedged
+// returns once every try has returned, and never cancels the winner's
+// context, which ctx's end releases (a caller that keeps reading the
+// winner's reply cancels ctx once done). A try that panics stops the
+// loop as the others return, and the panic goes on from RunHedged. A nil
+// h is Run.
+//
+// How: every attempt runs try on a
 // goroutine of its own, on a context of its own, and sends its verdict
 // back; this goroutine alone picks, reports and decides, so Request needs
 // no lock. At most h.max attempts are in flight: a hedge is sent when the
@@ -37,8 +53,11 @@ type hedgeAttempt struct {
 // flight waits for them (the next hedge may still go); one with none in
 // flight is retried at once, from a.Budget, as without hedging. Run
 // returns once every try has returned.
-func (a *Attempts) runHedged(ctx context.Context, r *Request, try func(context.Context, *Peer) Verdict) error {
-	h := a.Hedge
+func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.Context, *Peer) Verdict) error {
+	if h == nil {
+		return a.Run(ctx, try)
+	}
+	r := a.begin()
 	if h.budget != a.Budget {
 		h.budget.Deposit()
 	}

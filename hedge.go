@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// ErrSuperseded is the cause (context.Cause) with which Attempts.Run
+// ErrSuperseded is the cause (context.Cause) with which Attempts.RunHedged
 // cancels the context of an attempt still in flight when another attempt
 // ended the loop: the hedge or the original that lost. Such an attempt is
 // reported Abandoned, never as the peer's failure.
@@ -44,13 +44,13 @@ type HedgePolicy struct {
 	// fixed Delay.
 	Percentile float64
 
-	// Budget bounds the hedges: Attempts.Run deposits each hedged
+	// Budget bounds the hedges: Attempts.RunHedged deposits each hedged
 	// request in it and each hedge withdraws one (RetryBudget.PickRetry);
 	// a hedge it refuses is not sent, and the request goes on with the
 	// attempts in flight. Required. A budget of its own (such as
 	// NewRetryBudget(0.05, 1, 10*time.Second): 5% more attempts plus
 	// one a second) keeps hedges and retries from starving each other;
-	// the same budget as Attempts.Budget makes them share one (Run then
+	// the same budget as Attempts.Budget makes them share one (RunHedged
 	// deposits once).
 	Budget *RetryBudget
 
@@ -62,14 +62,14 @@ type HedgePolicy struct {
 	// Events, if set, is called for each hedge sent (EventHedgeSent,
 	// Peer the hedge's), each request a hedge won (EventHedgeWon, Peer
 	// the winner) and each hedge the budget refused (EventHedgeRefused),
-	// on the goroutine of Attempts.Run, with Attempts.Now's time. It
+	// on the goroutine of Attempts.RunHedged, with Attempts.Now's time. It
 	// must be quick and safe for concurrent use.
 	Events func(Event)
 }
 
 // Hedging sends a request's next attempt to another peer when the attempt
 // in flight has not answered within a delay, takes the first attempt that
-// ends the loop and cancels the others (Attempts.Hedge; the hedged
+// ends the loop and cancels the others (Attempts.RunHedged; the hedged
 // requests of "The Tail at Scale", Finagle's BackupRequestFilter, gRPC
 // A6's hedgingPolicy). The delay is fixed, or a percentile of the recent
 // latencies of the requests' first attempts: a sliding window of the last

@@ -80,14 +80,14 @@ func newHedgeRig(t *testing.T, p HedgePolicy) *hedgeRig {
 	}
 	g.h, err = NewHedging(p)
 	require.NoError(t, err)
-	g.loop = Attempts{Picker: g.rec, Request: &g.r, Now: g.clk.now, Hedge: g.h}
+	g.loop = Attempts{Picker: g.rec, Request: &g.r, Now: g.clk.now}
 	return g
 }
 
 // run starts the loop.
 func (g *hedgeRig) run() {
 	go func() {
-		g.done <- g.loop.Run(context.Background(), func(ctx context.Context, peer *Peer) Verdict {
+		g.done <- g.loop.RunHedged(context.Background(), g.h, func(ctx context.Context, peer *Peer) Verdict {
 			c := &hedgeCall{peer: peer.Addr(), ctx: ctx, reply: make(chan Verdict, 1)}
 			g.started <- c
 			select {
@@ -310,7 +310,7 @@ func sortLosers(got []string) []string {
 // hedgingDelay 0 does, with no timer.
 func TestHedge_zeroDelay(t *testing.T) {
 	g := newHedgeRig(t, HedgePolicy{MaxAttempts: 3})
-	g.loop.Hedge.budget, _ = NewRetryBudget(2, 0, time.Second, g.clk.opt())
+	g.h.budget, _ = NewRetryBudget(2, 0, time.Second, g.clk.opt())
 	g.run()
 	got := map[string]*hedgeCall{}
 	for range 3 {
@@ -401,7 +401,7 @@ func TestHedge_panic(t *testing.T) {
 	var a *hedgeCall
 	go func() { (<-g.timers).fire <- time.Time{} }()
 	assert.PanicsWithValue(t, "boom", func() {
-		_ = g.loop.Run(context.Background(), func(ctx context.Context, peer *Peer) Verdict {
+		_ = g.loop.RunHedged(context.Background(), g.h, func(ctx context.Context, peer *Peer) Verdict {
 			if peer.Addr() == "a" {
 				a = &hedgeCall{ctx: ctx}
 				g.started <- a
@@ -495,8 +495,8 @@ func TestHedge_budgetBounds(t *testing.T) {
 	fp := &firstPicker{Picker: lb}
 	for range n {
 		decided = make(chan EventKind, 2)
-		loop := Attempts{Picker: fp, Now: clk.now, Hedge: h}
-		err := loop.Run(context.Background(), func(ctx context.Context, peer *Peer) Verdict {
+		loop := Attempts{Picker: fp, Now: clk.now}
+		err := loop.RunHedged(context.Background(), h, func(ctx context.Context, peer *Peer) Verdict {
 			if peer != fp.first { // picked before the attempt's goroutine began
 				return ok // the hedge answers at once
 			}
@@ -539,8 +539,8 @@ func TestHedge_concurrent(t *testing.T) {
 	for range 64 {
 		wg.Go(func() {
 			for range 50 {
-				loop := Attempts{Picker: cnt, Hedge: h}
-				errs <- loop.Run(context.Background(), func(context.Context, *Peer) Verdict { return ok })
+				loop := Attempts{Picker: cnt}
+				errs <- loop.RunHedged(context.Background(), h, func(context.Context, *Peer) Verdict { return ok })
 			}
 		})
 	}

@@ -54,8 +54,8 @@ func (t *Transport) roundTripHedged(req *http.Request, br *balancer.Request) (*h
 		drains []*http.Response
 		tries  int
 	)
-	loop := balancer.Attempts{Picker: t.Picker, Request: br, Budget: t.RetryBudget, MaxTries: t.MaxTries, GaveUp: func() error { return gaveUp(req) }, Hedge: t.Hedging}
-	stopped := loop.Run(ctx, func(actx context.Context, peer *balancer.Peer) balancer.Verdict {
+	loop := balancer.Attempts{Picker: t.Picker, Request: br, Budget: t.RetryBudget, MaxTries: t.MaxTries, GaveUp: func() error { return gaveUp(req) }}
+	stopped := loop.RunHedged(ctx, t.Hedging, func(actx context.Context, peer *balancer.Peer) balancer.Verdict {
 		mu.Lock()
 		tries++
 		n := tries

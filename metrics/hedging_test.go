@@ -42,8 +42,8 @@ func TestHedgingCollector(t *testing.T) {
 		decided = make(chan balancer.EventKind, 2)
 		var first *balancer.Peer
 		picker := pickFirst{lb, &first}
-		loop := balancer.Attempts{Picker: picker, Now: clk.now, Hedge: h}
-		err := loop.Run(context.Background(), func(ctx context.Context, p *balancer.Peer) balancer.Verdict {
+		loop := balancer.Attempts{Picker: picker, Now: clk.now}
+		err := loop.RunHedged(context.Background(), h, func(ctx context.Context, p *balancer.Peer) balancer.Verdict {
 			if p != first {
 				return balancer.Verdict{} // the hedge answers
 			}
