@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
@@ -27,17 +28,32 @@ func BenchmarkTransport_roundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr := &balancerhttp.Transport{Picker: lb, Base: okBase{}}
-	req, err := http.NewRequest(http.MethodGet, "http://service/x", nil)
+	bud, err := balancer.NewRetryBudget(0.05, 1, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = resp.Body.Close()
+	h, err := balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Second, Budget: bud})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"off", "hedging"} {
+		b.Run(name, func(b *testing.B) {
+			tr := &balancerhttp.Transport{Picker: lb, Base: okBase{}}
+			if name == "hedging" {
+				tr.Hedging = h
+			}
+			req, err := http.NewRequest(http.MethodGet, "http://service/x", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = resp.Body.Close()
+			}
+		})
 	}
 }
