@@ -16,7 +16,8 @@ import (
 // only Picker's bound) nor once GaveUp, checked before each pick, returns
 // an error (nil GaveUp: ctx.Err). Run deposits one request in Budget. Now
 // times each attempt (nil: time.Now). Done's errors are not returned. An
-// Attempts serves one request; its attempts are sequential.
+// Attempts serves one request; Run's attempts are sequential, and
+// RunHedged hedges them.
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
@@ -36,7 +37,9 @@ type Verdict struct {
 	Retry bool
 	// Reported says try's caller reports the attempt with Done itself,
 	// later (a reply whose body is still to be read); Outcome is then
-	// not reported.
+	// not reported. Under hedging, a Reported attempt that lost (its
+	// context's cause ErrSuperseded) is the caller's to report
+	// Abandoned.
 	Reported bool
 }
 
@@ -46,16 +49,26 @@ type Verdict struct {
 // (ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers, ErrRetryBudget), or an
 // error matching ErrTriesExhausted and naming MaxTries.
 func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	return a.runSequential(ctx, try)
+}
+
+// begin deposits the request in Budget and returns its Request.
+func (a *Attempts) begin() *Request {
 	if a.Budget != nil {
 		a.Budget.Deposit()
 	}
-	r := a.Request
-	if r == nil {
-		r = new(Request)
+	if a.Request == nil {
+		return new(Request)
 	}
-	// One attempt at a time. Hedging would start a second try, on a
-	// context of its own, while the first is in flight: each attempt
-	// keeps its own Verdict and Done, and the loser's is Abandoned.
+	return a.Request
+}
+
+// runSequential is Run, which Do calls too. RunHedged is apart so that
+// Run's try does not escape to the heap as RunHedged's goroutines make
+// its own.
+func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	r := a.begin()
+	// One attempt at a time; attempts_hedge.go runs them side by side.
 	for n := 0; ; n++ {
 		if err := a.gaveUp(ctx); err != nil {
 			return err

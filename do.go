@@ -52,7 +52,7 @@ func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 	var lastPeer *Peer
 	var result error // the attempt that ended the loop
 	loop := Attempts{Picker: p, Request: r, Budget: cfg.budget, Now: cfg.now}
-	why := loop.Run(ctx, func(ctx context.Context, peer *Peer) Verdict {
+	why := loop.runSequential(ctx, func(ctx context.Context, peer *Peer) Verdict {
 		err := try(ctx, peer)
 		if err == nil {
 			result = nil

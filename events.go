@@ -72,9 +72,22 @@ const (
 	// server says again. Misses holds the count its EventPeerBlind
 	// carried.
 	EventPeerSeen
+
+	// EventHedgeSent: an attempt went without an answer for the
+	// Hedging's delay and a hedge was sent to Peer (HedgePolicy.Events,
+	// not WithEvents, reports the hedge events).
+	EventHedgeSent
+
+	// EventHedgeWon: a hedge, on Peer, ended its request's loop before
+	// the attempts sent before it.
+	EventHedgeWon
+
+	// EventHedgeRefused: the hedge budget refused a hedge; the request
+	// goes on with the attempts in flight. Peer is nil.
+	EventHedgeRefused
 )
 
-var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped", "PeerOutlier", "PeerBlind", "PeerSeen"}
+var eventNames = [...]string{"", "PeerOut", "PeerProbe", "PeerReadmitted", "Reweighted", "Panic", "PanicOver", "EjectionCapped", "PeerOutlier", "PeerBlind", "PeerSeen", "HedgeSent", "HedgeWon", "HedgeRefused"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {

@@ -129,7 +129,8 @@ func TestStats_healthNames(t *testing.T) {
 	}
 	assert.Equal(t, []string{"healthy", "down", "failed", "probing", "full"}, names)
 	assert.Equal(t, "Health(9)", Health(9).String())
-	assert.Equal(t, "EventKind(12)", EventKind(12).String())
+	assert.Equal(t, "EventKind(14)", EventKind(14).String())
+	assert.Equal(t, "HedgeSent HedgeWon HedgeRefused", EventHedgeSent.String()+" "+EventHedgeWon.String()+" "+EventHedgeRefused.String())
 	assert.Equal(t, "PeerBlind", EventPeerBlind.String())
 	assert.Equal(t, "PeerSeen", EventPeerSeen.String())
 	assert.Equal(t, "PeerProbe", EventPeerProbe.String())

@@ -400,6 +400,7 @@ type reportingBody struct {
 	start   time.Time
 	failed  bool
 	timer   *attemptTimer // the attempt's ReadTimeout; nil if none
+	release func()        // a hedged request's context's cancel, once reported; nil if none
 	once    sync.Once
 }
 
@@ -449,5 +450,8 @@ func (b *reportingBody) report(eof, readErr bool) {
 		}
 		_ = b.picker.Done(b.peer, o)
 		b.timer.finish()
+		if b.release != nil {
+			b.release()
+		}
 	})
 }

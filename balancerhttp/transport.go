@@ -128,6 +128,17 @@ type Transport struct {
 	// failure that may be retried is.
 	RetryBudget *balancer.RetryBudget
 
+	// Hedging, if set, hedges the requests safe to send twice at once
+	// as net/http decides replay (GET, HEAD, OPTIONS, TRACE, or an
+	// Idempotency-Key or X-Idempotency-Key header; a body only with
+	// Request.GetBody; no Upgrade): an attempt without response headers
+	// within its delay is joined by one on another peer, the first
+	// response that is not a failure is returned, and the others are
+	// cancelled and reported Abandoned (see balancer.Attempts). Other
+	// requests, RetryNonIdempotent's included, are never hedged. Share
+	// one Hedging among a client's Transports. Default nil: no hedging.
+	Hedging *balancer.Hedging
+
 	once    sync.Once
 	base    http.RoundTripper
 	badConf error // a negative timeout, returned by every RoundTrip
@@ -239,6 +250,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var br balancer.Request
 	if t.Key != nil {
 		br.SetKey(t.Key(req))
+	}
+	if t.Hedging != nil && hedgeable(req) {
+		return t.roundTripHedged(req, &br)
 	}
 	var (
 		errs  []error        // each attempt's
