@@ -59,8 +59,8 @@ func TestSimHelpDefaults(t *testing.T) {
 		"disables failure accounting (default: the scenario's, 1; 0 in linkerd, retrystorm)", // max-fails
 		"fail_timeout, a duration (default: the scenario's, 10s in all)",
 		"clients K (default: the scenario's, 1; 16 in herd, fleet16, zones16, fastfail16; 10 in retrystorm, outage1s, scaleup; 64 in fleet64)",
-		"(default: the scenario's, 0.7; 0.75 in fleet1, fleet16, fleet64, zones16, fastfail16; none, a fixed 1000 requests/s, in linkerd; none, a fixed 700 requests/s, in scaleup; 0.68 in coldstart)",
-		"(default: the scenario's, no jitter; 1s in fleet1, fleet16, fleet64, zones16, fastfail16; 500ms in jitter, herd)",
+		"(default: the scenario's, 0.7; 0.75 in fleet1, fleet16, fleet64, zones16, zones1, fastfail16; none, a fixed 1000 requests/s, in linkerd; none, a fixed 700 requests/s, in scaleup; 0.68 in coldstart)",
+		"(default: the scenario's, no jitter; 1s in fleet1, fleet16, fleet64, zones16, zones1, fastfail16; 500ms in jitter, herd)",
 		"(default its own: 5s for FastestFirst, 10s otherwise)",
 		"-svg DIR",
 	} {
