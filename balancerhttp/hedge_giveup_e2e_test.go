@@ -51,7 +51,7 @@ func TestTransport_hedgeClientGivesUp(t *testing.T) {
 			req.Header.Set("X-Request-Id", "1")
 			errc := make(chan error, 1)
 			go func() {
-				resp, err := (&http.Client{Transport: tr}).Do(req)
+				resp, err := patient(tr).Do(req)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
@@ -62,7 +62,13 @@ func TestTransport_hedgeClientGivesUp(t *testing.T) {
 				<-f.held
 			}
 			cancel()
-			err = <-errc
+			patience := time.NewTimer(10 * time.Second)
+			defer patience.Stop()
+			select {
+			case err = <-errc:
+			case <-patience.C:
+				t.Fatal("no answer 10 s after the cancellation")
+			}
 			var rt *balancerhttp.RoundTripError
 			if assert.ErrorAs(t, err, &rt) {
 				assert.ErrorIs(t, rt.Err, context.Canceled, "RoundTripError.Err")
@@ -109,7 +115,7 @@ func TestTransport_hedgeTimeoutBeforeDelay(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, "http://svc/x", nil)
 	require.NoError(t, err)
 	req.Header.Set("X-Request-Id", "1")
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := doWithin(t, tr, req)
 	require.NoError(t, err)
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)

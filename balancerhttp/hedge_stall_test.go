@@ -20,8 +20,8 @@ import (
 // selects (by its rank among the request's arrivals, 0 for the first)
 // reads the request's body, says so on arrived (for the hedge's timer)
 // and on held (for the test), and holds the request until its context
-// ends (the client went away) or the test sends on or closes release,
-// then says so on ended; every other arrival reads the body and
+// ends (the client went away) or the test releases every stall
+// (releaseAll), then says so on ended; every other arrival reads the body and
 // answers at once with reply. HedgePolicy.Timer is timer: the hedge's
 // delay ends when a stalled server has the request, not on the wall clock.
 // Each arrival is logged.
@@ -32,6 +32,7 @@ type stallFleet struct {
 	held    chan struct{}
 	ended   chan struct{}
 	release chan struct{}
+	freed   sync.Once
 	timers  atomic.Int64 // how often the hedge's delay was asked for
 	servers []*httptest.Server
 	peers   []*balancer.Peer
@@ -65,7 +66,7 @@ func newStallFleet(t *testing.T, n int, stall func(rank int) bool, reply func(w 
 		f.peers = append(f.peers, balancer.NewPeer(addrOf(srv), balancer.MaxFails(0)))
 	}
 	t.Cleanup(func() {
-		close(f.release) // a stall the test did not end
+		f.releaseAll() // a stall the test did not end
 		for _, s := range f.servers {
 			s.Close()
 		}
@@ -139,4 +140,39 @@ func (f *stallFleet) arrivals() []stallArrival {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]stallArrival(nil), f.log...)
+}
+
+// releaseAll ends every stall, now and to come.
+func (f *stallFleet) releaseAll() { f.freed.Do(func() { close(f.release) }) }
+
+// doWithin sends req through tr, failing the test if no answer comes
+// within 10 s, far beyond what any of these tests waits on loopback: a
+// regression that leaves an attempt waiting fails the test instead of
+// hanging it (the fleet's cleanup then releases its stalls).
+func doWithin(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, error) {
+	t.Helper()
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	c := make(chan result, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		c <- result{resp, err}
+	}()
+	patience := time.NewTimer(10 * time.Second)
+	defer patience.Stop()
+	select {
+	case r := <-c:
+		return r.resp, r.err
+	case <-patience.C:
+		t.Fatalf("%s %s: no answer within 10 s", req.Method, req.URL)
+		return nil, nil
+	}
+}
+
+// patient is a client of tr whose requests give up after 10 s, as
+// doWithin does, for requests sent from goroutines of their own.
+func patient(tr http.RoundTripper) *http.Client {
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
