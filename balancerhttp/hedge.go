@@ -93,6 +93,14 @@ func (t *Transport) roundTripHedged(req *http.Request, br *balancer.Request) (*h
 			timer.finish()
 			if gaveUp(out) != nil {
 				// Superseded, or the caller gave up: not the peer's doing.
+				// The caller's reason is the request's error, as
+				// without hedging; a superseded loser's is nobody's.
+				if cause := gaveUp(req); cause != nil {
+					mu.Lock()
+					errs = append(errs, &peerError{peer.Addr(), err})
+					why = cause
+					mu.Unlock()
+				}
 				return balancer.Verdict{Outcome: balancer.Outcome{Abandoned: true, Latency: latency}}
 			}
 			mu.Lock()
