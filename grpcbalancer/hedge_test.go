@@ -792,12 +792,25 @@ func TestHedging_events(t *testing.T) {
 // SubConn is READY.
 func dialHedged(t *testing.T, h *Hedging, addrs []resolver.Address) healthpb.HealthClient {
 	t.Helper()
+	client, _ := dialPolicy(t, addrs, h.DialOptions()...)
+	return client
+}
+
+// dialPolicy dials addrs with opts, which give the service config, and
+// waits until the policy it builds has every SubConn READY.
+func dialPolicy(t *testing.T, addrs []resolver.Address, opts ...grpc.DialOption) (healthpb.HealthClient, *lbBalancer) {
+	t.Helper()
 	r := manual.NewBuilderWithScheme("hedge")
 	r.InitialState(resolver.State{Addresses: addrs})
 	built := make(chan *lbBalancer, 1)
-	testBuilt = func(b *lbBalancer) { built <- b }
+	testBuilt = func(b *lbBalancer) {
+		select {
+		case built <- b: // the first
+		default:
+		}
+	}
 	t.Cleanup(func() { testBuilt = nil })
-	conn, err := grpc.NewClient(r.Scheme()+":///backends", append(h.DialOptions(),
+	conn, err := grpc.NewClient(r.Scheme()+":///backends", append(opts,
 		grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
@@ -813,5 +826,5 @@ func dialHedged(t *testing.T, h *Hedging, addrs []resolver.Address) healthpb.Hea
 	if !waitFor(10*time.Second, func() bool { return allReady(lb) }) {
 		t.Fatal("the backends did not all connect")
 	}
-	return healthpb.NewHealthClient(conn)
+	return healthpb.NewHealthClient(conn), lb
 }
