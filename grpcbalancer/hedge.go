@@ -107,8 +107,9 @@ func WithHedgeBudget(b *lbgo.RetryBudget) HedgingOption {
 // time.Now. Peer is the winner's for EventHedgeWon under an lbgo_ policy,
 // nil otherwise: a hedge's backend is picked by gRPC after the
 // interceptor sends it. The hook runs on the RPC's goroutine or its
-// hedging timer's, under the RPC's lock: it must be quick, must not
-// block, and must be safe for concurrent use. nil is refused.
+// hedging timer's, EventHedgeSent and EventHedgeRefused under the RPC's
+// lock: it must be quick, must not block, and must be safe for
+// concurrent use. nil is refused.
 func WithHedgeEvents(hook func(lbgo.Event)) HedgingOption {
 	return func(h *Hedging) error {
 		if hook == nil {
