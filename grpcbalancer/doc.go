@@ -97,13 +97,16 @@
 // The first attempt goes at once, one more every hedgingDelay (all at once
 // for 0s) up to maxAttempts (at most 5); the first OK or fatal answer ends
 // the RPC and cancels the others, which their servers see; a status in
-// nonFatalStatusCodes sends the next attempt at once. A balancer.RetryBudget
+// nonFatalStatusCodes sends the next attempt at once, or as its
+// grpc-retry-pushback-ms trailer says (n ms later, or none more: A6's
+// server pushback). A balancer.RetryBudget
 // bounds the extra attempts (default 5% of the RPCs over 10 s). Under an
 // lbgo_ policy the attempts of one RPC share its tried set, so each goes
 // to a backend none of the RPC's other attempts is on, and an attempt that
 // finds none is not sent. Streaming RPCs are left alone: only unary calls
 // through the interceptor are hedged. Hedging.Stats counts the hedges
-// sent, won and refused.
+// sent, won and refused, WithHedgeEvents reports them as balancer events,
+// and metrics.NewHedgeCounter exports them to Prometheus.
 //
 // The policies are safe for concurrent use, as gRPC requires.
 package grpcbalancer

@@ -39,6 +39,16 @@ const (
 // fails with the last status. Each attempt carries
 // grpc-previous-rpc-attempts, the number of attempts sent before it.
 //
+// Server pushback, as gRFC A6 defines it for hedging, is read from the
+// grpc-retry-pushback-ms trailer of an attempt that ended with a
+// non-fatal status (any other end decides the RPC): a value of n ms, a
+// 32-bit integer n >= 0, sends the next attempt n ms later instead of at
+// once, and the one after it hedgingDelay after that; a negative value,
+// one that is not a 32-bit integer or several values (grpc-go's reading
+// for retries) send no further attempt, while those in flight go on. An
+// RPC with no attempt in flight that waits for a pushback's delay ends
+// when its context does.
+//
 // A budget bounds the extra attempts: a balancer.RetryBudget (default
 // DefaultHedgeRatio, DefaultHedgeMinPerSecond, DefaultHedgeWindow; see
 // WithHedgeBudget) in which each hedged RPC deposits one token and each
@@ -61,6 +71,7 @@ type Hedging struct {
 	sc       string
 	policies hedgePolicies
 	budget   *lbgo.RetryBudget
+	events   func(lbgo.Event)
 
 	rpcs, hedges, won, refused, noBackend atomic.Uint64
 }
@@ -85,6 +96,26 @@ func WithHedgeBudget(b *lbgo.RetryBudget) HedgingOption {
 			return fmt.Errorf("%w: WithHedgeBudget(nil)", ErrBadHedgingConfig)
 		}
 		h.budget = b
+		return nil
+	}
+}
+
+// WithHedgeEvents makes the Hedging call hook for each hedge it sends
+// (lbgo.EventHedgeSent), each RPC a hedge won (lbgo.EventHedgeWon) and
+// each hedge the budget refused (lbgo.EventHedgeRefused), the events
+// balancer.HedgePolicy.Events reports for net/http, with Time from
+// time.Now. Peer is the winner's for EventHedgeWon under an lbgo_ policy,
+// nil otherwise: a hedge's backend is picked by gRPC after the
+// interceptor sends it. The hook runs on the RPC's goroutine or its
+// hedging timer's, EventHedgeSent and EventHedgeRefused under the RPC's
+// lock: it must be quick, must not block, and must be safe for
+// concurrent use. nil is refused.
+func WithHedgeEvents(hook func(lbgo.Event)) HedgingOption {
+	return func(h *Hedging) error {
+		if hook == nil {
+			return fmt.Errorf("%w: WithHedgeEvents(nil)", ErrBadHedgingConfig)
+		}
+		h.events = hook
 		return nil
 	}
 }
@@ -150,6 +181,22 @@ func (h *Hedging) Stats() HedgingStats {
 	}
 }
 
+// HedgeCounts returns Stats' counters as plain numbers, in the order of
+// HedgingStats' fields, for a reader that does not import this package:
+// metrics.NewHedgeCounter exports them to Prometheus without the metrics
+// module depending on gRPC.
+func (h *Hedging) HedgeCounts() (rpcs, hedges, won, refused, noBackend uint64) {
+	st := h.Stats()
+	return st.RPCs, st.Hedges, st.Won, st.Refused, st.NoBackend
+}
+
+// event reports an event to the WithHedgeEvents hook, if any.
+func (h *Hedging) event(k lbgo.EventKind, p *lbgo.Peer) {
+	if h.events != nil {
+		h.events(lbgo.Event{Kind: k, Peer: p, Time: time.Now()})
+	}
+}
+
 // hedgingUsed is set once a Hedging with a policy exists: only then does a
 // pick look for a hedged attempt in its context.
 var hedgingUsed atomic.Bool
@@ -169,7 +216,8 @@ type hedgeAttempt struct {
 	call   *hedgeCall
 	reply  proto.Message
 	cancel context.CancelFunc
-	noPeer atomic.Bool // the picker found no peer the other attempts had not tried
+	noPeer atomic.Bool               // the picker found no peer the other attempts had not tried
+	picked atomic.Pointer[lbgo.Peer] // the peer of its last pick under an lbgo_ policy
 
 	// Where the attempt writes what the caller asked for with grpc.Header,
 	// grpc.Trailer and grpc.Peer; copied out if it wins.
@@ -220,12 +268,24 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 		for r.hedgeLocked() {
 		}
 	} else {
-		r.timer = time.AfterFunc(p.delay, r.tick)
+		r.armLocked(p.delay)
 	}
 	r.mu.Unlock()
 
 	r.report(first, invoker(firstCtx, method, req, msg, cc, firstOpts...))
-	<-r.decided
+	select {
+	case <-r.decided:
+	case <-ctx.Done():
+		// Attempts in flight end with the context and decide the RPC;
+		// with none, it waits for a pushback's delay: end it now.
+		r.mu.Lock()
+		if !r.done && r.inflight == 0 {
+			r.win, r.last = -1, status.FromContextError(ctx.Err()).Err()
+			r.decide()
+		}
+		r.mu.Unlock()
+		<-r.decided
+	}
 
 	r.mu.Lock()
 	if r.timer != nil {
@@ -240,6 +300,7 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 
 	if win > 0 && err == nil {
 		h.won.Add(1)
+		h.event(lbgo.EventHedgeWon, r.attempts[win].picked.Load())
 		proto.Reset(msg)
 		proto.Merge(msg, r.attempts[win].reply)
 	}
@@ -289,6 +350,7 @@ type hedgeRun struct {
 	win      int  // the attempt whose answer ends the RPC; -1: none
 	last     error
 	timer    *time.Timer
+	due      time.Time // when the timer's next attempt is due; an earlier fire is stale
 }
 
 // startLocked makes the next attempt and returns what its call needs.
@@ -306,6 +368,9 @@ func (r *hedgeRun) startLocked() (*hedgeAttempt, context.Context, []grpc.CallOpt
 	opts := r.passed
 	if r.headerTo != nil || r.trailerTo != nil || r.peerTo != nil {
 		opts = append(opts[:len(opts):len(opts)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
+	} else if r.p.nonFatal != 0 {
+		// The trailer may carry a pushback (report).
+		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&a.trailer))
 	}
 	r.attempts = append(r.attempts, a)
 	r.inflight++
@@ -323,10 +388,12 @@ func (r *hedgeRun) hedgeLocked() bool {
 	}
 	if !r.h.budget.TryWithdraw() {
 		r.h.refused.Add(1)
+		r.h.event(lbgo.EventHedgeRefused, nil)
 		r.hedging = false
 		return false
 	}
 	r.h.hedges.Add(1)
+	r.h.event(lbgo.EventHedgeSent, nil)
 	a, actx, opts := r.startLocked()
 	r.wg.Add(1)
 	go func() {
@@ -336,14 +403,45 @@ func (r *hedgeRun) hedgeLocked() bool {
 	return true
 }
 
-// tick is the hedging delay's timer: send the next attempt, and wait
-// another delay for the one after.
+// armLocked sets the timer to send the next attempt d from now. A fire
+// of the timer already under way when it is re-armed finds the attempt
+// not yet due and does nothing.
+func (r *hedgeRun) armLocked(d time.Duration) {
+	r.due = time.Now().Add(d)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, r.tick)
+	} else {
+		r.timer.Reset(d)
+	}
+}
+
+// tick is the hedging timer: send the next attempt, and wait another
+// delay for the one after. If no attempt may be sent and none is in
+// flight (the RPC waited for a pushback's delay), the RPC ends.
 func (r *hedgeRun) tick() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.hedgeLocked() && r.hedging && len(r.attempts) < r.p.maxAttempts {
-		r.timer.Reset(r.p.delay)
+	if r.done || time.Now().Before(r.due) {
+		return
 	}
+	if r.hedgeLocked() {
+		if r.hedging && len(r.attempts) < r.p.maxAttempts {
+			r.armLocked(r.p.delay)
+		}
+		return
+	}
+	if r.inflight == 0 {
+		if err := r.ctx.Err(); err != nil {
+			r.last = status.FromContextError(err).Err()
+		}
+		r.win = -1
+		r.decide()
+	}
+}
+
+// pendingLocked reports whether the RPC may send another attempt.
+func (r *hedgeRun) pendingLocked() bool {
+	return !r.done && r.hedging && len(r.attempts) < r.p.maxAttempts && r.ctx.Err() == nil
 }
 
 // report takes an attempt's end into account.
@@ -369,16 +467,54 @@ func (r *hedgeRun) report(a *hedgeAttempt, err error) {
 		return
 	default:
 		r.last = err
-		// gRFC A6: a non-fatal status sends the next attempt at once,
-		// and the one after it a delay later.
-		if r.hedgeLocked() && r.timer != nil {
-			r.timer.Reset(r.p.delay)
+		switch d, stop, ok := pushback(a.trailer); {
+		case stop:
+			// gRFC A6: pushback that says not to retry sends no
+			// more hedges; those in flight go on.
+			r.hedging = false
+		case ok:
+			// Pushback of d: the next attempt d from now, the one
+			// after it a hedging delay later (tick).
+			if r.pendingLocked() {
+				r.armLocked(d)
+			}
+		default:
+			// A non-fatal status sends the next attempt at once,
+			// and the one after it a delay later.
+			if r.hedgeLocked() && r.timer != nil {
+				r.armLocked(r.p.delay)
+			}
 		}
 	}
-	if r.inflight == 0 {
+	// Nothing in flight: the RPC ends, unless a pushback's delay holds
+	// its next attempt (every other way to pending sends one at once).
+	if r.inflight == 0 && !r.pendingLocked() {
 		r.win = -1
 		r.decide()
 	}
+}
+
+// The trailer key of gRFC A6's server pushback.
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// pushback reads an attempt's trailer for gRFC A6's server pushback: ok
+// when the server sent one; stop when it says not to retry (a negative
+// value, one that is not a 32-bit integer, or several values, as grpc-go
+// reads them for its retries); otherwise the delay d it asks for.
+func pushback(md metadata.MD) (d time.Duration, stop, ok bool) {
+	v := md[pushbackKey]
+	switch len(v) {
+	case 0:
+		return 0, false, false
+	case 1:
+	default:
+		return 0, true, true
+	}
+	n, err := strconv.ParseInt(v[0], 10, 32)
+	if err != nil || n < 0 {
+		return 0, true, true
+	}
+	return time.Duration(n) * time.Millisecond, false, true
 }
 
 // decide ends the RPC: the other attempts are cancelled at once, since

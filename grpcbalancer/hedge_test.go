@@ -2,8 +2,11 @@ package grpcbalancer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,6 +148,9 @@ type hedgeBackend struct {
 	failed    atomic.Int64
 	cancelled atomic.Int64
 	ids       sync.Map
+	// script, if set, answers instead: OK for nil, else its error; it
+	// gets the attempt's index (grpc-previous-rpc-attempts).
+	script atomic.Pointer[func(ctx context.Context, attempt int) error]
 }
 
 func startHedgeBackend(t *testing.T) *hedgeBackend {
@@ -189,6 +195,18 @@ func (b *hedgeBackend) intercept(ctx context.Context, req any, _ *grpc.UnaryServ
 			b.dup.Add(1)
 		}
 	}
+	if f := b.script.Load(); f != nil {
+		attempt := 0
+		if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
+			attempt, _ = strconv.Atoi(v[0])
+		}
+		if err := (*f)(ctx, attempt); err != nil {
+			b.failed.Add(1)
+			return nil, err
+		}
+		b.ok.Add(1)
+		return h(ctx, req)
+	}
 	b.mu.Lock()
 	gate := b.gate
 	b.mu.Unlock()
@@ -204,7 +222,11 @@ func (b *hedgeBackend) intercept(ctx context.Context, req any, _ *grpc.UnaryServ
 		b.failed.Add(1)
 		return nil, status.Error(c, "backend says no")
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs("served-by", b.addr))
+	attempt := "0"
+	if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
+		attempt = v[0]
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("served-by", b.addr, "attempt", attempt))
 	b.ok.Add(1)
 	return h(ctx, req)
 }
@@ -234,28 +256,7 @@ func hedgeSetup(t *testing.T, n int, hp string, b *lbgo.RetryBudget) ([]*hedgeBa
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := manual.NewBuilderWithScheme("hedge")
-	r.InitialState(resolver.State{Addresses: addrs})
-	built := make(chan *lbBalancer, 1)
-	testBuilt = func(b *lbBalancer) { built <- b }
-	t.Cleanup(func() { testBuilt = nil })
-	conn, err := grpc.NewClient(r.Scheme()+":///backends", append(h.DialOptions(),
-		grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.Connect()
-	var lb *lbBalancer
-	select {
-	case lb = <-built:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the policy was not built")
-	}
-	if !waitFor(10*time.Second, func() bool { return allReady(lb) }) {
-		t.Fatal("the backends did not all connect")
-	}
-	return bs, healthpb.NewHealthClient(conn), h
+	return bs, dialHedged(t, h, addrs), h
 }
 
 // bigBudget never refuses in these tests.
@@ -693,4 +694,137 @@ func TestIntercept_callOptions(t *testing.T) {
 	if st := h.Stats(); st.RPCs != 1 {
 		t.Errorf("passed-through calls counted: %+v", st)
 	}
+}
+
+// TestHedging_events: WithHedgeEvents reports what Stats counts, one
+// event each, against two backends that answer at once. The budget's
+// clock is frozen and each RPC asks for its hedge as it starts
+// (hedgingDelay 0s), so of 100 RPCs 7 hedges are sent and 93 refused
+// (ratio 0.05, reserve 2: floor(2 + 0.05 × 100), as TestHedging_budget
+// derives). An RPC is won by its hedge when the answer's attempt header,
+// which the server sets, is 1; its EventHedgeWon names the peer whose
+// address the server put in served-by. Every event's time lies within its
+// RPC.
+func TestHedging_events(t *testing.T) {
+	if _, err := NewHedging(hedgeSC(`{"maxAttempts":2}`), WithHedgeEvents(nil)); !errors.Is(err, ErrBadHedgingConfig) {
+		t.Errorf("WithHedgeEvents(nil): %v, want ErrBadHedgingConfig", err)
+	}
+	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b, err := lbgo.NewRetryBudget(0.05, 0.2, 10*time.Second, lbgo.WithClock(func() time.Time { return frozen }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var events []lbgo.Event
+	hook := func(e lbgo.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}
+	bs := make([]*hedgeBackend, 2)
+	addrs := make([]resolver.Address, len(bs))
+	for i := range bs {
+		bs[i] = startHedgeBackend(t)
+		addrs[i] = resolver.Address{Addr: bs[i].addr}
+	}
+	h, err := NewHedging(`{"loadBalancingConfig":[{"lbgo_random":{"maxFails":0}}],
+	  "methodConfig":[{"name":[{"service":"grpc.health.v1.Health"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"0s"}}]}`,
+		WithHedgeBudget(b), WithHedgeEvents(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := dialHedged(t, h, addrs)
+
+	const rpcs = 100
+	var sent, refused, won int
+	for i := range rpcs {
+		mu.Lock()
+		events = events[:0]
+		mu.Unlock()
+		ctx, cancel := rpcCtx(i)
+		var md metadata.MD
+		start := time.Now()
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+		end := time.Now()
+		cancel()
+		if err != nil {
+			t.Fatalf("RPC %d: %v", i, err)
+		}
+		hedgeWon := md.Get("attempt")[0] == "1"
+		mu.Lock()
+		got := slices.Clone(events)
+		mu.Unlock()
+		wonEvents := 0
+		for _, e := range got {
+			if e.Time.Before(start) || e.Time.After(end) {
+				t.Errorf("RPC %d: %v at %v, outside the RPC's [%v, %v]", i, e.Kind, e.Time, start, end)
+			}
+			switch e.Kind {
+			case lbgo.EventHedgeSent:
+				sent++
+			case lbgo.EventHedgeRefused:
+				refused++
+			case lbgo.EventHedgeWon:
+				wonEvents++
+				if e.Peer == nil || e.Peer.Addr() != md.Get("served-by")[0] {
+					t.Errorf("RPC %d: EventHedgeWon's peer %v, want the server's %s", i, e.Peer, md.Get("served-by"))
+				}
+			default:
+				t.Errorf("RPC %d: event %v", i, e.Kind)
+			}
+		}
+		if want := map[bool]int{true: 1}[hedgeWon]; wonEvents != want {
+			t.Errorf("RPC %d: %d EventHedgeWon, want %d (answered by attempt %s)", i, wonEvents, want, md.Get("attempt"))
+		}
+		if hedgeWon {
+			won++
+		}
+	}
+	if sent != 7 || refused != 93 {
+		t.Errorf("%d EventHedgeSent, %d EventHedgeRefused: want 7, 93", sent, refused)
+	}
+	if st := h.Stats(); st.Hedges != uint64(sent) || st.Refused != uint64(refused) || st.Won != uint64(won) {
+		t.Errorf("stats %+v; events: %d sent, %d refused, %d won", st, sent, refused, won)
+	}
+}
+
+// dialHedged dials addrs through h's options and waits until every
+// SubConn is READY.
+func dialHedged(t *testing.T, h *Hedging, addrs []resolver.Address) healthpb.HealthClient {
+	t.Helper()
+	client, _ := dialPolicy(t, addrs, h.DialOptions()...)
+	return client
+}
+
+// dialPolicy dials addrs with opts, which give the service config, and
+// waits until the policy it builds has every SubConn READY.
+func dialPolicy(t *testing.T, addrs []resolver.Address, opts ...grpc.DialOption) (healthpb.HealthClient, *lbBalancer) {
+	t.Helper()
+	r := manual.NewBuilderWithScheme("hedge")
+	r.InitialState(resolver.State{Addresses: addrs})
+	built := make(chan *lbBalancer, 1)
+	testBuilt = func(b *lbBalancer) {
+		select {
+		case built <- b: // the first
+		default:
+		}
+	}
+	t.Cleanup(func() { testBuilt = nil })
+	conn, err := grpc.NewClient(r.Scheme()+":///backends", append(opts,
+		grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.Connect()
+	var lb *lbBalancer
+	select {
+	case lb = <-built:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the policy was not built")
+	}
+	if !waitFor(10*time.Second, func() bool { return allReady(lb) }) {
+		t.Fatal("the backends did not all connect")
+	}
+	return healthpb.NewHealthClient(conn), lb
 }

@@ -135,6 +135,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 	}
 	a.peer, a.start = peer, time.Now()
+	if a.hedge != nil {
+		a.hedge.picked.Store(peer) // for EventHedgeWon
+	}
 	return balancer.PickResult{SubConn: sc, Done: a.done}, nil
 }
 

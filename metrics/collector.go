@@ -4,7 +4,9 @@
 // health, effective weight, latency estimate, whether the picker is blind
 // to its load) and per picker (the picks that found no live peer, the
 // peers it went blind to); RetryBudgetCollector and HealthCheckCollector
-// export a retry budget's and a health checker's counters.
+// export a retry budget's and a health checker's counters,
+// HedgingCollector a balancer.Hedging's and HedgeCounterCollector a
+// grpcbalancer.Hedging's (without importing gRPC).
 //
 // It is a module of its own so that the balancer module itself depends on
 // nothing beyond the standard library. The picker's Pick and Done pay

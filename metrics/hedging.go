@@ -40,9 +40,9 @@ func NewHedging(name string, h *balancer.Hedging) *HedgingCollector {
 	c := prometheus.Labels{"hedging": name}
 	return &HedgingCollector{
 		h:       h,
-		sent:    prometheus.NewDesc(HedgesSentName, "Hedged attempts sent.", nil, c),
-		won:     prometheus.NewDesc(HedgesWonName, "Requests a hedge answered first.", nil, c),
-		refused: prometheus.NewDesc(HedgesRefusedName, "Hedges the hedge budget refused.", nil, c),
+		sent:    hedgesSentDesc(c),
+		won:     hedgesWonDesc(c),
+		refused: hedgesRefusedDesc(c),
 		delay:   prometheus.NewDesc(HedgeDelayName, "The delay a hedge waits now; -1 while a percentile delay has too few latencies.", nil, c),
 	}
 }
@@ -66,4 +66,18 @@ func (c *HedgingCollector) Collect(ch chan<- prometheus.Metric) {
 		d = -1
 	}
 	ch <- prometheus.MustNewConstMetric(c.delay, prometheus.GaugeValue, d)
+}
+
+// The descriptors HedgingCollector and HedgeCounterCollector share: one
+// help text per name, as a registry holding both requires.
+func hedgesSentDesc(c prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc(HedgesSentName, "Hedged attempts sent.", nil, c)
+}
+
+func hedgesWonDesc(c prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc(HedgesWonName, "Requests a hedge answered first.", nil, c)
+}
+
+func hedgesRefusedDesc(c prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc(HedgesRefusedName, "Hedges the hedge budget refused.", nil, c)
 }

@@ -135,7 +135,7 @@ func run(ctx context.Context, w io.Writer, rpcs int, metricsListen string, done 
 		return 0, err
 	}
 	defer conn.Close()
-	if err := connected(ctx, conn, len(addrs)); err != nil {
+	if err := connected(ctx, conn, target, len(addrs)); err != nil {
 		return 0, err
 	}
 
@@ -168,11 +168,11 @@ func run(ctx context.Context, w io.Writer, rpcs int, metricsListen string, done 
 	return errs.Load(), nil
 }
 
-// connected makes conn connect and waits, for up to 10 s, until its
-// picker holds n peers and none is down (gRPC marks a peer down until its
+// connected makes conn, the channel of target, connect and waits, for up
+// to 10 s, until its picker holds n peers and none is down (gRPC marks a peer down until its
 // connection is READY), so that the first RPCs are balanced over all the
 // servers rather than over the first to connect.
-func connected(ctx context.Context, conn *grpc.ClientConn, n int) error {
+func connected(ctx context.Context, conn *grpc.ClientConn, target string, n int) error {
 	conn.Connect()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
