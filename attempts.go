@@ -39,7 +39,7 @@ type Verdict struct {
 	// later (a reply whose body is still to be read); Outcome is then
 	// not reported. Under hedging, a Reported attempt that lost (its
 	// context's cause ErrSuperseded) is the caller's to report
-	// Abandoned.
+	// Abandoned and Superseded.
 	Reported bool
 }
 

@@ -20,6 +20,7 @@ type hedgeResult struct {
 // hedgeAttempt is RunHedged's record of one attempt.
 type hedgeAttempt struct {
 	peer   *Peer
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 	hedge  bool // sent as a hedge, not as the first attempt or a retry
 	done   bool
@@ -30,8 +31,8 @@ type hedgeAttempt struct {
 // keeps it off the peers in flight), up to HedgePolicy.MaxAttempts in
 // flight, each hedge taken from the policy's Budget; the first verdict
 // that ends the loop wins and the other attempts' contexts are cancelled
-// with ErrSuperseded, each reported Abandoned (unless its Verdict says
-// Reported) once its try returns. A failure asking for a retry while
+// with ErrSuperseded, each reported Abandoned and Superseded (unless its
+// Verdict says Reported, or ctx ended first) once its try returns. A failure asking for a retry while
 // another attempt is in flight waits for it; with none in flight it is an
 // ordinary retry. Each try runs on a goroutine of its own, on a context
 // of its own, so try and Now must be safe for concurrent use. RunHedged
@@ -67,7 +68,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 	launch := func(peer *Peer, hedge bool) {
 		actx, cancel := context.WithCancelCause(ctx)
 		id := len(atts)
-		atts = append(atts, hedgeAttempt{peer: peer, cancel: cancel, hedge: hedge})
+		atts = append(atts, hedgeAttempt{peer: peer, ctx: actx, cancel: cancel, hedge: hedge})
 		inflight++
 		go func() {
 			start := a.now()
@@ -166,7 +167,10 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 					h.record(res.latency) // at least this slow
 				}
 				if !res.v.Reported || res.panicked {
-					_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Latency: res.latency})
+					// Superseded unless ctx ended first: then the
+					// caller's patience ran out, as without hedging.
+					sup := context.Cause(at.ctx) == ErrSuperseded
+					_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Superseded: sup, Latency: res.latency})
 				}
 			case res.panicked:
 				_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Latency: res.latency})
