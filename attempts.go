@@ -66,8 +66,8 @@ func (a *Attempts) begin() *Request {
 // runSequential is Run, which Do calls too. RunHedged is apart so that
 // Run's try does not escape to the heap as RunHedged's goroutines make
 // its own: one loop for both cost Do 4 allocations (88 B) and about 100
-// ns a request (160 to 258 ns, BenchmarkDo/none), so the two share their
-// decisions (pickNext) and not their loop.
+// ns a request (160 to 258 ns, BenchmarkDo/none on a trial merge), so
+// the two share their decisions (pickNext) and not their loop.
 func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
 	r := a.begin()
 	// One attempt at a time; attempts_hedge.go runs them side by side.
