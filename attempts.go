@@ -39,7 +39,7 @@ type Verdict struct {
 	// later (a reply whose body is still to be read); Outcome is then
 	// not reported. Under hedging, a Reported attempt that lost (its
 	// context's cause ErrSuperseded) is the caller's to report
-	// Abandoned.
+	// Abandoned and Superseded.
 	Reported bool
 }
 
@@ -65,24 +65,14 @@ func (a *Attempts) begin() *Request {
 
 // runSequential is Run, which Do calls too. RunHedged is apart so that
 // Run's try does not escape to the heap as RunHedged's goroutines make
-// its own.
+// its own: one loop for both cost Do 4 allocations (88 B) and about 100
+// ns a request (160 to 258 ns, BenchmarkDo/none on a trial merge), so
+// the two share their decisions (pickNext) and not their loop.
 func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
 	r := a.begin()
 	// One attempt at a time; attempts_hedge.go runs them side by side.
 	for n := 0; ; n++ {
-		if err := a.gaveUp(ctx); err != nil {
-			return err
-		}
-		var peer *Peer
-		var err error
-		switch {
-		case a.MaxTries > 0 && n >= a.MaxTries:
-			return fmt.Errorf("MaxTries %d: %w", a.MaxTries, ErrTriesExhausted)
-		case n > 0 && a.Budget != nil:
-			peer, err = a.Budget.PickRetry(a.Picker, r)
-		default:
-			peer, err = a.Picker.Pick(r)
-		}
+		peer, err := a.pickNext(ctx, r, n, a.Budget)
 		if err != nil {
 			return err
 		}
@@ -90,6 +80,23 @@ func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Conte
 			return nil
 		}
 	}
+}
+
+// pickNext is the pick of the request's attempt after n made, and the
+// decision whether to make it, which both loops share: none once GaveUp
+// (or ctx) says so or MaxTries are made; past the first, one taken from
+// budget if set (a.Budget for a retry, the hedge budget for a hedge).
+func (a *Attempts) pickNext(ctx context.Context, r *Request, n int, budget *RetryBudget) (*Peer, error) {
+	if err := a.gaveUp(ctx); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.MaxTries > 0 && n >= a.MaxTries:
+		return nil, fmt.Errorf("MaxTries %d: %w", a.MaxTries, ErrTriesExhausted)
+	case n > 0 && budget != nil:
+		return budget.PickRetry(a.Picker, r)
+	}
+	return a.Picker.Pick(r)
 }
 
 func (a *Attempts) gaveUp(ctx context.Context) error {

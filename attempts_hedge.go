@@ -2,7 +2,6 @@ package balancer
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"time"
 )
@@ -20,6 +19,7 @@ type hedgeResult struct {
 // hedgeAttempt is RunHedged's record of one attempt.
 type hedgeAttempt struct {
 	peer   *Peer
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 	hedge  bool // sent as a hedge, not as the first attempt or a retry
 	done   bool
@@ -30,10 +30,10 @@ type hedgeAttempt struct {
 // keeps it off the peers in flight), up to HedgePolicy.MaxAttempts in
 // flight, each hedge taken from the policy's Budget; the first verdict
 // that ends the loop wins and the other attempts' contexts are cancelled
-// with ErrSuperseded, each reported Abandoned (unless its Verdict says
-// Reported) once its try returns. A failure asking for a retry while
-// another attempt is in flight waits for it; with none in flight it is an
-// ordinary retry. Each try runs on a goroutine of its own, on a context
+// with ErrSuperseded, each reported Abandoned and Superseded (unless its
+// Verdict says Reported, or ctx ended first) once its try returns. A
+// failure asking for a retry while another attempt is in flight waits for
+// it; with none in flight it is an ordinary retry. Each try runs on a goroutine of its own, on a context
 // of its own, so try and Now must be safe for concurrent use. RunHedged
 // returns once every try has returned, and never cancels the winner's
 // context, which ctx's end releases (a caller that keeps reading the
@@ -67,7 +67,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 	launch := func(peer *Peer, hedge bool) {
 		actx, cancel := context.WithCancelCause(ctx)
 		id := len(atts)
-		atts = append(atts, hedgeAttempt{peer: peer, cancel: cancel, hedge: hedge})
+		atts = append(atts, hedgeAttempt{peer: peer, ctx: actx, cancel: cancel, hedge: hedge})
 		inflight++
 		go func() {
 			start := a.now()
@@ -103,25 +103,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 	}
 	defer stopTimer()
 
-	// pick is the next attempt's pick (n attempts made), from the hedge
-	// budget for a hedge and from a.Budget for a retry.
-	pick := func(hedge bool) (*Peer, error) {
-		if err := a.gaveUp(ctx); err != nil {
-			return nil, err
-		}
-		n := len(atts)
-		switch {
-		case a.MaxTries > 0 && n >= a.MaxTries:
-			return nil, fmt.Errorf("MaxTries %d: %w", a.MaxTries, ErrTriesExhausted)
-		case hedge:
-			return h.budget.PickRetry(a.Picker, r)
-		case n > 0 && a.Budget != nil:
-			return a.Budget.PickRetry(a.Picker, r)
-		}
-		return a.Picker.Pick(r)
-	}
-
-	peer, err := pick(false)
+	peer, err := a.pickNext(ctx, r, 0, a.Budget)
 	if err != nil {
 		return err
 	}
@@ -143,7 +125,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 		select {
 		case <-timerC:
 			timerC, stop = nil, nil
-			peer, err := pick(true)
+			peer, err := a.pickNext(ctx, r, len(atts), h.budget) // a hedge, from the hedge budget
 			switch {
 			case err == ErrRetryBudget:
 				h.refused.Add(1)
@@ -166,7 +148,10 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 					h.record(res.latency) // at least this slow
 				}
 				if !res.v.Reported || res.panicked {
-					_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Latency: res.latency})
+					// Superseded unless ctx ended first: then the
+					// caller's patience ran out, as without hedging.
+					sup := context.Cause(at.ctx) == ErrSuperseded
+					_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Superseded: sup, Latency: res.latency})
 				}
 			case res.panicked:
 				_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Latency: res.latency})
@@ -198,7 +183,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 				}
 				// Nothing in flight: an ordinary retry.
 				stopTimer()
-				peer, err := pick(false)
+				peer, err := a.pickNext(ctx, r, len(atts), a.Budget)
 				if err != nil {
 					why = err
 					continue

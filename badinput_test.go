@@ -237,6 +237,17 @@ func TestBadInput(t *testing.T) {
 			}
 			return err
 		}, ErrInvalidOutcome},
+		{"Done superseded but not abandoned on an attempt in flight", func(t *testing.T, s *badInputSet) error {
+			q := mustPick(t, s.p, nil)
+			err := s.p.Done(q, Outcome{Superseded: true, Latency: time.Millisecond})
+			if q.InFlight() != 1 || q.State().Fails != 0 {
+				return errors.New("rejected report changed the peer")
+			}
+			if err2 := s.p.Done(q, Outcome{}); err2 != nil {
+				return err2
+			}
+			return err
+		}, ErrInvalidOutcome},
 
 		// Update: a rejected snapshot changes nothing (balancer_test.go
 		// checks the rest of the peers' state).

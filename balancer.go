@@ -89,6 +89,19 @@ type Outcome struct {
 	// with ErrInvalidOutcome.
 	Abandoned bool
 
+	// Superseded, with Abandoned, reports that the caller cancelled the
+	// attempt because another attempt of the same request ended it first:
+	// a hedged request's loser (the cause of its context is ErrSuperseded).
+	// Every picker treats it as Abandoned, its Latency a lower bound, but
+	// for one thing: being cut short by another peer's answer says nothing
+	// of whether this peer answers, so it neither counts toward nor ends
+	// the run of attempts abandoned with no reply between. A peer that
+	// stalls for good still shows: each such attempt raises its estimate
+	// to the attempt's own wait, and once the hedge budget refuses, its
+	// attempts run to the caller's deadline, abandoned as before.
+	// Superseded without Abandoned is rejected with ErrInvalidOutcome.
+	Superseded bool
+
 	// Latency is how long the attempt took. Only the latency-aware pickers
 	// use it, but every picker rejects a negative value with
 	// ErrInvalidLatency, so that a caller's bug shows whichever picker it
@@ -146,7 +159,8 @@ var (
 	ErrInvalidLatency = errors.New("balancer: invalid latency")
 
 	// ErrInvalidOutcome is returned by Done for an outcome both Failed and
-	// Abandoned, or whose Load holds a NaN, infinite or negative value.
+	// Abandoned, Superseded but not Abandoned, or whose Load holds a NaN,
+	// infinite or negative value.
 	ErrInvalidOutcome = errors.New("balancer: invalid outcome")
 )
 

@@ -22,6 +22,8 @@ func (r *recorder) Done(p *Peer, o Outcome) error {
 	switch {
 	case o.Failed:
 		kind = "failed"
+	case o.Superseded:
+		kind = "superseded"
 	case o.Abandoned:
 		kind = "abandoned"
 	}

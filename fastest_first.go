@@ -412,9 +412,15 @@ func (f *FastestFirst) Done(p *Peer, o Outcome) error {
 		// No reply: the time the caller waited is a lower bound on the
 		// peer's latency, which can only raise its estimate; the silence
 		// of the peer's other attempts goes on. An abandoned probe that
-		// cleared nginx's failure count confirms nothing.
-		st.lat.abandon(now, float64(o.Latency), f.tau)
-		if st.lat.abandons.Load() >= exploreConfirm {
+		// cleared nginx's failure count confirms nothing. A loser to
+		// another attempt of its request is a lower bound on its own
+		// and no part of a run (latencyStats.superseded).
+		if o.Superseded {
+			st.lat.superseded(now, float64(o.Latency), f.tau)
+		} else {
+			st.lat.abandon(now, float64(o.Latency), f.tau)
+		}
+		if !o.Superseded && st.lat.abandons.Load() >= exploreConfirm {
 			// As many attempts abandoned in a row as replies it takes to
 			// confirm a weight: the peer is not answering. Its weight
 			// goes to the floor, as for a failure, but nginx's failure

@@ -146,8 +146,8 @@ var ok = Verdict{}
 
 // TestHedge_firesAtDelay: the hedge goes when the timer armed for Delay
 // fires and not before; the first answer wins, the loser's context is
-// cancelled with ErrSuperseded, and it is reported Abandoned once, with
-// the time it ran, whatever its try returned.
+// cancelled with ErrSuperseded, and it is reported Abandoned and
+// Superseded once, with the time it ran, whatever its try returned.
 func TestHedge_firesAtDelay(t *testing.T) {
 	g := newHedgeRig(t, HedgePolicy{MaxAttempts: 2, Delay: 10 * time.Millisecond})
 	g.run()
@@ -164,7 +164,7 @@ func TestHedge_firesAtDelay(t *testing.T) {
 	require.NoError(t, g.wait())
 	assert.ErrorIs(t, context.Cause(a.ctx), ErrSuperseded, "loser's context")
 	assert.NoError(t, b.ctx.Err(), "the winner's context lives on")
-	assert.Equal(t, []string{"b ok 5ms", "a abandoned 15ms"}, g.rec.got)
+	assert.Equal(t, []string{"b ok 5ms", "a superseded 15ms"}, g.rec.got)
 	assert.Equal(t, []string{"HedgeSent b", "HedgeWon b"}, g.eventList())
 	assert.Equal(t, HedgeStats{Sent: 1, Won: 1, Delay: 10 * time.Millisecond}, g.h.Stats())
 	assert.Equal(t, 2, g.r.Attempts())
@@ -183,7 +183,7 @@ func TestHedge_originalWins(t *testing.T) {
 	a.reply <- ok
 	require.NoError(t, g.wait())
 	assert.ErrorIs(t, context.Cause(b.ctx), ErrSuperseded)
-	assert.Equal(t, []string{"a ok 12ms", "b abandoned 2ms"}, g.rec.got)
+	assert.Equal(t, []string{"a ok 12ms", "b superseded 2ms"}, g.rec.got)
 	assert.Equal(t, []string{"HedgeSent b"}, g.eventList())
 	assert.Equal(t, HedgeStats{Sent: 1, Delay: 10 * time.Millisecond}, g.h.Stats())
 }
@@ -292,7 +292,7 @@ func TestHedge_maxAttempts(t *testing.T) {
 	for _, x := range []*hedgeCall{a, b} {
 		assert.ErrorIs(t, context.Cause(x.ctx), ErrSuperseded)
 	}
-	assert.Equal(t, []string{"c ok 1ms", "a abandoned 21ms", "b abandoned 11ms"}, sortLosers(g.rec.got))
+	assert.Equal(t, []string{"c ok 1ms", "a superseded 21ms", "b superseded 11ms"}, sortLosers(g.rec.got))
 	assert.Equal(t, HedgeStats{Sent: 2, Won: 1, Delay: 10 * time.Millisecond}, g.h.Stats())
 }
 
@@ -320,7 +320,7 @@ func TestHedge_zeroDelay(t *testing.T) {
 	g.idle()
 	got["b"].reply <- ok
 	require.NoError(t, g.wait())
-	assert.Equal(t, []string{"b ok 0s", "a abandoned 0s", "c abandoned 0s"}, sortLosers(g.rec.got))
+	assert.Equal(t, []string{"b ok 0s", "a superseded 0s", "c superseded 0s"}, sortLosers(g.rec.got))
 	assert.Equal(t, uint64(2), g.h.Stats().Sent)
 }
 
@@ -338,7 +338,7 @@ func TestHedge_reportedLoser(t *testing.T) {
 	require.NoError(t, <-g.done)
 	assert.Equal(t, "b ok 0s", g.rec.got[0])
 	assert.Len(t, g.rec.got, 2, "a's try saw its context end first and failed: Run reports it Abandoned")
-	assert.Equal(t, "a abandoned 0s", g.rec.got[1])
+	assert.Equal(t, "a superseded 0s", g.rec.got[1])
 }
 
 // TestHedge_maxTries: Attempts.MaxTries bounds hedges too: with MaxTries
@@ -394,8 +394,9 @@ func (c *countingPicker) Done(p *Peer, o Outcome) error {
 }
 
 // TestHedge_panic: a try that panics while another is in flight stops
-// the loop; the other is cancelled and reported Abandoned, and the panic
-// goes on from Run.
+// the loop; the other is cancelled and reported Abandoned (and
+// Superseded: the panic, not its peer, cut it short), the panicking one
+// Abandoned alone, and the panic goes on from Run.
 func TestHedge_panic(t *testing.T) {
 	g := newHedgeRig(t, HedgePolicy{MaxAttempts: 2, Delay: 10 * time.Millisecond})
 	var a *hedgeCall
@@ -412,7 +413,7 @@ func TestHedge_panic(t *testing.T) {
 		})
 	})
 	assert.ErrorIs(t, context.Cause(a.ctx), ErrSuperseded)
-	assert.Equal(t, []string{"b abandoned 0s", "a abandoned 0s"}, g.rec.got)
+	assert.Equal(t, []string{"b abandoned 0s", "a superseded 0s"}, g.rec.got)
 }
 
 // TestHedge_percentile: the delay is the nearest-rank percentile of the

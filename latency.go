@@ -151,6 +151,16 @@ func (s *latencyStats) abandon(now int64, waited, tau float64) {
 	s.atLeast(now, sum, tau)
 }
 
+// superseded takes an attempt cancelled after waited (ns) because another
+// attempt of its request ended it (Outcome.Superseded) as a lower bound on
+// the peer's latency, on its own: its wait is not added to the run of
+// abandoned attempts, nor counted in it, since a hedge that answered first
+// is no sign that this peer would not have answered. Nor does it end the
+// run: the peer did not reply. Lock-free, as observe.
+func (s *latencyStats) superseded(now int64, waited, tau float64) {
+	s.atLeast(now, waited, tau)
+}
+
 // answered ends a run of abandoned attempts, if any: the peer replied. It
 // writes nothing when there was none, so a report on a healthy peer keeps
 // the line clean.

@@ -176,9 +176,12 @@ func (b *twoChoices) donePeak(m *peakEWMA, p *Peer, o Outcome) error {
 		b.sawReply(p, o, reportsInFlight(o.Load)) // sight.go
 	}
 	lat := &st.lat
-	if o.Abandoned {
+	switch {
+	case o.Superseded:
+		lat.superseded(now, float64(o.Latency), m.tau)
+	case o.Abandoned:
 		lat.abandon(now, float64(o.Latency), m.tau)
-	} else {
+	default:
 		lat.answered()
 		lat.observe(now, sampleOf(o, m.penalty), m.tau)
 	}

@@ -497,6 +497,9 @@ func (s *peerSet) finish(p *Peer, o Outcome) error {
 	if o.Failed && o.Abandoned {
 		return fmt.Errorf("balancer: Done(%q): an attempt both failed and abandoned: %w", p.addr, ErrInvalidOutcome)
 	}
+	if o.Superseded && !o.Abandoned {
+		return fmt.Errorf("balancer: Done(%q): an attempt superseded but not abandoned: %w", p.addr, ErrInvalidOutcome)
+	}
 	if o.Load != nil {
 		if err := o.Load.check(p.addr); err != nil {
 			return err

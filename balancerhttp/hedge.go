@@ -36,7 +36,8 @@ func hedgeable(req *http.Request) bool {
 // is cancelled (ErrSuperseded) while the winner's lives on until its body
 // is read or closed. Several attempts may run at once, so their shared
 // state is behind mu. The winner is the response whose context was not
-// superseded; the others' bodies are closed, reported Abandoned.
+// superseded; the others' bodies are closed, reported Abandoned and
+// Superseded.
 func (t *Transport) roundTripHedged(req *http.Request, br *balancer.Request) (*http.Response, error) {
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	to := timeouts{t.ConnectTimeout, t.ReadTimeout}
@@ -137,7 +138,7 @@ func (t *Transport) roundTripHedged(req *http.Request, br *balancer.Request) (*h
 			resp, c.rb.release = c.resp, release
 			continue
 		}
-		_ = c.resp.Body.Close() // a loser: reported Abandoned
+		_ = c.resp.Body.Close() // a loser: reported Abandoned and Superseded
 	}
 	if resp != nil {
 		return resp, nil

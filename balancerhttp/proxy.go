@@ -444,7 +444,9 @@ func (b *reportingBody) report(eof, readErr bool) {
 		switch {
 		case b.failed || eof:
 		case gaveUp(b.req) != nil:
+			// A hedged request's loser was cut short by the winner.
 			o.Abandoned = true
+			o.Superseded = context.Cause(b.req.Context()) == balancer.ErrSuperseded
 		case readErr:
 			o.Failed = true
 		}

@@ -226,6 +226,10 @@ func TestOutcomeOf(t *testing.T) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Unix(1, 0))
 	defer cancel2()
+	superseded, cancel3 := context.WithCancelCause(context.Background())
+	cancel3(lbgo.ErrSuperseded)                       // a hedged RPC's loser
+	stream, cancel4 := context.WithCancel(superseded) // gRPC's attempt context under it
+	defer cancel4()
 	unavailable := status.Error(codes.Unavailable, "down")
 	deadline := status.Error(codes.DeadlineExceeded, "slow")
 	isFailure := defaultFailures.has
@@ -243,6 +247,9 @@ func TestOutcomeOf(t *testing.T) {
 		{"client deadline", expired, balancer.DoneInfo{Err: deadline, BytesSent: true}, lbgo.Outcome{Abandoned: true, Latency: lat}},
 		{"client cancel", cancelled, balancer.DoneInfo{Err: status.Error(codes.Canceled, "x"), BytesSent: true}, lbgo.Outcome{Abandoned: true, Latency: lat}},
 		{"cancelled status, live ctx", live, balancer.DoneInfo{Err: status.Error(codes.Canceled, "x"), BytesSent: true}, lbgo.Outcome{Abandoned: true, Latency: lat}},
+		{"hedge's loser", superseded, balancer.DoneInfo{Err: status.Error(codes.Canceled, "x"), BytesSent: true}, lbgo.Outcome{Abandoned: true, Superseded: true, Latency: lat}},
+		{"hedge's loser, the attempt's own context", stream, balancer.DoneInfo{Err: status.Error(codes.Canceled, "x"), BytesSent: true}, lbgo.Outcome{Abandoned: true, Superseded: true, Latency: lat}},
+		{"hedge's loser, never sent", superseded, balancer.DoneInfo{Err: unavailable}, lbgo.Outcome{Abandoned: true, Superseded: true, Latency: lat}},
 		{"never sent", live, balancer.DoneInfo{Err: unavailable}, lbgo.Outcome{Abandoned: true, Latency: lat}},
 		{"application error", live, balancer.DoneInfo{Err: status.Error(codes.NotFound, "x"), BytesSent: true}, lbgo.Outcome{Latency: lat}},
 		{"internal, not listed by default", live, balancer.DoneInfo{Err: status.Error(codes.Internal, "x"), BytesSent: true}, lbgo.Outcome{Latency: lat}},

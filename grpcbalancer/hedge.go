@@ -215,7 +215,7 @@ type hedgeAttempt struct {
 	i      int // 0 for the first attempt
 	call   *hedgeCall
 	reply  proto.Message
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	noPeer atomic.Bool               // the picker found no peer the other attempts had not tried
 	picked atomic.Pointer[lbgo.Peer] // the peer of its last pick under an lbgo_ policy
 
@@ -293,7 +293,7 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 	}
 	win, err := r.win, r.last
 	for _, a := range r.attempts {
-		a.cancel()
+		a.cancel(nil)
 	}
 	r.mu.Unlock()
 	r.wg.Wait() // the losers return soon after their cancel
@@ -364,7 +364,7 @@ func (r *hedgeRun) startLocked() (*hedgeAttempt, context.Context, []grpc.CallOpt
 	if i > 0 {
 		actx = metadata.AppendToOutgoingContext(actx, "grpc-previous-rpc-attempts", strconv.Itoa(i))
 	}
-	actx, a.cancel = context.WithCancel(actx)
+	actx, a.cancel = context.WithCancelCause(actx)
 	opts := r.passed
 	if r.headerTo != nil || r.trailerTo != nil || r.peerTo != nil {
 		opts = append(opts[:len(opts):len(opts)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
@@ -518,11 +518,17 @@ func pushback(md metadata.MD) (d time.Duration, stop, ok bool) {
 }
 
 // decide ends the RPC: the other attempts are cancelled at once, since
-// the first may hold the caller's goroutine.
+// the first may hold the caller's goroutine; with an attempt that ended
+// it, with lbgo.ErrSuperseded, so that the policy reports each of them
+// Superseded (OutcomeOf).
 func (r *hedgeRun) decide() {
 	r.done = true
 	for _, a := range r.attempts {
-		a.cancel()
+		if r.win >= 0 && a.i != r.win {
+			a.cancel(lbgo.ErrSuperseded)
+		} else {
+			a.cancel(nil)
+		}
 	}
 	close(r.decided)
 }

@@ -251,7 +251,9 @@ func (a *attempt) done(info balancer.DoneInfo) {
 //     the attempt was never sent (BytesSent false: its stream was never
 //     opened, so the server never saw it; the connection's own failure
 //     reaches the picker through the SubConn state). nginx does not count
-//     a client's abort against a server either.
+//     a client's abort against a server either. Abandoned and Superseded
+//     when ctx's cause is lbgo.ErrSuperseded: Hedging cancelled the
+//     attempt because another attempt of its RPC ended it.
 //   - Failed when the status code is in isFailure.
 //   - Otherwise a success, whatever the code: the server answered.
 //
@@ -271,5 +273,6 @@ func OutcomeOf(ctx context.Context, info balancer.DoneInfo, latency time.Duratio
 			o.Failed = isFailure != nil && isFailure(code)
 		}
 	}
+	o.Superseded = o.Abandoned && ctx.Err() != nil && context.Cause(ctx) == lbgo.ErrSuperseded
 	return o
 }

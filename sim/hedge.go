@@ -122,7 +122,8 @@ func HedgePolicies() []Policy {
 // other attempts only. An attempt that fails while the other is in flight
 // is reported and the request waits for the other; when the last attempt
 // in flight fails, the request is retried as without hedging. A loser is
-// reported to the picker Abandoned, with the time it was in flight.
+// reported to the picker Abandoned and Superseded, with the time it was in
+// flight.
 func Hedged(p Policy, h Hedge) (Policy, error) {
 	switch {
 	case p.oracle != nil:
@@ -621,7 +622,7 @@ func (w *world) hOutcome(a int32, failed, timeout bool) {
 }
 
 // hCancel cancels attempt a, whose request another attempt won: the
-// picker hears it Abandoned now, its backend of the cancel half a round
+// picker hears it Abandoned and Superseded now, its backend of the cancel half a round
 // trip later.
 func (w *world) hCancel(a int32) {
 	at := &w.h.attempts[a]
@@ -631,7 +632,7 @@ func (w *world) hCancel(a int32) {
 	lat := w.now - at.sent
 	c := w.reqs[at.req].client
 	w.h.clients[c].record(w.now, lat)
-	if err := w.clients[c].picker.Done(at.peer, balancer.Outcome{Abandoned: true, Latency: time.Duration(lat)}); err != nil {
+	if err := w.clients[c].picker.Done(at.peer, balancer.Outcome{Abandoned: true, Superseded: true, Latency: time.Duration(lat)}); err != nil {
 		w.err = fmt.Errorf("Done(%v, abandoned): %w", at.peer, err)
 		return
 	}

@@ -316,3 +316,36 @@ func TestHedge_targets(t *testing.T) {
 		}
 	}
 }
+
+// TestHedge_fastestFirst: FastestFirst takes hedged losers for what they
+// are (balancer.Outcome.Superseded), not for silence: hedging it raises
+// neither the p99 nor the error share in the scenarios where, with each
+// loser read as an abandoned attempt, three losses in a row floored
+// healthy peers (uniform: p99 52 ms to 1.5 s, 23% of requests failed;
+// brownout: 188 to 263 ms), and cuts the p99 of fleet16.
+func TestHedge_fastestFirst(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("18 runs of 60 s simulated")
+	}
+	var scs []Scenario
+	for _, name := range []string{"uniform", "brownout", "fleet16"} {
+		scs = append(scs, mustLookup(t, name))
+	}
+	p := policy(t, "FastestFirst")
+	h, err := Hedged(p, DefaultHedge)
+	require.NoError(t, err)
+	rep, err := Compare(scs, []Policy{p, h}, Options{Seeds: 3, Seed: 1})
+	require.NoError(t, err)
+	for _, sc := range rep.Scenarios {
+		plain, ok := rep.Find(sc.Name, p.Name)
+		require.True(t, ok)
+		hedged, ok := rep.Find(sc.Name, h.Name)
+		require.True(t, ok)
+		t.Logf("%s: p99 %.1f ms, hedged %.1f (%.2fx cut); errors %.3f%%, hedged %.3f%%; hedges %.2f%%",
+			sc.Name, plain.P99.Mean, hedged.P99.Mean, plain.P99.Mean/hedged.P99.Mean,
+			100*plain.ErrorRate.Mean, 100*hedged.ErrorRate.Mean, 100*hedged.HedgeShare.Mean)
+		assert.LessOrEqual(t, hedged.P99.Mean, plain.P99.Mean, "%s: p99", sc.Name)
+		assert.LessOrEqual(t, hedged.ErrorRate.Mean, plain.ErrorRate.Mean, "%s: error share", sc.Name)
+		assert.LessOrEqual(t, hedged.HedgeShare.Mean, DefaultHedge.Budget, "%s: hedges per request", sc.Name)
+	}
+}
