@@ -354,10 +354,12 @@ func sumAt(r *ring, cur uint64) uint64 {
 	return n
 }
 
-// WithRetryBudget makes Do take each retry from b, which every Do of one
-// client shares: each call deposits one request, and a retry b refuses
-// ends the call with an error matching both ErrRetryBudget and the last
-// attempt's error. Only Do accepts it; WithRetryBudget(nil) is refused.
+// WithRetryBudget makes Do take each retry from b, as b.Do does. Only Do
+// accepts it; WithRetryBudget(nil) is refused.
+//
+// Deprecated: use b.Do (RetryBudget.Do) in place of Do. As an Option, a
+// budget could be handed to a picker's constructor, which refuses it only
+// at run time; as the receiver of Do it cannot.
 func WithRetryBudget(b *RetryBudget) Option {
 	return option{"WithRetryBudget", func(c *config) { c.budget = b; c.set |= optBudget }}
 }

@@ -46,15 +46,17 @@ type Algorithm struct {
 type pickerSpec struct {
 	name      string
 	options   []string
-	latency   bool // learns from Outcome.Latency
-	keyed     bool // routes by the request's key or client address
-	noBackups bool // refuses backup peers, as nginx's hash and random methods do
+	latency   bool   // learns from Outcome.Latency
+	keyed     bool   // routes by the request's key or client address
+	noBackups bool   // refuses backup peers, as nginx's hash and random methods do
+	settings  string // its settings type ("FastestFirstSettings"), whose Option it accepts; "" if none
 }
 
 // accepts reports whether the picker takes the option called name: its
 // own, and those every picker takes.
 func (s pickerSpec) accepts(name string) bool {
-	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name)
+	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name) ||
+		name == s.settings && name != ""
 }
 
 // algorithm returns the registry's entry for the picker built by newFn.
