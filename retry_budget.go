@@ -43,7 +43,7 @@ const (
 // sliding; a smaller step counts in the newest tenth.
 //
 // Give one RetryBudget to every Do, Transport or Proxy of one client
-// (WithRetryBudget, Transport.RetryBudget, Proxy.RetryBudget). gRPC
+// (RetryBudget.Do, Transport.RetryBudget, Proxy.RetryBudget). gRPC
 // throttles its own retries, which grpcbalancer leaves to it, with the
 // service config's retryThrottling: a token bucket per channel refilled
 // by successes only, with no window. A RetryBudget is safe for concurrent use; its methods take

@@ -34,7 +34,10 @@ type Algorithm struct {
 	// Options names, by function name ("WithRand", "WithDecay"), the
 	// options the picker accepts besides WithClock, WithEvents and the
 	// guards (WithPanicThreshold, WithMaxEjectionPercent), which every
-	// picker accepts; New refuses every other one.
+	// picker accepts; New refuses every other one but the Option of the
+	// picker's settings type. A field of that type goes by the name of the
+	// option it replaced ("WithBand" for FastestFirstSettings.Band), the
+	// name flags and config fields are derived from.
 	Options []string
 }
 

@@ -486,9 +486,9 @@ func unmarshalError(raw map[string]json.RawMessage, err error) error {
 
 // optionReason is what the balancer package's error for a picker option
 // says is wrong, without its prefixes (the package, the picker, the
-// option's Go name) and its sentinel's text: "out of (1, 16]" from
-// "balancer: FastestFirst: WithBand(0.5): out of (1, 16]: balancer:
-// invalid configuration".
+// option's or settings field's Go name) and its sentinel's text: "out of
+// (1, 16]" from "balancer: FastestFirst: FastestFirstSettings.Band(0.5):
+// out of (1, 16]: balancer: invalid configuration".
 func optionReason(err error) string {
 	msg := strings.TrimSuffix(err.Error(), ": "+lbgo.ErrInvalidConfig.Error())
 	if i := strings.LastIndex(msg, "): "); i >= 0 {
