@@ -3,7 +3,6 @@ package balancer
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 )
 
@@ -70,14 +69,8 @@ type own[T any] struct {
 	by string
 }
 
-// give sets o to v, given as by (a name, or a whole call when by ends in
-// ")").
-func (o *own[T]) give(by string, v T) {
-	if !strings.HasSuffix(by, ")") {
-		by = fmt.Sprintf("%s(%v)", by, v)
-	}
-	o.v, o.by = v, by
-}
+// give sets o to v, given by the option or field called name.
+func (o *own[T]) give(name string, v T) { o.v, o.by = v, fmt.Sprintf("%s(%v)", name, v) }
 
 // field gives o the value v of the settings field called name
 // ("FastestFirstSettings.Band"), unless v is 0: the field's default. With

@@ -328,8 +328,7 @@ func WithProber(p Prober) Option {
 func WithProbeRate(perPick, perSecond float64) Option {
 	return ownOption("WithProbeRate", func(s *prequalSettings) {
 		by := fmt.Sprintf("WithProbeRate(%v, %v)", perPick, perSecond)
-		s.perPick.give(by, perPick)
-		s.perSecond.give(by, perSecond)
+		s.perPick, s.perSecond = own[float64]{perPick, by}, own[float64]{perSecond, by}
 	})
 }
 
@@ -340,8 +339,7 @@ func WithProbeRate(perPick, perSecond float64) Option {
 func WithProbePool(size int, maxAge time.Duration) Option {
 	return ownOption("WithProbePool", func(s *prequalSettings) {
 		by := fmt.Sprintf("WithProbePool(%v, %v)", size, maxAge)
-		s.size.give(by, size)
-		s.maxAge.give(by, maxAge)
+		s.size, s.maxAge = own[int]{size, by}, own[time.Duration]{maxAge, by}
 	})
 }
 
@@ -395,22 +393,15 @@ func NewPrequal(peers []*Peer, opts ...Option) (*Prequal, error) {
 	if err := set.check(); err != nil {
 		return nil, err
 	}
-	s := struct {
-		prober             Prober
-		perPick, perSecond float64
-		size               int
-		maxAge             time.Duration
-		q                  float64
-	}{set.prober.v, set.perPick.v, set.perSecond.v, set.size.v, set.maxAge.v, set.q.v}
 	b := &Prequal{
 		peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty)},
-		prober:   s.prober,
-		perPick:  s.perPick,
-		maxAge:   int64(s.maxAge),
-		bucket:   newProbeBucket(s.perSecond),
+		prober:   set.prober.v,
+		perPick:  set.perPick.v,
+		maxAge:   int64(set.maxAge.v),
+		bucket:   newProbeBucket(set.perSecond.v),
 		pool: probePool{
-			e: make([]poolEntry, 0, s.size), size: s.size, maxAge: int64(s.maxAge), q: s.q,
-			removes: s.perPick > 0,
+			e: make([]poolEntry, 0, set.size.v), size: set.size.v, maxAge: int64(set.maxAge.v), q: set.q.v,
+			removes: set.perPick.v > 0,
 		},
 	}
 	b.fresh = newPrequalPeer
