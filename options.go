@@ -56,7 +56,8 @@ func (o option) apply(c *config)    { o.set(c) }
 // ownOption returns the algorithm option called name, whose setter changes
 // the algorithm's settings, a T. The algorithm's file declares it; its
 // constructor applies it with applyOwn after newConfig has checked that the
-// picker's declaration (pickerSpec.options) names it.
+// picker's declaration names it (pickerSpec.options, or .settings for its
+// settings type's Option).
 func ownOption[T any](name string, set func(*T)) Option {
 	return option{name, func(c *config) { c.own = append(c.own, set) }}
 }
