@@ -95,8 +95,8 @@ type ClassicWRR struct {
 // classicWRRSpec is ClassicWRR's declaration (see pickerSpec).
 var classicWRRSpec = pickerSpec{name: "ClassicWRR", options: []string{"WithSlowStart"}}
 
-// NewClassicWRR returns a ClassicWRR over peers. It accepts WithClock and
-// WithSlowStart.
+// NewClassicWRR returns a ClassicWRR over peers. opts: the shared options
+// (see Option).
 func NewClassicWRR(peers []*Peer, opts ...Option) (*ClassicWRR, error) {
 	cfg, err := newConfig(classicWRRSpec, opts)
 	if err != nil {

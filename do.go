@@ -26,23 +26,48 @@ import (
 // ctx.Err() without picking.
 //
 // Latency is measured around try on time.Now, or on the clock WithClock
-// gives. WithRetryBudget bounds the retries: each call deposits one
-// request, and a retry the budget refuses ends the call with an error
-// matching both ErrRetryBudget and the last attempt's error; a call that
-// has no retry left to make (ErrTriesExhausted) is not refused (see
-// RetryBudget.PickRetry). Do accepts
-// those two options only (another is ErrInvalidConfig). A nil r
+// gives, the one option Do takes besides the deprecated WithRetryBudget
+// (another is ErrInvalidConfig); RetryBudget.Do bounds the retries. A nil r
 // is a fresh request; pass a Request to set a key (SetKey) or reuse its
 // storage, Reset between requests. Done's errors are not returned: with
 // the outcomes Do builds, Done can only refuse a peer moved to another
 // picker meanwhile, and then nothing is left to report. Do is safe for
 // concurrent use with distinct Requests.
 func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, opts ...Option) error {
-	cfg := config{now: time.Now}
+	return do(ctx, p, r, try, nil, opts)
+}
+
+// Do is balancer.Do with each retry taken from b, which every Do of one
+// client shares: each call deposits one request, and a retry b refuses
+// ends the call with an error matching both ErrRetryBudget and the last
+// attempt's error; a call that has no retry left to make
+// (ErrTriesExhausted) is not refused (see PickRetry). opts: WithClock, as
+// balancer.Do takes it. A nil b is ErrInvalidConfig.
+//
+// It is a method rather than an Option so that a budget cannot be handed
+// to a picker's constructor, which would refuse it only at run time.
+func (b *RetryBudget) Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, opts ...Option) error {
+	if b == nil {
+		return fmt.Errorf("balancer: RetryBudget.Do: nil budget: %w", ErrInvalidConfig)
+	}
+	return do(ctx, p, r, try, b, opts)
+}
+
+// do is Do, and with budget set RetryBudget.Do, which takes no
+// WithRetryBudget.
+func do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, budget *RetryBudget, opts []Option) error {
+	cfg := config{now: time.Now, budget: budget}
 	var err error
 	if len(opts) > 0 { // applyOptions's config escapes to the heap
-		if cfg, err = applyOptions("Do", func(name string) bool { return name == "WithClock" || name == "WithRetryBudget" }, opts); err != nil {
+		name, accepts := "Do", func(name string) bool { return name == "WithClock" || name == "WithRetryBudget" }
+		if budget != nil {
+			name, accepts = "RetryBudget.Do", func(name string) bool { return name == "WithClock" }
+		}
+		if cfg, err = applyOptions(name, accepts, opts); err != nil {
 			return err
+		}
+		if budget != nil {
+			cfg.budget = budget
 		}
 	}
 	if p == nil || try == nil {

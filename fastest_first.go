@@ -11,9 +11,10 @@ import (
 // "fastest first", and sends each attempt to the eligible peer with the
 // least (in flight + 1)/derived weight, nginx's smooth round-robin breaking
 // ties. Its four laws: a peer slower than the fastest by more than
-// [WithTolerance] gets less weight, the slower the less; a failing peer
-// drops to the floor weight ([WithFloor]), and out after max_fails as in
-// nginx; weights move only when an estimate leaves its band ([WithBand]);
+// [FastestFirstSettings.Tolerance] gets less weight, the slower the less;
+// a failing peer drops to the floor weight ([FastestFirstSettings.Floor]),
+// and out after max_fails as in nginx; weights move only when an estimate
+// leaves its band ([FastestFirstSettings.Band]);
 // an idle peer's estimate decays toward the fastest's ([WithDecay]; default
 // [DefaultFastestDecay], 5 s), so the fastest peer is always found again. Choose it for latency-sensitive
 // traffic when nginx's failure model and smooth order matter. With
@@ -132,7 +133,7 @@ const fastestScale = 100
 // time in four), three in a row much more rarely.
 const exploreConfirm = 3
 
-// maxExponent bounds WithExponent: beyond it the weights are a switch that
+// maxExponent bounds FastestFirstSettings.Exponent: beyond it the weights are a switch that
 // no band keeps from flapping.
 const maxExponent = 8
 
@@ -141,13 +142,13 @@ var fastestFirstSpec = pickerSpec{
 	name: "FastestFirst",
 	options: []string{"WithRand", "WithDecay", "WithFailurePenalty",
 		"WithBand", "WithExponent", "WithFloor", "WithTolerance", "WithReportedLoad", "WithSlowStart"},
-	latency: true,
+	latency:  true,
+	settings: "FastestFirstSettings",
 }
 
-// NewFastestFirst returns a FastestFirst over peers. It accepts WithClock,
-// WithRand (the sampled mode's draws, above 32 peers), WithDecay,
-// WithFailurePenalty, WithBand, WithExponent, WithFloor, WithTolerance,
-// WithReportedLoad and WithSlowStart.
+// NewFastestFirst returns a FastestFirst over peers with the default
+// settings (FastestFirstSettings.New sets them). opts: the shared options
+// (see Option); WithRand draws the sampled mode's peers, above 32.
 func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 	cfg, err := newConfig(fastestFirstSpec, opts)
 	if err != nil {
@@ -168,10 +169,10 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 	f := &FastestFirst{
 		tau:      float64(lat.decay),
 		penalty:  float64(lat.penalty),
-		band:     c.band,
-		exponent: c.exponent,
-		floor:    int64(c.floor),
-		tol:      c.tol,
+		band:     c.band.v,
+		exponent: c.exponent.v,
+		floor:    int64(c.floor.v),
+		tol:      c.tol.v,
 		rand:     newRandSource(cfg),
 		rep:      rep,
 	}
@@ -531,58 +532,102 @@ func (s *ffPeer) inBand(e float64) bool {
 	return e >= math.Float64frombits(s.lo.Load()) && e <= math.Float64frombits(s.hi.Load())
 }
 
-// fastestSettings are FastestFirst's own options.
+// FastestFirstSettings are FastestFirst's own settings; New builds a
+// FastestFirst with them. The zero value of a field is its default, so
+// FastestFirstSettings{} is every default. A value out of range is
+// ErrInvalidConfig naming the field and the value.
+type FastestFirstSettings struct {
+	// Band is the hysteresis factor h: a peer's weight is computed from
+	// its estimate e, and the weights are recomputed only when some
+	// estimate leaves its [e/h, e·h]. In (1, 16]; 0: DefaultBand.
+	Band float64
+
+	// Exponent is α in weight ∝ configured weight ×
+	// (tolerance·fastest/estimate)^α: 1 weighs in inverse proportion to
+	// latency, higher values favor the fastest more. In [0, 8]; 0:
+	// DefaultExponent, so α = 0 (weights that ignore latency, as LeastConn
+	// weighs) is written -1.
+	Exponent float64
+
+	// Floor is the least weight a peer configured with a weight gets, out
+	// of 100 for the best one. In [1, 100]; 0: DefaultFloor.
+	Floor int
+
+	// Tolerance is how many times slower than the fastest peer a peer may
+	// look before its weight is lowered. In [1, 100]; 0: DefaultTolerance.
+	Tolerance float64
+}
+
+// New returns a FastestFirst over peers with the settings s. opts: the
+// shared options (see Option).
+func (s FastestFirstSettings) New(peers []*Peer, opts ...Option) (*FastestFirst, error) {
+	return NewFastestFirst(peers, append([]Option{s.Option()}, opts...)...)
+}
+
+// Option returns s as an Option, for a FastestFirst built by name
+// (Algorithm.New), as balancerflag's flags and the gRPC configs build
+// one: FastestFirst's constructors apply it where it stands among opts,
+// and every other picker refuses it. Name the picker statically with New.
+func (s FastestFirstSettings) Option() Option {
+	return ownOption(fastestFirstSpec.settings, func(c *fastestSettings) {
+		const n = "FastestFirstSettings."
+		field(&c.band, n+"Band", s.Band, false)
+		field(&c.exponent, n+"Exponent", s.Exponent, true)
+		field(&c.floor, n+"Floor", s.Floor, false)
+		field(&c.tol, n+"Tolerance", s.Tolerance, false)
+	})
+}
+
+// fastestSettings are FastestFirst's own settings as given.
 type fastestSettings struct {
-	band     float64
-	exponent float64
-	floor    int
-	tol      float64
+	band, exponent, tol own[float64]
+	floor               own[int]
 }
 
-// WithBand sets FastestFirst's hysteresis factor h: a peer's weight is
-// computed from its estimate e, and the weights are recomputed only when
-// some estimate leaves its [e/h, e·h]. h must be in (1, 16]. Default:
-// DefaultBand.
+// WithBand sets FastestFirstSettings.Band to h.
+//
+// Deprecated: use FastestFirstSettings.Band.
 func WithBand(h float64) Option {
-	return ownOption("WithBand", func(s *fastestSettings) { s.band = h })
+	return ownOption("WithBand", func(s *fastestSettings) { s.band.give("WithBand", h) })
 }
 
-// WithExponent sets α in FastestFirst's weight ∝ configured weight ×
-// (tolerance·fastest/estimate)^α: 0 ignores latency, 1 weighs in inverse
-// proportion to latency, higher values favor the fastest more. α must be in
-// [0, 8]. Default: DefaultExponent.
+// WithExponent sets FastestFirst's α (FastestFirstSettings.Exponent) to
+// a; 0 ignores latency.
+//
+// Deprecated: use FastestFirstSettings.Exponent (-1 for α = 0).
 func WithExponent(a float64) Option {
-	return ownOption("WithExponent", func(s *fastestSettings) { s.exponent = a })
+	return ownOption("WithExponent", func(s *fastestSettings) { s.exponent.give("WithExponent", a) })
 }
 
-// WithFloor sets the least weight FastestFirst gives a peer configured with
-// a weight, out of 100 for the best one. w must be in [1, 100]. Default:
-// DefaultFloor.
+// WithFloor sets FastestFirstSettings.Floor to w.
+//
+// Deprecated: use FastestFirstSettings.Floor.
 func WithFloor(w int) Option {
-	return ownOption("WithFloor", func(s *fastestSettings) { s.floor = w })
+	return ownOption("WithFloor", func(s *fastestSettings) { s.floor.give("WithFloor", w) })
 }
 
-// WithTolerance sets how many times slower than the fastest peer a peer may
-// look before FastestFirst lowers its weight. x must be in [1, 100].
-// Default: DefaultTolerance.
+// WithTolerance sets FastestFirstSettings.Tolerance to x.
+//
+// Deprecated: use FastestFirstSettings.Tolerance.
 func WithTolerance(x float64) Option {
-	return ownOption("WithTolerance", func(s *fastestSettings) { s.tol = x })
+	return ownOption("WithTolerance", func(s *fastestSettings) { s.tol.give("WithTolerance", x) })
 }
 
-// fastestOptions applies cfg's FastestFirst options over their defaults
+// fastestOptions applies cfg's FastestFirst settings over their defaults
 // and checks them.
 func fastestOptions(cfg *config) (fastestSettings, error) {
-	c := fastestSettings{band: DefaultBand, exponent: DefaultExponent, floor: DefaultFloor, tol: DefaultTolerance}
+	c := fastestSettings{band: own[float64]{v: DefaultBand}, exponent: own[float64]{v: DefaultExponent},
+		floor: own[int]{v: DefaultFloor}, tol: own[float64]{v: DefaultTolerance}}
 	applyOwn(cfg, &c)
 	switch {
-	case !(c.band > 1 && c.band <= 16):
-		return c, fmt.Errorf("balancer: FastestFirst: WithBand(%v): out of (1, 16]: %w", c.band, ErrInvalidConfig)
-	case !(c.exponent >= 0 && c.exponent <= maxExponent):
-		return c, fmt.Errorf("balancer: FastestFirst: WithExponent(%v): out of [0, %d]: %w", c.exponent, maxExponent, ErrInvalidConfig)
-	case c.floor < 1 || c.floor > fastestScale:
-		return c, fmt.Errorf("balancer: FastestFirst: WithFloor(%d): out of [1, %d]: %w", c.floor, fastestScale, ErrInvalidConfig)
-	case !(c.tol >= 1 && c.tol <= 100):
-		return c, fmt.Errorf("balancer: FastestFirst: WithTolerance(%v): out of [1, 100]: %w", c.tol, ErrInvalidConfig)
+	case !(c.band.v > 1 && c.band.v <= 16):
+		return c, fmt.Errorf("balancer: FastestFirst: %s: out of (1, 16]: %w", c.band.by, ErrInvalidConfig)
+	case !(c.exponent.v >= 0 && c.exponent.v <= maxExponent):
+		return c, fmt.Errorf("balancer: FastestFirst: %s: out of [0, %d]: %w", c.exponent.by, maxExponent, ErrInvalidConfig)
+	case c.floor.v < 1 || c.floor.v > fastestScale:
+		return c, fmt.Errorf("balancer: FastestFirst: %s: out of [1, %d]: %w", c.floor.by, fastestScale, ErrInvalidConfig)
+	case !(c.tol.v >= 1 && c.tol.v <= 100):
+		return c, fmt.Errorf("balancer: FastestFirst: %s: out of [1, 100]: %w", c.tol.by, ErrInvalidConfig)
 	}
 	return c, nil
 }

@@ -101,7 +101,7 @@ type slowStartSetting struct {
 //
 // The pickers a weight drives accept it; Hash, ConsistentHash, IPHash,
 // RoundRobin and Prequal refuse it, saying why, and RandomWeighted refuses
-// it beside WithWarmup, Dubbo's exact ramp, which it otherwise replaces. A window ≤ 0, an aggression not positive and
+// it beside RandomWeightedSettings.Warmup, Dubbo's exact ramp, which it otherwise replaces. A window ≤ 0, an aggression not positive and
 // finite, or a minWeightPercent outside [0, 100] is refused with
 // ErrInvalidConfig. Default: off. While no peer warms, a pick costs one
 // atomic load more; while one does, a clock read, and SmoothWRR,

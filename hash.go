@@ -103,8 +103,8 @@ func (w *weightWalk) find(x int64) int {
 // hashSpec is Hash's declaration (see pickerSpec).
 var hashSpec = pickerSpec{name: "Hash", keyed: true, noBackups: true}
 
-// NewHash returns a Hash over peers. It accepts WithClock. A backup peer is
-// rejected with ErrInvalidConfig naming it.
+// NewHash returns a Hash over peers. opts: the shared options (see
+// Option). A backup peer is rejected with ErrInvalidConfig naming it.
 func NewHash(peers []*Peer, opts ...Option) (*Hash, error) {
 	cfg, err := newConfig(hashSpec, opts)
 	if err != nil {

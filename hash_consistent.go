@@ -28,7 +28,7 @@ import (
 // up, with no failures on record and at full effective weight (then
 // nginx's smooth step over that one peer changes nothing), takes no lock;
 // retries, shared server texts, a peer recovering its effective weight and
-// WithBoundedLoad take the picker's lock (with the bound, Done takes it
+// BoundedLoad take the picker's lock (with the bound, Done takes it
 // too). A request with no key goes to the round-robin fallback as Hash's
 // does, lock-free from the cycle while the weights are static (under the
 // lock with the bound); the smooth step at a point shared by several
@@ -42,20 +42,20 @@ import (
 // the same key (Request.SetKey) go to the same peer, and when a peer joins
 // or leaves only about 1/n of the keys move; a retry walks on along the
 // ring, and with no key a request goes round robin, as in nginx. Use it for
-// cache or shard affinity on a peer list that changes. With
-// WithBoundedLoad(c), beyond nginx, no peer takes more than c times its
-// share of the attempts in flight. Backup peers are refused with
+// cache or shard affinity on a peer list that changes. With a bound c
+// ([ConsistentHashSettings].BoundedLoad), beyond nginx, no peer takes more
+// than c times its share of the attempts in flight. Backup peers are refused with
 // ErrInvalidConfig, as nginx refuses them; the total weight is limited to
 // MaxRingWeight.
 //
 // A pick is O(log points) and allocates nothing; a first attempt to a
 // healthy peer takes no lock, nor does one with no key while the weights
 // are static (the round-robin fallback is Hash's). The zero value is not usable; use
-// NewConsistentHash. ConsistentHash is safe for concurrent use.
+// ConsistentHashSettings.New or NewConsistentHash. ConsistentHash is safe for concurrent use.
 type ConsistentHash struct {
 	smoothRR
 	ring  *chashRing // guarded by mu
-	bound float64    // WithBoundedLoad's factor; 0: off
+	bound float64    // BoundedLoad's factor; 0: off
 	live  int64      // weight of the peers not down; guarded by mu
 
 	// view is the ring with the list it was published for, read by the
@@ -112,26 +112,28 @@ var consistentHashSpec = pickerSpec{
 	options:   []string{"WithBoundedLoad"},
 	keyed:     true,
 	noBackups: true,
+	settings:  "ConsistentHashSettings",
 }
 
-// NewConsistentHash returns a ConsistentHash over peers. It accepts
-// WithClock and WithBoundedLoad. A backup peer, a total weight past
-// MaxRingWeight or a bound factor below 1, infinite or NaN is rejected with
+// NewConsistentHash returns a ConsistentHash over peers with the default
+// settings (ConsistentHashSettings.New sets them). opts: the shared
+// options (see Option). A backup peer, a total weight past MaxRingWeight
+// or a bound factor below 1, infinite or NaN is rejected with
 // ErrInvalidConfig naming the value.
 func NewConsistentHash(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
 	cfg, err := newConfig(consistentHashSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	var bound boundSetting
+	var bound boundSetting // by "": no bound
 	applyOwn(&cfg, &bound)
-	if bound.set && !(bound.c >= 1 && !math.IsInf(bound.c, 1)) {
-		return nil, fmt.Errorf("balancer: ConsistentHash: WithBoundedLoad(%v): the factor must be finite and at least 1: %w", bound.c, ErrInvalidConfig)
+	if bound.by != "" && !(bound.v >= 1 && !math.IsInf(bound.v, 1)) {
+		return nil, fmt.Errorf("balancer: ConsistentHash: %s: the factor must be finite and at least 1: %w", bound.by, ErrInvalidConfig)
 	}
 	if err := checkRing(peers, nil, 0); err != nil {
 		return nil, err
 	}
-	c := &ConsistentHash{bound: bound.c}
+	c := &ConsistentHash{bound: bound.v}
 	c.shared, c.currentWeight = true, c.impliedLocked
 	if err := c.init(peers, cfg, c.changedLocked); err != nil {
 		return nil, err
@@ -347,7 +349,7 @@ type chashView struct {
 }
 
 // Pick returns the peer of the first point at or after r's key on the ring
-// that is eligible (and, with WithBoundedLoad, has room).
+// that is eligible (and, with BoundedLoad, has room).
 //
 // A first attempt whose point belongs to a server text with one peer, that
 // peer up with no failures on record, takes no lock while no peer's
@@ -476,7 +478,7 @@ func (c *ConsistentHash) walkLocked(l *peerList, r *Request, g *chashRing, clk *
 }
 
 // overLocked reports whether p holds its bounded share already: at least
-// ⌈c·(T+1)·w/L⌉ attempts in flight (see WithBoundedLoad). Requires c.mu.
+// ⌈c·(T+1)·w/L⌉ attempts in flight (see BoundedLoad). Requires c.mu.
 func (c *ConsistentHash) overLocked(p *Peer) bool {
 	t := c.inflight
 	limit := math.Ceil(c.bound * float64(t+1) * float64(p.weight.Load()) / float64(max(c.live, 1)))
@@ -484,7 +486,7 @@ func (c *ConsistentHash) overLocked(p *Peer) bool {
 }
 
 // Done takes the picker's lock for every report while the load bound is
-// on (WithBoundedLoad), which counts the attempts in flight on the picker.
+// on (BoundedLoad), which counts the attempts in flight on the picker.
 func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
 	if c.bound == 0 {
 		return c.report(p, o)
@@ -504,26 +506,49 @@ func (c *ConsistentHash) Done(p *Peer, o Outcome) error {
 	return nil
 }
 
-// boundSetting is ConsistentHash's one option: WithBoundedLoad's factor c,
-// if set.
-type boundSetting struct {
-	c   float64
-	set bool
+// ConsistentHashSettings are ConsistentHash's own settings; New builds a
+// ConsistentHash with them. The zero value is the default: no bound,
+// nginx's behavior. A value out of range is ErrInvalidConfig naming the
+// field and the value.
+type ConsistentHashSettings struct {
+	// BoundedLoad bounds each peer's load, as in "Consistent Hashing with
+	// Bounded Loads" (Mirrokni, Thorup and Zadimoghaddam, 2016; HAProxy's
+	// hash-balance-factor, Envoy's hash_balance_factor): a peer of weight
+	// w takes an attempt only while it has fewer than ⌈c·(T+1)·w/L⌉ in
+	// flight, c the factor, T the attempts in flight on the picker and L
+	// the weight of the peers not down (⌈c·(T+1)/n⌉ for equal weights),
+	// and a key whose point lands on a full peer walks on along the ring
+	// to the next point with room, without counting a try. So no peer
+	// holds more than c times its share (plus the rounding up), a hot key
+	// spills over to the next peers on its ring walk, and keys still move
+	// little when peers change. The bound does not apply to the
+	// round-robin fallback. At least 1 and finite; 0: no bound.
+	BoundedLoad float64
 }
 
-// WithBoundedLoad makes ConsistentHash bound each peer's load, as in
-// "Consistent Hashing with Bounded Loads" (Mirrokni, Thorup and
-// Zadimoghaddam, 2016; HAProxy's hash-balance-factor, Envoy's
-// hash_balance_factor): a peer of weight w takes an attempt only while it
-// has fewer than ⌈c·(T+1)·w/L⌉ in flight, T the attempts in flight on the
-// picker and L the weight of the peers not down (⌈c·(T+1)/n⌉ for equal
-// weights), and a key whose point lands on a full peer walks on along the
-// ring to the next point with room, without counting a try. So no peer
-// holds more than c times its share (plus the rounding up), a hot key
-// spills over to the next peers on its ring walk, and keys still move
-// little when peers change. The bound does not apply to the round-robin
-// fallback. c must be at least 1 and finite; default: no bound, nginx's
-// behavior. ConsistentHash is the only picker that accepts it.
+// New returns a ConsistentHash over peers with the settings s. opts: the
+// shared options (see Option).
+func (s ConsistentHashSettings) New(peers []*Peer, opts ...Option) (*ConsistentHash, error) {
+	return NewConsistentHash(peers, append([]Option{s.Option()}, opts...)...)
+}
+
+// Option returns s as an Option, for a ConsistentHash built by name
+// (Algorithm.New), as balancerflag's flags and the gRPC configs build
+// one: ConsistentHash's constructors apply it where it stands among opts,
+// and every other picker refuses it. Name the picker statically with New.
+func (s ConsistentHashSettings) Option() Option {
+	return ownOption(consistentHashSpec.settings, func(c *boundSetting) {
+		field(&c.own, "ConsistentHashSettings.BoundedLoad", s.BoundedLoad, false)
+	})
+}
+
+// boundSetting is ConsistentHash's own setting, the bound's factor, as
+// given.
+type boundSetting struct{ own[float64] }
+
+// WithBoundedLoad sets ConsistentHashSettings.BoundedLoad to c.
+//
+// Deprecated: use ConsistentHashSettings.BoundedLoad.
 func WithBoundedLoad(c float64) Option {
-	return ownOption("WithBoundedLoad", func(s *boundSetting) { *s = boundSetting{c: c, set: true} })
+	return ownOption("WithBoundedLoad", func(s *boundSetting) { s.give("WithBoundedLoad", c) })
 }

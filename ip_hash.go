@@ -36,8 +36,8 @@ const ipHashStart = 89
 // ipHashSpec is IPHash's declaration (see pickerSpec).
 var ipHashSpec = pickerSpec{name: "IPHash", keyed: true, noBackups: true}
 
-// NewIPHash returns an IPHash over peers. It accepts WithClock. A backup
-// peer is rejected with ErrInvalidConfig naming it.
+// NewIPHash returns an IPHash over peers. opts: the shared options (see
+// Option). A backup peer is rejected with ErrInvalidConfig naming it.
 func NewIPHash(peers []*Peer, opts ...Option) (*IPHash, error) {
 	cfg, err := newConfig(ipHashSpec, opts)
 	if err != nil {

@@ -86,8 +86,8 @@ type LeastConn struct {
 // leastConnSpec is LeastConn's declaration (see pickerSpec).
 var leastConnSpec = pickerSpec{name: "LeastConn", options: []string{"WithReportedLoad", "WithSlowStart"}}
 
-// NewLeastConn returns a LeastConn over peers. It accepts WithClock,
-// WithReportedLoad and WithSlowStart.
+// NewLeastConn returns a LeastConn over peers. opts: the shared options
+// (see Option).
 func NewLeastConn(peers []*Peer, opts ...Option) (*LeastConn, error) {
 	cfg, err := newConfig(leastConnSpec, opts)
 	if err != nil {

@@ -129,3 +129,41 @@ func TestDeprecatedNames_unused(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// TestDeprecatedOptions_notCalledElsewhere fails if a Go file of another
+// package of the repository (its nested modules included) calls one of the
+// options a settings type replaced, or WithRetryBudget: those packages use
+// the settings types (or their Option, for a picker built by name) and
+// RetryBudget.Do. The root package's own tests still exercise the old
+// names, which keep working for a release.
+func TestDeprecatedOptions_notCalledElsewhere(t *testing.T) {
+	calls := regexp.MustCompile(`\b(balancer|lbgo)\.(WithBand|WithExponent|WithFloor|WithTolerance|WithProber|WithProbeRate|WithProbePool|WithHotQuantile|WithBlackoutPeriod|WithWeightExpirationPeriod|WithWeightUpdatePeriod|WithErrorUtilizationPenalty|WithBoundedLoad|WithWarmup|WithRetryBudget)\(`)
+	var files int
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || !strings.Contains(path, "/") {
+			return nil // the root package's files
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if calls.MatchString(line) {
+				t.Errorf("%s:%d calls a deprecated option: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, files, 100, "the walk found the other packages' files")
+}

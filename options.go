@@ -6,11 +6,15 @@ import (
 	"time"
 )
 
-// An Option configures a picker at construction. Every picker rejects, with
-// ErrInvalidConfig naming the option, an option it would ignore, a nil
-// option and a value out of the option's range. The options every picker
-// shares (WithClock, WithRand, WithEvents) are declared here; an
-// algorithm's own options are declared in its file.
+// An Option configures a picker at construction: WithClock, WithEvents and
+// the guards' options, which every picker takes, and WithRand, WithDecay,
+// WithFailurePenalty, WithReportedLoad and WithSlowStart, which several
+// take (Algorithm.Options names a picker's). A setting only one picker has
+// is a field of its settings type (FastestFirstSettings, PrequalSettings,
+// ReportedWRRSettings, ConsistentHashSettings, RandomWeightedSettings),
+// which cannot be handed to another picker's constructor. Every picker
+// rejects, with ErrInvalidConfig naming the option, an option it does not
+// take, a nil option and a value out of the option's range.
 type Option interface {
 	optionName() string // the option's function name, as errors and declarations spell it
 	apply(*config)
@@ -52,9 +56,35 @@ func (o option) apply(c *config)    { o.set(c) }
 // ownOption returns the algorithm option called name, whose setter changes
 // the algorithm's settings, a T. The algorithm's file declares it; its
 // constructor applies it with applyOwn after newConfig has checked that the
-// picker's declaration (pickerSpec.options) names it.
+// picker's declaration names it (pickerSpec.options, or .settings for its
+// settings type's Option).
 func ownOption[T any](name string, set func(*T)) Option {
 	return option{name, func(c *config) { c.own = append(c.own, set) }}
+}
+
+// own is one of a picker's own settings: its value, and how it was given,
+// for an error naming it: the deprecated option ("WithBand(0.5)") or the
+// settings field ("FastestFirstSettings.Band(0.5)"); "" for the default.
+type own[T any] struct {
+	v  T
+	by string
+}
+
+// give sets o to v, given by the option or field called name.
+func (o *own[T]) give(name string, v T) { o.v, o.by = v, fmt.Sprintf("%s(%v)", name, v) }
+
+// field gives o the value v of the settings field called name
+// ("FastestFirstSettings.Band"), unless v is 0: the field's default. With
+// minusOne, -1 stands for 0, for a field whose 0 is itself a meaningful
+// value, which a field cannot tell from unset.
+func field[T ~int | ~int64 | ~float64](o *own[T], name string, v T, minusOne bool) {
+	switch {
+	case v == 0:
+	case minusOne && v == -1:
+		o.v, o.by = 0, fmt.Sprintf("%s(%v)", name, v)
+	default:
+		o.give(name, v)
+	}
 }
 
 // applyOwn applies to s, in order, the options given whose settings are a

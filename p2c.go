@@ -80,9 +80,8 @@ var p2cSpec = pickerSpec{
 	latency: true,
 }
 
-// NewP2CPeakEWMA returns a P2CPeakEWMA over peers. It accepts WithClock,
-// WithRand, WithDecay, WithFailurePenalty, WithReportedLoad and
-// WithSlowStart.
+// NewP2CPeakEWMA returns a P2CPeakEWMA over peers. opts: the shared
+// options (see Option).
 func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 	cfg, err := newConfig(p2cSpec, opts)
 	if err != nil {

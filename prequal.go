@@ -11,7 +11,7 @@ import (
 
 // Prequal in detail (Wydrowski et al., "Load is not what you should
 // balance: Introducing Prequal", NSDI 2024). A request's first pick sends
-// up to perPick probes (WithProbeRate) through the Prober to peers drawn at
+// up to perPick probes (PrequalSettings.ProbesPerPick) through the Prober to peers drawn at
 // random among
 // the eligible ones, preferring those without an answer in the pool; the
 // answers (Answer) fill the pool (prequal_pool.go), and the pick chooses
@@ -136,14 +136,16 @@ import (
 // Prequal balances by asynchronous probes of the servers' requests in
 // flight and latency (Wydrowski et al., NSDI 2024, in production at
 // YouTube): each request sends a few probes through a [Prober]
-// ([WithProber]) and chooses among the recent answers, a small pool, by the
-// hot-cold rule: an answer is hot when its in-flight count is above a
-// quantile of the recently answered counts ([WithHotQuantile]); the cold
+// ([PrequalSettings.Prober]) and chooses among the recent answers, a small
+// pool, by the hot-cold rule: an answer is hot when its in-flight count is
+// above a quantile of the recently answered counts
+// ([PrequalSettings.HotQuantile]); the cold
 // answer of the lowest latency (the server's estimate plus this client's
 // round trip to it) wins, or if all are hot the lowest count. A used
 // answer counts the attempt in its in-flight count and serves a bounded
-// number of picks; answers age out ([WithProbePool]). Probes are bounded
-// per request and per second ([WithProbeRate]). Choose it for many clients
+// number of picks; answers age out ([PrequalSettings.MaxAge]). Probes are
+// bounded per request and per second ([PrequalSettings.ProbesPerPick],
+// [PrequalSettings.ProbesPerSecond]). Choose it for many clients
 // sharing servers that answer probes (loadreport's handler), where every
 // client-side picker herds.
 //
@@ -174,7 +176,7 @@ import (
 // and, for a reply whose report counts the server's requests in flight, a
 // failure or the success after one, the pool's lock.
 // Close stops the probing. The zero value is not
-// usable; use [NewPrequal]. It is safe for concurrent use.
+// usable; use [PrequalSettings.New]. It is safe for concurrent use.
 type Prequal struct {
 	twoChoices
 	peakEWMA
@@ -196,9 +198,10 @@ type Prequal struct {
 
 // prequalSpec is Prequal's declaration (see pickerSpec).
 var prequalSpec = pickerSpec{
-	name:    "Prequal",
-	options: []string{"WithRand", "WithDecay", "WithFailurePenalty", "WithProber", "WithProbeRate", "WithProbePool", "WithHotQuantile"},
-	latency: true,
+	name:     "Prequal",
+	options:  []string{"WithRand", "WithDecay", "WithFailurePenalty", "WithProber", "WithProbeRate", "WithProbePool", "WithHotQuantile"},
+	latency:  true,
+	settings: "PrequalSettings",
 }
 
 // Defaults of Prequal's options.
@@ -236,72 +239,143 @@ const (
 // unprobed.
 const prequalProbeFails = 3
 
-// prequalSettings are Prequal's own options, defaults first.
+// PrequalSettings are Prequal's own settings; New builds a Prequal with
+// them. The zero value of a field is its default, so PrequalSettings{} is
+// every default: no Prober, and Prequal picks as P2CPeakEWMA. A value out
+// of range is ErrInvalidConfig naming the field and the value.
+type PrequalSettings struct {
+	// Prober sends the probes; Prequal owns it from then on: Close closes
+	// it if it is an io.Closer. nil: none, and Prequal picks as
+	// P2CPeakEWMA.
+	Prober Prober
+
+	// ProbesPerPick is how many probes a request sends, on its first pick,
+	// in [0, 16]; a fraction is spread evenly over the requests. 0:
+	// DefaultProbesPerPick, so none (the pool then fills from the replies'
+	// reports alone) is written -1.
+	ProbesPerPick float64
+
+	// ProbesPerSecond caps the probes a second, at least 0.001; 0:
+	// DefaultProbesPerSecond.
+	ProbesPerSecond float64
+
+	// PoolSize is how many answers the pool holds at most, in [1, 1024];
+	// 0: DefaultProbePoolSize.
+	PoolSize int
+
+	// MaxAge is how old an answer may be, in (0, MaxProbeLatency]; an
+	// answer whose round trip passed it is dropped as late. 0:
+	// DefaultProbeMaxAge.
+	MaxAge time.Duration
+
+	// HotQuantile is the quantile of the recently answered in-flight
+	// counts above which an answer is hot, in (0, 1]; 0:
+	// DefaultHotQuantile.
+	HotQuantile float64
+}
+
+// New returns a Prequal over peers with the settings s. opts: the shared
+// options (see Option).
+func (s PrequalSettings) New(peers []*Peer, opts ...Option) (*Prequal, error) {
+	return NewPrequal(peers, append([]Option{s.Option()}, opts...)...)
+}
+
+// Option returns s as an Option, for a Prequal built by name
+// (Algorithm.New), as balancerflag's flags and the gRPC configs build
+// one: Prequal's constructors apply it where it stands among opts, and
+// every other picker refuses it. Name the picker statically with New.
+func (s PrequalSettings) Option() Option {
+	return ownOption(prequalSpec.settings, func(c *prequalSettings) {
+		const n = "PrequalSettings."
+		if s.Prober != nil {
+			c.prober = own[Prober]{s.Prober, n + "Prober"}
+		}
+		field(&c.perPick, n+"ProbesPerPick", s.ProbesPerPick, true)
+		field(&c.perSecond, n+"ProbesPerSecond", s.ProbesPerSecond, false)
+		field(&c.size, n+"PoolSize", s.PoolSize, false)
+		field(&c.maxAge, n+"MaxAge", s.MaxAge, false)
+		field(&c.q, n+"HotQuantile", s.HotQuantile, false)
+	})
+}
+
+// prequalSettings are Prequal's own settings as given.
 type prequalSettings struct {
-	prober    Prober
-	proberSet bool
-	perPick   float64
-	perSecond float64
-	size      int
-	maxAge    time.Duration
-	q         float64
+	prober             own[Prober]
+	perPick, perSecond own[float64]
+	size               own[int]
+	maxAge             own[time.Duration]
+	q                  own[float64]
 }
 
-// WithProber makes Prequal probe through p, which it owns from then on:
-// Close closes it if it is an io.Closer. Not nil. Default: none, and
-// Prequal picks as P2CPeakEWMA.
+// WithProber sets PrequalSettings.Prober to p; WithProber(nil) is
+// refused.
+//
+// Deprecated: use PrequalSettings.Prober.
 func WithProber(p Prober) Option {
-	return ownOption("WithProber", func(s *prequalSettings) { s.prober, s.proberSet = p, true })
+	return ownOption("WithProber", func(s *prequalSettings) {
+		s.prober = own[Prober]{p, "WithProber"}
+		if p == nil {
+			s.prober.by = "WithProber(nil)"
+		}
+	})
 }
 
-// WithProbeRate sets how many probes Prequal sends a request, on its first
-// pick, in [0, 16] (a fraction is spread evenly over the requests), and at
-// most how many a second, at least 0.001. Default: 3 a request, 10,000 a
-// second.
+// WithProbeRate sets PrequalSettings.ProbesPerPick to perPick (0: none)
+// and ProbesPerSecond to perSecond.
+//
+// Deprecated: use PrequalSettings.ProbesPerPick (-1 for none) and
+// PrequalSettings.ProbesPerSecond.
 func WithProbeRate(perPick, perSecond float64) Option {
-	return ownOption("WithProbeRate", func(s *prequalSettings) { s.perPick, s.perSecond = perPick, perSecond })
+	return ownOption("WithProbeRate", func(s *prequalSettings) {
+		by := fmt.Sprintf("WithProbeRate(%v, %v)", perPick, perSecond)
+		s.perPick, s.perSecond = own[float64]{perPick, by}, own[float64]{perSecond, by}
+	})
 }
 
-// WithProbePool sets Prequal's pool: at most size answers, in [1, 1024],
-// none older than maxAge, above 0 and at most MaxProbeLatency; an answer
-// whose round trip passed maxAge is dropped as late. Default: 4, 1s.
+// WithProbePool sets PrequalSettings.PoolSize to size and MaxAge to
+// maxAge.
+//
+// Deprecated: use PrequalSettings.PoolSize and PrequalSettings.MaxAge.
 func WithProbePool(size int, maxAge time.Duration) Option {
-	return ownOption("WithProbePool", func(s *prequalSettings) { s.size, s.maxAge = size, maxAge })
+	return ownOption("WithProbePool", func(s *prequalSettings) {
+		by := fmt.Sprintf("WithProbePool(%v, %v)", size, maxAge)
+		s.size, s.maxAge = own[int]{size, by}, own[time.Duration]{maxAge, by}
+	})
 }
 
-// WithHotQuantile sets the quantile q of the recently answered in-flight
-// counts above which an answer is hot, in (0, 1]. Default:
-// DefaultHotQuantile.
+// WithHotQuantile sets PrequalSettings.HotQuantile to q.
+//
+// Deprecated: use PrequalSettings.HotQuantile.
 func WithHotQuantile(q float64) Option {
-	return ownOption("WithHotQuantile", func(s *prequalSettings) { s.q = q })
+	return ownOption("WithHotQuantile", func(s *prequalSettings) { s.q.give("WithHotQuantile", q) })
 }
 
 // check returns an error naming the first setting out of range.
 func (s prequalSettings) check() error {
-	bad := func(opt string, why string, v ...any) error {
-		return fmt.Errorf("balancer: Prequal: %s(%s): %s: %w", opt, fmt.Sprint(v...), why, ErrInvalidConfig)
+	bad := func(by string, why string) error {
+		return fmt.Errorf("balancer: Prequal: %s: %s: %w", by, why, ErrInvalidConfig)
 	}
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	switch {
-	case s.proberSet && s.prober == nil:
-		return bad("WithProber", "nil", "nil")
-	case !finite(s.perPick) || s.perPick < 0 || s.perPick > maxProbesPerPick:
-		return bad("WithProbeRate", fmt.Sprintf("probes a pick %v out of [0, %d]", s.perPick, maxProbesPerPick), s.perPick, ", ", s.perSecond)
-	case !finite(s.perSecond) || s.perSecond < minProbesPerSecond:
-		return bad("WithProbeRate", fmt.Sprintf("probes a second %v not a finite number of at least %v", s.perSecond, minProbesPerSecond), s.perPick, ", ", s.perSecond)
-	case s.size < 1 || s.size > maxProbePoolSize:
-		return bad("WithProbePool", fmt.Sprintf("size %d out of [1, %d]", s.size, maxProbePoolSize), s.size, ", ", s.maxAge)
-	case s.maxAge <= 0 || s.maxAge > MaxProbeLatency:
-		return bad("WithProbePool", fmt.Sprintf("max age %v out of (0, %v]", s.maxAge, MaxProbeLatency), s.size, ", ", s.maxAge)
-	case math.IsNaN(s.q) || s.q <= 0 || s.q > 1:
-		return bad("WithHotQuantile", "out of (0, 1]", s.q)
+	case s.prober.by != "" && s.prober.v == nil:
+		return bad(s.prober.by, "nil")
+	case !finite(s.perPick.v) || s.perPick.v < 0 || s.perPick.v > maxProbesPerPick:
+		return bad(s.perPick.by, fmt.Sprintf("probes a pick %v out of [0, %d]", s.perPick.v, maxProbesPerPick))
+	case !finite(s.perSecond.v) || s.perSecond.v < minProbesPerSecond:
+		return bad(s.perSecond.by, fmt.Sprintf("probes a second %v not a finite number of at least %v", s.perSecond.v, minProbesPerSecond))
+	case s.size.v < 1 || s.size.v > maxProbePoolSize:
+		return bad(s.size.by, fmt.Sprintf("size %d out of [1, %d]", s.size.v, maxProbePoolSize))
+	case s.maxAge.v <= 0 || s.maxAge.v > MaxProbeLatency:
+		return bad(s.maxAge.by, fmt.Sprintf("max age %v out of (0, %v]", s.maxAge.v, MaxProbeLatency))
+	case math.IsNaN(s.q.v) || s.q.v <= 0 || s.q.v > 1:
+		return bad(s.q.by, "out of (0, 1]")
 	}
 	return nil
 }
 
-// NewPrequal returns a Prequal over peers. It accepts WithClock, WithRand,
-// WithDecay, WithFailurePenalty, WithProber, WithProbeRate, WithProbePool
-// and WithHotQuantile.
+// NewPrequal returns a Prequal over peers with the default settings
+// (PrequalSettings.New sets them), and so no Prober until one is set.
+// opts: the shared options (see Option).
 func NewPrequal(peers []*Peer, opts ...Option) (*Prequal, error) {
 	cfg, err := newConfig(prequalSpec, opts)
 	if err != nil {
@@ -311,23 +385,23 @@ func NewPrequal(peers []*Peer, opts ...Option) (*Prequal, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := prequalSettings{
-		perPick: DefaultProbesPerPick, perSecond: DefaultProbesPerSecond,
-		size: DefaultProbePoolSize, maxAge: DefaultProbeMaxAge, q: DefaultHotQuantile,
+	set := prequalSettings{
+		perPick: own[float64]{v: DefaultProbesPerPick}, perSecond: own[float64]{v: DefaultProbesPerSecond},
+		size: own[int]{v: DefaultProbePoolSize}, maxAge: own[time.Duration]{v: DefaultProbeMaxAge}, q: own[float64]{v: DefaultHotQuantile},
 	}
-	applyOwn(&cfg, &s)
-	if err := s.check(); err != nil {
+	applyOwn(&cfg, &set)
+	if err := set.check(); err != nil {
 		return nil, err
 	}
 	b := &Prequal{
 		peakEWMA: peakEWMA{tau: float64(lat.decay), penalty: float64(lat.penalty)},
-		prober:   s.prober,
-		perPick:  s.perPick,
-		maxAge:   int64(s.maxAge),
-		bucket:   newProbeBucket(s.perSecond),
+		prober:   set.prober.v,
+		perPick:  set.perPick.v,
+		maxAge:   int64(set.maxAge.v),
+		bucket:   newProbeBucket(set.perSecond.v),
 		pool: probePool{
-			e: make([]poolEntry, 0, s.size), size: s.size, maxAge: int64(s.maxAge), q: s.q,
-			removes: s.perPick > 0,
+			e: make([]poolEntry, 0, set.size.v), size: set.size.v, maxAge: int64(set.maxAge.v), q: set.q.v,
+			removes: set.perPick.v > 0,
 		},
 	}
 	b.fresh = newPrequalPeer

@@ -37,8 +37,8 @@ func ExamplePrequal() {
 		base: map[string]float64{"a": 3},
 		svc:  map[string]time.Duration{"a": 10 * time.Millisecond, "b": 10 * time.Millisecond, "c": 20 * time.Millisecond},
 	}
-	lb, err := balancer.NewPrequal(peers,
-		balancer.WithClock(func() time.Time { return now }), balancer.WithRand(rand.NewPCG(1, 2)), balancer.WithProber(pr))
+	lb, err := balancer.PrequalSettings{Prober: pr}.New(peers,
+		balancer.WithClock(func() time.Time { return now }), balancer.WithRand(rand.NewPCG(1, 2)))
 	if err != nil {
 		panic(err)
 	}
@@ -60,4 +60,45 @@ func ExamplePrequal() {
 	// c
 	// b
 	// probes sent 9 answers 12
+}
+
+// silentProber sends nothing: it counts the probes and answers none.
+type silentProber struct{}
+
+func (silentProber) Probe(*balancer.Peer, balancer.ProbeReceiver) {}
+
+// PrequalSettings set the probing rates. Ten requests on a clock that
+// stands still, each of one pick: at 0.5 probes a pick, ⌊(k+1)/2⌋ − ⌊k/2⌋
+// probes on the k-th, five in all; at the default 3 a pick, 30; at 3 a
+// pick but 1000 a second, the bucket holds a hundredth of a second's
+// worth, 10 probes, and refuses the other 20; at -1 (none), 0.
+func ExamplePrequalSettings() {
+	now := time.Unix(1_700_000_000, 0)
+	for _, s := range []balancer.PrequalSettings{
+		{Prober: silentProber{}, ProbesPerPick: 0.5},
+		{Prober: silentProber{}},
+		{Prober: silentProber{}, ProbesPerSecond: 1000},
+		{Prober: silentProber{}, ProbesPerPick: -1},
+	} {
+		peers := []*balancer.Peer{balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("c")}
+		lb, err := s.New(peers, balancer.WithClock(func() time.Time { return now }), balancer.WithRand(rand.NewPCG(1, 2)))
+		if err != nil {
+			panic(err)
+		}
+		for range 10 {
+			p, _ := lb.Pick(nil)
+			lb.Done(p, balancer.Outcome{Latency: time.Millisecond})
+		}
+		st := lb.ProbeStats()
+		fmt.Printf("ProbesPerPick %v, ProbesPerSecond %v: sent %d, rate-limited %d\n", s.ProbesPerPick, s.ProbesPerSecond, st.Sent, st.RateLimited)
+		lb.Close()
+	}
+	_, err := balancer.PrequalSettings{PoolSize: 2000}.New(nil)
+	fmt.Println(err)
+	// Output:
+	// ProbesPerPick 0.5, ProbesPerSecond 0: sent 5, rate-limited 0
+	// ProbesPerPick 0, ProbesPerSecond 0: sent 30, rate-limited 0
+	// ProbesPerPick 0, ProbesPerSecond 1000: sent 10, rate-limited 20
+	// ProbesPerPick -1, ProbesPerSecond 0: sent 0, rate-limited 0
+	// balancer: Prequal: PrequalSettings.PoolSize(2000): size 2000 out of [1, 1024]: balancer: invalid configuration
 }

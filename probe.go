@@ -61,7 +61,7 @@ type ProbeAnswer struct {
 // Bounds of a ProbeAnswer: larger values are absurd (a server's count or
 // clock gone wrong) and are refused with ErrInvalidProbe. A Prober fills
 // the answers, so the bounds are exported; MaxProbeLatency also bounds
-// WithProbePool's max age.
+// PrequalSettings.MaxAge.
 const (
 	MaxProbeInFlight = 1 << 20
 	MaxProbeLatency  = time.Hour

@@ -79,8 +79,8 @@ var (
 	randomTwoSpec = pickerSpec{name: "RandomTwo", options: []string{"WithRand", "WithReportedLoad", "WithSlowStart"}, noBackups: true}
 )
 
-// NewRandom returns a Random over peers. It accepts WithClock, WithRand
-// and WithSlowStart. A backup peer is rejected with ErrInvalidConfig naming it.
+// NewRandom returns a Random over peers. opts: the shared options (see
+// Option). A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 	b := &Random{}
 	if err := b.setup(randomSpec, peers, opts); err != nil {
@@ -89,8 +89,8 @@ func NewRandom(peers []*Peer, opts ...Option) (*Random, error) {
 	return b, nil
 }
 
-// NewRandomTwo returns a RandomTwo over peers. It accepts WithClock,
-// WithRand, WithReportedLoad and WithSlowStart. A backup peer is rejected with ErrInvalidConfig naming it.
+// NewRandomTwo returns a RandomTwo over peers. opts: the shared options
+// (see Option). A backup peer is rejected with ErrInvalidConfig naming it.
 func NewRandomTwo(peers []*Peer, opts ...Option) (*RandomTwo, error) {
 	b := &RandomTwo{}
 	if err := b.setup(randomTwoSpec, peers, opts); err != nil {

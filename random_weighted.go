@@ -30,7 +30,7 @@ import (
 // not the distribution. Failures do not lower a peer's weight (nginx's
 // effective_weight plays no part here); they take it out through max_fails.
 //
-// With WithWarmup(d), a peer added to the picker ramps up as in Dubbo: its
+// With a Warmup d (RandomWeightedSettings), a peer added to the picker ramps up as in Dubbo: its
 // weight is Dubbo's (int) (uptime / ((float) d / weight)), clamped to
 // [1, weight], with uptime and d in whole milliseconds as Dubbo counts them
 // and the uptime measured on the picker's clock from when the peer was
@@ -40,7 +40,7 @@ import (
 // Warm-up changes nothing for a peer of weight 1; Dubbo's default weight is
 // 100, which ramps in steps of 1%.
 //
-// WithWarmup stays Dubbo's, not an alias of WithSlowStart: it is there to
+// Warmup stays Dubbo's, not an alias of WithSlowStart: it is there to
 // pick as Dubbo picks, integer steps, clamps and edge cases included, which
 // Envoy's formula does not reproduce (WithSlowStart(d, 1, 100/weight) comes
 // near, but rounds otherwise, reaches no full weight at an uptime of 0 and
@@ -71,7 +71,7 @@ import (
 // RandomWeighted is Dubbo's weighted random (RandomLoadBalance in
 // apache/dubbo): each pick chooses among the eligible peers at random, in
 // exact proportion to their weights, a peer of weight 0 only when its whole
-// list has weight 0. [WithWarmup] ramps a new peer's weight up as Dubbo
+// list has weight 0. [RandomWeightedSettings].Warmup ramps a new peer's weight up as Dubbo
 // does; [WithSlowStart] as Envoy does (not both). Failures take a peer out through max_fails but never lower its
 // weight. Choose it for many uncoordinated clients.
 //
@@ -108,10 +108,11 @@ type rwState struct {
 }
 
 // randomWeightedSpec is RandomWeighted's declaration (see pickerSpec).
-var randomWeightedSpec = pickerSpec{name: "RandomWeighted", options: []string{"WithRand", "WithWarmup", "WithSlowStart"}}
+var randomWeightedSpec = pickerSpec{name: "RandomWeighted", options: []string{"WithRand", "WithWarmup", "WithSlowStart"}, settings: "RandomWeightedSettings"}
 
-// NewRandomWeighted returns a RandomWeighted over peers. It accepts
-// WithClock, WithRand, WithWarmup and WithSlowStart.
+// NewRandomWeighted returns a RandomWeighted over peers with the default
+// settings (RandomWeightedSettings.New sets them). opts: the shared options
+// (see Option).
 func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
 	cfg, err := newConfig(randomWeightedSpec, opts)
 	if err != nil {
@@ -119,14 +120,14 @@ func NewRandomWeighted(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
 	}
 	var warmup warmupSetting
 	applyOwn(&cfg, &warmup)
-	if warmup < 0 {
-		return nil, fmt.Errorf("balancer: RandomWeighted: WithWarmup(%v): negative: %w", time.Duration(warmup), ErrInvalidConfig)
+	if warmup.v < 0 {
+		return nil, fmt.Errorf("balancer: RandomWeighted: %s: negative: %w", warmup.by, ErrInvalidConfig)
 	}
 	var slow slowStartSetting
-	if applyOwn(&cfg, &slow); slow.set && warmup != 0 {
-		return nil, fmt.Errorf("balancer: RandomWeighted: WithWarmup(%v) and WithSlowStart both ramp a new peer up; give one: %w", time.Duration(warmup), ErrInvalidConfig)
+	if applyOwn(&cfg, &slow); slow.set && warmup.v != 0 {
+		return nil, fmt.Errorf("balancer: RandomWeighted: %s and WithSlowStart both ramp a new peer up; give one: %w", warmup.by, ErrInvalidConfig)
 	}
-	b := &RandomWeighted{warmup: int64(warmup), rng: newRandSource(cfg)}
+	b := &RandomWeighted{warmup: int64(warmup.v), rng: newRandSource(cfg)}
 	b.fresh = newRWPeer
 	if err := b.init(peers, cfg, b.changedLocked); err != nil {
 		return nil, err
@@ -407,16 +408,43 @@ func newRWPeer(now int64) *peerState {
 // read under its lock, which always holds one (peerstate.go).
 func rwOf(p *Peer) *rwPeer { return p.state.Load().own.(*rwPeer) }
 
-// warmupSetting is RandomWeighted's one option.
-type warmupSetting time.Duration
+// RandomWeightedSettings are RandomWeighted's own settings; New builds a
+// RandomWeighted with them. The zero value is the default: no warm-up. A
+// value out of range is ErrInvalidConfig naming the field and the value.
+type RandomWeightedSettings struct {
+	// Warmup ramps a new peer's weight up linearly over the duration, as
+	// Dubbo does: weight·uptime/Warmup, clamped to [1, weight]. Not
+	// negative; 0: no warm-up. It is Dubbo's exactly; WithSlowStart is
+	// Envoy's, and the two are refused together. Prefer WithSlowStart, the
+	// one ramp every weighted picker takes (it also warms readmitted
+	// peers); Warmup stays, under its Dubbo name, for picks that must
+	// match Dubbo's step for step, which no setting of WithSlowStart
+	// reproduces (see RandomWeighted in detail).
+	Warmup time.Duration
+}
 
-// WithWarmup makes RandomWeighted ramp a new peer's weight up linearly over
-// d, as Dubbo does: weight·uptime/d, clamped to [1, weight]. Default: 0, no
-// warm-up. It is Dubbo's exactly; WithSlowStart is Envoy's, and the two
-// are refused together. Prefer WithSlowStart, the one ramp every weighted
-// picker takes (it also warms readmitted peers); WithWarmup stays, under
-// its Dubbo name, for picks that must match Dubbo's step for step, which
-// no setting of WithSlowStart reproduces (see RandomWeighted in detail).
+// New returns a RandomWeighted over peers with the settings s. opts: the
+// shared options (see Option).
+func (s RandomWeightedSettings) New(peers []*Peer, opts ...Option) (*RandomWeighted, error) {
+	return NewRandomWeighted(peers, append([]Option{s.Option()}, opts...)...)
+}
+
+// Option returns s as an Option, for a RandomWeighted built by name
+// (Algorithm.New), as balancerflag's flags and the gRPC configs build
+// one: RandomWeighted's constructors apply it where it stands among opts,
+// and every other picker refuses it. Name the picker statically with New.
+func (s RandomWeightedSettings) Option() Option {
+	return ownOption(randomWeightedSpec.settings, func(c *warmupSetting) {
+		field(&c.own, "RandomWeightedSettings.Warmup", s.Warmup, false)
+	})
+}
+
+// warmupSetting is RandomWeighted's own setting, as given.
+type warmupSetting struct{ own[time.Duration] }
+
+// WithWarmup sets RandomWeightedSettings.Warmup to d.
+//
+// Deprecated: use RandomWeightedSettings.Warmup.
 func WithWarmup(d time.Duration) Option {
-	return ownOption("WithWarmup", func(s *warmupSetting) { *s = warmupSetting(d) })
+	return ownOption("WithWarmup", func(s *warmupSetting) { s.give("WithWarmup", d) })
 }

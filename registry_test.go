@@ -47,13 +47,14 @@ func TestREADME_optionsTable(t *testing.T) {
 	}
 }
 
-// TestConstructorDocs_optionsFollowDeclaration holds each constructor's
-// doc to its picker's declaration: the sentence "It accepts ..." names
-// exactly the options Algorithm.Options lists, besides WithClock (every
-// doc names it; WithEvents, which every picker takes too, is left to its
-// own doc).
-func TestConstructorDocs_optionsFollowDeclaration(t *testing.T) {
-	docs := map[string]string{}
+// TestConstructorDocs_nameNoRefusedOption reads the doc of every picker's
+// constructors, NewX and XSettings.New: each says its opts are the shared
+// options ("opts: the shared options (see Option)"), and names no option
+// the picker refuses. Which it refuses is derived from the registry:
+// Algorithm.New is handed each option of optionCases alone, with a valid
+// value, and refuses it if the error says it "does not use" it.
+func TestConstructorDocs_nameNoRefusedOption(t *testing.T) {
+	docs := map[string]string{} // "NewX" and "XSettings.New"
 	entries, err := os.ReadDir(".")
 	require.NoError(t, err)
 	fset := token.NewFileSet()
@@ -62,26 +63,47 @@ func TestConstructorDocs_optionsFollowDeclaration(t *testing.T) {
 			f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
 			require.NoError(t, err)
 			for _, d := range f.Decls {
-				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Doc != nil {
-					docs[fd.Name.Name] = fd.Doc.Text()
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Doc == nil {
+					continue
 				}
+				key := fd.Name.Name
+				if fd.Recv != nil {
+					id, ok := fd.Recv.List[0].Type.(*ast.Ident)
+					if !ok || key != "New" {
+						continue
+					}
+					key = id.Name + ".New"
+				}
+				docs[key] = strings.Join(strings.Fields(fd.Doc.Text()), " ")
 			}
 		}
 	}
 	option := regexp.MustCompile(`\bWith[A-Z]\w*`)
+	known := map[string]bool{}
+	for _, o := range optionCases {
+		known[o.name] = true
+	}
 	for _, a := range Algorithms() {
-		doc, ok := docs["New"+a.Name]
-		require.True(t, ok, "New%s has no doc", a.Name)
-		_, sentence, ok := strings.Cut(strings.ReplaceAll(doc, "\n", " "), "It accepts ")
-		require.True(t, ok, "New%s's doc does not say which options it accepts", a.Name)
-		sentence, _, _ = strings.Cut(sentence, ". ")
-		var named []string
-		for _, o := range option.FindAllString(sentence, -1) {
-			if o != "WithClock" {
-				named = append(named, o)
+		refused := map[string]bool{}
+		for _, o := range optionCases {
+			_, err := a.New([]*Peer{NewPeer("a")}, o.opt)
+			if err != nil && strings.Contains(err.Error(), "does not use "+o.name) {
+				refused[o.name] = true
 			}
 		}
-		assert.Contains(t, sentence, "WithClock", "New%s", a.Name)
-		assert.Equal(t, a.Options, named, "New%s's doc: %q", a.Name, sentence)
+		require.NotEmpty(t, refused, "%s refuses no option: the derivation is broken", a.Name)
+		for _, ctor := range []string{"New" + a.Name, a.Name + "Settings.New"} {
+			doc, ok := docs[ctor]
+			if !ok && ctor != "New"+a.Name {
+				continue // a picker without settings of its own
+			}
+			require.True(t, ok, "%s has no doc", ctor)
+			assert.Contains(t, doc, "opts: the shared options (see Option)", ctor)
+			for _, o := range option.FindAllString(doc, -1) {
+				assert.True(t, known[o], "%s's doc names %s, not an option", ctor, o)
+				assert.False(t, refused[o], "%s's doc names %s, which %s refuses", ctor, o, a.Name)
+			}
+		}
 	}
 }

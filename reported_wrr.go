@@ -99,9 +99,9 @@ import (
 // defaults (blackout 10 s, expiration 3 min, update 1 s, penalty 1) suit
 // slowly changing fleets. For capacities that change within tens of
 // seconds, or step (a server slowed or restarted), with a report on every
-// reply: WithBlackoutPeriod(0) (a fresh report is trusted at once),
-// WithWeightUpdatePeriod(100*time.Millisecond) and an expiration of a few
-// seconds, long enough for the least picked peer to reply at least once.
+// reply: ReportedWRRSettings{BlackoutPeriod: -1} (a fresh report is
+// trusted at once), a WeightUpdatePeriod of 100ms and a
+// WeightExpirationPeriod of a few seconds, long enough for the least picked peer to reply at least once.
 // For speeds redrawn every second or so with many clients, LeastConn with
 // WithReportedLoad does better: in the simulator's fleet16 (16 clients)
 // ReportedWRR's p99 is 605 ms against its 186 ms, and in fleet64 (64
@@ -161,7 +161,7 @@ const checkEvery = 256
 // Pick costs what SmoothWRR's does, but in the cold start, where it is
 // LeastConn's scan, O(n) under the lock; Done with a report is lock-free.
 // Weights are recomputed lazily, at most once per update period, in O(n)
-// and a new cycle. The zero value is not usable; use [NewReportedWRR].
+// and a new cycle. The zero value is not usable; use [ReportedWRRSettings.New].
 // ReportedWRR is safe for concurrent use.
 type ReportedWRR struct {
 	smoothRR
@@ -199,66 +199,119 @@ type ReportedWRR struct {
 
 // reportedWRRSpec is ReportedWRR's declaration (see pickerSpec).
 var reportedWRRSpec = pickerSpec{
-	name:    "ReportedWRR",
-	options: []string{"WithRand", "WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty", "WithSlowStart"},
+	name:     "ReportedWRR",
+	options:  []string{"WithRand", "WithBlackoutPeriod", "WithWeightExpirationPeriod", "WithWeightUpdatePeriod", "WithErrorUtilizationPenalty", "WithSlowStart"},
+	settings: "ReportedWRRSettings",
 }
 
-// reportedWRRSettings are ReportedWRR's own options, defaults first.
+// ReportedWRRSettings are ReportedWRR's own settings, gRFC A58's; New
+// builds a ReportedWRR with them. The zero value of a field is its
+// default, A58's, so ReportedWRRSettings{} is every default. A value out
+// of range is ErrInvalidConfig naming the field and the value.
+type ReportedWRRSettings struct {
+	// BlackoutPeriod is how long ReportedWRR waits, after a peer's first
+	// report (or its first after an expiration), before its reported
+	// weight counts: A58's blackout_period. Not negative; 0: 10s, so
+	// none (the first report counts at once) is written -1.
+	BlackoutPeriod time.Duration
+
+	// WeightExpirationPeriod is how old a peer's last report may be
+	// before its weight is dropped (A58's weight_expiration_period).
+	// Above 0; 0: 3m.
+	WeightExpirationPeriod time.Duration
+
+	// WeightUpdatePeriod is how often, at most, the weights are
+	// recomputed (A58's weight_update_period); at least 1ms, where A58
+	// takes 100ms. 0: 1s.
+	WeightUpdatePeriod time.Duration
+
+	// ErrorUtilizationPenalty is the utilization added per unit of error
+	// rate (EPS/RPS) when a report is weighed (A58's
+	// error_utilization_penalty). Finite, not negative; 0: 1, so no
+	// penalty is written -1.
+	ErrorUtilizationPenalty float64
+}
+
+// New returns a ReportedWRR over peers with the settings s. opts: the
+// shared options (see Option).
+func (s ReportedWRRSettings) New(peers []*Peer, opts ...Option) (*ReportedWRR, error) {
+	return NewReportedWRR(peers, append([]Option{s.Option()}, opts...)...)
+}
+
+// Option returns s as an Option, for a ReportedWRR built by name
+// (Algorithm.New), as balancerflag's flags and the gRPC configs build
+// one: ReportedWRR's constructors apply it where it stands among opts, and
+// every other picker refuses it. Name the picker statically with New.
+func (s ReportedWRRSettings) Option() Option {
+	return ownOption(reportedWRRSpec.settings, func(c *reportedWRRSettings) {
+		const n = "ReportedWRRSettings."
+		field(&c.blackout, n+"BlackoutPeriod", s.BlackoutPeriod, true)
+		field(&c.expiration, n+"WeightExpirationPeriod", s.WeightExpirationPeriod, false)
+		field(&c.period, n+"WeightUpdatePeriod", s.WeightUpdatePeriod, false)
+		field(&c.penalty, n+"ErrorUtilizationPenalty", s.ErrorUtilizationPenalty, true)
+	})
+}
+
+// reportedWRRSettings are ReportedWRR's own settings as given.
 type reportedWRRSettings struct {
-	blackout, expiration, period time.Duration
-	penalty                      float64
+	blackout, expiration, period own[time.Duration]
+	penalty                      own[float64]
 }
 
-// minWeightUpdatePeriod is the shortest update period WithWeightUpdatePeriod
-// takes. A58 floors it at 100 ms to bound a timer's work; here nothing runs
+// minWeightUpdatePeriod is the shortest
+// ReportedWRRSettings.WeightUpdatePeriod takes. A58 floors it at 100 ms to bound a timer's work; here nothing runs
 // without a report or a pick to drive it, a recompute that changes nothing
 // is O(n) and allocates nothing, and simulations and fast-changing fleets
 // want periods well under A58's, so the floor only keeps the recompute from
 // running on every report.
 const minWeightUpdatePeriod = time.Millisecond
 
-// WithBlackoutPeriod sets how long ReportedWRR waits, after a peer's first
-// report (or its first after an expiration), before its reported weight
-// counts: A58's blackout_period. 0 trusts the first report. Default 10s.
+// WithBlackoutPeriod sets ReportedWRRSettings.BlackoutPeriod to d; 0
+// trusts the first report.
+//
+// Deprecated: use ReportedWRRSettings.BlackoutPeriod (-1 for none).
 func WithBlackoutPeriod(d time.Duration) Option {
-	return ownOption("WithBlackoutPeriod", func(s *reportedWRRSettings) { s.blackout = d })
+	return ownOption("WithBlackoutPeriod", func(s *reportedWRRSettings) { s.blackout.give("WithBlackoutPeriod", d) })
 }
 
-// WithWeightExpirationPeriod sets how old a peer's last report may be
-// before ReportedWRR drops its weight (A58's weight_expiration_period);
-// above 0. Default 3m.
+// WithWeightExpirationPeriod sets
+// ReportedWRRSettings.WeightExpirationPeriod to d.
+//
+// Deprecated: use ReportedWRRSettings.WeightExpirationPeriod.
 func WithWeightExpirationPeriod(d time.Duration) Option {
-	return ownOption("WithWeightExpirationPeriod", func(s *reportedWRRSettings) { s.expiration = d })
+	return ownOption("WithWeightExpirationPeriod", func(s *reportedWRRSettings) { s.expiration.give("WithWeightExpirationPeriod", d) })
 }
 
-// WithWeightUpdatePeriod sets how often, at most, ReportedWRR recomputes
-// its weights (A58's weight_update_period); at least 1ms, where A58 takes
-// 100ms. Default 1s.
+// WithWeightUpdatePeriod sets ReportedWRRSettings.WeightUpdatePeriod to d.
+//
+// Deprecated: use ReportedWRRSettings.WeightUpdatePeriod.
 func WithWeightUpdatePeriod(d time.Duration) Option {
-	return ownOption("WithWeightUpdatePeriod", func(s *reportedWRRSettings) { s.period = d })
+	return ownOption("WithWeightUpdatePeriod", func(s *reportedWRRSettings) { s.period.give("WithWeightUpdatePeriod", d) })
 }
 
-// WithErrorUtilizationPenalty sets the utilization ReportedWRR adds per unit
-// of error rate (EPS/RPS) when it weighs a report (A58's
-// error_utilization_penalty); finite, not negative. Default 1.
+// WithErrorUtilizationPenalty sets
+// ReportedWRRSettings.ErrorUtilizationPenalty to x; 0 is no penalty.
+//
+// Deprecated: use ReportedWRRSettings.ErrorUtilizationPenalty (-1 for
+// none).
 func WithErrorUtilizationPenalty(x float64) Option {
-	return ownOption("WithErrorUtilizationPenalty", func(s *reportedWRRSettings) { s.penalty = x })
+	return ownOption("WithErrorUtilizationPenalty", func(s *reportedWRRSettings) { s.penalty.give("WithErrorUtilizationPenalty", x) })
 }
 
 // check returns an error naming the first setting out of range.
 func (s reportedWRRSettings) check() error {
-	bad := func(opt string, v any, why string) error {
-		return fmt.Errorf("balancer: ReportedWRR: %s(%v): %s: %w", opt, v, why, ErrInvalidConfig)
+	bad := func(by string, why string) error {
+		return fmt.Errorf("balancer: ReportedWRR: %s: %s: %w", by, why, ErrInvalidConfig)
 	}
 	switch {
-	case s.blackout < 0:
-		return bad("WithBlackoutPeriod", s.blackout, "negative")
-	case s.expiration <= 0:
-		return bad("WithWeightExpirationPeriod", s.expiration, "not above 0")
-	case s.period < minWeightUpdatePeriod:
-		return bad("WithWeightUpdatePeriod", s.period, "below "+minWeightUpdatePeriod.String())
-	case math.IsNaN(s.penalty) || math.IsInf(s.penalty, 0) || s.penalty < 0:
-		return bad("WithErrorUtilizationPenalty", s.penalty, "not a finite number ≥ 0")
+	case s.blackout.v < 0:
+		return bad(s.blackout.by, "negative")
+	case s.expiration.v <= 0:
+		return bad(s.expiration.by, "not above 0")
+	case s.period.v < minWeightUpdatePeriod:
+		return bad(s.period.by, "below "+minWeightUpdatePeriod.String())
+	case math.IsNaN(s.penalty.v) || math.IsInf(s.penalty.v, 0) || s.penalty.v < 0:
+		return bad(s.penalty.by, "not a finite number ≥ 0")
 	}
 	return nil
 }
@@ -271,24 +324,24 @@ func (s reportedWRRSettings) check() error {
 // seeds; 0.94 to 1.05 on loopback HTTP servers, time scaled, 3 seeds),
 // where round robin in the blackout made it 29 to 31 times (2.1 to 2.9 on
 // loopback), and its shares once the weights count are within 1.1 points
-// of capacity. It accepts WithClock, WithRand, WithBlackoutPeriod,
-// WithWeightExpirationPeriod, WithWeightUpdatePeriod,
-// WithErrorUtilizationPenalty and WithSlowStart.
+// of capacity. It takes the default settings (ReportedWRRSettings.New sets
+// them). opts: the shared options (see Option).
 func NewReportedWRR(peers []*Peer, opts ...Option) (*ReportedWRR, error) {
 	cfg, err := newConfig(reportedWRRSpec, opts)
 	if err != nil {
 		return nil, err
 	}
-	set := reportedWRRSettings{blackout: 10 * time.Second, expiration: 3 * time.Minute, period: time.Second, penalty: 1}
+	set := reportedWRRSettings{blackout: own[time.Duration]{v: 10 * time.Second}, expiration: own[time.Duration]{v: 3 * time.Minute},
+		period: own[time.Duration]{v: time.Second}, penalty: own[float64]{v: 1}}
 	applyOwn(&cfg, &set)
 	if err := set.check(); err != nil {
 		return nil, err
 	}
 	s := &ReportedWRR{
-		blackout:   int64(set.blackout),
-		expiration: int64(set.expiration),
-		period:     int64(set.period),
-		penalty:    set.penalty,
+		blackout:   int64(set.blackout.v),
+		expiration: int64(set.expiration.v),
+		period:     int64(set.period.v),
+		penalty:    set.penalty.v,
 	}
 	s.rng = newRandSource(cfg)
 	s.entry = s.enterLocked

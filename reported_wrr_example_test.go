@@ -16,9 +16,9 @@ import (
 func ExampleReportedWRR() {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	lb, err := balancer.NewReportedWRR([]*balancer.Peer{
+	lb, err := balancer.ReportedWRRSettings{BlackoutPeriod: -1, WeightUpdatePeriod: 100 * time.Millisecond}.New([]*balancer.Peer{
 		balancer.NewPeer("a"), balancer.NewPeer("b"), balancer.NewPeer("c"),
-	}, balancer.WithClock(clock), balancer.WithBlackoutPeriod(0), balancer.WithWeightUpdatePeriod(100*time.Millisecond))
+	}, balancer.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}

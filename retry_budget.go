@@ -43,7 +43,7 @@ const (
 // sliding; a smaller step counts in the newest tenth.
 //
 // Give one RetryBudget to every Do, Transport or Proxy of one client
-// (WithRetryBudget, Transport.RetryBudget, Proxy.RetryBudget). gRPC
+// (RetryBudget.Do, Transport.RetryBudget, Proxy.RetryBudget). gRPC
 // throttles its own retries, which grpcbalancer leaves to it, with the
 // service config's retryThrottling: a token bucket per channel refilled
 // by successes only, with no window. A RetryBudget is safe for concurrent use; its methods take
@@ -354,10 +354,12 @@ func sumAt(r *ring, cur uint64) uint64 {
 	return n
 }
 
-// WithRetryBudget makes Do take each retry from b, which every Do of one
-// client shares: each call deposits one request, and a retry b refuses
-// ends the call with an error matching both ErrRetryBudget and the last
-// attempt's error. Only Do accepts it; WithRetryBudget(nil) is refused.
+// WithRetryBudget makes Do take each retry from b, as b.Do does. Only Do
+// accepts it; WithRetryBudget(nil) is refused.
+//
+// Deprecated: use b.Do (RetryBudget.Do) in place of Do. As an Option, a
+// budget could be handed to a picker's constructor, which refuses it only
+// at run time; as the receiver of Do it cannot.
 func WithRetryBudget(b *RetryBudget) Option {
 	return option{"WithRetryBudget", func(c *config) { c.budget = b; c.set |= optBudget }}
 }

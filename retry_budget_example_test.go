@@ -12,7 +12,7 @@ import (
 // A budget with no ratio and a reserve of one retry a second over 10 s
 // allows 10 retries in the window: the first request, whose every attempt
 // fails, retries 10 times over its 20 peers, and the next gets none.
-func ExampleWithRetryBudget() {
+func ExampleRetryBudget_Do() {
 	now := func() time.Time { return time.Unix(0, 0) } // a clock that stands still
 	budget, err := balancer.NewRetryBudget(0, 1, 10*time.Second, balancer.WithClock(now))
 	if err != nil {
@@ -29,10 +29,10 @@ func ExampleWithRetryBudget() {
 	err503 := errors.New("503 Service Unavailable")
 	for range 2 {
 		attempts := 0
-		err := balancer.Do(context.Background(), picker, nil, func(ctx context.Context, p *balancer.Peer) error {
+		err := budget.Do(context.Background(), picker, nil, func(ctx context.Context, p *balancer.Peer) error {
 			attempts++
 			return err503
-		}, balancer.WithRetryBudget(budget))
+		})
 		fmt.Println(attempts, errors.Is(err, balancer.ErrRetryBudget), errors.Is(err, err503))
 	}
 	fmt.Printf("%+v\n", budget.Stats())

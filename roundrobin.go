@@ -94,8 +94,8 @@ type rrSlot struct {
 // roundRobinSpec is RoundRobin's declaration (see pickerSpec).
 var roundRobinSpec = pickerSpec{name: "RoundRobin", options: []string{"WithRand"}}
 
-// NewRoundRobin returns a RoundRobin over peers. It accepts WithClock (for
-// fail_timeout) and WithRand (the source of the starting offset).
+// NewRoundRobin returns a RoundRobin over peers. opts: the shared options
+// (see Option); WithRand is the source of the starting offset.
 func NewRoundRobin(peers []*Peer, opts ...Option) (*RoundRobin, error) {
 	cfg, err := newConfig(roundRobinSpec, opts)
 	if err != nil {

@@ -50,8 +50,8 @@ type SmoothWRR struct {
 // smoothWRRSpec is SmoothWRR's declaration (see pickerSpec).
 var smoothWRRSpec = pickerSpec{name: "SmoothWRR", options: []string{"WithSlowStart"}}
 
-// NewSmoothWRR returns a SmoothWRR over peers. It accepts WithClock and
-// WithSlowStart.
+// NewSmoothWRR returns a SmoothWRR over peers. opts: the shared options
+// (see Option).
 func NewSmoothWRR(peers []*Peer, opts ...Option) (*SmoothWRR, error) {
 	cfg, err := newConfig(smoothWRRSpec, opts)
 	if err != nil {

@@ -34,7 +34,10 @@ type Algorithm struct {
 	// Options names, by function name ("WithRand", "WithDecay"), the
 	// options the picker accepts besides WithClock, WithEvents and the
 	// guards (WithPanicThreshold, WithMaxEjectionPercent), which every
-	// picker accepts; New refuses every other one.
+	// picker accepts; New refuses every other one but the Option of the
+	// picker's settings type. A field of that type goes by the name of the
+	// option it replaced ("WithBand" for FastestFirstSettings.Band), the
+	// name flags and config fields are derived from.
 	Options []string
 }
 
@@ -46,15 +49,17 @@ type Algorithm struct {
 type pickerSpec struct {
 	name      string
 	options   []string
-	latency   bool // learns from Outcome.Latency
-	keyed     bool // routes by the request's key or client address
-	noBackups bool // refuses backup peers, as nginx's hash and random methods do
+	latency   bool   // learns from Outcome.Latency
+	keyed     bool   // routes by the request's key or client address
+	noBackups bool   // refuses backup peers, as nginx's hash and random methods do
+	settings  string // its settings type ("FastestFirstSettings"), whose Option it accepts; "" if none
 }
 
 // accepts reports whether the picker takes the option called name: its
 // own, and those every picker takes.
 func (s pickerSpec) accepts(name string) bool {
-	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name)
+	return name == "WithClock" || name == "WithEvents" || slices.Contains(guardOptions, name) || slices.Contains(s.options, name) ||
+		name == s.settings && name != ""
 }
 
 // algorithm returns the registry's entry for the picker built by newFn.

@@ -119,7 +119,7 @@ func (f *Flags) New(peers []*balancer.Peer, opts ...balancer.Option) (balancer.B
 		if err != nil {
 			return nil, fmt.Errorf("-probe-path, -probe-timeout: %w", err)
 		}
-		own = append(own, balancer.WithProber(prober))
+		own = append(own, balancer.PrequalSettings{Prober: prober}.Option())
 	case probeFlags:
 		return nil, fmt.Errorf("-probe-path, -probe-timeout: -algo %s sends no probes (%s does): %w", a.Name, pickersOf("WithProber"), balancer.ErrInvalidConfig)
 	}

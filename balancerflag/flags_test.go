@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -184,4 +185,37 @@ func TestOurs(t *testing.T) {
 	assert.Len(t, names, len(optionFlags)+4)
 	assert.False(t, ours("listen"))
 	assert.True(t, slices.Contains(names, "algo"))
+}
+
+// TestOptionFlags_exponentZero: -exponent 0 still means what
+// WithExponent(0) meant, weights that ignore latency, though a zero field
+// of FastestFirstSettings is its default. a answers in 10 ms and b in
+// 100 ms, once each: b's derived weight is 100 × (3·10/100)^α, 9 at α = 2
+// (the default, and -exponent 2), 100 at α = 0.
+func TestOptionFlags_exponentZero(t *testing.T) {
+	for _, tt := range []struct {
+		args  []string
+		wantB int
+	}{
+		{nil, 9},
+		{[]string{"-exponent", "2"}, 9},
+		{[]string{"-exponent", "0"}, 100},
+	} {
+		fs := flag.NewFlagSet("cmd", flag.ContinueOnError)
+		f := Register(fs, "FastestFirst")
+		require.NoError(t, fs.Parse(tt.args))
+		now := time.Unix(1000, 0)
+		a, b := balancer.NewPeer("a"), balancer.NewPeer("b")
+		p, err := f.New([]*balancer.Peer{a, b}, balancer.WithClock(func() time.Time { return now }))
+		require.NoError(t, err)
+		latency := map[*balancer.Peer]time.Duration{a: 10 * time.Millisecond, b: 100 * time.Millisecond}
+		for range 2 {
+			peer, err := p.Pick(nil)
+			require.NoError(t, err)
+			now = now.Add(latency[peer])
+			require.NoError(t, p.Done(peer, balancer.Outcome{Latency: latency[peer]}))
+		}
+		assert.Equal(t, 100, a.Stats().DerivedWeight, "%v", tt.args)
+		assert.Equal(t, tt.wantB, b.Stats().DerivedWeight, "%v", tt.args)
+	}
 }

@@ -13,7 +13,10 @@ import (
 // optionFlag is a flag that sets one of the library's picker options. Its
 // value is the option's arguments, comma-separated, in the order the
 // option takes them (-reported-load 10s,16 is WithReportedLoad(10*time.Second,
-// 16)). A flag not given leaves the option out, so the picker keeps the
+// 16)); a flag of a picker's own setting sets that field of its settings
+// type (-band 2 is FastestFirstSettings{Band: 2}), where 0, as for the
+// field, is the default unless 0 means something (-exponent 0: latency
+// ignored). A flag not given leaves the option out, so the picker keeps the
 // library's default; a flag given to a picker that does not take its option
 // is an error naming both.
 type optionFlag struct {
@@ -30,28 +33,40 @@ var optionFlags = []optionFlag{
 		func(a *args) balancer.Option { return balancer.WithReportedLoad(a.duration(), a.int()) }},
 	{"probe-rate", "WithProbeRate", "PER_REQUEST,PER_SECOND",
 		"probes sent a request and at most a second",
-		func(a *args) balancer.Option { return balancer.WithProbeRate(a.float(), a.float()) }},
+		func(a *args) balancer.Option {
+			return balancer.PrequalSettings{ProbesPerPick: none(a.float()), ProbesPerSecond: a.float()}.Option()
+		}},
 	{"probe-pool", "WithProbePool", "SIZE,MAX_AGE",
 		"probe answers kept at most, and how old one may be",
-		func(a *args) balancer.Option { return balancer.WithProbePool(a.int(), a.duration()) }},
+		func(a *args) balancer.Option {
+			return balancer.PrequalSettings{PoolSize: a.int(), MaxAge: a.duration()}.Option()
+		}},
 	{"hot-quantile", "WithHotQuantile", "Q",
 		"quantile of the probed in-flight counts above which a backend is hot",
-		func(a *args) balancer.Option { return balancer.WithHotQuantile(a.float()) }},
+		func(a *args) balancer.Option { return balancer.PrequalSettings{HotQuantile: a.float()}.Option() }},
 	{"blackout", "WithBlackoutPeriod", "DURATION",
 		"how long a backend's first reports wait before its weight counts (gRFC A58's blackout_period; 0 trusts the first)",
-		func(a *args) balancer.Option { return balancer.WithBlackoutPeriod(a.duration()) }},
+		func(a *args) balancer.Option {
+			return balancer.ReportedWRRSettings{BlackoutPeriod: none(a.duration())}.Option()
+		}},
 	{"weight-update-period", "WithWeightUpdatePeriod", "DURATION",
 		"how often at most the weights are recomputed from the reports (A58's weight_update_period)",
-		func(a *args) balancer.Option { return balancer.WithWeightUpdatePeriod(a.duration()) }},
+		func(a *args) balancer.Option {
+			return balancer.ReportedWRRSettings{WeightUpdatePeriod: a.duration()}.Option()
+		}},
 	{"weight-expiration", "WithWeightExpirationPeriod", "DURATION",
 		"how old a backend's last report may be before its weight is dropped (A58's weight_expiration_period)",
-		func(a *args) balancer.Option { return balancer.WithWeightExpirationPeriod(a.duration()) }},
+		func(a *args) balancer.Option {
+			return balancer.ReportedWRRSettings{WeightExpirationPeriod: a.duration()}.Option()
+		}},
 	{"error-utilization-penalty", "WithErrorUtilizationPenalty", "X",
 		"utilization added per unit of error rate (A58's error_utilization_penalty)",
-		func(a *args) balancer.Option { return balancer.WithErrorUtilizationPenalty(a.float()) }},
+		func(a *args) balancer.Option {
+			return balancer.ReportedWRRSettings{ErrorUtilizationPenalty: none(a.float())}.Option()
+		}},
 	{"bounded-load", "WithBoundedLoad", "C",
 		"no backend holds more than C times its share of the requests in flight; a hot key spills to the next backend",
-		func(a *args) balancer.Option { return balancer.WithBoundedLoad(a.float()) }},
+		func(a *args) balancer.Option { return balancer.ConsistentHashSettings{BoundedLoad: a.float()}.Option() }},
 	{"decay", "WithDecay", "DURATION",
 		"how fast the latency estimates forget",
 		func(a *args) balancer.Option { return balancer.WithDecay(a.duration()) }},
@@ -60,19 +75,21 @@ var optionFlags = []optionFlag{
 		func(a *args) balancer.Option { return balancer.WithFailurePenalty(a.duration()) }},
 	{"band", "WithBand", "H",
 		"FastestFirst recomputes its weights when an estimate leaves [e/H, e·H]",
-		func(a *args) balancer.Option { return balancer.WithBand(a.float()) }},
+		func(a *args) balancer.Option { return balancer.FastestFirstSettings{Band: a.float()}.Option() }},
 	{"exponent", "WithExponent", "ALPHA",
 		"FastestFirst's weight ∝ (fastest/estimate)^ALPHA",
-		func(a *args) balancer.Option { return balancer.WithExponent(a.float()) }},
+		func(a *args) balancer.Option {
+			return balancer.FastestFirstSettings{Exponent: none(a.float())}.Option()
+		}},
 	{"floor", "WithFloor", "W",
 		"the least weight FastestFirst gives a backend, out of 100",
-		func(a *args) balancer.Option { return balancer.WithFloor(a.int()) }},
+		func(a *args) balancer.Option { return balancer.FastestFirstSettings{Floor: a.int()}.Option() }},
 	{"tolerance", "WithTolerance", "X",
 		"how many times slower than the fastest a backend may look before FastestFirst lowers its weight",
-		func(a *args) balancer.Option { return balancer.WithTolerance(a.float()) }},
+		func(a *args) balancer.Option { return balancer.FastestFirstSettings{Tolerance: a.float()}.Option() }},
 	{"warmup", "WithWarmup", "DURATION",
 		"RandomWeighted ramps a new backend's weight up over DURATION, as Dubbo does",
-		func(a *args) balancer.Option { return balancer.WithWarmup(a.duration()) }},
+		func(a *args) balancer.Option { return balancer.RandomWeightedSettings{Warmup: a.duration()}.Option() }},
 	{"slow-start", "WithSlowStart", "WINDOW,AGGRESSION,MIN_PERCENT",
 		"a backend added or readmitted ramps its weight up over WINDOW (Envoy's slow start)",
 		func(a *args) balancer.Option { return balancer.WithSlowStart(a.duration(), a.float(), a.float()) }},
@@ -85,6 +102,16 @@ var optionFlags = []optionFlag{
 	{"ejection-backoff", "WithEjectionBackoff", "MAX",
 		"a backend out again stays out fail-timeout times its ejections in a row, at most MAX",
 		func(a *args) balancer.Option { return balancer.WithEjectionBackoff(a.duration()) }},
+}
+
+// none is a flag's value v as a settings field takes it where 0 is
+// meaningful (-exponent 0, -blackout 0s): 0 is the field's default, and -1
+// stands for 0.
+func none[T ~int64 | ~float64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // takes reports whether a takes the option: its own, or a guard, which

@@ -84,7 +84,7 @@ var blindCases = []blindCase{
 	{"Prequal", false, func(t *testing.T, peers []*balancer.Peer, opts ...balancer.Option) (balancer.Balancer, *balancerhttp.Prober) {
 		pr, err := balancerhttp.NewProber()
 		require.NoError(t, err)
-		b, err := balancer.NewPrequal(peers, append(opts, balancer.WithProber(pr))...)
+		b, err := balancer.PrequalSettings{Prober: pr}.New(peers, opts...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		return b, pr
@@ -246,8 +246,8 @@ func TestBlind_e2eSeen(t *testing.T) {
 	var log blindLog
 	pr, err := balancerhttp.NewProber()
 	require.NoError(t, err)
-	b, err := balancer.NewPrequal([]*balancer.Peer{balancer.NewPeer(addrOf(srv)), balancer.NewPeer(other[0])},
-		balancer.WithClock(clock), balancer.WithEvents(log.hook), balancer.WithProber(pr))
+	b, err := balancer.PrequalSettings{Prober: pr}.New([]*balancer.Peer{balancer.NewPeer(addrOf(srv)), balancer.NewPeer(other[0])},
+		balancer.WithClock(clock), balancer.WithEvents(log.hook))
 	require.NoError(t, err)
 	defer b.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: b}, Timeout: 5 * time.Second}

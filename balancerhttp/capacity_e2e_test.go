@@ -89,11 +89,11 @@ func newCapFleet(t *testing.T, newPicker func([]*balancer.Peer) (balancer.Balanc
 // changes within seconds, as its doc advises: a fresh report trusted at
 // once, weights recomputed every 100 ms, and a report expiring after 2 s
 // (the least picked server answers some 50 times a second).
-var capWRROptions = []balancer.Option{
-	balancer.WithBlackoutPeriod(0),
-	balancer.WithWeightUpdatePeriod(100 * time.Millisecond),
-	balancer.WithWeightExpirationPeriod(2 * time.Second),
-}
+var capWRROptions = []balancer.Option{balancer.ReportedWRRSettings{
+	BlackoutPeriod:         -1, // none
+	WeightUpdatePeriod:     100 * time.Millisecond,
+	WeightExpirationPeriod: 2 * time.Second,
+}.Option()}
 
 // capReportedLoad makes the load-aware pickers weigh the servers' reported
 // requests in flight (named_metrics.rif, which counts the requests queued

@@ -46,11 +46,11 @@ const (
 )
 
 // coldWRROptions are A58's periods scaled down (see above).
-var coldWRROptions = []balancer.Option{
-	balancer.WithBlackoutPeriod(3 * time.Second),
-	balancer.WithWeightUpdatePeriod(300 * time.Millisecond),
-	balancer.WithWeightExpirationPeriod(time.Minute),
-}
+var coldWRROptions = []balancer.Option{balancer.ReportedWRRSettings{
+	BlackoutPeriod:         3 * time.Second,
+	WeightUpdatePeriod:     300 * time.Millisecond,
+	WeightExpirationPeriod: time.Minute,
+}.Option()}
 
 // coldResult is one fleet's run: each request's latency, the requests
 // each server served of those arriving in the run's second half (from 4 s:

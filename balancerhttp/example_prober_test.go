@@ -60,7 +60,7 @@ func ExampleProber() {
 	for _, s := range servers {
 		peers = append(peers, balancer.NewPeer(s.Listener.Addr().String()))
 	}
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(prober))
+	picker, err := balancer.PrequalSettings{Prober: prober}.New(peers)
 	if err != nil {
 		panic(err)
 	}

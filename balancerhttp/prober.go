@@ -38,7 +38,7 @@ const (
 // http://<peer address><path> (path loadreport's probe path by default)
 // whose 200 answer carries the server's requests in flight and latency
 // estimate, as loadreport's Middleware writes it. Give it to the
-// probe-driven picker (balancer.WithProber for Prequal, which then owns
+// probe-driven picker (balancer.PrequalSettings.Prober, which then owns
 // and closes it) and use that picker in a Transport or a Proxy.
 //
 // Probe never blocks and allocates nothing: it queues the probe (at most

@@ -196,7 +196,7 @@ func TestProber_prequalTransport(t *testing.T) {
 	for _, s := range servers {
 		peers = append(peers, balancer.NewPeer(s.addr()))
 	}
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	picker, err := balancer.PrequalSettings{Prober: pr}.New(peers)
 	require.NoError(t, err)
 	defer picker.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
@@ -257,7 +257,7 @@ func TestProber_prequalFallback(t *testing.T) {
 	}
 	pr, err := balancerhttp.NewProber()
 	require.NoError(t, err)
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr), balancer.WithDecay(50*time.Millisecond))
+	picker, err := balancer.PrequalSettings{Prober: pr}.New(peers, balancer.WithDecay(50*time.Millisecond))
 	require.NoError(t, err)
 	defer picker.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
@@ -291,7 +291,7 @@ func TestProber_prequalConcurrent(t *testing.T) {
 	for _, s := range servers {
 		peers = append(peers, balancer.NewPeer(s.addr()))
 	}
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	picker, err := balancer.PrequalSettings{Prober: pr}.New(peers)
 	require.NoError(t, err)
 	defer picker.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 3 * time.Second}
@@ -339,7 +339,7 @@ func TestProber_prequalProxy(t *testing.T) {
 	for _, s := range servers {
 		peers = append(peers, balancer.NewPeer(s.addr()))
 	}
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	picker, err := balancer.PrequalSettings{Prober: pr}.New(peers)
 	require.NoError(t, err)
 	defer picker.Close()
 	front := httptest.NewServer(&balancerhttp.Proxy{Picker: picker})

@@ -65,7 +65,7 @@ func TestProber_prequalFastFailure(t *testing.T) {
 			}
 			pr, err := balancerhttp.NewProber()
 			require.NoError(t, err)
-			picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+			picker, err := balancer.PrequalSettings{Prober: pr}.New(peers)
 			require.NoError(t, err)
 			defer picker.Close()
 			client := &http.Client{

@@ -46,7 +46,7 @@
 // weigh their requests in flight.
 //
 // Prober asks the backends for their load out of band, for a picker that
-// balances by probes (balancer.Prequal, through balancer.WithProber): a
+// balances by probes (balancer.Prequal, through its PrequalSettings): a
 // GET on loadreport's probe path, which loadreport's Middleware answers,
 // sent asynchronously, bounded in number and time; see Prober.
 //

@@ -129,7 +129,7 @@ func TestShifting_endToEnd(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+		b, err := balancer.PrequalSettings{Prober: pr}.New(peers)
 		if err == nil {
 			prequals = append(prequals, b)
 		}

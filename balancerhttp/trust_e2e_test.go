@@ -64,7 +64,7 @@ func TestPrequal_idleProbeLiar(t *testing.T) {
 	}
 	pr, err := balancerhttp.NewProber()
 	require.NoError(t, err)
-	picker, err := balancer.NewPrequal(peers, balancer.WithProber(pr))
+	picker, err := balancer.PrequalSettings{Prober: pr}.New(peers)
 	require.NoError(t, err)
 	defer picker.Close()
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker}, Timeout: 10 * time.Second}

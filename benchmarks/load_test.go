@@ -127,8 +127,7 @@ func oursReported(report string) func(int) runner {
 			l := reportedLoad(i)
 			peers[i] = balancer.NewPeer(addr(i), balancer.Weight(weight(i)), balancer.Value(&l))
 		}
-		p, err := balancer.NewReportedWRR(peers, balancer.WithBlackoutPeriod(0),
-			balancer.WithWeightUpdatePeriod(100*time.Millisecond))
+		p, err := balancer.ReportedWRRSettings{BlackoutPeriod: -1, WeightUpdatePeriod: 100 * time.Millisecond}.New(peers)
 		if err != nil {
 			panic(err)
 		}

@@ -56,9 +56,11 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	                           "minWeightPercent": number} (WithSlowStart;
 //	                           Envoy's defaults 1 and 10)
 //	probeRate                  {"perPick": number, "perSecond": number}
-//	                           (Prequal's WithProbeRate; each defaults)
+//	                           (PrequalSettings' ProbesPerPick and
+//	                           ProbesPerSecond; each defaults)
 //	probePool                  {"size": int, "maxAge": duration}
-//	                           (Prequal's WithProbePool; each defaults)
+//	                           (PrequalSettings' PoolSize and MaxAge;
+//	                           each defaults)
 //	hotQuantile                number in (0, 1] (Prequal)
 //	probeTimeout               duration in (0, 1h]: each probe RPC's bound
 //	                           (a probing policy; default "250ms")
@@ -69,9 +71,12 @@ var ErrBadConfig = errors.New("grpcbalancer: bad load-balancing config")
 //	                           ring, rendezvous, random (SubsetConfig)
 //
 // A picker option field is the option's name less its With, its first
-// letter in lower case (decay: WithDecay); a policy takes the fields of the
-// options its picker accepts (balancer.Algorithm.Options) and refuses the
-// others. The policy gives WithRand and WithProber itself; the probe
+// letter in lower case (decay: WithDecay), as balancer.Algorithm.Options
+// names it; a policy takes the fields of the options its picker accepts
+// and refuses the others. A field of a picker's own setting sets that
+// field of its settings type (band: balancer.FastestFirstSettings.Band),
+// where 0 keeps the default unless 0 means something (exponent 0: latency
+// ignored). The policy gives WithRand and its Prober itself; the probe
 // fields (probeTimeout, probeWorkers, probeQueue) configure the prober it
 // gives, and only a probing policy (lbgo_prequal) takes them.
 // A duration is a string time.ParseDuration reads ("0.5s", "250ms"); a code
@@ -137,16 +142,16 @@ type SlowStart struct {
 	MinWeightPercent *float64 `json:"minWeightPercent,omitempty"`
 }
 
-// ProbeRate is Config's probeRate: the arguments of
-// balancer.WithProbeRate. A missing one keeps its default
+// ProbeRate is Config's probeRate: balancer.PrequalSettings'
+// ProbesPerPick and ProbesPerSecond. A missing one keeps its default
 // (balancer.DefaultProbesPerPick, balancer.DefaultProbesPerSecond).
 type ProbeRate struct {
 	PerPick   *float64 `json:"perPick,omitempty"`
 	PerSecond *float64 `json:"perSecond,omitempty"`
 }
 
-// ProbePool is Config's probePool: the arguments of
-// balancer.WithProbePool. A missing one keeps its default
+// ProbePool is Config's probePool: balancer.PrequalSettings' PoolSize and
+// MaxAge. A missing one keeps its default
 // (balancer.DefaultProbePoolSize, balancer.DefaultProbeMaxAge).
 type ProbePool struct {
 	Size   *int    `json:"size,omitempty"`
@@ -283,10 +288,16 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	}{
 		{"decay", c.Decay, lbgo.WithDecay},
 		{"failurePenalty", c.FailurePenalty, lbgo.WithFailurePenalty},
-		{"warmup", c.Warmup, lbgo.WithWarmup},
-		{"blackoutPeriod", c.BlackoutPeriod, lbgo.WithBlackoutPeriod},
-		{"weightExpirationPeriod", c.WeightExpirationPeriod, lbgo.WithWeightExpirationPeriod},
-		{"weightUpdatePeriod", c.WeightUpdatePeriod, lbgo.WithWeightUpdatePeriod},
+		{"warmup", c.Warmup, func(d time.Duration) lbgo.Option { return lbgo.RandomWeightedSettings{Warmup: d}.Option() }},
+		{"blackoutPeriod", c.BlackoutPeriod, func(d time.Duration) lbgo.Option {
+			return lbgo.ReportedWRRSettings{BlackoutPeriod: none(d)}.Option()
+		}},
+		{"weightExpirationPeriod", c.WeightExpirationPeriod, func(d time.Duration) lbgo.Option {
+			return lbgo.ReportedWRRSettings{WeightExpirationPeriod: d}.Option()
+		}},
+		{"weightUpdatePeriod", c.WeightUpdatePeriod, func(d time.Duration) lbgo.Option {
+			return lbgo.ReportedWRRSettings{WeightUpdatePeriod: d}.Option()
+		}},
 	} {
 		if d.v != nil {
 			v, err := dur(d.field, d.v)
@@ -301,19 +312,21 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		v     *float64
 		opt   func(float64) lbgo.Option
 	}{
-		{"band", c.Band, lbgo.WithBand},
-		{"exponent", c.Exponent, lbgo.WithExponent},
-		{"tolerance", c.Tolerance, lbgo.WithTolerance},
-		{"boundedLoad", c.BoundedLoad, lbgo.WithBoundedLoad},
-		{"errorUtilizationPenalty", c.ErrorUtilizationPenalty, lbgo.WithErrorUtilizationPenalty},
-		{"hotQuantile", c.HotQuantile, lbgo.WithHotQuantile},
+		{"band", c.Band, func(x float64) lbgo.Option { return lbgo.FastestFirstSettings{Band: x}.Option() }},
+		{"exponent", c.Exponent, func(x float64) lbgo.Option { return lbgo.FastestFirstSettings{Exponent: none(x)}.Option() }},
+		{"tolerance", c.Tolerance, func(x float64) lbgo.Option { return lbgo.FastestFirstSettings{Tolerance: x}.Option() }},
+		{"boundedLoad", c.BoundedLoad, func(x float64) lbgo.Option { return lbgo.ConsistentHashSettings{BoundedLoad: x}.Option() }},
+		{"errorUtilizationPenalty", c.ErrorUtilizationPenalty, func(x float64) lbgo.Option {
+			return lbgo.ReportedWRRSettings{ErrorUtilizationPenalty: none(x)}.Option()
+		}},
+		{"hotQuantile", c.HotQuantile, func(x float64) lbgo.Option { return lbgo.PrequalSettings{HotQuantile: x}.Option() }},
 	} {
 		if f.v != nil {
 			opts = append(opts, option{f.field, *f.v, f.opt(*f.v)})
 		}
 	}
 	if c.Floor != nil {
-		opts = append(opts, option{"floor", *c.Floor, lbgo.WithFloor(*c.Floor)})
+		opts = append(opts, option{"floor", *c.Floor, lbgo.FastestFirstSettings{Floor: *c.Floor}.Option()})
 	}
 	if r := c.ReportedLoad; r != nil {
 		if r.Window == nil {
@@ -356,7 +369,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		if r.PerSecond != nil {
 			perSecond = *r.PerSecond
 		}
-		opts = append(opts, option{"probeRate", fmt.Sprintf("{%v %v}", perPick, perSecond), lbgo.WithProbeRate(perPick, perSecond)})
+		opts = append(opts, option{"probeRate", fmt.Sprintf("{%v %v}", perPick, perSecond), lbgo.PrequalSettings{ProbesPerPick: none(perPick), ProbesPerSecond: perSecond}.Option()})
 	}
 	if p := c.ProbePool; p != nil {
 		size, maxAge := lbgo.DefaultProbePoolSize, lbgo.DefaultProbeMaxAge
@@ -370,7 +383,7 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 			}
 			maxAge = d
 		}
-		opts = append(opts, option{"probePool", fmt.Sprintf("{%d %v}", size, maxAge), lbgo.WithProbePool(size, maxAge)})
+		opts = append(opts, option{"probePool", fmt.Sprintf("{%d %v}", size, maxAge), lbgo.PrequalSettings{PoolSize: size, MaxAge: maxAge}.Option()})
 	}
 	// probe is one peer with the server parameters (a peer belongs to one
 	// picker, so a new one for each).
@@ -399,6 +412,16 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 	}
 	cfg.subset = subset
 	return cfg, nil
+}
+
+// none is a value v as a settings field takes it where 0 is meaningful
+// (exponent 0, blackoutPeriod "0s"): 0 is the field's default, and -1
+// stands for 0.
+func none[T ~int64 | ~float64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // optionOf returns the name of the picker option a Config field sets, as
@@ -463,9 +486,9 @@ func unmarshalError(raw map[string]json.RawMessage, err error) error {
 
 // optionReason is what the balancer package's error for a picker option
 // says is wrong, without its prefixes (the package, the picker, the
-// option's Go name) and its sentinel's text: "out of (1, 16]" from
-// "balancer: FastestFirst: WithBand(0.5): out of (1, 16]: balancer:
-// invalid configuration".
+// option's or settings field's Go name) and its sentinel's text: "out of
+// (1, 16]" from "balancer: FastestFirst: FastestFirstSettings.Band(0.5):
+// out of (1, 16]: balancer: invalid configuration".
 func optionReason(err error) string {
 	msg := strings.TrimSuffix(err.Error(), ": "+lbgo.ErrInvalidConfig.Error())
 	if i := strings.LastIndex(msg, "): "); i >= 0 {

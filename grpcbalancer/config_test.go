@@ -379,3 +379,48 @@ func TestWeightsOf(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfig_exponentZero: "exponent": 0 still means weights that
+// ignore latency, though a zero field of balancer.FastestFirstSettings is
+// its default. a answers in 10 ms and b in 100 ms, once each: b's derived
+// weight is 100 × (3·10/100)^α, 9 at α = 2 (the default, and "exponent":
+// 2), 100 at α = 0.
+func TestParseConfig_exponentZero(t *testing.T) {
+	alg, err := lbgo.AlgorithmNamed("FastestFirst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		json  string
+		wantB int
+	}{
+		{`{}`, 9},
+		{`{"exponent":2}`, 9},
+		{`{"exponent":0}`, 100},
+	} {
+		cfg, err := parseConfig(alg, []byte(tt.json))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.json, err)
+		}
+		now := time.Unix(1000, 0)
+		a, b := lbgo.NewPeer("a"), lbgo.NewPeer("b")
+		p, err := alg.New([]*lbgo.Peer{a, b}, append(slices.Clone(cfg.opts), lbgo.WithClock(func() time.Time { return now }))...)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.json, err)
+		}
+		latency := map[*lbgo.Peer]time.Duration{a: 10 * time.Millisecond, b: 100 * time.Millisecond}
+		for range 2 {
+			peer, err := p.Pick(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(latency[peer])
+			if err := p.Done(peer, lbgo.Outcome{Latency: latency[peer]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := [2]int{a.Stats().DerivedWeight, b.Stats().DerivedWeight}; got != [2]int{100, tt.wantB} {
+			t.Errorf("%s: derived weights a, b %v, want [100 %d]", tt.json, got, tt.wantB)
+		}
+	}
+}

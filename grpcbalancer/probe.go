@@ -28,7 +28,8 @@ import (
 const ProbeMethod = "/lbgo.loadreport.v1.LoadProbe/Probe"
 
 // probes reports whether alg's picker balances by probes, so that its
-// policy runs a prober: its picker takes WithProber.
+// policy runs a prober: its picker takes WithProber (a Prober, as
+// PrequalSettings.Prober sets it).
 func probes(alg lbgo.Algorithm) bool { return slices.Contains(alg.Options, "WithProber") }
 
 // testProbeAll, set by a test, gives every policy a prober, so the prober
@@ -139,7 +140,7 @@ func pickerOptions(alg lbgo.Algorithm, cfg *lbConfig, prober *grpcProber) []lbgo
 	if prober == nil || !probes(alg) {
 		return cfg.opts
 	}
-	return append(slices.Clip(cfg.opts), lbgo.WithProber(prober))
+	return append(slices.Clip(cfg.opts), lbgo.PrequalSettings{Prober: prober}.Option())
 }
 
 // errNotReady is a probe's failure when its peer's SubConn is not READY.

@@ -75,7 +75,7 @@ func TestCollector_blind(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				q, err := balancer.NewPrequal(peers, append(opts, balancer.WithProber(pr))...)
+				q, err := balancer.PrequalSettings{Prober: pr}.New(peers, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}

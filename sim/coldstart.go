@@ -50,8 +50,8 @@ var coldStartSpeeds = []float64{1, 1, 1, 1, 2, 2, 4, 4}
 const a58Suffix = "+a58"
 
 // a58Options are ReportedWRR's A58 defaults (see a58Suffix).
-var a58Options = []balancer.Option{
-	balancer.WithBlackoutPeriod(10 * time.Second),
-	balancer.WithWeightUpdatePeriod(time.Second),
-	balancer.WithWeightExpirationPeriod(3 * time.Minute),
-}
+var a58Options = []balancer.Option{balancer.ReportedWRRSettings{
+	BlackoutPeriod:         10 * time.Second,
+	WeightUpdatePeriod:     time.Second,
+	WeightExpirationPeriod: 3 * time.Minute,
+}.Option()}

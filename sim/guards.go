@@ -47,7 +47,7 @@ func (w Window) seconds() float64 { return (w.To - w.From).Seconds() }
 // balancer.NewRetryBudget's ratio, minimum per second and window, on the
 // virtual clock: every request deposits, and a retry the budget refuses
 // fails the request with the failed attempt's outcome, as balancerhttp's
-// Transport and balancer.Do with WithRetryBudget do.
+// Transport and RetryBudget.Do do.
 //
 // The zero value refuses every retry. A Budget is a plain value, safe to
 // share.

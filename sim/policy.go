@@ -59,8 +59,8 @@ func (p Policy) IsOracle() bool { return p.oracle != nil }
 // nginx's failure defaults, and the picker's own defaults otherwise, but
 // for ReportedWRR, which gets the short settings of fastWRR. Each gets the
 // simulation's clock, and its random source if it draws random numbers.
-// A picker that balances by probes (it accepts balancer.WithProber, as
-// Prequal) probes through each client's prober (see Probed).
+// A picker that balances by probes (it accepts a Prober, as Prequal's
+// balancer.PrequalSettings) probes through each client's prober (see Probed).
 // Then, for every picker that accepts balancer.WithReportedLoad, a variant
 // named with ReportedSuffix that weighs the backends' reported requests in
 // flight, with a window of ReportedLoadWindow and the scenario's true
@@ -130,11 +130,11 @@ const ReportedLoadWindow = 10 * time.Second
 // mean time between redraws, and of ReportWindow, the span the reports
 // describe), and a weight expires 2 s after its peer's last report, long
 // enough for a peer picked rarely to reply again.
-var fastWRR = []balancer.Option{
-	balancer.WithBlackoutPeriod(0),
-	balancer.WithWeightUpdatePeriod(100 * time.Millisecond),
-	balancer.WithWeightExpirationPeriod(2 * time.Second),
-}
+var fastWRR = []balancer.Option{balancer.ReportedWRRSettings{
+	BlackoutPeriod:         -1, // none
+	WeightUpdatePeriod:     100 * time.Millisecond,
+	WeightExpirationPeriod: 2 * time.Second,
+}.Option()}
 
 // tuned holds the options the simulator gives a picker beyond its clock
 // and random source.
@@ -174,12 +174,12 @@ func PolicyByName(name string) (Policy, bool) {
 
 // Probed returns the policy of algorithm a, one that balances by probes:
 // each client's picker gets the simulation's clock, its random source if
-// it draws random numbers, the client's prober (balancer.WithProber),
+// it draws random numbers, the client's prober (balancer.PrequalSettings),
 // whose probes are events on the virtual clock (see Run), and then extra.
 // Its New builds the picker without a prober.
 func Probed(a balancer.Algorithm, extra ...balancer.Option) Policy {
 	return Policy{Name: a.Name, New: factory(a, extra...), Probed: func(peers []*balancer.Peer, now func() time.Time, src rand.Source, pr balancer.Prober) (balancer.Picker, error) {
-		opts := []balancer.Option{balancer.WithClock(now), balancer.WithProber(pr)}
+		opts := []balancer.Option{balancer.WithClock(now), balancer.PrequalSettings{Prober: pr}.Option()}
 		if a.Random {
 			opts = append(opts, balancer.WithRand(src))
 		}

@@ -33,10 +33,7 @@ var (
 func sweepPolicy(t *testing.T, pool int, perPick, q float64) Policy {
 	a, err := balancer.AlgorithmNamed("Prequal")
 	require.NoError(t, err)
-	p := Probed(a,
-		balancer.WithProbePool(pool, balancer.DefaultProbeMaxAge),
-		balancer.WithProbeRate(perPick, balancer.DefaultProbesPerSecond),
-		balancer.WithHotQuantile(q))
+	p := Probed(a, balancer.PrequalSettings{PoolSize: pool, ProbesPerPick: perPick, HotQuantile: q}.Option())
 	p.Name = fmt.Sprintf("Prequal pool=%d probes=%g q=%g", pool, perPick, q)
 	return p
 }
@@ -73,8 +70,8 @@ func TestPrequalSweep(t *testing.T) {
      go test ./sim -run TestPrequalSweep -update-sweep -->
 
 Prequal's p99 latency in ms (mean over seeds 1-3 ± the 95% interval) and, after the slash, its
-ratio to Oracle SED's, for every pool size (WithProbePool, max age 1 s), probes a pick
-(WithProbeRate, at most ` + fmt.Sprint(balancer.DefaultProbesPerSecond) + ` a second) and hot quantile (WithHotQuantile); each scenario's best
+ratio to Oracle SED's, for every pool size (PrequalSettings.PoolSize, max age 1 s), probes a pick
+(ProbesPerPick, at most ` + fmt.Sprint(balancer.DefaultProbesPerSecond) + ` a second) and hot quantile (HotQuantile); each scenario's best
 setting is in bold, the defaults are marked *. The scenarios are ` + "`balance sim`" + `'s: 10 M/M/1
 backends whose speeds are redrawn every 0.25-1.75 s, 16 or 64 clients, probes as events on the
 virtual clock.

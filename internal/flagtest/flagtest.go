@@ -22,8 +22,9 @@ import (
 
 // Option is what one option flag sets, and a value its picker takes and
 // one it refuses, with what the library's refusal says: the refusal comes
-// from the picker's constructor naming its option and the value, so the
-// flag reached that option with that value.
+// from the picker's constructor naming its option, or the field of its
+// settings type, and the value, so the flag reached that setting with that
+// value.
 type Option struct {
 	Option            string // the balancer option the flag sets
 	Good, Bad, Refuse string
@@ -32,21 +33,21 @@ type Option struct {
 // Options is every option flag, by name.
 var Options = map[string]Option{
 	"reported-load":             {"WithReportedLoad", "10s,16", "10s,0", "WithReportedLoad(10s, 0)"},
-	"probe-rate":                {"WithProbeRate", "2,500", "17,500", "WithProbeRate(17"},
-	"probe-pool":                {"WithProbePool", "8,500ms", "0,1s", "WithProbePool(0"},
-	"hot-quantile":              {"WithHotQuantile", "0.5", "1.5", "WithHotQuantile(1.5)"},
-	"blackout":                  {"WithBlackoutPeriod", "1s", "-1s", "WithBlackoutPeriod(-1s)"},
-	"weight-update-period":      {"WithWeightUpdatePeriod", "100ms", "1us", "WithWeightUpdatePeriod(1µs)"},
-	"weight-expiration":         {"WithWeightExpirationPeriod", "1m", "0s", "WithWeightExpirationPeriod(0s)"},
-	"error-utilization-penalty": {"WithErrorUtilizationPenalty", "0.5", "-1", "WithErrorUtilizationPenalty(-1)"},
-	"bounded-load":              {"WithBoundedLoad", "1.25", "0.5", "WithBoundedLoad(0.5)"},
+	"probe-rate":                {"WithProbeRate", "2,500", "17,500", "PrequalSettings.ProbesPerPick(17)"},
+	"probe-pool":                {"WithProbePool", "8,500ms", "2000,1s", "PrequalSettings.PoolSize(2000)"},
+	"hot-quantile":              {"WithHotQuantile", "0.5", "1.5", "PrequalSettings.HotQuantile(1.5)"},
+	"blackout":                  {"WithBlackoutPeriod", "1s", "-1s", "ReportedWRRSettings.BlackoutPeriod(-1s)"},
+	"weight-update-period":      {"WithWeightUpdatePeriod", "100ms", "1us", "ReportedWRRSettings.WeightUpdatePeriod(1µs)"},
+	"weight-expiration":         {"WithWeightExpirationPeriod", "1m", "-1s", "ReportedWRRSettings.WeightExpirationPeriod(-1s)"},
+	"error-utilization-penalty": {"WithErrorUtilizationPenalty", "0.5", "-2", "ReportedWRRSettings.ErrorUtilizationPenalty(-2)"},
+	"bounded-load":              {"WithBoundedLoad", "1.25", "0.5", "ConsistentHashSettings.BoundedLoad(0.5)"},
 	"decay":                     {"WithDecay", "5s", "0s", "WithDecay(0s)"},
 	"failure-penalty":           {"WithFailurePenalty", "200ms", "0s", "WithFailurePenalty(0s)"},
-	"band":                      {"WithBand", "2", "1", "WithBand(1)"},
-	"exponent":                  {"WithExponent", "2", "9", "WithExponent(9)"},
-	"floor":                     {"WithFloor", "5", "0", "WithFloor(0)"},
-	"tolerance":                 {"WithTolerance", "2", "0.5", "WithTolerance(0.5)"},
-	"warmup":                    {"WithWarmup", "10s", "-1s", "WithWarmup(-1s)"},
+	"band":                      {"WithBand", "2", "1", "FastestFirstSettings.Band(1)"},
+	"exponent":                  {"WithExponent", "2", "9", "FastestFirstSettings.Exponent(9)"},
+	"floor":                     {"WithFloor", "5", "101", "FastestFirstSettings.Floor(101)"},
+	"tolerance":                 {"WithTolerance", "2", "0.5", "FastestFirstSettings.Tolerance(0.5)"},
+	"warmup":                    {"WithWarmup", "10s", "-1s", "RandomWeightedSettings.Warmup(-1s)"},
 	"slow-start":                {"WithSlowStart", "30s,1,10", "30s,1,101", "WithSlowStart"},
 	"panic-threshold":           {"WithPanicThreshold", "50", "101", "WithPanicThreshold(101)"},
 	"max-ejection-percent":      {"WithMaxEjectionPercent", "20", "-1", "WithMaxEjectionPercent(-1)"},
