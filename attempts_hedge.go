@@ -54,10 +54,11 @@ type hedgeAttempt struct {
 // allows it and the picker has a peer the request has not tried. The
 // first verdict that ends the loop wins; the attempts still in flight are
 // cancelled with ErrSuperseded and, once their try returns, reported
-// (reportLoser) unless their verdict is a failure, reported as such. A failure that asks for a retry while other attempts are in
-// flight waits for them (the next hedge may still go); one with none in
-// flight is retried at once, from a.Budget, as without hedging. Run
-// returns once every try has returned.
+// (reportLoser) unless their verdict is a failure, reported as such. A
+// failure that asks for a retry while other attempts are in flight waits
+// for them (the next hedge may still go); one with none in flight is
+// retried at once, from a.Budget, as without hedging. Run returns once
+// every try has returned.
 func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.Context, *Peer) Verdict) error {
 	if h == nil {
 		return a.Run(ctx, try)
@@ -152,9 +153,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 				if res.id == 0 && winner >= 0 && !res.v.Outcome.Failed {
 					h.record(res.latency) // at least this slow
 				}
-				switch {
-				case res.panicked:
-					a.reportLoser(at, res.latency)
+				switch { // a try that panicked has a zero verdict
 				case res.v.Reported: // the caller's to report
 				case res.v.Outcome.Failed:
 					// A failure reply is the peer's failure whatever

@@ -61,9 +61,9 @@ type HedgePolicy struct {
 
 	// Events, if set, is called for each hedge sent (EventHedgeSent,
 	// Peer the hedge's), each request a hedge won (EventHedgeWon, Peer
-	// the winner; see HedgeStats) and each hedge the budget refused (EventHedgeRefused),
-	// on the goroutine of Attempts.RunHedged, with Attempts.Now's time. It
-	// must be quick and safe for concurrent use.
+	// the winner; see HedgeStats) and each hedge the budget refused
+	// (EventHedgeRefused), on the goroutine of Attempts.RunHedged, with
+	// Attempts.Now's time. It must be quick and safe for concurrent use.
 	Events func(Event)
 }
 
