@@ -79,7 +79,8 @@ const (
 	EventHedgeSent
 
 	// EventHedgeWon: a hedge, on Peer, ended its request's loop before
-	// the attempts sent before it.
+	// the attempts sent before it, with an answer: neither failed nor
+	// abandoned (HedgeStats says what counts as won).
 	EventHedgeWon
 
 	// EventHedgeRefused: the hedge budget refused a hedge; the request

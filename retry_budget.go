@@ -83,7 +83,7 @@ const budgetBuckets = 10
 // RetryBudgetStats counts what a RetryBudget has done since it was made.
 type RetryBudgetStats struct {
 	Deposits uint64 // requests counted (Deposit)
-	Retries  uint64 // retries allowed and made (TryWithdraw true, PickRetry a peer)
+	Retries  uint64 // retries allowed and made (TryWithdraw true less Refund, PickRetry a peer)
 	Refused  uint64 // retries refused (TryWithdraw false)
 }
 
@@ -135,6 +135,25 @@ func (b *RetryBudget) TryWithdraw() bool {
 	}
 	b.nRefused.Add(1)
 	return false
+}
+
+// Refund gives back one retry that TryWithdraw allowed and that was not
+// made (its pick found no peer), as PickRetry gives back its own. It
+// counts in the window's current tenth, not the one the retry was taken
+// in: a retry given back in a later tenth frees its place a little
+// longer than the retry held it, never more than a window. The counts of
+// the window never go below zero.
+func (b *RetryBudget) Refund() {
+	if b.now == nil {
+		return // the zero value
+	}
+	addAt(&b.refunds, b.index())
+	for {
+		n := b.nRetries.Load()
+		if n == 0 || b.nRetries.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }
 
 // PickRetry picks the peer of a retry of r from p if the budget allows the

@@ -514,3 +514,42 @@ func TestRetryBudget_staleReader(t *testing.T) {
 	assert.EqualValues(t, 5, b.index())
 	assert.Equal(t, int64(300*time.Millisecond), b.skew.Load(), "a step back of 300 ms")
 }
+
+// TestRetryBudget_refund: Refund gives back a retry TryWithdraw allowed.
+// The budget holds 2 retries (no ratio, 0.2 a second over 10 s): two
+// withdrawals take them and a third is refused; one given back makes room
+// for one more, and Retries counts the retries made (3 allowed, 1 given
+// back). A refund counts in the tenth it is made in: two made 1 s later
+// (the next tenth) still count once the withdrawals' tenth has left the
+// window, 10 s after it, so then 2 (the reserve) + 2 (the refunds) are
+// allowed, and a tenth later, the refunds gone, the 4 made are past the
+// reserve: refused. The window's count never goes below zero. The zero
+// value's Refund does nothing.
+func TestRetryBudget_refund(t *testing.T) {
+	clk := newFakeClock()
+	b, err := NewRetryBudget(0, 0.2, 10*time.Second, clk.opt())
+	require.NoError(t, err)
+	require.True(t, b.TryWithdraw())
+	require.True(t, b.TryWithdraw())
+	require.False(t, b.TryWithdraw(), "the reserve of 2 is spent")
+	b.Refund()
+	assert.Equal(t, RetryBudgetStats{Retries: 1, Refused: 1}, b.Stats())
+	require.True(t, b.TryWithdraw(), "the refund's place")
+	require.False(t, b.TryWithdraw())
+
+	clk.add(time.Second) // the next tenth
+	b.Refund()
+	b.Refund()
+	assert.Equal(t, RetryBudgetStats{Retries: 0, Refused: 2}, b.Stats())
+	clk.add(9*time.Second + time.Millisecond) // the withdrawals' tenth has left the window
+	for i := range 4 {
+		require.True(t, b.TryWithdraw(), "withdrawal %d of 2 + 2", i)
+	}
+	require.False(t, b.TryWithdraw(), "past 2 + 2")
+	clk.add(time.Second) // the refunds' tenth has left
+	require.False(t, b.TryWithdraw(), "4 made, 2 allowed")
+
+	var zero RetryBudget
+	zero.Refund()
+	assert.Equal(t, RetryBudgetStats{}, zero.Stats())
+}
