@@ -10,6 +10,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // okBase answers every request at once with an empty 200, so that a
@@ -29,7 +30,7 @@ func BenchmarkTransport_roundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bud, err := balancer.NewRetryBudget(0.05, 1, 10*time.Second)
+	bud, err := retrybudget.New(0.05, 1, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func BenchmarkTransport_loopback(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bud, err := balancer.NewRetryBudget(0.05, 1, 10*time.Second)
+	bud, err := retrybudget.New(0.05, 1, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
