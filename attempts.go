@@ -11,17 +11,19 @@ import (
 // from Picker for Request, calls try with it, reports try's Verdict with
 // Done (also when try panics: Abandoned, before the panic goes on), and
 // picks again while the verdict asks for a retry and the loop allows one.
-// A retry is asked of Budget (RetryBudget.PickRetry) if it is set, and is
-// not made past MaxTries attempts (nginx's proxy_next_upstream_tries; 0:
-// only Picker's bound) nor once GaveUp, checked before each pick, returns
-// an error (nil GaveUp: ctx.Err). Run deposits one request in Budget. Now
-// times each attempt (nil: time.Now). Done's errors are not returned. An
-// Attempts serves one request; Run's attempts are sequential, and
-// RunHedged hedges them.
+// A retry is withdrawn from Budget, if set, before its pick (a refusal,
+// ErrRetryBudget, leaves Picker as it was; a pick that finds no peer is
+// refunded; a request with no try left, ErrTriesExhausted, takes
+// nothing), and is not made past MaxTries attempts (nginx's
+// proxy_next_upstream_tries; 0: only Picker's bound) nor once GaveUp,
+// checked before each pick, returns an error (nil GaveUp: ctx.Err). Run
+// deposits one request in Budget. Now times each attempt (nil: time.Now).
+// Done's errors are not returned. An Attempts serves one request; Run's
+// attempts are sequential, and RunHedged hedges them.
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
-	Budget   *RetryBudget
+	Budget   Budget   // nil: no budget
 	MaxTries int
 	Now      func() time.Time
 	GaveUp   func() error
@@ -45,8 +47,8 @@ type Verdict struct {
 
 // Run runs the attempts (see Attempts). It returns nil when an attempt
 // ended the loop (its Verdict did not ask for a retry), or why no further
-// attempt was made: GaveUp's error, Pick's or PickRetry's error
-// (ErrNoLivePeer, ErrTriesExhausted, ErrNoPeers, ErrRetryBudget), or an
+// attempt was made: GaveUp's error, Pick's error (ErrNoLivePeer,
+// ErrTriesExhausted, ErrNoPeers), ErrRetryBudget, or an
 // error matching ErrTriesExhausted and naming MaxTries.
 func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
 	return a.runSequential(ctx, try)
@@ -82,11 +84,27 @@ func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Conte
 	}
 }
 
+// Next picks the peer of the request's attempt after n made, deciding
+// as Run does before each attempt (GaveUp or ctx, MaxTries, and for a
+// retry, n > 0, Budget), for a caller that runs the attempts itself, such
+// as a simulator on a virtual clock. It returns Run's errors; it neither
+// deposits the request (Budget.Deposit, once a request) nor reports Done.
+func (a *Attempts) Next(ctx context.Context, n int) (*Peer, error) {
+	return a.pickNext(ctx, a.Request, n, a.Budget)
+}
+
 // pickNext is the pick of the request's attempt after n made, and the
 // decision whether to make it, which both loops share: none once GaveUp
-// (or ctx) says so or MaxTries are made; past the first, one taken from
-// budget if set (a.Budget for a retry, the hedge budget for a hedge).
-func (a *Attempts) pickNext(ctx context.Context, r *Request, n int, budget *RetryBudget) (*Peer, error) {
+// (or ctx) says so or MaxTries are made; past the first, one withdrawn
+// from budget if set (a.Budget for a retry, the hedge budget for a
+// hedge). A request that has made as many attempts as Pick allows it gets
+// ErrTriesExhausted, as Pick would give, without asking the budget.
+// Otherwise the budget is asked before Pick, so a refused attempt leaves
+// the picker as it was (a Pick then Abandoned would still move a round
+// robin's weights): a refusal when Pick would have found every remaining
+// peer down or full is ErrRetryBudget. A withdrawal whose Pick fails is
+// refunded, and Pick's error returned.
+func (a *Attempts) pickNext(ctx context.Context, r *Request, n int, budget Budget) (*Peer, error) {
 	if err := a.gaveUp(ctx); err != nil {
 		return nil, err
 	}
@@ -94,7 +112,18 @@ func (a *Attempts) pickNext(ctx context.Context, r *Request, n int, budget *Retr
 	case a.MaxTries > 0 && n >= a.MaxTries:
 		return nil, fmt.Errorf("MaxTries %d: %w", a.MaxTries, ErrTriesExhausted)
 	case n > 0 && budget != nil:
-		return budget.PickRetry(a.Picker, r)
+		if r != nil && r.attempts > 0 && r.attempts >= r.limit {
+			return nil, ErrTriesExhausted // Pick's answer, without a pick
+		}
+		if !budget.TryWithdraw() {
+			return nil, ErrRetryBudget
+		}
+		peer, err := a.Picker.Pick(r)
+		if err != nil {
+			budget.Refund()
+			return nil, err
+		}
+		return peer, nil
 	}
 	return a.Picker.Pick(r)
 }

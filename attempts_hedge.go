@@ -64,7 +64,7 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 		return a.Run(ctx, try)
 	}
 	r := a.begin()
-	if h.budget != a.Budget {
+	if !sameBudget(h.budget, a.Budget) {
 		h.budget.Deposit()
 	}
 	results := make(chan hedgeResult, h.max) // never more in flight: no send blocks

@@ -27,8 +27,9 @@ import (
 //
 // Latency is measured around try on time.Now, or on the clock WithClock
 // gives, the one option Do takes besides the deprecated WithRetryBudget
-// (another is ErrInvalidConfig); RetryBudget.Do bounds the retries. A nil r
-// is a fresh request; pass a Request to set a key (SetKey) or reuse its
+// (another is ErrInvalidConfig). Do is Attempts.Do with Picker p and
+// Request r; Attempts.Do with a Budget bounds the retries. A nil r is a
+// fresh request; pass a Request to set a key (SetKey) or reuse its
 // storage, Reset between requests. Done's errors are not returned: with
 // the outcomes Do builds, Done can only refuse a peer moved to another
 // picker meanwhile, and then nothing is left to report. Do is safe for
@@ -37,15 +38,22 @@ func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 	return do(ctx, p, r, try, nil, opts)
 }
 
-// Do is balancer.Do with each retry taken from b, which every Do of one
-// client shares: each call deposits one request, and a retry b refuses
-// ends the call with an error matching both ErrRetryBudget and the last
-// attempt's error; a call that has no retry left to make
-// (ErrTriesExhausted) is not refused (see PickRetry). opts: WithClock, as
-// balancer.Do takes it. A nil b is ErrInvalidConfig.
+// Do runs the request with try as balancer.Do does (its outcomes, its
+// errors, its retries), on this loop: Picker, Request (nil: a fresh
+// one), Budget (one deposit a request; a retry it refuses ends the call
+// with an error matching both ErrRetryBudget and the last attempt's
+// error; a call with no retry left to make, ErrTriesExhausted, is not
+// refused), MaxTries (an error matching ErrTriesExhausted, naming it),
+// GaveUp (checked before each pick, as ctx is without it) and Now (the
+// latencies' clock). A nil Picker or try is ErrInvalidConfig.
+func (a *Attempts) Do(ctx context.Context, try func(ctx context.Context, peer *Peer) error) error {
+	return a.do(ctx, try, "Attempts.Do")
+}
+
+// Do is balancer.Do with each retry taken from b.
 //
-// It is a method rather than an Option so that a budget cannot be handed
-// to a picker's constructor, which would refuse it only at run time.
+// Deprecated: use Attempts.Do with a retrybudget.Budget as its Budget:
+// (&Attempts{Picker: p, Request: r, Budget: b}).Do(ctx, try).
 func (b *RetryBudget) Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context, peer *Peer) error, opts ...Option) error {
 	if b == nil {
 		return fmt.Errorf("balancer: RetryBudget.Do: nil budget: %w", ErrInvalidConfig)
@@ -70,14 +78,22 @@ func do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 			cfg.budget = budget
 		}
 	}
-	if p == nil || try == nil {
-		return fmt.Errorf("balancer: Do: nil picker or try: %w", ErrInvalidConfig)
+	loop := Attempts{Picker: p, Request: r, Now: cfg.now}
+	if cfg.budget != nil {
+		loop.Budget = cfg.budget
+	}
+	return loop.do(ctx, try, "Do")
+}
+
+// do is Attempts.Do, its errors naming who.
+func (a *Attempts) do(ctx context.Context, try func(ctx context.Context, peer *Peer) error, who string) error {
+	if a.Picker == nil || try == nil {
+		return fmt.Errorf("balancer: %s: nil picker or try: %w", who, ErrInvalidConfig)
 	}
 	var last error // the last failed attempt's error, and its peer
 	var lastPeer *Peer
 	var result error // the attempt that ended the loop
-	loop := Attempts{Picker: p, Request: r, Budget: cfg.budget, Now: cfg.now}
-	why := loop.runSequential(ctx, func(ctx context.Context, peer *Peer) Verdict {
+	why := a.runSequential(ctx, func(ctx context.Context, peer *Peer) Verdict {
 		err := try(ctx, peer)
 		if err == nil {
 			result = nil
@@ -89,9 +105,9 @@ func do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 			result = nf.err
 		case ctx.Err() != nil:
 			if errors.Is(err, ctx.Err()) {
-				result = fmt.Errorf("balancer: Do: attempt on %q abandoned: %w", peer.addr, err)
+				result = fmt.Errorf("balancer: %s: attempt on %q abandoned: %w", who, peer.addr, err)
 			} else {
-				result = fmt.Errorf("balancer: Do: attempt on %q abandoned: %w: %w", peer.addr, ctx.Err(), err)
+				result = fmt.Errorf("balancer: %s: attempt on %q abandoned: %w: %w", who, peer.addr, ctx.Err(), err)
 			}
 			return Verdict{Outcome: Outcome{Abandoned: true}}
 		default:
@@ -107,11 +123,11 @@ func do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 	case last == nil && gaveUp:
 		return why // before any attempt
 	case last == nil:
-		return fmt.Errorf("balancer: Do: %w", why)
+		return fmt.Errorf("balancer: %s: %w", who, why)
 	case gaveUp:
-		return fmt.Errorf("balancer: Do: %w (after a failed attempt on %q: %w)", why, lastPeer.addr, last)
+		return fmt.Errorf("balancer: %s: %w (after a failed attempt on %q: %w)", who, why, lastPeer.addr, last)
 	}
-	return fmt.Errorf("balancer: Do: %w (last attempt on %q: %w)", why, lastPeer.addr, last)
+	return fmt.Errorf("balancer: %s: %w (last attempt on %q: %w)", who, why, lastPeer.addr, last)
 }
 
 // NotFailure marks err, returned by the try function given to Do, as a

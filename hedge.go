@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,14 +46,15 @@ type HedgePolicy struct {
 	Percentile float64
 
 	// Budget bounds the hedges: Attempts.RunHedged deposits each hedged
-	// request in it and each hedge withdraws one (RetryBudget.PickRetry);
-	// a hedge it refuses is not sent, and the request goes on with the
-	// attempts in flight. Required. A budget of its own (such as
-	// NewRetryBudget(0.05, 1, 10*time.Second): 5% more attempts plus
+	// request in it and withdraws each hedge before its pick (refunded
+	// if the pick finds no peer); a hedge it refuses is not sent, and the
+	// request goes on with the attempts in flight. Required: nil, or a
+	// nil pointer in it, is refused. A budget of its own (such as
+	// retrybudget.New(0.05, 1, 10*time.Second): 5% more attempts plus
 	// one a second) keeps hedges and retries from starving each other;
 	// the same budget as Attempts.Budget makes them share one (RunHedged
 	// deposits once).
-	Budget *RetryBudget
+	Budget Budget
 
 	// Timer returns a channel that receives once d has passed, and a
 	// function that stops it, for the hedge's delay. Default: a
@@ -85,7 +87,7 @@ type Hedging struct {
 	max     int
 	delay   time.Duration
 	q       float64
-	budget  *RetryBudget
+	budget  Budget
 	timer   func(time.Duration) (<-chan time.Time, func() bool)
 	events  func(Event)
 	sent    atomic.Uint64
@@ -138,8 +140,8 @@ func NewHedging(p HedgePolicy) (*Hedging, error) {
 		return nil, fmt.Errorf("balancer: NewHedging: Delay %v is negative: %w", p.Delay, ErrInvalidConfig)
 	case !(p.Percentile >= 0 && p.Percentile < 1):
 		return nil, fmt.Errorf("balancer: NewHedging: Percentile %v out of range [0, 1): %w", p.Percentile, ErrInvalidConfig)
-	case p.Budget == nil:
-		return nil, fmt.Errorf("balancer: NewHedging: Budget is nil: %w", ErrInvalidConfig)
+	case nilBudget(p.Budget):
+		return nil, fmt.Errorf("balancer: NewHedging: Budget is nil (%T): %w", p.Budget, ErrInvalidConfig)
 	}
 	h := &Hedging{max: p.MaxAttempts, delay: p.Delay, q: p.Percentile, budget: p.Budget, timer: p.Timer, events: p.Events}
 	if h.timer == nil {
@@ -150,6 +152,28 @@ func NewHedging(p HedgePolicy) (*Hedging, error) {
 	}
 	h.current.Store(-1)
 	return h, nil
+}
+
+// nilBudget reports whether b is nil or holds a nil pointer (a nil
+// *retrybudget.Budget is no budget at all, which a Hedging may not have).
+func nilBudget(b Budget) bool {
+	if b == nil {
+		return true
+	}
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// sameBudget reports whether a and b are one budget, without comparing
+// values whose type cannot be compared (== would panic).
+func sameBudget(a, b Budget) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	if reflect.TypeOf(a) != reflect.TypeOf(b) || !reflect.TypeOf(a).Comparable() {
+		return false
+	}
+	return a == b
 }
 
 // Stats returns the Hedging's counters, each read atomically.

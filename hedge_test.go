@@ -225,7 +225,7 @@ func TestHedge_failureBeforeDelayIsRetry(t *testing.T) {
 	assert.Equal(t, []string{"a failed 1ms", "b ok 4ms"}, g.rec.got)
 	assert.Equal(t, HedgeStats{Delay: 10 * time.Millisecond}, g.h.Stats())
 	assert.Equal(t, RetryBudgetStats{Deposits: 1, Retries: 1}, retries.Stats())
-	assert.Equal(t, RetryBudgetStats{Deposits: 1}, g.h.budget.Stats(), "the hedge budget: nothing withdrawn")
+	assert.Equal(t, RetryBudgetStats{Deposits: 1}, g.h.budget.(*RetryBudget).Stats(), "the hedge budget: nothing withdrawn")
 }
 
 // TestHedge_failureWhileHedgeInFlight: the original fails after the hedge
@@ -358,7 +358,7 @@ func TestHedge_maxTries(t *testing.T) {
 	g.idle()
 	assert.Equal(t, 2, g.r.Attempts())
 	assert.Equal(t, HedgeStats{Sent: 1, Won: 1, Delay: 10 * time.Millisecond}, g.h.Stats())
-	assert.Equal(t, RetryBudgetStats{Deposits: 1, Retries: 1}, g.h.budget.Stats())
+	assert.Equal(t, RetryBudgetStats{Deposits: 1, Retries: 1}, g.h.budget.(*RetryBudget).Stats())
 }
 
 // firstPicker notes each request's first peer.
@@ -573,7 +573,9 @@ func TestNewHedging_badPolicy(t *testing.T) {
 		{HedgePolicy{MaxAttempts: 2, Percentile: 1, Budget: bud}, "Percentile 1 out of range [0, 1)"},
 		{HedgePolicy{MaxAttempts: 2, Percentile: -0.5, Budget: bud}, "Percentile -0.5 out of range"},
 		{HedgePolicy{MaxAttempts: 2, Percentile: math.NaN(), Budget: bud}, "Percentile NaN"},
-		{HedgePolicy{MaxAttempts: 2}, "Budget is nil"},
+		{HedgePolicy{MaxAttempts: 2}, "Budget is nil (<nil>)"},
+		{HedgePolicy{MaxAttempts: 2, Budget: (*RetryBudget)(nil)}, "Budget is nil (*balancer.RetryBudget)"},
+		{HedgePolicy{MaxAttempts: 2, Budget: (*countingBudget)(nil)}, "Budget is nil (*balancer.countingBudget)"},
 	} {
 		h, err := NewHedging(tt.p)
 		assert.Nil(t, h)

@@ -167,3 +167,56 @@ func TestDeprecatedOptions_notCalledElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, files, 100, "the walk found the other packages' files")
 }
+
+// TestDeprecatedBudgetNames_unused fails if a Go file or a guide of the
+// repository (its nested modules included) uses one of the retry
+// budget's names that package retrybudget replaced, or if a file of the
+// root package uses one outside the deprecated declarations (retry_budget.go,
+// RetryBudget.Do in do.go, WithRetryBudget's setting in options.go). The
+// root package's own tests still exercise the old names, which keep
+// working for a release.
+func TestDeprecatedBudgetNames_unused(t *testing.T) {
+	const names = `RetryBudget|NewRetryBudget|RetryBudgetStats|DefaultRetryRatio|DefaultRetryMinPerSecond|DefaultRetryWindow|MinRetryWindow|MaxRetryWindow|MaxRetryRatio|MaxRetryMinPerSecond|WithRetryBudget`
+	qualified := regexp.MustCompile(`\b(balancer|lbgo)\.(` + names + `)\b|\.PickRetry\(|\bRetryBudget\.(Do|PickRetry)\b`)
+	bare := regexp.MustCompile(`\b(` + names + `|PickRetry)\b`)
+	allowed := map[string]bool{
+		"retry_budget.go": true, // the deprecated declarations
+		"do.go":           true, // RetryBudget.Do
+		"options.go":      true, // WithRetryBudget's setting
+		"CHANGELOG.md":    true, // lists the old names
+	}
+	var files int
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		root := !strings.Contains(path, "/")
+		isGo, isMd := strings.HasSuffix(path, ".go"), strings.HasSuffix(path, ".md")
+		if !isGo && !isMd || allowed[path] || root && strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		uses := qualified
+		if root && isGo {
+			uses = bare
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if uses.MatchString(line) {
+				t.Errorf("%s:%d uses a deprecated retry budget name: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, files, 100, "the walk found the repository's files")
+}

@@ -44,7 +44,7 @@ import (
 	"github.com/lbgo/balancer"
 )
 
-func client(ctx context.Context, peers []*balancer.Peer, lb balancer.Picker, budget *balancer.RetryBudget, try func(context.Context, *balancer.Peer) error) {
+func client(ctx context.Context, peers []*balancer.Peer, lb balancer.Picker, budget balancer.Budget, try func(context.Context, *balancer.Peer) error) {
 	_, _, _ = ctx, time.Second, try
 ` + body + `
 }
@@ -60,7 +60,7 @@ func client(ctx context.Context, peers []*balancer.Peer, lb balancer.Picker, bud
 	_, _ = balancer.ReportedWRRSettings{BlackoutPeriod: -1, WeightExpirationPeriod: time.Minute, WeightUpdatePeriod: time.Second, ErrorUtilizationPenalty: 2}.New(peers)
 	_, _ = balancer.ConsistentHashSettings{BoundedLoad: 1.25}.New(peers)
 	_, _ = balancer.RandomWeightedSettings{Warmup: time.Minute}.New(peers)
-	_ = budget.Do(ctx, lb, nil, try, balancer.WithClock(time.Now))`},
+	_ = (&balancer.Attempts{Picker: lb, Budget: budget, Now: time.Now}).Do(ctx, try)`},
 		{name: "FastestFirst's band in Prequal's settings", body: `
 	_, _ = balancer.PrequalSettings{Band: 2}.New(peers)`,
 			want: "unknown field Band in struct literal of type balancer.PrequalSettings"},
@@ -75,7 +75,7 @@ func client(ctx context.Context, peers []*balancer.Peer, lb balancer.Picker, bud
 			want: "cannot use balancer.ConsistentHashSettings{…} (value of struct type balancer.ConsistentHashSettings) as balancer.Option value"},
 		{name: "a retry budget handed to a picker", body: `
 	_, _ = balancer.NewLeastConn(peers, budget)`,
-			want: "cannot use budget (variable of type *balancer.RetryBudget) as balancer.Option value"},
+			want: "cannot use budget (variable of interface type balancer.Budget) as balancer.Option value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fset := token.NewFileSet()

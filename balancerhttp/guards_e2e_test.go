@@ -12,6 +12,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // TestGuards_allTogetherEndToEnd runs every guard on one picker behind a
@@ -59,7 +60,7 @@ func guardsEndToEnd(t *testing.T, opts []balancer.Option) {
 		}))
 	require.NoError(t, err)
 	defer hc.Close()
-	budget, err := balancer.NewRetryBudget(balancer.DefaultRetryRatio, balancer.DefaultRetryMinPerSecond, balancer.DefaultRetryWindow)
+	budget, err := retrybudget.New(retrybudget.DefaultRatio, retrybudget.DefaultMinPerSecond, retrybudget.DefaultWindow)
 	require.NoError(t, err)
 	client := &http.Client{Transport: &balancerhttp.Transport{Picker: picker, RetryBudget: budget}, Timeout: 2 * time.Second}
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // TestTransport_hedgeE2E: three real servers on loopback, of which "slow"
@@ -55,7 +56,7 @@ func TestTransport_hedgeE2E(t *testing.T) {
 		balancer.NewPeer(addr(f2), balancer.MaxFails(0)),
 	})
 	require.NoError(t, err)
-	bud, err := balancer.NewRetryBudget(1, 0, time.Minute)
+	bud, err := retrybudget.New(1, 0, time.Minute)
 	require.NoError(t, err)
 	h, err := balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Hour, Budget: bud,
 		Timer: func(time.Duration) (<-chan time.Time, func() bool) { return arrived, func() bool { return true } }})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // TestTransport_hedgeClientGivesUp: the client cancels its request while
@@ -36,7 +37,7 @@ func TestTransport_hedgeClientGivesUp(t *testing.T) {
 			require.NoError(t, err)
 			h := f.hedging(t) // the hedge's delay ends at the first stall
 			if tt.attempts == 1 {
-				bud, err := balancer.NewRetryBudget(1, 0, time.Minute)
+				bud, err := retrybudget.New(1, 0, time.Minute)
 				require.NoError(t, err)
 				h, err = balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Hour, Budget: bud})
 				require.NoError(t, err)
@@ -91,11 +92,11 @@ func TestTransport_hedgeTimeoutBeforeDelay(t *testing.T) {
 	f := newStallFleet(t, 2, func(rank int) bool { return rank == 0 }, nil)
 	lb, err := balancer.NewRoundRobin(f.peers, balancer.WithRand(rand.NewPCG(7, 8)))
 	require.NoError(t, err)
-	hedges, err := balancer.NewRetryBudget(1, 0, time.Minute)
+	hedges, err := retrybudget.New(1, 0, time.Minute)
 	require.NoError(t, err)
 	h, err := balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Hour, Budget: hedges})
 	require.NoError(t, err)
-	retries, err := balancer.NewRetryBudget(1, 0, time.Minute)
+	retries, err := retrybudget.New(1, 0, time.Minute)
 	require.NoError(t, err)
 	tr := &balancerhttp.Transport{Picker: lb, Hedging: h, RetryBudget: retries,
 		ReadTimeout: 50 * time.Millisecond * raceSlowdown} // its length only sets the test's time

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // stallFleet is a few loopback servers sharing one rule on the arrivals of
@@ -113,7 +114,7 @@ func (f *stallFleet) timer(time.Duration) (<-chan time.Time, func() bool) {
 // hedging returns a Hedging on f's timer, MaxAttempts 2, with a budget
 // that allows every hedge.
 func (f *stallFleet) hedging(t *testing.T) *balancer.Hedging {
-	bud, err := balancer.NewRetryBudget(1, 0, time.Minute)
+	bud, err := retrybudget.New(1, 0, time.Minute)
 	require.NoError(t, err)
 	h, err := balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Hour, Budget: bud, Timer: f.timer})
 	require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // tailFleet is a fleet of real servers on loopback with a tail the servers
@@ -208,7 +209,7 @@ func TestTransport_hedgeTailE2E(t *testing.T) {
 		tr := &balancerhttp.Transport{Picker: lb}
 		var h *balancer.Hedging
 		if hedged {
-			bud, err := balancer.NewRetryBudget(ratio, perSecond, window)
+			bud, err := retrybudget.New(ratio, perSecond, window)
 			require.NoError(t, err)
 			h, err = balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 3, Delay: delay, Budget: bud})
 			require.NoError(t, err)

@@ -20,7 +20,7 @@
 // if any, could be kept for the replay (see Proxy.MaxReplayBody). A failed
 // attempt not retried says why, in the Transport's error and the Proxy's
 // log line: ErrNotIdempotent, ErrBodyNotRewindable,
-// balancer.ErrTriesExhausted, or balancer.ErrRetryBudget when a
+// balancer.ErrTriesExhausted, or balancer.ErrRetryBudget when the
 // RetryBudget refused the retry. When no peer is left, the client gets what
 // nginx sends: the last backend's response if there was one and the tries
 // ran out, and 502 Bad Gateway if every attempt failed without a usable
@@ -135,7 +135,7 @@ type Proxy struct {
 	// does; a request whose retry it refuses gets the last backend's
 	// response, as when the tries run out, or 502 when there was none.
 	// Default nil: every failure that may be retried is.
-	RetryBudget *balancer.RetryBudget
+	RetryBudget balancer.Budget
 
 	// Key, if set, gives each request's key for the keyed pickers (Hash,
 	// ConsistentHash), as Transport.Key does: nginx's hash key, such as

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // brownout starts n backends that answer 503 to everything, with peers
@@ -54,7 +55,7 @@ func TestRetryBudget_endToEnd(t *testing.T) {
 	const requests, clients, peers = 1000, 16, 5
 	for _, via := range []string{"Transport", "Proxy"} {
 		t.Run(via, func(t *testing.T) {
-			run := func(t *testing.T, budget *balancer.RetryBudget) (attempts int64, elapsed time.Duration) {
+			run := func(t *testing.T, budget *retrybudget.Budget) (attempts int64, elapsed time.Duration) {
 				hits, bal := brownout(t, peers)
 				var get func() error
 				var refused, exhausted atomic.Int64
@@ -112,14 +113,14 @@ func TestRetryBudget_endToEnd(t *testing.T) {
 			assert.EqualValues(t, requests*peers, without, "without a budget every request tries every backend")
 			t.Logf("without a budget: %d attempts for %d requests, %.2f a request", without, requests, float64(without)/requests)
 
-			b, err := balancer.NewRetryBudget(balancer.DefaultRetryRatio, balancer.DefaultRetryMinPerSecond, balancer.DefaultRetryWindow)
+			b, err := retrybudget.New(retrybudget.DefaultRatio, retrybudget.DefaultMinPerSecond, retrybudget.DefaultWindow)
 			require.NoError(t, err)
 			with, elapsed := run(t, b)
 			require.Less(t, elapsed, 9*time.Second, "the derivation needs the run inside one window")
-			reserve := balancer.DefaultRetryMinPerSecond * balancer.DefaultRetryWindow.Seconds()
-			bound := 1 + balancer.DefaultRetryRatio + reserve/requests
+			reserve := retrybudget.DefaultMinPerSecond * retrybudget.DefaultWindow.Seconds()
+			bound := 1 + retrybudget.DefaultRatio + reserve/requests
 			t.Logf("with Finagle's budget: %d attempts for %d requests in %v, %.3f a request (bound %.3f)", with, requests, elapsed.Round(time.Millisecond), float64(with)/requests, bound)
-			assert.LessOrEqual(t, float64(with), requests*(1+balancer.DefaultRetryRatio)+reserve, "attempts: requests × bound")
+			assert.LessOrEqual(t, float64(with), requests*(1+retrybudget.DefaultRatio)+reserve, "attempts: requests × bound")
 			assert.GreaterOrEqual(t, float64(with-requests), reserve, "the reserve is spent")
 			st := b.Stats()
 			assert.EqualValues(t, requests, st.Deposits)
@@ -135,7 +136,7 @@ func TestRetryBudget_endToEnd(t *testing.T) {
 // when the tries run out.
 func TestRetryBudget_empty(t *testing.T) {
 	hits, bal := brownout(t, 3)
-	none, err := balancer.NewRetryBudget(0, 0, time.Second)
+	none, err := retrybudget.New(0, 0, time.Second)
 	require.NoError(t, err)
 
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: bal, RetryBudget: none}}
@@ -155,7 +156,7 @@ func TestRetryBudget_empty(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the backend's own 503: %s", body)
 	assert.EqualValues(t, 2, hits.Load())
-	assert.Equal(t, balancer.RetryBudgetStats{Deposits: 2, Refused: 2}, none.Stats())
+	assert.Equal(t, retrybudget.Stats{Deposits: 2, Refused: 2}, none.Stats())
 }
 
 // TestRetryBudget_refusedKeepsBody: the Transport asks the budget before
@@ -171,7 +172,7 @@ func TestRetryBudget_refusedKeepsBody(t *testing.T) {
 	}{{"refused", 0, 0, 1}, {"two allowed", 2, 2, 3}} {
 		t.Run(tc.name, func(t *testing.T) {
 			hits, bal := brownout(t, 3)
-			budget, err := balancer.NewRetryBudget(0, tc.reserve, time.Second)
+			budget, err := retrybudget.New(0, tc.reserve, time.Second)
 			require.NoError(t, err)
 			client := &http.Client{Timeout: 5 * time.Second, Transport: &balancerhttp.Transport{Picker: bal, RetryBudget: budget}}
 			req, err := http.NewRequest(http.MethodPut, "http://service/", strings.NewReader("payload"))

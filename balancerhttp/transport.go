@@ -124,9 +124,10 @@ type Transport struct {
 	// with a *RoundTripError whose Err is balancer.ErrRetryBudget. The
 	// budget and the picker are asked before the body is rewound
 	// (Request.GetBody), so a refused retry never rewinds it. Share one
-	// budget among a client's Transports and Proxies. Default nil: every
-	// failure that may be retried is.
-	RetryBudget *balancer.RetryBudget
+	// budget among a client's Transports and Proxies: a
+	// retrybudget.Budget, Finagle's. Default nil (or a nil
+	// *retrybudget.Budget): every failure that may be retried is.
+	RetryBudget balancer.Budget
 
 	// Hedging, if set, hedges the requests safe to send twice at once
 	// as net/http decides replay (GET, HEAD, OPTIONS, TRACE, or an

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // okBase answers every request at once with an empty 200, so that a
@@ -60,7 +61,7 @@ func benchTransport(b *testing.B, peers []*balancer.Peer, newBase func(*testing.
 	if err != nil {
 		b.Fatal(err)
 	}
-	bud, err := balancer.NewRetryBudget(0.05, 1, 10*time.Second)
+	bud, err := retrybudget.New(0.05, 1, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}

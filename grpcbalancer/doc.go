@@ -99,7 +99,7 @@
 // the RPC and cancels the others, which their servers see; a status in
 // nonFatalStatusCodes sends the next attempt at once, or as its
 // grpc-retry-pushback-ms trailer says (n ms later, or none more: A6's
-// server pushback). A balancer.RetryBudget
+// server pushback). A balancer.Budget (a retrybudget.Budget)
 // bounds the extra attempts (default 5% of the RPCs over 10 s). Under an
 // lbgo_ policy the attempts of one RPC share its tried set, so each goes
 // to a backend none of the RPC's other attempts is on, and an attempt that

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -49,9 +51,9 @@ const (
 // RPC with no attempt in flight that waits for a pushback's delay ends
 // when its context does.
 //
-// A budget bounds the extra attempts: a balancer.RetryBudget (default
-// DefaultHedgeRatio, DefaultHedgeMinPerSecond, DefaultHedgeWindow; see
-// WithHedgeBudget) in which each hedged RPC deposits one token and each
+// A budget bounds the extra attempts: a balancer.Budget (by default a
+// retrybudget.Budget of DefaultHedgeRatio, DefaultHedgeMinPerSecond and
+// DefaultHedgeWindow; see WithHedgeBudget) in which each hedged RPC deposits one token and each
 // attempt after the first withdraws one; once one is refused, the RPC
 // sends no more. gRPC's retryThrottling is not used: it counts only
 // failures, so a backend that is slow but answers OK, the case hedging is
@@ -71,7 +73,7 @@ const (
 type Hedging struct {
 	sc       string
 	policies hedgePolicies
-	budget   *lbgo.RetryBudget
+	budget   lbgo.Budget
 	events   func(lbgo.Event)
 
 	rpcs, hedges, won, refused, noBackend atomic.Uint64
@@ -89,11 +91,13 @@ type HedgingStats struct {
 // HedgingOption configures NewHedging.
 type HedgingOption func(*Hedging) error
 
-// WithHedgeBudget makes the Hedging take its extra attempts from b, which
-// may be shared with other clients' retries or hedges. nil is refused.
-func WithHedgeBudget(b *lbgo.RetryBudget) HedgingOption {
+// WithHedgeBudget makes the Hedging take its extra attempts from b (a
+// retrybudget.Budget, or a Budget of the caller's), which may be shared
+// with other clients' retries or hedges. nil, or a nil pointer in b, is
+// refused.
+func WithHedgeBudget(b lbgo.Budget) HedgingOption {
 	return func(h *Hedging) error {
-		if b == nil {
+		if v := reflect.ValueOf(b); b == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 			return fmt.Errorf("%w: WithHedgeBudget(nil)", ErrBadHedgingConfig)
 		}
 		h.budget = b
@@ -145,7 +149,7 @@ func NewHedging(serviceConfig string, opts ...HedgingOption) (*Hedging, error) {
 		}
 	}
 	if h.budget == nil {
-		b, err := lbgo.NewRetryBudget(DefaultHedgeRatio, DefaultHedgeMinPerSecond, DefaultHedgeWindow)
+		b, err := retrybudget.New(DefaultHedgeRatio, DefaultHedgeMinPerSecond, DefaultHedgeWindow)
 		if err != nil {
 			return nil, err // cannot happen: the defaults are in range
 		}

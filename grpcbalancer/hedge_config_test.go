@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // hedgeSC is a service config whose one methodConfig, for the health
@@ -71,8 +74,10 @@ func TestNewHedging_badConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewHedging(hedgeSC(`{"maxAttempts":2}`), WithHedgeBudget(nil)); !errors.Is(err, ErrBadHedgingConfig) || !strings.Contains(err.Error(), "WithHedgeBudget(nil)") {
-		t.Errorf("WithHedgeBudget(nil): %v", err)
+	for _, b := range []lbgo.Budget{nil, (*retrybudget.Budget)(nil)} {
+		if _, err := NewHedging(hedgeSC(`{"maxAttempts":2}`), WithHedgeBudget(b)); !errors.Is(err, ErrBadHedgingConfig) || !strings.Contains(err.Error(), "WithHedgeBudget(nil)") {
+			t.Errorf("WithHedgeBudget(%#v): %v", b, err)
+		}
 	}
 }
 

@@ -6,8 +6,8 @@ import (
 	"net"
 	"sync/atomic"
 
-	lbgo "github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/grpcbalancer"
+	"github.com/lbgo/balancer/retrybudget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -57,7 +57,7 @@ func ExampleNewHedging() {
 
 	// A budget of one hedge per RPC (ratio 1) for the demonstration; the
 	// default allows 5% more attempts than RPCs.
-	budget, err := lbgo.NewRetryBudget(1, 0, lbgo.DefaultRetryWindow)
+	budget, err := retrybudget.New(1, 0, retrybudget.DefaultWindow)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
@@ -243,7 +244,7 @@ func sumOf(bs []*hedgeBackend, f func(*hedgeBackend) int64) int64 {
 // with lbgo_random (failure accounting off, so only the tried set steers)
 // and hedges the health service with policy hp, budget b; it returns once
 // every SubConn is READY.
-func hedgeSetup(t *testing.T, n int, hp string, b *lbgo.RetryBudget) ([]*hedgeBackend, healthpb.HealthClient, *Hedging) {
+func hedgeSetup(t *testing.T, n int, hp string, b *retrybudget.Budget) ([]*hedgeBackend, healthpb.HealthClient, *Hedging) {
 	bs := make([]*hedgeBackend, n)
 	addrs := make([]resolver.Address, n)
 	for i := range bs {
@@ -260,8 +261,8 @@ func hedgeSetup(t *testing.T, n int, hp string, b *lbgo.RetryBudget) ([]*hedgeBa
 }
 
 // bigBudget never refuses in these tests.
-func bigBudget(t *testing.T) *lbgo.RetryBudget {
-	b, err := lbgo.NewRetryBudget(lbgo.MaxRetryRatio, 1000, 10*time.Second)
+func bigBudget(t *testing.T) *retrybudget.Budget {
+	b, err := retrybudget.New(retrybudget.MaxRatio, 1000, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,10 +483,10 @@ func TestHedging_fatalEndsRPC(t *testing.T) {
 // hedges sent.
 func TestHedging_budget(t *testing.T) {
 	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := lbgo.WithClock(func() time.Time { return frozen })
+	clock := retrybudget.WithClock(func() time.Time { return frozen })
 
 	t.Run("sequential", func(t *testing.T) {
-		b, err := lbgo.NewRetryBudget(0.05, 0.2, 10*time.Second, clock)
+		b, err := retrybudget.New(0.05, 0.2, 10*time.Second, clock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,7 +510,7 @@ func TestHedging_budget(t *testing.T) {
 	})
 
 	t.Run("all slow", func(t *testing.T) {
-		b, err := lbgo.NewRetryBudget(0.1, 0.1, 10*time.Second, clock)
+		b, err := retrybudget.New(0.1, 0.1, 10*time.Second, clock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -710,7 +711,7 @@ func TestHedging_events(t *testing.T) {
 		t.Errorf("WithHedgeEvents(nil): %v, want ErrBadHedgingConfig", err)
 	}
 	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b, err := lbgo.NewRetryBudget(0.05, 0.2, 10*time.Second, lbgo.WithClock(func() time.Time { return frozen }))
+	b, err := retrybudget.New(0.05, 0.2, 10*time.Second, retrybudget.WithClock(func() time.Time { return frozen }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // TestHedgingCollector scrapes a Hedging after three requests over two
@@ -23,7 +24,7 @@ func TestHedgingCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bud, err := balancer.NewRetryBudget(0.5, 0, time.Second, balancer.WithClock(clk.now))
+	bud, err := retrybudget.New(0.5, 0, time.Second, retrybudget.WithClock(clk.now))
 	if err != nil {
 		t.Fatal(err)
 	}

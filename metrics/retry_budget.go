@@ -3,7 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // The metrics a RetryBudgetCollector exports, each with the constant label
@@ -15,24 +15,24 @@ const (
 )
 
 // RetryBudgetCollector is a prometheus.Collector for one
-// balancer.RetryBudget. Each scrape reads its counters (RetryBudget.Stats,
+// retrybudget.Budget. Each scrape reads its counters (retrybudget.Stats,
 // atomic loads):
 //
 //   - balancer_retry_budget_requests_total (counter): requests deposited;
 //   - balancer_retry_budget_retries_total (counter): retries allowed and
-//     made;
+//     made (not given back);
 //   - balancer_retry_budget_refused_total (counter): retries refused.
 //
 // The retries over the requests is the load the budget let retries add.
 // Create it with NewRetryBudget. Safe for concurrent scrapes.
 type RetryBudgetCollector struct {
-	b                          *balancer.RetryBudget
+	b                          *retrybudget.Budget
 	requests, retries, refused *prometheus.Desc
 }
 
 // NewRetryBudget returns a RetryBudgetCollector for b, labelling its series
 // budget=name.
-func NewRetryBudget(name string, b *balancer.RetryBudget) *RetryBudgetCollector {
+func NewRetryBudget(name string, b *retrybudget.Budget) *RetryBudgetCollector {
 	c := prometheus.Labels{"budget": name}
 	return &RetryBudgetCollector{
 		b:        b,

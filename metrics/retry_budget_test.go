@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // TestRetryBudgetCollector scrapes a budget of ratio 0.5 and no reserve
@@ -16,7 +16,7 @@ import (
 // 3 are allowed and 2 refused.
 func TestRetryBudgetCollector(t *testing.T) {
 	clk := &clock{time.Unix(1000, 0)}
-	b, err := balancer.NewRetryBudget(0.5, 0, time.Second, balancer.WithClock(clk.now))
+	b, err := retrybudget.New(0.5, 0, time.Second, retrybudget.WithClock(clk.now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // epoch is the wall time at which the virtual clock starts. Pickers read
@@ -201,8 +203,8 @@ type client struct {
 	picker balancer.Picker
 	peers  []*balancer.Peer
 	index  map[*balancer.Peer]int32
-	prober *prober               // nil unless the policy probes
-	budget *balancer.RetryBudget // nil unless the policy gives clients one
+	prober *prober             // nil unless the policy probes
+	budget *retrybudget.Budget // nil unless the policy gives clients one
 }
 
 // world is one run: the event queue, the backends and clients, and the
@@ -312,8 +314,9 @@ func stream(seed uint64, scenario, purpose string, index int) *rand.Rand {
 // allows: a reply allocates nothing.
 //
 // A policy with a retry budget (a Guard's) gives each client its own,
-// on the virtual clock: each request deposits, each retry is taken with
-// RetryBudget.PickRetry, and a retry it refuses fails the request. A
+// on the virtual clock: each request deposits, each retry is taken as
+// balancer.Attempts takes one (Attempts.Next), and a retry it refuses
+// fails the request. A
 // backend that joins late (Backend.Join) is added to every client's
 // picker with Add at its join; Run returns an error if a picker cannot
 // add it.
@@ -408,7 +411,7 @@ func newWorld(sc *Scenario, pol Policy, seed uint64) (*world, error) {
 		}
 		w.clients[c].picker = p
 		if b := pol.budget; b != nil {
-			if w.clients[c].budget, err = balancer.NewRetryBudget(b.Ratio, b.MinPerSecond, b.Window, balancer.WithClock(clock)); err != nil {
+			if w.clients[c].budget, err = retrybudget.New(b.Ratio, b.MinPerSecond, b.Window, retrybudget.WithClock(clock)); err != nil {
 				return nil, fmt.Errorf("sim: building %s's retry budget: %w", pol.Name, err)
 			}
 		}
@@ -619,7 +622,8 @@ func (w *world) send(i int32) {
 	var err error
 	if c.budget != nil && q.attempts > 0 {
 		// A retry, as balancerhttp's Transport asks for one.
-		p, err = c.budget.PickRetry(c.picker, &q.r)
+		a := balancer.Attempts{Picker: c.picker, Request: &q.r, Budget: c.budget}
+		p, err = a.Next(context.Background(), int(q.attempts))
 	} else {
 		p, err = c.picker.Pick(&q.r)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // Measure is the guard metric a scenario's table shows over its Window.
@@ -44,10 +45,10 @@ func (w Window) contains(t int64) bool { return t >= int64(w.From) && t < int64(
 func (w Window) seconds() float64 { return (w.To - w.From).Seconds() }
 
 // Budget is a retry budget each client of a run gets its own of,
-// balancer.NewRetryBudget's ratio, minimum per second and window, on the
+// retrybudget.New's ratio, minimum per second and window, on the
 // virtual clock: every request deposits, and a retry the budget refuses
 // fails the request with the failed attempt's outcome, as balancerhttp's
-// Transport and RetryBudget.Do do.
+// Transport and balancer.Attempts do.
 //
 // The zero value refuses every retry. A Budget is a plain value, safe to
 // share.
@@ -58,7 +59,7 @@ type Budget struct {
 
 // FinagleBudget is Finagle's RetryBudget defaults: 20% of the requests
 // plus 10 retries a second, over 10 s.
-var FinagleBudget = Budget{balancer.DefaultRetryRatio, balancer.DefaultRetryMinPerSecond, balancer.DefaultRetryWindow}
+var FinagleBudget = Budget{retrybudget.DefaultRatio, retrybudget.DefaultMinPerSecond, retrybudget.DefaultWindow}
 
 // Bound returns the most attempts per request the budget allows a client
 // sending rate requests a second, over a failure that lasts longer than
@@ -167,7 +168,7 @@ func (s *Scenario) validateGuards() error {
 			return invalid("sim: scenario %q: a guard with no suffix", s.Name)
 		}
 		if b := g.Budget; b != nil {
-			if _, err := balancer.NewRetryBudget(b.Ratio, b.MinPerSecond, b.Window); err != nil {
+			if _, err := retrybudget.New(b.Ratio, b.MinPerSecond, b.Window); err != nil {
 				return invalid("sim: scenario %q: guard %s: %v", s.Name, g.Suffix, err)
 			}
 		}

@@ -133,7 +133,7 @@ func TestGuardScenarioPolicies(t *testing.T) {
 // TestRetryStorm is the retry storm's done-when: with each client's retry
 // budget the load at the backends over the offered load stays within the
 // budget's bound, 1 + ratio + minPerSecond / rate at each client's rate
-// (RetryBudget's derivation), where retrying on every peer multiplies it
+// (retrybudget.Budget's derivation), where retrying on every peer multiplies it
 // several times. Finagle's defaults at 70 requests a second per client
 // allow 1.343, above the 1.2; TightBudget (10% + 5/s) allows
 // 1.171 and stays within 1.2.
@@ -155,7 +155,7 @@ func TestRetryStorm(t *testing.T) {
 			}{{finagle, FinagleBudget}, {tight, TightBudget}} {
 				bound := c.b.Bound(rate)
 				// A window counts between 0.9 and 1 of its length
-				// (RetryBudget's tenths): at most a tenth of a
+				// (retrybudget.Budget's tenths): at most a tenth of a
 				// window's minimum more.
 				slack := c.b.MinPerSecond * c.b.Window.Seconds() / 10 / (rate * sc.Window.seconds())
 				assert.LessOrEqual(t, c.r.Amplification(), bound+slack, "%s seed %d: %v within the bound %.3f", c.r.Policy, seed, c.b, bound)
@@ -243,7 +243,7 @@ func TestScaleUpControl(t *testing.T) {
 	}
 }
 
-// TestBudgetBound: the bound as RetryBudget's doc derives it.
+// TestBudgetBound: the bound as retrybudget.Budget's doc derives it.
 func TestBudgetBound(t *testing.T) {
 	assert.InDelta(t, 1.2+10.0/70, FinagleBudget.Bound(70), 1e-12)
 	assert.InDelta(t, 1.2, TightBudget.Bound(50), 1e-12)
@@ -285,7 +285,7 @@ func TestGuardScenariosRefused(t *testing.T) {
 	}
 }
 
-// TestBudgetCounts: each client's budget allows what RetryBudget's rule
+// TestBudgetCounts: each client's budget allows what retrybudget.Budget's rule
 // gives, counted exactly where every attempt fails. Three backends fail
 // every attempt fast, retries on (up to three attempts), 100 requests a
 // second for 9 s, within the budget's first window (no entry leaves it).

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // Hedge configures hedged (backup) attempts, a policy's variant named with
@@ -17,7 +19,7 @@ import (
 // cancels the other.
 //
 // Budget is the most hedges per request, a share in [0, MaxHedgeBudget]:
-// each client's hedges are taken from a balancer.RetryBudget of that ratio
+// each client's hedges are taken from a retrybudget.Budget of that ratio
 // with no minimum per second over HedgeBudgetWindow, on the virtual clock,
 // where each request deposits, and stop while the client sees its
 // attempts fail, as gRPC's retryThrottling (A6) stops hedges: each failed
@@ -213,7 +215,7 @@ type hreq struct {
 
 // hclient is a client's hedging state: its budget and latency history.
 type hclient struct {
-	budget  *balancer.RetryBudget
+	budget  *retrybudget.Budget
 	at, lat []int64 // recorded latencies and when, in time order
 	head    int     // the first still in the history
 	delay   int64   // math.MaxInt64: none yet
@@ -244,7 +246,7 @@ type hedgeRun struct {
 func newHedgeRun(w *world, h Hedge, clock func() time.Time) (*hedgeRun, error) {
 	r := &hedgeRun{cfg: h, clients: make([]hclient, len(w.clients))}
 	for c := range r.clients {
-		b, err := balancer.NewRetryBudget(h.Budget, 0, HedgeBudgetWindow, balancer.WithClock(clock))
+		b, err := retrybudget.New(h.Budget, 0, HedgeBudgetWindow, retrybudget.WithClock(clock))
 		if err != nil {
 			return nil, err
 		}
@@ -341,7 +343,8 @@ func (w *world) hSend(i int32, hedge bool) bool {
 	var err error
 	switch {
 	case hedge:
-		p, err = r.clients[q.client].budget.PickRetry(c.picker, &q.r)
+		a := balancer.Attempts{Picker: c.picker, Request: &q.r, Budget: r.clients[q.client].budget}
+		p, err = a.Next(context.Background(), int(max(q.attempts, 1)))
 		if err != nil {
 			if err == balancer.ErrRetryBudget {
 				r.refused++
@@ -349,7 +352,8 @@ func (w *world) hSend(i int32, hedge bool) bool {
 			return false
 		}
 	case c.budget != nil && q.attempts > 0:
-		p, err = c.budget.PickRetry(c.picker, &q.r)
+		a := balancer.Attempts{Picker: c.picker, Request: &q.r, Budget: c.budget}
+		p, err = a.Next(context.Background(), int(q.attempts))
 	default:
 		p, err = c.picker.Pick(&q.r)
 	}

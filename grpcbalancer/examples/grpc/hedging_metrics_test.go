@@ -16,6 +16,7 @@ import (
 	lbgo "github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/grpcbalancer"
 	"github.com/lbgo/balancer/metrics"
+	"github.com/lbgo/balancer/retrybudget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -117,7 +118,7 @@ func TestHedgeCounterCollector(t *testing.T) {
 	}
 
 	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	budget, err := lbgo.NewRetryBudget(ratio, minPerSecond, window, lbgo.WithClock(func() time.Time { return frozen }))
+	budget, err := retrybudget.New(ratio, minPerSecond, window, retrybudget.WithClock(func() time.Time { return frozen }))
 	if err != nil {
 		t.Fatal(err)
 	}

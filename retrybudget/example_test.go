@@ -1,4 +1,4 @@
-package balancer_test
+package retrybudget_test
 
 import (
 	"context"
@@ -7,14 +7,16 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // A budget with no ratio and a reserve of one retry a second over 10 s
 // allows 10 retries in the window: the first request, whose every attempt
-// fails, retries 10 times over its 20 peers, and the next gets none.
-func ExampleRetryBudget_Do() {
+// fails, retries 10 times over its 20 peers, and the next gets none. The
+// budget is the Budget of the requests' balancer.Attempts.
+func ExampleBudget() {
 	now := func() time.Time { return time.Unix(0, 0) } // a clock that stands still
-	budget, err := balancer.NewRetryBudget(0, 1, 10*time.Second, balancer.WithClock(now))
+	budget, err := retrybudget.New(0, 1, 10*time.Second, retrybudget.WithClock(now))
 	if err != nil {
 		panic(err)
 	}
@@ -29,7 +31,8 @@ func ExampleRetryBudget_Do() {
 	err503 := errors.New("503 Service Unavailable")
 	for range 2 {
 		attempts := 0
-		err := budget.Do(context.Background(), picker, nil, func(ctx context.Context, p *balancer.Peer) error {
+		loop := balancer.Attempts{Picker: picker, Budget: budget}
+		err := loop.Do(context.Background(), func(ctx context.Context, p *balancer.Peer) error {
 			attempts++
 			return err503
 		})
