@@ -14,6 +14,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/retrybudget"
 )
 
 // lateReply is a Base whose 503s reach the Transport late: it tells
@@ -60,7 +61,7 @@ func TestTransport_hedgeLoserFailureCounts(t *testing.T) {
 	lb, err := balancer.NewRoundRobin(peers)
 	require.NoError(t, err)
 	arrived := make(chan time.Time, 1)
-	bud, err := balancer.NewRetryBudget(1, 0, time.Minute)
+	bud, err := retrybudget.New(1, 0, time.Minute)
 	require.NoError(t, err)
 	h, err := balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Hour, Budget: bud,
 		Timer: func(time.Duration) (<-chan time.Time, func() bool) { return arrived, func() bool { return true } }})

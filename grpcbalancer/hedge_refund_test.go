@@ -6,6 +6,7 @@ import (
 	"time"
 
 	lbgo "github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/retrybudget"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
@@ -25,7 +26,7 @@ import (
 // RPC ends.
 func TestHedging_noBackendGivesTokenBack(t *testing.T) {
 	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b, err := lbgo.NewRetryBudget(0, 0.2, 10*time.Second, lbgo.WithClock(func() time.Time { return frozen }))
+	b, err := retrybudget.New(0, 0.2, 10*time.Second, retrybudget.WithClock(func() time.Time { return frozen }))
 	if err != nil {
 		t.Fatal(err)
 	}
