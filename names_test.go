@@ -167,3 +167,50 @@ func TestDeprecatedOptions_notCalledElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, files, 100, "the walk found the other packages' files")
 }
+
+// deprecatedDefaults matches the Default* constants that the settings
+// types and the options' docs made redundant (defaults.go declares them).
+var deprecatedDefaults = regexp.MustCompile(`\bDefault(Band|Decay|Exponent|FailTimeout|FailurePenalty|FastestDecay|Floor|HotQuantile|MaxFails|ProbeMaxAge|ProbePoolSize|ProbesPerPick|ProbesPerSecond|Tolerance|Weight)\b`)
+
+// TestDeprecatedDefaults_unused fails if a Go file or a guide of the
+// repository (its nested modules included) names one of the deprecated
+// Default* constants outside their declarations and the tests that hold
+// them to the documented values: code reads the value from
+// internal/defaults (the root module) or from a peer or settings left at
+// zero (the nested modules), and the docs state the value itself.
+func TestDeprecatedDefaults_unused(t *testing.T) {
+	allowed := map[string]bool{
+		"defaults.go":      true, // the declarations
+		"defaults_test.go": true, // each against its documented value
+		"names_test.go":    true,
+		"CHANGELOG.md":     true, // lists the old names
+	}
+	var files int
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".md") || allowed[path] {
+			return nil
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := deprecatedDefaults.FindString(line); m != "" {
+				t.Errorf("%s:%d names the deprecated %s: %s", path, i+1, m, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, files, 100, "the walk found the repository's files")
+}
