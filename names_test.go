@@ -56,6 +56,16 @@ func TestDeprecatedNames_sameAsReplacement(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConfig, "an empty text is refused under the old name too")
 
 	assert.Equal(t, 65536, MaxCycle, "the deprecated bound keeps its value, 2^16") //lint:ignore SA1019 under test
+
+	var names []string
+	for _, a := range Algorithms() {
+		names = append(names, a.Name)
+	}
+	require.Greater(t, len(names), 1, "the registry's pickers")
+	assert.Equal(t, strings.Join(names, ", "), AlgorithmNames(), "AlgorithmNames is Algorithms' names, comma-separated") //lint:ignore SA1019 under test
+	_, err = AlgorithmNamed("nope")
+	require.ErrorIs(t, err, ErrUnknownAlgorithm)
+	assert.Contains(t, err.Error(), "(want one of "+strings.Join(names, ", ")+")", "the error lists the names")
 }
 
 // TestDeprecatedNames_sameRing builds one ConsistentHash ring with HashText
@@ -94,11 +104,12 @@ func TestDeprecatedNames_sameRing(t *testing.T) {
 // repository (its nested modules included) uses a deprecated name outside
 // its own definition and the tests above.
 func TestDeprecatedNames_unused(t *testing.T) {
-	uses := regexp.MustCompile(`\.SetAddr\(|\bHashKey\b|\bMaxCycle\b|\bRequest\.Addr\b`)
+	uses := regexp.MustCompile(`\.SetAddr\(|\bHashKey\b|\bMaxCycle\b|\bRequest\.Addr\b|\bAlgorithmNames\b`)
 	allowed := map[string]bool{
 		"key.go":        true, // SetAddr, Addr
 		"peer.go":       true, // HashKey
 		"cycle.go":      true, // MaxCycle
+		"registry.go":   true, // AlgorithmNames
 		"names_test.go": true,
 		"README.md":     true, // edited apart
 		"CHANGELOG.md":  true, // lists the old names

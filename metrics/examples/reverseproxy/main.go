@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,7 +67,7 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the proxy on")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9091", "address to serve /metrics on")
 	spec := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
-	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+balancer.AlgorithmNames())
+	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+algorithmNames())
 	// nginx's max_fails and fail_timeout defaults, as balancer.MaxFails
 	// and balancer.FailTimeout state them.
 	maxFails := fs.Int("max-fails", 1, "failures within -fail-timeout that take a backend out (0: never)")
@@ -150,4 +151,14 @@ func logBlind(l *log.Logger, picker string) func(balancer.Event) {
 			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
 		}
 	}
+}
+
+// algorithmNames returns the pickers' names, comma-separated, for -algo's
+// help.
+func algorithmNames() string {
+	var names []string
+	for _, a := range balancer.Algorithms() {
+		names = append(names, a.Name)
+	}
+	return strings.Join(names, ", ")
 }
