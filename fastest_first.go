@@ -514,8 +514,9 @@ func (s *ffPeer) inBand(e float64) bool {
 type FastestFirstSettings struct {
 	// Band is the hysteresis factor h: a peer's weight is computed from
 	// its estimate e, and the weights are recomputed only when some
-	// estimate leaves its [e/h, e·h]. In (1, 16]; 0: 1.25, weights that
-	// move when an estimate moves by more than a quarter.
+	// estimate leaves its [e/h, e·h]. In (1, 16]; 0: 1.25, weights
+	// recomputed once an estimate moves up by more than a quarter or down
+	// by more than a fifth.
 	Band float64
 
 	// Exponent is α in weight ∝ configured weight ×
