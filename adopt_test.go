@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // The seams a wrapper beside a picker uses (package subset): Err, InUse,
@@ -70,7 +72,7 @@ func TestPeer_adopt(t *testing.T) {
 
 	// And back: the flags clear, the value goes.
 	require.NoError(t, p.Adopt(NewPeer("c")))
-	assert.Equal(t, []any{1, 1, DefaultFailTimeout, 0, false, false, nil},
+	assert.Equal(t, []any{1, 1, defaults.FailTimeout, 0, false, false, nil},
 		[]any{p.Weight(), p.MaxFails(), p.FailTimeout(), p.MaxConns(), p.IsBackup(), p.IsDown(), p.Value()})
 }
 

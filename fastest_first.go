@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
-	"time"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // FastestFirst derives weights from measured latency, after OpenResty's
@@ -16,7 +17,7 @@ import (
 // and out after max_fails as in nginx; weights move only when an estimate
 // leaves its band ([FastestFirstSettings.Band]);
 // an idle peer's estimate decays toward the fastest's ([WithDecay]; default
-// [DefaultFastestDecay], 5 s), so the fastest peer is always found again. Choose it for latency-sensitive
+// 5 s), so the fastest peer is always found again. Choose it for latency-sensitive
 // traffic when nginx's failure model and smooth order matter. With
 // [WithReportedLoad], in flight takes in the other clients' attempts that
 // peers' servers report.
@@ -95,32 +96,6 @@ type FastestFirst struct {
 // factor, up to about the default tolerance; within that, the in-flight
 // counts balance load better than noisy weights do.
 
-// Defaults of FastestFirst's tuning.
-const (
-	// DefaultFastestDecay is FastestFirst's decay time, half the 10 s of
-	// Finagle, Linkerd and Envoy: its estimates must also fall back for a
-	// recovered peer to be readmitted.
-	DefaultFastestDecay = 5 * time.Second
-
-	// DefaultBand is the hysteresis of the weights: they are recomputed when
-	// a peer's estimate moves by more than this factor from the one its
-	// weight was set for.
-	DefaultBand = 1.25
-
-	// DefaultExponent is α in weight ∝ (tolerance·fastest/estimate)^α: 2,
-	// the square-root rule, the best static split over M/M/1 servers.
-	DefaultExponent = 2.0
-
-	// DefaultFloor is the weight, out of 100 for the best peer, below which
-	// no peer falls: 1, the OpenResty original's floor.
-	DefaultFloor = 1
-
-	// DefaultTolerance is how many times slower than the fastest peer a
-	// peer may look before its weight drops: 3. Within it, the in-flight
-	// counts balance load better than noisy weights do.
-	DefaultTolerance = 3.0
-)
-
 // fastestScale is the weight of the best peer: derived weights are integers
 // in [floor, fastestScale], 1% resolution, as in the OpenResty original.
 const fastestScale = 100
@@ -154,7 +129,7 @@ func NewFastestFirst(peers []*Peer, opts ...Option) (*FastestFirst, error) {
 	if err != nil {
 		return nil, err
 	}
-	lat, err := latencyOptions(fastestFirstSpec.name, &cfg, DefaultFastestDecay)
+	lat, err := latencyOptions(fastestFirstSpec.name, &cfg, defaults.FastestDecay)
 	if err != nil {
 		return nil, err
 	}
@@ -539,22 +514,27 @@ func (s *ffPeer) inBand(e float64) bool {
 type FastestFirstSettings struct {
 	// Band is the hysteresis factor h: a peer's weight is computed from
 	// its estimate e, and the weights are recomputed only when some
-	// estimate leaves its [e/h, e·h]. In (1, 16]; 0: DefaultBand.
+	// estimate leaves its [e/h, e·h]. In (1, 16]; 0: 1.25, weights
+	// recomputed once an estimate moves up by more than a quarter or down
+	// by more than a fifth.
 	Band float64
 
 	// Exponent is α in weight ∝ configured weight ×
 	// (tolerance·fastest/estimate)^α: 1 weighs in inverse proportion to
-	// latency, higher values favor the fastest more. In [0, 8]; 0:
-	// DefaultExponent, so α = 0 (weights that ignore latency, as LeastConn
-	// weighs) is written -1.
+	// latency, higher values favor the fastest more. In [0, 8]; 0: 2, the
+	// square-root rule, the best static split over M/M/1 servers, so
+	// α = 0 (weights that ignore latency, as LeastConn weighs) is written
+	// -1.
 	Exponent float64
 
 	// Floor is the least weight a peer configured with a weight gets, out
-	// of 100 for the best one. In [1, 100]; 0: DefaultFloor.
+	// of 100 for the best one. In [1, 100]; 0: 1, the OpenResty original's
+	// floor.
 	Floor int
 
 	// Tolerance is how many times slower than the fastest peer a peer may
-	// look before its weight is lowered. In [1, 100]; 0: DefaultTolerance.
+	// look before its weight is lowered. In [1, 100]; 0: 3: within it, the
+	// in-flight counts balance load better than noisy weights do.
 	Tolerance float64
 }
 
@@ -616,8 +596,8 @@ func WithTolerance(x float64) Option {
 // fastestOptions applies cfg's FastestFirst settings over their defaults
 // and checks them.
 func fastestOptions(cfg *config) (fastestSettings, error) {
-	c := fastestSettings{band: own[float64]{v: DefaultBand}, exponent: own[float64]{v: DefaultExponent},
-		floor: own[int]{v: DefaultFloor}, tol: own[float64]{v: DefaultTolerance}}
+	c := fastestSettings{band: own[float64]{v: defaults.Band}, exponent: own[float64]{v: defaults.Exponent},
+		floor: own[int]{v: defaults.Floor}, tol: own[float64]{v: defaults.Tolerance}}
 	applyOwn(cfg, &c)
 	switch {
 	case !(c.band.v > 1 && c.band.v <= 16):

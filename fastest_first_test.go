@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // FastestFirst's promises beyond the contract, checked by FuzzPickers.
@@ -143,7 +145,7 @@ func TestFastestFirst_law1_slowerGetsLess(t *testing.T) {
 			loop := newFFLoop(t, f, clk, peers, ffFixed(tt.lat...))
 			loop.run(16, time.Second)
 			got := loop.run(16, 10*time.Second)
-			want := ffExpectedWeights(DefaultTolerance, tt.lat...)
+			want := ffExpectedWeights(defaults.Tolerance, tt.lat...)
 			for i, w := range ffWeights(peers) {
 				// ±1: an estimate read between two replies has decayed a
 				// little toward the fastest.
@@ -161,7 +163,7 @@ func TestFastestFirst_law2_failingFloorsAndRecovers(t *testing.T) {
 		name     string
 		maxFails int
 	}{
-		{"nginx defaults: out for fail_timeout, then probed", DefaultMaxFails},
+		{"nginx defaults: out for fail_timeout, then probed", defaults.MaxFails},
 		{"max_fails=0: never out, still probed", 0},
 	}
 	for _, tt := range tests {
@@ -181,21 +183,21 @@ func TestFastestFirst_law2_failingFloorsAndRecovers(t *testing.T) {
 			require.Equal(t, []int{100, 100, 100}, ffWeights(peers))
 
 			failing := loop.run(4, heal)
-			assert.Equal(t, DefaultFloor, peers[1].State().DerivedWeight, "b's weight is at the floor")
+			assert.Equal(t, defaults.Floor, peers[1].State().DerivedWeight, "b's weight is at the floor")
 			assert.Contains(t, f.Peers(), peers[1], "b is not removed")
 			// A failure is answered within one fail_timeout by a probe,
 			// and probes come at most once per fail_timeout: from the
 			// failures on record it is at least 1, and at most one per
 			// window, plus the attempts that saw the first failure.
-			windows := int((heal - fail) / DefaultFailTimeout)
+			windows := int((heal - fail) / defaults.FailTimeout)
 			assert.GreaterOrEqual(t, failing[1], windows-1, "b keeps being probed: %v", failing)
 			assert.LessOrEqual(t, failing[1], windows+5, "b gets little more than its probes: %v", failing)
 
 			// Recovered: the next probe succeeds within a fail_timeout
 			// and b's weight and share come back.
-			loop.run(4, heal+DefaultFailTimeout+time.Second)
+			loop.run(4, heal+defaults.FailTimeout+time.Second)
 			assert.Equal(t, 100, peers[1].State().DerivedWeight)
-			recovered := loop.run(4, heal+DefaultFailTimeout+11*time.Second)
+			recovered := loop.run(4, heal+defaults.FailTimeout+11*time.Second)
 			assert.InDelta(t, float64(healthy[1])/float64(healthy[0]), float64(recovered[1])/float64(recovered[0]), 0.1,
 				"b's share relative to a: healthy %v, recovered %v", healthy, recovered)
 		})
@@ -274,10 +276,10 @@ func TestFastestFirst_law4_refindsFastest(t *testing.T) {
 			// most of the traffic.
 			for ffWeights(peers)[1] < 100 {
 				loop.run(tt.outstanding, loop.elapsed()+100*time.Millisecond)
-				require.Less(t, loop.elapsed()-change, 3*DefaultFastestDecay, "b still at %v", ffWeights(peers))
+				require.Less(t, loop.elapsed()-change, 3*defaults.FastestDecay, "b still at %v", ffWeights(peers))
 			}
-			loop.run(tt.outstanding, change+5*DefaultFastestDecay)
-			got := loop.run(tt.outstanding, change+7*DefaultFastestDecay)
+			loop.run(tt.outstanding, change+5*defaults.FastestDecay)
+			got := loop.run(tt.outstanding, change+7*defaults.FastestDecay)
 			assert.Greater(t, got[1], 2*got[0], "attempts %v weights %v est %v %v", got, ffWeights(peers), latOf(peers[0]).estimate(), latOf(peers[1]).estimate())
 		})
 	}
@@ -328,7 +330,7 @@ func TestFastestFirst_stallShowsBeforeItsReply(t *testing.T) {
 	})
 	loop.run(6, stall)
 	got := loop.run(6, stall+time.Second)
-	assert.Equal(t, DefaultFloor, peers[2].State().DerivedWeight, "no ffReply yet, weight at the floor")
+	assert.Equal(t, defaults.Floor, peers[2].State().DerivedWeight, "no ffReply yet, weight at the floor")
 	assert.LessOrEqual(t, got[2], 3, "attempts sent into the stall: %v", got)
 }
 
@@ -341,7 +343,7 @@ func TestFastestFirst_failurePenalty(t *testing.T) {
 		want time.Duration
 	}{
 		// The fastest is 10 ms: the floor estimate is 3·10 ms·√100·1.25.
-		{"floor estimate above the default penalty", nil, DefaultFailurePenalty},
+		{"floor estimate above the default penalty", nil, defaults.FailurePenalty},
 		{"floor estimate above a small penalty", []Option{WithFailurePenalty(time.Millisecond)}, 375 * time.Millisecond},
 	}
 	for _, tt := range tests {
@@ -355,7 +357,7 @@ func TestFastestFirst_failurePenalty(t *testing.T) {
 			p.pick() // an attempt on b, as Pick would count it
 			require.NoError(t, f.Done(p, Outcome{Failed: true, Latency: time.Millisecond}))
 			assert.InDelta(t, float64(tt.want), latOf(p).estimate(), float64(time.Microsecond))
-			assert.Equal(t, DefaultFloor, p.State().DerivedWeight)
+			assert.Equal(t, defaults.Floor, p.State().DerivedWeight)
 		})
 	}
 }
@@ -442,7 +444,7 @@ func TestFastestFirst_failureModel(t *testing.T) {
 		require.NoError(t, f.SetDown(peers[0], true))
 		p := mustPick(t, f, nil)
 		require.NoError(t, f.Done(p, Outcome{Failed: true}))
-		clk.add(DefaultFailTimeout)
+		clk.add(defaults.FailTimeout)
 		_, err := f.Pick(nil)
 		assert.ErrorIs(t, err, ErrNoLivePeer, "inside the window")
 		clk.add(time.Second)

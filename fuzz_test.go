@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // FuzzPickers runs one program of operations, decoded from the fuzz input,
@@ -245,7 +247,7 @@ func (m *fuzzMachine) newPeer(addr string) *fzPeer {
 	}
 	q.p = NewPeer(addr, opts...)
 	if q.badCfg {
-		q.weight = DefaultWeight // what the peer holds; it is never added
+		q.weight = defaults.Weight // what the peer holds; it is never added
 	}
 	m.pool = append(m.pool, q)
 	m.byPtr[q.p] = q

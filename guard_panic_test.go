@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // guardKeys are the hash pickers' keys guardRequest routes by, built once
@@ -331,11 +333,11 @@ func TestPanicThreshold_windowsEndOnTheClock(t *testing.T) {
 		reached(t, b, 100)
 		require.True(t, inPanic())
 		require.Equal(t, 1, panics, "once per engagement, not per pick")
-		clk.set(start.Add(DefaultFailTimeout))
+		clk.set(start.Add(defaults.FailTimeout))
 		held := reached(t, b, 1000)
 		assert.True(t, inPanic(), "still inside the windows at their end")
 		assert.True(t, slices.ContainsFunc(peers[:6], func(p *Peer) bool { return held[p] }), "picks in panic reach peers out")
-		clk.set(start.Add(DefaultFailTimeout + 1))
+		clk.set(start.Add(defaults.FailTimeout + 1))
 		_, err = b.Pick(guardRequest(new(Request), 7))
 		require.NoError(t, err)
 		assert.False(t, inPanic(), "the windows ended on the clock")

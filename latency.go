@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // Latency machinery shared by the latency-aware pickers, P2CPeakEWMA and
@@ -12,24 +14,6 @@ import (
 // load::PeakEwma and used by Linkerd) on the injected clock, the penalty
 // latency that keeps a fast failure from looking fast, and the options that
 // tune both.
-
-// Defaults of the latency options.
-const (
-	// DefaultDecay is the peak EWMA's decay time τ in P2CPeakEWMA and
-	// Prequal: Finagle's p2cPeakEwma(decayTime = 10 s), Linkerd's
-	// EWMA_DECAY and the default decay_time of Envoy's Peak EWMA all use
-	// 10 s. FastestFirst's is DefaultFastestDecay, 5 s: one option, one
-	// meaning (the decay time), and a default per picker, each stated at
-	// its picker, because FastestFirst also needs a recovered peer's
-	// estimate to fall back before it is readmitted.
-	DefaultDecay = 10 * time.Second
-
-	// DefaultFailurePenalty is the least latency a failed attempt counts
-	// as: the 5 s default of Linkerd's load biaser, which records a
-	// penalty instead of the real latency of a failed or rate-limited
-	// response unless the real one is higher.
-	DefaultFailurePenalty = 5 * time.Second
-)
 
 // latencyStats is the peak EWMA of one peer, kept by each latency-aware
 // picker in its own per-peer state (p2cPeer, ffPeer): a state made when
@@ -211,9 +195,11 @@ type latencySettings struct {
 // forgets a peak in a few τ. A shorter τ follows changes faster and
 // readmits a recovered peer sooner; a longer one is steadier. It must be
 // positive. P2CPeakEWMA, Prequal and FastestFirst accept it. Default: the
-// picker's own, DefaultDecay (10 s) for P2CPeakEWMA and Prequal,
-// DefaultFastestDecay (5 s) for FastestFirst, which also needs a recovered
-// peer's estimate to fall back before it is readmitted.
+// picker's own, 10 s for P2CPeakEWMA and Prequal (the decay time of
+// Finagle's p2cPeakEwma, Linkerd and Envoy's Peak EWMA), 5 s for
+// FastestFirst, which also needs a recovered peer's estimate to fall back
+// before it is readmitted: one option, one meaning (the decay time), a
+// default per picker.
 func WithDecay(d time.Duration) Option {
 	return ownOption("WithDecay", func(s *latencySettings) { s.decay = d })
 }
@@ -222,7 +208,8 @@ func WithDecay(d time.Duration) Option {
 // that a peer that fails fast never looks fast: a failure enters the peak
 // EWMA as max(its latency, d); FastestFirst raises it further, to a latency
 // that puts the peer's weight at its floor. It must be positive. Default:
-// DefaultFailurePenalty. P2CPeakEWMA, Prequal and FastestFirst accept it.
+// 5 s, the penalty of Linkerd's load biaser. P2CPeakEWMA, Prequal and
+// FastestFirst accept it.
 func WithFailurePenalty(d time.Duration) Option {
 	return ownOption("WithFailurePenalty", func(s *latencySettings) { s.penalty = d })
 }
@@ -230,7 +217,7 @@ func WithFailurePenalty(d time.Duration) Option {
 // latencyOptions applies cfg's latency options over the defaults, decay
 // being the picker's own, and checks them.
 func latencyOptions(picker string, cfg *config, decay time.Duration) (latencySettings, error) {
-	s := latencySettings{decay: decay, penalty: DefaultFailurePenalty}
+	s := latencySettings{decay: decay, penalty: defaults.FailurePenalty}
 	applyOwn(cfg, &s)
 	if s.decay <= 0 {
 		return s, fmt.Errorf("balancer: %s: WithDecay(%v): not positive: %w", picker, s.decay, ErrInvalidConfig)

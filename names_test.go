@@ -56,6 +56,16 @@ func TestDeprecatedNames_sameAsReplacement(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConfig, "an empty text is refused under the old name too")
 
 	assert.Equal(t, 65536, MaxCycle, "the deprecated bound keeps its value, 2^16") //lint:ignore SA1019 under test
+
+	var names []string
+	for _, a := range Algorithms() {
+		names = append(names, a.Name)
+	}
+	require.Greater(t, len(names), 1, "the registry's pickers")
+	assert.Equal(t, strings.Join(names, ", "), AlgorithmNames(), "AlgorithmNames is Algorithms' names, comma-separated") //lint:ignore SA1019 under test
+	_, err = AlgorithmNamed("nope")
+	require.ErrorIs(t, err, ErrUnknownAlgorithm)
+	assert.Contains(t, err.Error(), "(want one of "+strings.Join(names, ", ")+")", "the error lists the names")
 }
 
 // TestDeprecatedNames_sameRing builds one ConsistentHash ring with HashText
@@ -94,11 +104,12 @@ func TestDeprecatedNames_sameRing(t *testing.T) {
 // repository (its nested modules included) uses a deprecated name outside
 // its own definition and the tests above.
 func TestDeprecatedNames_unused(t *testing.T) {
-	uses := regexp.MustCompile(`\.SetAddr\(|\bHashKey\b|\bMaxCycle\b|\bRequest\.Addr\b`)
+	uses := regexp.MustCompile(`\.SetAddr\(|\bHashKey\b|\bMaxCycle\b|\bRequest\.Addr\b|\bAlgorithmNames\b`)
 	allowed := map[string]bool{
 		"key.go":        true, // SetAddr, Addr
 		"peer.go":       true, // HashKey
 		"cycle.go":      true, // MaxCycle
+		"registry.go":   true, // AlgorithmNames
 		"names_test.go": true,
 		"README.md":     true, // edited apart
 		"CHANGELOG.md":  true, // lists the old names
@@ -166,6 +177,53 @@ func TestDeprecatedOptions_notCalledElsewhere(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Greater(t, files, 100, "the walk found the other packages' files")
+}
+
+// deprecatedDefaults matches the Default* constants that the settings
+// types and the options' docs made redundant (defaults.go declares them).
+var deprecatedDefaults = regexp.MustCompile(`\bDefault(Band|Decay|Exponent|FailTimeout|FailurePenalty|FastestDecay|Floor|HotQuantile|MaxFails|ProbeMaxAge|ProbePoolSize|ProbesPerPick|ProbesPerSecond|Tolerance|Weight)\b`)
+
+// TestDeprecatedDefaults_unused fails if a Go file or a guide of the
+// repository (its nested modules included) names one of the deprecated
+// Default* constants outside their declarations and the tests that hold
+// them to the documented values: code reads the value from
+// internal/defaults (the root module) or from a peer or settings left at
+// zero (the nested modules), and the docs state the value itself.
+func TestDeprecatedDefaults_unused(t *testing.T) {
+	allowed := map[string]bool{
+		"defaults.go":      true, // the declarations
+		"defaults_test.go": true, // each against its documented value
+		"names_test.go":    true,
+		"CHANGELOG.md":     true, // lists the old names
+	}
+	var files int
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".md") || allowed[path] {
+			return nil
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := deprecatedDefaults.FindString(line); m != "" {
+				t.Errorf("%s:%d names the deprecated %s: %s", path, i+1, m, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, files, 100, "the walk found the repository's files")
 }
 
 // TestDeprecatedBudgetNames_unused fails if a Go file or a guide of the

@@ -1,5 +1,7 @@
 package balancer
 
+import "github.com/lbgo/balancer/internal/defaults"
+
 // P2CPeakEWMA in detail. It is the power of two choices (Finagle's P2CPick,
 // tower's balance::p2c) over the peak EWMA load of Finagle's PeakEwma.scala
 // (tower's load::PeakEwma). Each pick draws two distinct eligible peers at
@@ -9,13 +11,13 @@ package balancer
 //
 // where the latency estimate is the peak EWMA of the peer's reported
 // latencies (a reply slower than the estimate replaces it at once, faster
-// ones are averaged in over the decay time, DefaultDecay unless WithDecay
-// says otherwise) decayed toward zero for as long as no reply arrives, as
+// ones are averaged in over the decay time, 10 s unless WithDecay says
+// otherwise) decayed toward zero for as long as no reply arrives, as
 // Finagle's load read decays it: an idle peer's cost sinks until it is tried
 // again, which is how it finds a peer that became fast. The in-flight
 // factor reacts to a stall before its first slow reply. A failure enters the
-// estimate as at least WithFailurePenalty (DefaultFailurePenalty, Linkerd's
-// load biaser), so a peer that fails fast never looks fast.
+// estimate as at least WithFailurePenalty (5 s by default, Linkerd's load
+// biaser's), so a peer that fails fast never looks fast.
 //
 // A peer with no reply yet costs nothing while it has nothing in flight
 // and is then probed one attempt at a time: with an attempt in flight and
@@ -53,7 +55,7 @@ package balancer
 // balance::p2c and load::PeakEwma). Each pick draws two distinct eligible
 // peers by weight and takes the one with the lower latency estimate ×
 // (in flight + 1) / weight. An idle peer's estimate decays ([WithDecay];
-// default [DefaultDecay], 10 s), so a peer that became fast is found again; a failure counts as at least
+// default 10 s), so a peer that became fast is found again; a failure counts as at least
 // [WithFailurePenalty]. Choose it for latency-sensitive traffic to peers of
 // unknown or changing speed. With [WithReportedLoad], the in-flight count
 // takes in the other clients' attempts that peers' servers report.
@@ -87,7 +89,7 @@ func NewP2CPeakEWMA(peers []*Peer, opts ...Option) (*P2CPeakEWMA, error) {
 	if err != nil {
 		return nil, err
 	}
-	lat, err := latencyOptions(p2cSpec.name, &cfg, DefaultDecay)
+	lat, err := latencyOptions(p2cSpec.name, &cfg, defaults.Decay)
 	if err != nil {
 		return nil, err
 	}

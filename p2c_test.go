@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // P2CPeakEWMA's promises beyond the contract, checked by FuzzPickers.
@@ -28,7 +30,7 @@ func newTestP2C(t *testing.T, clk *fakeClock, peers []*Peer, opts ...Option) *P2
 func p2cMeasure(s *peerSet, p *Peer, at time.Time, lat time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	latOf(p).observe(at.UnixNano(), float64(lat), float64(DefaultDecay))
+	latOf(p).observe(at.UnixNano(), float64(lat), float64(defaults.Decay))
 }
 
 func TestPeakEWMA_observe(t *testing.T) {
@@ -118,7 +120,7 @@ func TestP2CPeakEWMA_idleCostDecays(t *testing.T) {
 	peers := weighted(1, 1)
 	b := newTestP2C(t, clk, peers)
 	p2cMeasure(&b.peerSet, peers[1], clk.now(), 20*time.Millisecond)
-	clk.add(time.Duration(float64(DefaultDecay) * math.Log(4)))
+	clk.add(time.Duration(float64(defaults.Decay) * math.Log(4)))
 	p2cMeasure(&b.peerSet, peers[0], clk.now(), 10*time.Millisecond)
 	now := clk.now().UnixNano()
 	_, c := b.cost(peers[1], p2cOf(peers[1]), now, &lazyClock{t: now, ok: true})
@@ -168,7 +170,7 @@ func TestP2CPeakEWMA_fastFailureIsPenalized(t *testing.T) {
 		opts    []Option
 		penalty time.Duration
 	}{
-		{"default penalty", nil, DefaultFailurePenalty},
+		{"default penalty", nil, defaults.FailurePenalty},
 		{"custom penalty", []Option{WithFailurePenalty(time.Second)}, time.Second},
 	}
 	for _, tt := range tests {
@@ -209,7 +211,7 @@ func TestP2CPeakEWMA_failureModel(t *testing.T) {
 		require.Equal(t, pb, p)
 		require.NoError(t, b.Done(p, Outcome{Failed: true}))
 
-		clk.add(DefaultFailTimeout) // nginx compares with <=: still out
+		clk.add(defaults.FailTimeout) // nginx compares with <=: still out
 		_, err := b.Pick(nil)
 		assert.ErrorIs(t, err, ErrNoLivePeer)
 

@@ -4,13 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-)
 
-// Defaults are nginx's (ngx_http_upstream_server).
-const (
-	DefaultWeight      = 1
-	DefaultMaxFails    = 1
-	DefaultFailTimeout = 10 * time.Second
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // Peer is one upstream server and the balancing state a picker keeps for it,
@@ -147,7 +142,7 @@ func MaxFails(n int) PeerOption {
 }
 
 // FailTimeout sets both the window in which MaxFails failures must occur and
-// how long the peer then stays out (nginx's fail_timeout). Default 10s.
+// how long the peer then stays out (nginx's fail_timeout). Default 10 s.
 func FailTimeout(d time.Duration) PeerOption {
 	return func(p *Peer) {
 		if d < 0 {
@@ -189,9 +184,9 @@ func Down() PeerOption { return func(p *Peer) { p.down.Store(true) } }
 // given to; NewPeer itself never fails.
 func NewPeer(addr string, opts ...PeerOption) *Peer {
 	p := &Peer{addr: addr}
-	p.maxFails.Store(DefaultMaxFails)
-	p.failTimeout.Store(int64(DefaultFailTimeout))
-	p.weight.Store(DefaultWeight)
+	p.maxFails.Store(defaults.MaxFails)
+	p.failTimeout.Store(int64(defaults.FailTimeout))
+	p.weight.Store(defaults.Weight)
 	if addr == "" {
 		p.invalid(fmt.Errorf("balancer: empty peer address: %w", ErrInvalidConfig))
 	}

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // Prequal in detail (Wydrowski et al., "Load is not what you should
@@ -167,7 +169,7 @@ import (
 // is what the caller reports as one (over HTTP, a status among the
 // Transport's FailureStatuses). Peers that do not answer probes, and
 // every peer without a Prober or before the first answers, are balanced
-// as [P2CPeakEWMA] balances them ([WithDecay], default [DefaultDecay];
+// as [P2CPeakEWMA] balances them ([WithDecay], default 10 s;
 // [WithFailurePenalty]);
 // those whose probes fail keep their weight's share of the picks.
 //
@@ -204,29 +206,6 @@ var prequalSpec = pickerSpec{
 	settings: "PrequalSettings",
 }
 
-// Defaults of Prequal's options.
-const (
-	// DefaultProbesPerPick is the probes a request sends, on its first
-	// pick: the paper's and prequal-rs's 3 a query.
-	DefaultProbesPerPick = 3
-
-	// DefaultProbesPerSecond caps a picker's probes a second: 3 a pick up
-	// to about 3,333 picks a second, fewer a pick above.
-	DefaultProbesPerSecond = 10000
-
-	// DefaultProbePoolSize and DefaultProbeMaxAge are the pool's: 4
-	// answers (the paper and prequal-rs keep 16, which herds more with
-	// many clients, see Prequal in detail), none older than 1 s.
-	DefaultProbePoolSize = 4
-	DefaultProbeMaxAge   = time.Second
-
-	// DefaultHotQuantile is the quantile of the recent in-flight counts
-	// above which an answer is hot. The paper takes 0.84; prequal-rs
-	// found it herded in simulation and takes 0.6; this package's
-	// simulations, 0.3 (see Prequal in detail).
-	DefaultHotQuantile = 0.3
-)
-
 // Bounds of Prequal's options. Below minProbesPerSecond (one probe in
 // 1000 s) a probe's interval in ns would overflow the bucket's arithmetic.
 const (
@@ -250,27 +229,28 @@ type PrequalSettings struct {
 	Prober Prober
 
 	// ProbesPerPick is how many probes a request sends, on its first pick,
-	// in [0, 16]; a fraction is spread evenly over the requests. 0:
-	// DefaultProbesPerPick, so none (the pool then fills from the replies'
-	// reports alone) is written -1.
+	// in [0, 16]; a fraction is spread evenly over the requests. 0: 3,
+	// the paper's and prequal-rs's 3 a query, so none (the pool then fills
+	// from the replies' reports alone) is written -1.
 	ProbesPerPick float64
 
-	// ProbesPerSecond caps the probes a second, at least 0.001; 0:
-	// DefaultProbesPerSecond.
+	// ProbesPerSecond caps the probes a second, at least 0.001; 0: 10000,
+	// 3 a pick up to about 3,333 picks a second, fewer a pick above.
 	ProbesPerSecond float64
 
 	// PoolSize is how many answers the pool holds at most, in [1, 1024];
-	// 0: DefaultProbePoolSize.
+	// 0: 4 (the paper and prequal-rs keep 16, which herds more with many
+	// clients, see Prequal in detail).
 	PoolSize int
 
 	// MaxAge is how old an answer may be, in (0, MaxProbeLatency]; an
-	// answer whose round trip passed it is dropped as late. 0:
-	// DefaultProbeMaxAge.
+	// answer whose round trip passed it is dropped as late. 0: 1 s.
 	MaxAge time.Duration
 
 	// HotQuantile is the quantile of the recently answered in-flight
-	// counts above which an answer is hot, in (0, 1]; 0:
-	// DefaultHotQuantile.
+	// counts above which an answer is hot, in (0, 1]; 0: 0.3, from the
+	// simulator's runs (the paper takes 0.84, prequal-rs 0.6, which herded
+	// in its simulation; see Prequal in detail).
 	HotQuantile float64
 }
 
@@ -381,13 +361,13 @@ func NewPrequal(peers []*Peer, opts ...Option) (*Prequal, error) {
 	if err != nil {
 		return nil, err
 	}
-	lat, err := latencyOptions(prequalSpec.name, &cfg, DefaultDecay)
+	lat, err := latencyOptions(prequalSpec.name, &cfg, defaults.Decay)
 	if err != nil {
 		return nil, err
 	}
 	set := prequalSettings{
-		perPick: own[float64]{v: DefaultProbesPerPick}, perSecond: own[float64]{v: DefaultProbesPerSecond},
-		size: own[int]{v: DefaultProbePoolSize}, maxAge: own[time.Duration]{v: DefaultProbeMaxAge}, q: own[float64]{v: DefaultHotQuantile},
+		perPick: own[float64]{v: defaults.ProbesPerPick}, perSecond: own[float64]{v: defaults.ProbesPerSecond},
+		size: own[int]{v: defaults.ProbePoolSize}, maxAge: own[time.Duration]{v: defaults.ProbeMaxAge}, q: own[float64]{v: defaults.HotQuantile},
 	}
 	applyOwn(&cfg, &set)
 	if err := set.check(); err != nil {

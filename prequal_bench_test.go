@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // benchProber is the probers of BenchmarkPrequal: answers drawn from
@@ -117,7 +119,7 @@ func BenchmarkPrequal(b *testing.B) {
 						pr.silent[peers[i]] = true
 					}
 				}
-				p, err := NewPrequal(peers, WithProber(pr), WithProbeRate(DefaultProbesPerPick, 1e9))
+				p, err := NewPrequal(peers, WithProber(pr), WithProbeRate(defaults.ProbesPerPick, 1e9))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -178,7 +180,7 @@ func BenchmarkPrequalParallel(b *testing.B) {
 				var p Picker
 				var err error
 				if name == "Prequal" {
-					p, err = NewPrequal(benchPeers(n), WithProber(newBenchProber(true)), WithProbeRate(DefaultProbesPerPick, 1e9))
+					p, err = NewPrequal(benchPeers(n), WithProber(newBenchProber(true)), WithProbeRate(defaults.ProbesPerPick, 1e9))
 				} else {
 					p, err = NewP2CPeakEWMA(benchPeers(n))
 				}

@@ -49,12 +49,18 @@ func AlgorithmNamed(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return Algorithm{}, fmt.Errorf("balancer: %q (want one of %s): %w", name, AlgorithmNames(), ErrUnknownAlgorithm)
+	return Algorithm{}, fmt.Errorf("balancer: %q (want one of %s): %w", name, algorithmNames(), ErrUnknownAlgorithm)
 }
 
 // AlgorithmNames returns the pickers' names, comma-separated, for help
 // texts and errors.
-func AlgorithmNames() string {
+//
+// Deprecated: use Algorithms and each one's Name; AlgorithmNamed's error
+// lists the names.
+func AlgorithmNames() string { return algorithmNames() }
+
+// algorithmNames returns the pickers' names, comma-separated.
+func algorithmNames() string {
 	names := make([]string, len(algorithms))
 	for i, a := range algorithms {
 		names[i] = a.Name

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"sync/atomic"
+
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // Bounded trust in what servers say of themselves. A probe answer or a
@@ -108,7 +110,7 @@ type claimTrust struct {
 // from below: a floor period, the fastest reply counting for between one
 // and two of them. The pool's max age by default: a server that was
 // faster a second ago may be again.
-const floorPeriod = int64(DefaultProbeMaxAge)
+const floorPeriod = int64(defaults.ProbeMaxAge)
 
 // fastestReply records a reply's latency (ns) at now into the floor.
 func (t *claimTrust) fastestReply(measured float64, now int64) {

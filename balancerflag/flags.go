@@ -67,7 +67,7 @@ const (
 // for any program.
 func Register(fs *flag.FlagSet, defaultAlgo string) *Flags {
 	f := &Flags{fs: fs}
-	f.algo = fs.String(algoFlag, defaultAlgo, "balancing algorithm, any case: "+balancer.AlgorithmNames())
+	f.algo = fs.String(algoFlag, defaultAlgo, "balancing algorithm, any case: "+algorithmNames())
 	f.hashKey = fs.String(hashKeyFlag, "", "Hash and ConsistentHash: each request's key, nginx's hash key ($http_x_user, $cookie_session, $arg_id, $remote_addr, $host, $uri, $request_uri, $args, and text)")
 	f.probePath = fs.String(probePathFlag, loadreport.DefaultProbePath, "Prequal: the path each probe GETs")
 	f.probeTimeout = fs.Duration(probeTimeoutFlag, balancerhttp.DefaultProbeTimeout, "Prequal: each probe's bound")
@@ -224,4 +224,14 @@ func pickersOf(option string) string {
 		return t
 	}
 	return "every picker"
+}
+
+// algorithmNames returns the library's pickers' names, comma-separated,
+// for -algo's help.
+func algorithmNames() string {
+	var names []string
+	for _, a := range balancer.Algorithms() {
+		names = append(names, a.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/balancerhttp"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // answers is a balancer.ProbeReceiver that records the answers it is given.
@@ -376,9 +377,9 @@ func TestProber_zeroAndNil(t *testing.T) {
 // TestProber_defaultsTakePrequalBurst: the default Prober takes Prequal's
 // default burst whole, and keeps its default rate at a LAN's round trip:
 // Prequal's bucket lets a hundredth of a second's probes go at once
-// (DefaultProbesPerSecond / 100 = 100), which the default workers and
+// (defaults.ProbesPerSecond / 100 = 100), which the default workers and
 // queue must hold with every worker waiting on a stalled server, and
-// DefaultProbesPerSecond probes of 1 ms each keep 10 in flight, within
+// defaults.ProbesPerSecond probes of 1 ms each keep 10 in flight, within
 // the workers. The server sees exactly DefaultProbeWorkers probes at once.
 func TestProber_defaultsTakePrequalBurst(t *testing.T) {
 	srv, _ := stalled(t)
@@ -389,11 +390,11 @@ func TestProber_defaultsTakePrequalBurst(t *testing.T) {
 		h.ServeHTTP(w, r)
 	})
 	const rtt = time.Millisecond
-	assert.GreaterOrEqual(t, balancerhttp.DefaultProbeWorkers, int(balancer.DefaultProbesPerSecond*rtt/time.Second))
+	assert.GreaterOrEqual(t, balancerhttp.DefaultProbeWorkers, int(defaults.ProbesPerSecond*rtt/time.Second))
 	pr, err := balancerhttp.NewProber(balancerhttp.WithProbeTimeout(time.Hour))
 	require.NoError(t, err)
 	defer pr.Close()
-	burst := int(balancer.DefaultProbesPerSecond / 100)
+	burst := int(defaults.ProbesPerSecond / 100)
 	peer := balancer.NewPeer(addrOf(srv))
 	r := newAnswers()
 	for range burst {

@@ -143,16 +143,16 @@ type SlowStart struct {
 }
 
 // ProbeRate is Config's probeRate: balancer.PrequalSettings'
-// ProbesPerPick and ProbesPerSecond. A missing one keeps its default
-// (balancer.DefaultProbesPerPick, balancer.DefaultProbesPerSecond).
+// ProbesPerPick and ProbesPerSecond. A missing one keeps its default,
+// as the field's doc states it (3 a pick, at most 10000 a second).
 type ProbeRate struct {
 	PerPick   *float64 `json:"perPick,omitempty"`
 	PerSecond *float64 `json:"perSecond,omitempty"`
 }
 
 // ProbePool is Config's probePool: balancer.PrequalSettings' PoolSize and
-// MaxAge. A missing one keeps its default
-// (balancer.DefaultProbePoolSize, balancer.DefaultProbeMaxAge).
+// MaxAge. A missing one keeps its default, as the field's doc states it
+// (4 answers, 1 s).
 type ProbePool struct {
 	Size   *int    `json:"size,omitempty"`
 	MaxAge *string `json:"maxAge,omitempty"`
@@ -181,10 +181,14 @@ func (s codeSet) has(c codes.Code) bool { return c < 32 && s&(1<<c) != 0 }
 
 var defaultFailures = codeSet(1<<codes.Unavailable | 1<<codes.DeadlineExceeded)
 
+// nginxDefaults is a peer with no server parameter given: its max_fails
+// and fail_timeout are the library's defaults (nginx's).
+var nginxDefaults = lbgo.NewPeer("defaults")
+
 func defaultConfig() *lbConfig {
 	return &lbConfig{
-		maxFails:    lbgo.DefaultMaxFails,
-		failTimeout: lbgo.DefaultFailTimeout,
+		maxFails:    nginxDefaults.MaxFails(),
+		failTimeout: nginxDefaults.FailTimeout(),
 		failures:    defaultFailures,
 		probe:       defaultProbeSettings,
 	}
@@ -362,28 +366,28 @@ func parseConfig(alg lbgo.Algorithm, js []byte) (*lbConfig, error) {
 		opts = append(opts, option{"slowStart", v, lbgo.WithSlowStart(w, aggression, minPct)})
 	}
 	if r := c.ProbeRate; r != nil {
-		perPick, perSecond := float64(lbgo.DefaultProbesPerPick), float64(lbgo.DefaultProbesPerSecond)
+		var s lbgo.PrequalSettings // a field left 0 keeps its default
 		if r.PerPick != nil {
-			perPick = *r.PerPick
+			s.ProbesPerPick = none(*r.PerPick)
 		}
 		if r.PerSecond != nil {
-			perSecond = *r.PerSecond
+			s.ProbesPerSecond = *r.PerSecond
 		}
-		opts = append(opts, option{"probeRate", fmt.Sprintf("{%v %v}", perPick, perSecond), lbgo.PrequalSettings{ProbesPerPick: none(perPick), ProbesPerSecond: perSecond}.Option()})
+		opts = append(opts, option{"probeRate", fmt.Sprintf("{%v %v}", s.ProbesPerPick, s.ProbesPerSecond), s.Option()})
 	}
 	if p := c.ProbePool; p != nil {
-		size, maxAge := lbgo.DefaultProbePoolSize, lbgo.DefaultProbeMaxAge
+		var s lbgo.PrequalSettings // a field left 0 keeps its default
 		if p.Size != nil {
-			size = *p.Size
+			s.PoolSize = *p.Size
 		}
 		if p.MaxAge != nil {
 			d, err := dur("probePool", p.MaxAge)
 			if err != nil {
 				return nil, err
 			}
-			maxAge = d
+			s.MaxAge = d
 		}
-		opts = append(opts, option{"probePool", fmt.Sprintf("{%d %v}", size, maxAge), lbgo.PrequalSettings{PoolSize: size, MaxAge: maxAge}.Option()})
+		opts = append(opts, option{"probePool", fmt.Sprintf("{%d %v}", s.PoolSize, s.MaxAge), s.Option()})
 	}
 	// probe is one peer with the server parameters (a peer belongs to one
 	// picker, so a new one for each).

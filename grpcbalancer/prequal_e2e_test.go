@@ -162,8 +162,11 @@ func TestPrequal_configChangeRebuilds(t *testing.T) {
 }
 
 // TestDoc_prequalDefaults: the lbgo_prequal config in the package doc
-// spells the defaults: each value is the constant its option documents,
-// and the policy parses it to the settings of an empty config.
+// spells the defaults: each value is the one the doc of its field or
+// option in the library states (PrequalSettings' fields, WithDecay's
+// 10 s for Prequal; MaxFails' and FailTimeout's, which a peer with no
+// option given also reads), and the policy parses it to the settings of
+// an empty config.
 func TestDoc_prequalDefaults(t *testing.T) {
 	src, err := os.ReadFile("doc.go")
 	require.NoError(t, err)
@@ -188,16 +191,18 @@ func TestDoc_prequalDefaults(t *testing.T) {
 	raw := sc.LB[0]["lbgo_prequal"]
 	var c Config
 	require.NoError(t, json.Unmarshal(raw, &c))
-	assert.Equal(t, float64(lbgo.DefaultProbesPerPick), *c.ProbeRate.PerPick)
-	assert.Equal(t, float64(lbgo.DefaultProbesPerSecond), *c.ProbeRate.PerSecond)
-	assert.Equal(t, lbgo.DefaultProbePoolSize, *c.ProbePool.Size)
-	assert.Equal(t, lbgo.DefaultProbeMaxAge.String(), *c.ProbePool.MaxAge)
-	assert.Equal(t, lbgo.DefaultHotQuantile, *c.HotQuantile)
+	assert.Equal(t, 3.0, *c.ProbeRate.PerPick)
+	assert.Equal(t, 10000.0, *c.ProbeRate.PerSecond)
+	assert.Equal(t, 4, *c.ProbePool.Size)
+	assert.Equal(t, "1s", *c.ProbePool.MaxAge)
+	assert.Equal(t, 0.3, *c.HotQuantile)
 	assert.Equal(t, "250ms", *c.ProbeTimeout)
 	assert.Equal(t, defaultProbeSettings, probeSettings{250 * time.Millisecond, *c.ProbeWorkers, *c.ProbeQueue})
-	assert.Equal(t, lbgo.DefaultDecay.String(), *c.Decay)
-	assert.Equal(t, lbgo.DefaultMaxFails, *c.MaxFails)
-	assert.Equal(t, lbgo.DefaultFailTimeout.String(), *c.FailTimeout)
+	assert.Equal(t, "10s", *c.Decay)
+	bare := lbgo.NewPeer("bare")
+	assert.Equal(t, bare.MaxFails(), *c.MaxFails)
+	assert.Equal(t, bare.FailTimeout().String(), *c.FailTimeout)
+	assert.Equal(t, 1, *c.MaxFails, "MaxFails' doc: default 1")
 	alg, err := lbgo.AlgorithmNamed("Prequal")
 	require.NoError(t, err)
 	cfg, err := parseConfig(alg, raw)

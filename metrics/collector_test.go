@@ -150,7 +150,7 @@ balancer_no_live_peer_total{picker="wrr"} 1
 	}
 
 	// Past fail_timeout, b is due a probe.
-	clk.t = clk.t.Add(balancer.DefaultFailTimeout + time.Second)
+	clk.t = clk.t.Add(b.FailTimeout() + time.Second)
 	if got := testutil.ToFloat64(healthOf(t, reg, "b", "probing")); got != 1 {
 		t.Errorf("b probing = %v after its fail_timeout, want 1", got)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // Names of the oracles in reports.
@@ -276,8 +277,9 @@ type probed struct {
 }
 
 // OracleProbes is how many backends Oracle probed knows of at a pick: the
-// probes a Prequal pick sends by default (balancer.DefaultProbesPerPick).
-const OracleProbes = balancer.DefaultProbesPerPick
+// probes a Prequal pick sends by default (the zero
+// balancer.PrequalSettings.ProbesPerPick).
+const OracleProbes = defaults.ProbesPerPick
 
 func newProbed(w *world, peers []*balancer.Peer, src rand.Source) balancer.Picker {
 	return newProbedK(w, peers, src, OracleProbes)

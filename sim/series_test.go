@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // TestRunRefused: two backends that fail every attempt fast, with nginx's
@@ -95,7 +96,7 @@ func TestRunWeights(t *testing.T) {
 	}
 	during := median(3, bucketAt(17*time.Second), bucketAt(25*time.Second))
 	assert.Less(t, during, int32(30), "the slow backend's weight")
-	assert.GreaterOrEqual(t, during, int32(balancer.DefaultFloor))
+	assert.GreaterOrEqual(t, during, int32(defaults.Floor))
 	for _, i := range []int{0, 1, 2, 4, 9} {
 		assert.Equal(t, int32(100), median(i, bucketAt(17*time.Second), bucketAt(25*time.Second)), "b%d during the brownout", i)
 	}

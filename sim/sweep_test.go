@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 var updateSweep = flag.Bool("update-sweep", false, "rewrite docs/PREQUAL_SWEEP.md")
@@ -71,7 +72,7 @@ func TestPrequalSweep(t *testing.T) {
 
 Prequal's p99 latency in ms (mean over seeds 1-3 ± the 95% interval) and, after the slash, its
 ratio to Oracle SED's, for every pool size (PrequalSettings.PoolSize, max age 1 s), probes a pick
-(ProbesPerPick, at most ` + fmt.Sprint(balancer.DefaultProbesPerSecond) + ` a second) and hot quantile (HotQuantile); each scenario's best
+(ProbesPerPick, at most ` + fmt.Sprint(defaults.ProbesPerSecond) + ` a second) and hot quantile (HotQuantile); each scenario's best
 setting is in bold, the defaults are marked *. The scenarios are ` + "`balance sim`" + `'s: 10 M/M/1
 backends whose speeds are redrawn every 0.25-1.75 s, 16 or 64 clients, probes as events on the
 virtual clock.
@@ -102,7 +103,7 @@ virtual clock.
 					if name == best {
 						cell = "**" + cell + "**"
 					}
-					if n == balancer.DefaultProbePoolSize && k == balancer.DefaultProbesPerPick && q == balancer.DefaultHotQuantile {
+					if n == defaults.ProbePoolSize && k == defaults.ProbesPerPick && q == defaults.HotQuantile {
 						cell += " *"
 					}
 					fmt.Fprintf(&b, " %s |", cell)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,9 +55,9 @@ func TestSubset_outsideChanges(t *testing.T) {
 	require.NotNil(t, out)
 	require.NoError(t, s.SetDown(out, true))
 	require.NoError(t, s.SetWeight(out, 4))
-	assert.Equal(t, []any{4, 3, balancer.DefaultFailTimeout, 5, false, true, "x"}, config(out))
+	assert.Equal(t, []any{4, 3, defaults.FailTimeout, 5, false, true, "x"}, config(out))
 	require.NoError(t, s.SetDown(out, false))
-	assert.Equal(t, []any{4, 3, balancer.DefaultFailTimeout, 5, false, false, "x"}, config(out))
+	assert.Equal(t, []any{4, 3, defaults.FailTimeout, 5, false, false, "x"}, config(out))
 	err = s.SetWeight(out, -1)
 	require.ErrorIs(t, err, balancer.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "weight -1")

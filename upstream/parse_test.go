@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // srv is a server with nginx's defaults, for expected values: name as
@@ -351,8 +352,8 @@ func TestPeers(t *testing.T) {
 	assert.False(t, a.IsBackup())
 	assert.False(t, a.IsDown())
 	assert.True(t, bb.IsDown())
-	assert.Equal(t, balancer.DefaultMaxFails, bb.MaxFails())
-	assert.Equal(t, balancer.DefaultFailTimeout, bb.FailTimeout())
+	assert.Equal(t, defaults.MaxFails, bb.MaxFails())
+	assert.Equal(t, defaults.FailTimeout, bb.FailTimeout())
 	assert.True(t, c.IsBackup())
 	// The hash text is the server as written, which nginx's hash KEY
 	// consistent hashes ("a", not "a:80").

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // server parses one `server ADDR [PARAM...]` directive, its ";" checked,
@@ -26,9 +27,9 @@ func (p *parser) server(words []token, m Method) (Server, *ParseError) {
 		Name:        words[1].text,
 		Addr:        addr,
 		Line:        words[0].line,
-		Weight:      balancer.DefaultWeight,
-		MaxFails:    balancer.DefaultMaxFails,
-		FailTimeout: balancer.DefaultFailTimeout,
+		Weight:      defaults.Weight,
+		MaxFails:    defaults.MaxFails,
+		FailTimeout: defaults.FailTimeout,
 	}
 	for _, w := range words[2:] {
 		if err := p.param(&s, w); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lbgo/balancer"
 	"github.com/lbgo/balancer/discovery"
+	"github.com/lbgo/balancer/internal/defaults"
 )
 
 // Watch keeps bal's peers those of the block, following its resolve
@@ -55,7 +56,7 @@ func (b *Block) Watch(ctx context.Context, bal balancer.Updater, c discovery.Con
 			return s.Peer()
 		}
 		weight := s.Weight
-		if t.Weight > 0 && s.Weight == balancer.DefaultWeight {
+		if t.Weight > 0 && s.Weight == defaults.Weight {
 			weight = t.Weight // nginx: an SRV weight counts unless weight= says otherwise
 		}
 		opts := []balancer.PeerOption{

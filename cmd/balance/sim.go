@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lbgo/balancer"
+	"github.com/lbgo/balancer/internal/defaults"
 	"github.com/lbgo/balancer/sim"
 )
 
@@ -85,7 +86,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	candidate := fs.String("candidate", "", "picker measured by -check (default "+strings.Join(simCandidates, ", else ")+")")
 	baseline := fs.String("baseline", "", "picker -check compares with (default "+strings.Join(simBaselines, ", else ")+")")
 	tau := fs.Duration("tau", 0, fmt.Sprintf("the candidate's decay constant, for the readmission check (default its own: %s for FastestFirst, %s otherwise)",
-		seconds(balancer.DefaultFastestDecay), seconds(balancer.DefaultDecay)))
+		seconds(defaults.FastestDecay), seconds(defaults.Decay)))
 	series := fs.Bool("series", false, "print each backend's share of attempts per 500 ms window, first seed")
 	list := fs.Bool("list", false, "list the scenarios and the policies")
 	svgDir := fs.String("svg", "", "also write SVG charts of each scenario's first seed into `DIR`, created if missing")
@@ -540,7 +541,7 @@ func writeCharts(dir string, rep *sim.Report) (int, error) {
 // the readmission check.
 func decayOf(picker string) time.Duration {
 	if picker == "FastestFirst" {
-		return balancer.DefaultFastestDecay
+		return defaults.FastestDecay
 	}
-	return balancer.DefaultDecay
+	return defaults.Decay
 }

@@ -106,8 +106,10 @@ func configure(args []string, stderr io.Writer) (*proxyConfig, error) {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on")
 	spec := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
-	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
-	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
+	// nginx's max_fails and fail_timeout defaults, as balancer.MaxFails
+	// and balancer.FailTimeout state them.
+	maxFails := fs.Int("max-fails", 1, "failures within -fail-timeout that take a backend out (0: never)")
+	failTimeout := fs.Duration("fail-timeout", 10*time.Second, "how long a failing backend stays out")
 	maxTries := fs.Int("max-tries", 0, "attempts per request at most (0: one per backend)")
 	connectTimeout := fs.Duration("connect-timeout", 0, "per-attempt wait for a connection, nginx's proxy_connect_timeout; a backend past it has failed (0: the dialer's 30 s)")
 	readTimeout := fs.Duration("read-timeout", 0, "per-attempt wait for the headers and for each read of the body, nginx's proxy_read_timeout; a backend past it has failed (0: 60 s for the headers)")

@@ -29,6 +29,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -59,7 +60,7 @@ func main() {
 // ctx ends.
 func run(ctx context.Context, args []string, out io.Writer, done func(metrics net.Addr)) error {
 	fs := flag.NewFlagSet("httpclient", flag.ContinueOnError)
-	algo := fs.String("algo", "FastestFirst", "balancing algorithm, any case (FastestFirst: the README's default for one client): "+balancer.AlgorithmNames())
+	algo := fs.String("algo", "FastestFirst", "balancing algorithm, any case (FastestFirst: the README's default for one client): "+algorithmNames())
 	requests := fs.Int("requests", 300, "requests to send")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9092", "address to serve /metrics on")
 	if err := fs.Parse(args); err != nil {
@@ -153,4 +154,14 @@ func logBlind(l *log.Logger, picker string) func(balancer.Event) {
 			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
 		}
 	}
+}
+
+// algorithmNames returns the pickers' names, comma-separated, for -algo's
+// help.
+func algorithmNames() string {
+	var names []string
+	for _, a := range balancer.Algorithms() {
+		names = append(names, a.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,9 +67,11 @@ func run(ctx context.Context, args []string, ready func(proxy, metrics net.Addr)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the proxy on")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9091", "address to serve /metrics on")
 	spec := fs.String("backends", "", "comma-separated backends, host:port[=weight]")
-	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+balancer.AlgorithmNames())
-	maxFails := fs.Int("max-fails", balancer.DefaultMaxFails, "failures within -fail-timeout that take a backend out (0: never)")
-	failTimeout := fs.Duration("fail-timeout", balancer.DefaultFailTimeout, "how long a failing backend stays out")
+	algo := fs.String("algo", "SmoothWRR", "balancing algorithm, any case: "+algorithmNames())
+	// nginx's max_fails and fail_timeout defaults, as balancer.MaxFails
+	// and balancer.FailTimeout state them.
+	maxFails := fs.Int("max-fails", 1, "failures within -fail-timeout that take a backend out (0: never)")
+	failTimeout := fs.Duration("fail-timeout", 10*time.Second, "how long a failing backend stays out")
 	quiet := fs.Bool("quiet", false, "do not log requests that end in 502")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -148,4 +151,14 @@ func logBlind(l *log.Logger, picker string) func(balancer.Event) {
 			l.Printf("%s sees backend %s's load again", picker, e.Peer.Addr())
 		}
 	}
+}
+
+// algorithmNames returns the pickers' names, comma-separated, for -algo's
+// help.
+func algorithmNames() string {
+	var names []string
+	for _, a := range balancer.Algorithms() {
+		names = append(names, a.Name)
+	}
+	return strings.Join(names, ", ")
 }
