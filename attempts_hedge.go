@@ -30,15 +30,10 @@ type hedgeAttempt struct {
 // keeps it off the peers in flight), up to HedgePolicy.MaxAttempts in
 // flight, each hedge taken from the policy's Budget; the first verdict
 // that ends the loop wins and the other attempts' contexts are cancelled
-// with ErrSuperseded. Once a loser's try returns, a Verdict that says
-// Failed is reported as it is (a failure reply is the peer's failure,
-// whichever answer came first); any other is reported Abandoned and
-// Superseded (plain Abandoned if ctx ended first; nothing if it says
-// Reported), so a try cut short by its context says Abandoned. A hedge
-// counts as won (HedgeStats.Won, EventHedgeWon) only if its verdict ends
-// the loop neither Failed nor Abandoned. A failure asking for a retry
-// while another attempt is in flight waits for it; with none in flight it
-// is an ordinary retry. Each try runs on a goroutine of its own, on a context
+// with ErrSuperseded, each reported Abandoned and Superseded (unless its
+// Verdict says Reported, or ctx ended first) once its try returns. A
+// failure asking for a retry while another attempt is in flight waits for
+// it; with none in flight it is an ordinary retry. Each try runs on a goroutine of its own, on a context
 // of its own, so try and Now must be safe for concurrent use. RunHedged
 // returns once every try has returned, and never cancels the winner's
 // context, which ctx's end releases (a caller that keeps reading the
@@ -54,11 +49,10 @@ type hedgeAttempt struct {
 // allows it and the picker has a peer the request has not tried. The
 // first verdict that ends the loop wins; the attempts still in flight are
 // cancelled with ErrSuperseded and, once their try returns, reported
-// (reportLoser) unless their verdict is a failure, reported as such. A
-// failure that asks for a retry while other attempts are in flight waits
-// for them (the next hedge may still go); one with none in flight is
-// retried at once, from a.Budget, as without hedging. Run returns once
-// every try has returned.
+// Abandoned. A failure that asks for a retry while other attempts are in
+// flight waits for them (the next hedge may still go); one with none in
+// flight is retried at once, from a.Budget, as without hedging. Run
+// returns once every try has returned.
 func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.Context, *Peer) Verdict) error {
 	if h == nil {
 		return a.Run(ctx, try)
@@ -153,18 +147,11 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 				if res.id == 0 && winner >= 0 && !res.v.Outcome.Failed {
 					h.record(res.latency) // at least this slow
 				}
-				switch { // a try that panicked has a zero verdict
-				case res.v.Reported: // the caller's to report
-				case res.v.Outcome.Failed:
-					// A failure reply is the peer's failure whatever
-					// the race: its failure accounting needs it.
-					o := res.v.Outcome
-					if o.Latency == 0 {
-						o.Latency = res.latency
-					}
-					_ = a.Picker.Done(at.peer, o)
-				default:
-					a.reportLoser(at, res.latency)
+				if !res.v.Reported || res.panicked {
+					// Superseded unless ctx ended first: then the
+					// caller's patience ran out, as without hedging.
+					sup := context.Cause(at.ctx) == ErrSuperseded
+					_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Superseded: sup, Latency: res.latency})
 				}
 			case res.panicked:
 				_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Latency: res.latency})
@@ -182,11 +169,11 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 					ended, winner = true, res.id
 					stopTimer()
 					a.cancelOthers(atts, res.id)
-					if at.hedge && answered(res.v) {
+					if at.hedge {
 						h.won.Add(1)
 						h.event(EventHedgeWon, at.peer, a.now())
 					}
-					if res.id == 0 && answered(res.v) {
+					if res.id == 0 && !res.v.Outcome.Failed && !res.v.Outcome.Abandoned {
 						h.record(res.latency)
 					}
 					continue
@@ -220,21 +207,6 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 		return nil
 	}
 	return why
-}
-
-// reportLoser reports an attempt that lost and did not fail: Abandoned,
-// and Superseded unless ctx ended first (then the caller's patience ran
-// out, as without hedging).
-func (a *Attempts) reportLoser(at *hedgeAttempt, latency time.Duration) {
-	sup := context.Cause(at.ctx) == ErrSuperseded
-	_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Superseded: sup, Latency: latency})
-}
-
-// answered reports whether a verdict that ended the loop is an answer the
-// caller takes as one: neither Failed nor Abandoned. A Reported verdict
-// (a reply whose body is still to be read) is one.
-func answered(v Verdict) bool {
-	return !v.Outcome.Failed && !v.Outcome.Abandoned
 }
 
 // cancelOthers cancels, with ErrSuperseded, every attempt in flight but

@@ -98,10 +98,7 @@ type Outcome struct {
 	// the run of attempts abandoned with no reply between. A peer that
 	// stalls for good still shows: each such attempt raises its estimate
 	// to the attempt's own wait, and once the hedge budget refuses, its
-	// attempts run to the caller's deadline, abandoned as before. A
-	// loser whose reply is a failure (a 503 that came after the winner's
-	// answer) is reported Failed, not Superseded: only an attempt cut
-	// short by its cancellation is superseded.
+	// attempts run to the caller's deadline, abandoned as before.
 	// Superseded without Abandoned is rejected with ErrInvalidOutcome.
 	Superseded bool
 

@@ -79,8 +79,7 @@ const (
 	EventHedgeSent
 
 	// EventHedgeWon: a hedge, on Peer, ended its request's loop before
-	// the attempts sent before it, with an answer: neither failed nor
-	// abandoned (HedgeStats says what counts as won).
+	// the attempts sent before it.
 	EventHedgeWon
 
 	// EventHedgeRefused: the hedge budget refused a hedge; the request

@@ -63,9 +63,9 @@ type HedgePolicy struct {
 
 	// Events, if set, is called for each hedge sent (EventHedgeSent,
 	// Peer the hedge's), each request a hedge won (EventHedgeWon, Peer
-	// the winner; see HedgeStats) and each hedge the budget refused
-	// (EventHedgeRefused), on the goroutine of Attempts.RunHedged, with
-	// Attempts.Now's time. It must be quick and safe for concurrent use.
+	// the winner) and each hedge the budget refused (EventHedgeRefused),
+	// on the goroutine of Attempts.RunHedged, with Attempts.Now's time. It
+	// must be quick and safe for concurrent use.
 	Events func(Event)
 }
 
@@ -112,16 +112,9 @@ const (
 )
 
 // HedgeStats counts what a Hedging has done since it was made.
-//
-// A hedge won its request when its verdict ended Attempts.RunHedged's
-// loop with an answer: neither Outcome.Failed nor Outcome.Abandoned (a
-// Reported verdict is an answer). A hedge whose failure or abandoned try
-// ended the loop (the caller gave up, say) won nothing. Through
-// balancerhttp.Transport a won hedge is one whose response the caller
-// got; grpcbalancer's Hedging counts the RPCs whose OK came from a hedge.
 type HedgeStats struct {
 	Sent    uint64 // hedges sent
-	Won     uint64 // requests a hedge answered first (see above)
+	Won     uint64 // requests a hedge ended (answered first)
 	Refused uint64 // hedges the budget refused
 	// Delay is the delay a hedge waits now; -1 while a Percentile
 	// has too few latencies to hedge.

@@ -38,7 +38,7 @@ func supersededRun(t *testing.T, lb Picker, clk *fakeClock, h *Hedging, timers c
 			case v := <-c.reply:
 				return v
 			case <-ctx.Done():
-				return Verdict{Outcome: Outcome{Abandoned: true}} // a loser: Run reports it Superseded
+				return Verdict{Outcome: Outcome{Failed: true}, Retry: true} // a loser: Run reports it
 			}
 		})
 	}()

@@ -18,9 +18,8 @@ import (
 // with a (weight 3), b (2) and c (1), which a fresh request picks in the
 // order a, b, c, and a fake clock that moves only when the test moves it.
 // Each try announces itself on started and waits for the test's verdict
-// or its context's end; a try whose context ended returns Abandoned, as a
-// try cut short by its cancellation should, which a loser's report turns
-// into Superseded. The
+// or its context's end; a try whose context ended returns a failure, so
+// that a loser's report shows Run's Abandoned, not try's verdict. The
 // hedge's timer is the test's: each arming arrives on timers and fires
 // when the test says.
 type hedgeRig struct {
@@ -95,7 +94,7 @@ func (g *hedgeRig) run() {
 			case v := <-c.reply:
 				return v
 			case <-ctx.Done():
-				return Verdict{Outcome: Outcome{Abandoned: true}}
+				return Verdict{Outcome: Outcome{Failed: true}, Retry: true}
 			}
 		})
 	}()
@@ -148,7 +147,7 @@ var ok = Verdict{}
 // TestHedge_firesAtDelay: the hedge goes when the timer armed for Delay
 // fires and not before; the first answer wins, the loser's context is
 // cancelled with ErrSuperseded, and it is reported Abandoned and
-// Superseded once, with the time it ran, its try having returned Abandoned.
+// Superseded once, with the time it ran, whatever its try returned.
 func TestHedge_firesAtDelay(t *testing.T) {
 	g := newHedgeRig(t, HedgePolicy{MaxAttempts: 2, Delay: 10 * time.Millisecond})
 	g.run()

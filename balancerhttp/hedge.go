@@ -37,8 +37,7 @@ func hedgeable(req *http.Request) bool {
 // is read or closed. Several attempts may run at once, so their shared
 // state is behind mu. The winner is the response whose context was not
 // superseded; the others' bodies are closed, reported Abandoned and
-// Superseded. A loser whose status is a failure is its peer's failure
-// (RunHedged reports its verdict), whichever answer came first.
+// Superseded.
 func (t *Transport) roundTripHedged(req *http.Request, br *balancer.Request) (*http.Response, error) {
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	to := timeouts{t.ConnectTimeout, t.ReadTimeout}

@@ -50,14 +50,25 @@ func TestTransport_hedgeClientGivesUp(t *testing.T) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://svc/x", nil)
 			require.NoError(t, err)
 			req.Header.Set("X-Request-Id", "1")
-			wait := send(t, tr, req)
+			errc := make(chan error, 1)
+			go func() {
+				resp, err := patient(tr).Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+				errc <- err
+			}()
 			for range tt.attempts {
 				<-f.held
 			}
 			cancel()
-			resp, err := wait()
-			if err == nil {
-				_ = resp.Body.Close()
+			patience := time.NewTimer(10 * time.Second)
+			defer patience.Stop()
+			select {
+			case err = <-errc:
+			case <-patience.C:
+				t.Fatal("no answer 10 s after the cancellation")
 			}
 			var rt *balancerhttp.RoundTripError
 			if assert.ErrorAs(t, err, &rt) {

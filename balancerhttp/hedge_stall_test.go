@@ -121,17 +121,17 @@ func (f *stallFleet) hedging(t *testing.T) *balancer.Hedging {
 	return h
 }
 
-// waitEnded waits for k stalls to end, failing the test after patience,
+// waitEnded waits for k stalls to end, failing the test after a patience
 // far beyond what a cancellation takes on loopback.
 func (f *stallFleet) waitEnded(t *testing.T, k int) {
 	t.Helper()
-	timer := time.NewTimer(patience)
-	defer timer.Stop()
+	patience := time.NewTimer(10 * time.Second)
+	defer patience.Stop()
 	for range k {
 		select {
 		case <-f.ended:
-		case <-timer.C:
-			t.Fatalf("a stalled server still holds its request after %v: its client's cancellation never reached it", patience)
+		case <-patience.C:
+			t.Fatalf("a stalled server still holds its request after 10 s: its client's cancellation never reached it")
 		}
 	}
 }
@@ -146,47 +146,34 @@ func (f *stallFleet) arrivals() []stallArrival {
 // releaseAll ends every stall, now and to come.
 func (f *stallFleet) releaseAll() { f.freed.Do(func() { close(f.release) }) }
 
-// patience is how long these tests wait for an answer or a
-// cancellation: far beyond what any of them takes on loopback, so that a
+// doWithin sends req through tr, failing the test if no answer comes
+// within 10 s, far beyond what any of these tests waits on loopback: a
 // regression that leaves an attempt waiting fails the test instead of
 // hanging it (the fleet's cleanup then releases its stalls).
-const patience = 10 * time.Second
-
-// send sends req through tr on a goroutine of its own, so that the test
-// may act while the request is under way, and returns the wait for its
-// answer, which fails the test if none comes within patience.
-func send(t *testing.T, tr http.RoundTripper, req *http.Request) (wait func() (*http.Response, error)) {
+func doWithin(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, error) {
+	t.Helper()
 	type result struct {
 		resp *http.Response
 		err  error
 	}
 	c := make(chan result, 1)
 	go func() {
-		resp, err := patient(tr).Do(req)
+		resp, err := (&http.Client{Transport: tr}).Do(req)
 		c <- result{resp, err}
 	}()
-	return func() (*http.Response, error) {
-		t.Helper()
-		timer := time.NewTimer(patience)
-		defer timer.Stop()
-		select {
-		case r := <-c:
-			return r.resp, r.err
-		case <-timer.C:
-			t.Fatalf("%s %s: no answer within %v", req.Method, req.URL, patience)
-			return nil, nil
-		}
+	patience := time.NewTimer(10 * time.Second)
+	defer patience.Stop()
+	select {
+	case r := <-c:
+		return r.resp, r.err
+	case <-patience.C:
+		t.Fatalf("%s %s: no answer within 10 s", req.Method, req.URL)
+		return nil, nil
 	}
 }
 
-// doWithin sends req through tr and waits for its answer, as send does.
-func doWithin(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, error) {
-	t.Helper()
-	return send(t, tr, req)()
-}
-
-// patient is a client of tr whose requests give up after patience, for
-// requests sent from goroutines of their own.
+// patient is a client of tr whose requests give up after 10 s, as
+// doWithin does, for requests sent from goroutines of their own.
 func patient(tr http.RoundTripper) *http.Client {
-	return &http.Client{Transport: tr, Timeout: patience}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }

@@ -26,8 +26,38 @@ func (okBase) RoundTrip(*http.Request) (*http.Response, error) {
 // per request, the hedging path's when Hedging is set (no hedge is sent:
 // okBase answers before any delay).
 func BenchmarkTransport_roundTrip(b *testing.B) {
-	peers := []*balancer.Peer{balancer.NewPeer("a:1"), balancer.NewPeer("b:1")}
-	benchTransport(b, peers, func(*testing.B) http.RoundTripper { return okBase{} }, false)
+	lb, err := balancer.NewRoundRobin([]*balancer.Peer{balancer.NewPeer("a:1"), balancer.NewPeer("b:1")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bud, err := balancer.NewRetryBudget(0.05, 1, 10*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := balancer.NewHedging(balancer.HedgePolicy{MaxAttempts: 2, Delay: time.Second, Budget: bud})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"off", "hedging"} {
+		b.Run(name, func(b *testing.B) {
+			tr := &balancerhttp.Transport{Picker: lb, Base: okBase{}}
+			if name == "hedging" {
+				tr.Hedging = h
+			}
+			req, err := http.NewRequest(http.MethodGet, "http://service/x", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = resp.Body.Close()
+			}
+		})
+	}
 }
 
 // BenchmarkTransport_loopback is one GET through a Transport over two
@@ -43,20 +73,6 @@ func BenchmarkTransport_loopback(b *testing.B) {
 		b.Cleanup(srv.Close)
 		peers = append(peers, balancer.NewPeer(srv.Listener.Addr().String()))
 	}
-	benchTransport(b, peers, func(b *testing.B) http.RoundTripper {
-		base := http.DefaultTransport.(*http.Transport).Clone()
-		b.Cleanup(base.CloseIdleConnections)
-		return base
-	}, true)
-}
-
-// benchTransport times one GET through a Transport over peers
-// (RoundRobin) and the Base newBase makes for each sub-benchmark: "off",
-// and "hedging" with MaxAttempts 2 and a 1 s delay, from a budget of 5%
-// plus 1 a second over 10 s. read: the body is read to its end before it
-// is closed. It fails if a hedge was sent: the benchmark times the path
-// with none.
-func benchTransport(b *testing.B, peers []*balancer.Peer, newBase func(*testing.B) http.RoundTripper, read bool) {
 	lb, err := balancer.NewRoundRobin(peers)
 	if err != nil {
 		b.Fatal(err)
@@ -71,7 +87,9 @@ func benchTransport(b *testing.B, peers []*balancer.Peer, newBase func(*testing.
 	}
 	for _, name := range []string{"off", "hedging"} {
 		b.Run(name, func(b *testing.B) {
-			tr := &balancerhttp.Transport{Picker: lb, Base: newBase(b)}
+			base := http.DefaultTransport.(*http.Transport).Clone()
+			b.Cleanup(base.CloseIdleConnections)
+			tr := &balancerhttp.Transport{Picker: lb, Base: base}
 			if name == "hedging" {
 				tr.Hedging = h
 			}
@@ -85,10 +103,8 @@ func benchTransport(b *testing.B, peers []*balancer.Peer, newBase func(*testing.
 				if err != nil {
 					b.Fatal(err)
 				}
-				if read {
-					if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-						b.Fatal(err)
-					}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					b.Fatal(err)
 				}
 				_ = resp.Body.Close()
 			}

@@ -14,39 +14,18 @@
 # for the section on probes (with the root module's BenchmarkPrequal*,
 # if there are any); ONLY=guards for the section on the guards, the root
 # module's BenchmarkGuard* (panic mode, the ejection cap and the others).
-#
-# The whole run rewrites the sections it generates and keeps every other
-# section of the file where it stands: those measured apart (the guards'),
-# and those written by hand (hedging's, from benchmarks/hedging.sh).
-#
-# OUT (default BENCHMARKS.md at the root) is the file written.
-# ROUNDS_FROM=dir, for the whole run only, takes the rounds from dir's
-# round*.txt and cores*.txt instead of running the benchmarks: a way to
-# exercise the report on a small input (benchmarks/report's tests do).
 set -eu
 
 ROUNDS=${ROUNDS:-7}
 BENCHTIME=${BENCHTIME:-100ms}
 ONLY=${ONLY:-}
-ROUNDS_FROM=${ROUNDS_FROM:-}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-out=${OUT:-$root/BENCHMARKS.md}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 cd "$here"
-if [ -n "$ROUNDS_FROM" ]; then
-	if [ -n "$ONLY" ]; then
-		echo "run.sh: ROUNDS_FROM is for the whole run, not ONLY=$ONLY" >&2
-		exit 2
-	fi
-	cp "$ROUNDS_FROM"/round*.txt "$work"/
-	cp "$ROUNDS_FROM"/cores*.txt "$work"/ 2>/dev/null || true
-	ROUNDS=$(ls "$work"/round*.txt | wc -l | tr -d ' ')
-else
-	go test -c -o "$work/compare.test" .
-fi
+go test -c -o "$work/compare.test" .
 go build -o "$work/report" ./report
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
@@ -57,11 +36,11 @@ fi
 # write_section rewrites section $1 of BENCHMARKS.md (its title: $2) from
 # the rounds' files, with the load average measured before them.
 write_section() {
-	"$work/report" -only "$1" -load "$load" -out "$out" -cmd "ONLY=$1 ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
+	"$work/report" -only "$1" -load "$load" -out "$root/BENCHMARKS.md" -cmd "ONLY=$1 ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME sh benchmarks/run.sh" \
 		-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
 		-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
 		-benchtime "$BENCHTIME" "$work"/round*.txt
-	echo "rewrote the $2 section of $out" >&2
+	echo "rewrote the $2 section of $root/BENCHMARKS.md" >&2
 }
 
 if [ "$ONLY" = load ]; then
@@ -137,7 +116,7 @@ if [ "$ONLY" = fastest ]; then
 fi
 
 i=1
-while [ -z "$ROUNDS_FROM" ] && [ "$i" -le "$ROUNDS" ]; do
+while [ "$i" -le "$ROUNDS" ]; do
 	echo "round $i of $ROUNDS" >&2
 	"$work/compare.test" -test.run '^$' -test.bench . -test.benchtime "$BENCHTIME" >"$work/round$i.txt"
 	# The parallel picks of the lock-free and feedback pickers again, on
@@ -151,8 +130,8 @@ cmd="sh benchmarks/run.sh"
 if [ "$ROUNDS" != 7 ] || [ "$BENCHTIME" != 100ms ]; then
 	cmd="ROUNDS=$ROUNDS BENCHTIME=$BENCHTIME $cmd"
 fi
-"$work/report" -out "$out" -cmd "$cmd" \
+"$work/report" -out "$root/BENCHMARKS.md" -cmd "$cmd" \
 	-cpu "${cpu:-unknown CPU}" -cores "$(nproc 2>/dev/null || echo '?')" \
 	-go "$(go env GOVERSION)" -date "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-	-benchtime "$BENCHTIME" -cores-rounds "$(ls "$work"/cores*.txt 2>/dev/null | tr '\n' ',')" "$work"/round*.txt
-echo "wrote $out" >&2
+	-benchtime "$BENCHTIME" -cores-rounds "$(ls "$work"/cores*.txt | tr '\n' ',')" "$work"/round*.txt
+echo "wrote $root/BENCHMARKS.md" >&2

@@ -62,8 +62,7 @@ const (
 // Under an lbgo_ policy of this package the attempts of one RPC share its
 // tried set, so each goes to a backend that no other attempt of the RPC
 // has been sent to; an attempt that finds none is not sent (NoBackend in
-// Stats), and gives its budget token back. Under another policy they are
-// picked independently.
+// Stats). Under another policy they are picked independently.
 //
 // Streaming RPCs, methods without a hedgingPolicy and replies that are not
 // proto messages are passed through untouched. Use the interceptor
@@ -83,9 +82,9 @@ type Hedging struct {
 type HedgingStats struct {
 	RPCs      uint64 // RPCs of a method with a hedgingPolicy
 	Hedges    uint64 // attempts after the first, sent with the budget's leave
-	Won       uint64 // RPCs whose OK answer came from an attempt after the first (balancer.HedgeStats' won)
+	Won       uint64 // RPCs whose OK answer came from an attempt after the first
 	Refused   uint64 // attempts after the first that the budget refused
-	NoBackend uint64 // attempts not sent: no backend the RPC's other attempts had not tried; their budget tokens are given back
+	NoBackend uint64 // attempts not sent: no backend the RPC's other attempts had not tried
 }
 
 // HedgingOption configures NewHedging.
@@ -454,20 +453,14 @@ func (r *hedgeRun) report(a *hedgeAttempt, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight--
-	if a.noPeer.Load() {
-		// Never sent: no backend left that the RPC has not tried. Its
-		// budget token goes back, as a retry whose pick finds no peer
-		// does (every attempt after the first took one, and this one
-		// made no attempt of them), also once the RPC is decided.
-		r.h.noBackend.Add(1)
-		r.h.budget.Refund()
-	}
 	if r.done {
 		return
 	}
 	switch {
 	case a.noPeer.Load():
-		// Neither will a later attempt find a backend.
+		// Never sent: no backend left that the RPC has not tried.
+		// Neither will a later attempt find one.
+		r.h.noBackend.Add(1)
 		r.hedging = false
 		if r.last == nil {
 			r.last = err

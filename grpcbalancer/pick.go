@@ -254,11 +254,7 @@ func (a *attempt) done(info balancer.DoneInfo) {
 //     a client's abort against a server either. Abandoned and Superseded
 //     when ctx's cause is lbgo.ErrSuperseded: Hedging cancelled the
 //     attempt because another attempt of its RPC ended it.
-//   - Failed when the status code is in isFailure, also once ctx has
-//     ended (a hedge's loser whose server's failure came in before its
-//     cancellation): a failure reply is the peer's failure whatever the
-//     race. Only CANCELLED and DEADLINE_EXCEEDED, what gRPC gives an
-//     attempt whose context ended, are then the client's doing.
+//   - Failed when the status code is in isFailure.
 //   - Otherwise a success, whatever the code: the server answered.
 //
 // It leaves Load nil: the policies add the server's report with LoadOf.
@@ -267,16 +263,8 @@ func OutcomeOf(ctx context.Context, info balancer.DoneInfo, latency time.Duratio
 	switch {
 	case info.Err == nil:
 		o.Abandoned = !info.BytesSent // gRPC found the SubConn not ready and picks again
-	case !info.BytesSent:
+	case ctx.Err() != nil || !info.BytesSent:
 		o.Abandoned = true
-	case ctx.Err() != nil:
-		// Ended by its context, unless the server's failure status came
-		// in first: a failure reply is the peer's failure whatever the
-		// race. CANCELLED and DEADLINE_EXCEEDED are what an attempt
-		// whose context ended gets: the client's doing.
-		code := status.Code(info.Err)
-		o.Failed = code != codes.Canceled && code != codes.DeadlineExceeded && isFailure != nil && isFailure(code)
-		o.Abandoned = !o.Failed
 	default:
 		code := status.Code(info.Err)
 		if code == codes.Canceled {

@@ -17,8 +17,7 @@ const (
 // grpcbalancer.Hedging is one, and the metrics module does not depend on
 // gRPC. Each count only grows. requests are the requests of a method that
 // hedges; sent the attempts after the first that the budget let go; won
-// the requests such an attempt answered with a success (gRPC: OK), as
-// balancer.HedgeStats counts won; refused the attempts the budget
+// the requests such an attempt answered; refused the attempts the budget
 // refused; noBackend those of sent that found no backend the request had
 // not tried, and so were not sent on.
 type HedgeCounter interface {

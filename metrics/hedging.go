@@ -20,8 +20,7 @@ const (
 //
 //   - balancer_hedges_sent_total (counter): hedges sent;
 //   - balancer_hedges_won_total (counter): requests a hedge answered
-//     first with an answer, neither failed nor abandoned
-//     (balancer.HedgeStats.Won);
+//     first;
 //   - balancer_hedges_refused_total (counter): hedges the hedge budget
 //     refused;
 //   - balancer_hedge_delay_seconds (gauge): the delay a hedge waits now,
@@ -76,7 +75,7 @@ func hedgesSentDesc(c prometheus.Labels) *prometheus.Desc {
 }
 
 func hedgesWonDesc(c prometheus.Labels) *prometheus.Desc {
-	return prometheus.NewDesc(HedgesWonName, "Requests a hedge answered first, with a response or an OK.", nil, c)
+	return prometheus.NewDesc(HedgesWonName, "Requests a hedge answered first.", nil, c)
 }
 
 func hedgesRefusedDesc(c prometheus.Labels) *prometheus.Desc {

@@ -72,7 +72,7 @@ balancer_hedges_refused_total{hedging="client"} 2
 # HELP balancer_hedges_sent_total Hedged attempts sent.
 # TYPE balancer_hedges_sent_total counter
 balancer_hedges_sent_total{hedging="client"} 1
-# HELP balancer_hedges_won_total Requests a hedge answered first, with a response or an OK.
+# HELP balancer_hedges_won_total Requests a hedge answered first.
 # TYPE balancer_hedges_won_total counter
 balancer_hedges_won_total{hedging="client"} 1
 `

@@ -6,9 +6,7 @@
 // Every ratio is the median over the rounds of the ratio within one round,
 // so that both sides of it ran minutes, not hours, apart, under the same
 // load. run.sh builds the benchmark binary once, runs it once per round and
-// passes the outputs here, one file per round. The whole file is rewritten
-// but for the sections this run does not generate, which stay where they
-// stand (keepSections); -only rewrites one section:
+// passes the outputs here, one file per round:
 //
 //	report -out BENCHMARKS.md -cmd 'sh benchmarks/run.sh' -cpu 'AMD EPYC' -cores 2 -go go1.26.8 -date 2026-11-29T22:00Z round1.txt round2.txt ...
 package main
@@ -675,7 +673,7 @@ const notes = `
 
 func main() {
 	var m meta
-	out := flag.String("out", "BENCHMARKS.md", "file to write; its sections this run does not generate are kept")
+	out := flag.String("out", "BENCHMARKS.md", "file to write")
 	flag.StringVar(&m.cmd, "cmd", "sh benchmarks/run.sh", "the command that produced the rounds")
 	flag.StringVar(&m.cpu, "cpu", "unknown CPU", "CPU model")
 	flag.StringVar(&m.cores, "cores", "?", "number of cores")
@@ -726,17 +724,7 @@ func main() {
 		os.Exit(2)
 	}
 	r.write(&b, m)
-	text := b.String()
-	// The sections this run does not write (measured apart, or by hand)
-	// stay as they are.
-	switch old, err := os.ReadFile(*out); {
-	case err == nil:
-		text = keepSections(string(old), text)
-	case !os.IsNotExist(err):
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
-	}
-	if err := os.WriteFile(*out, []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
