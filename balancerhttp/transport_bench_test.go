@@ -30,7 +30,7 @@ func BenchmarkTransport_roundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bud, err := balancer.NewRetryBudget(0.05, 1, 10*time.Second)
+	bud, err := retrybudget.New(0.05, 1, 10*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
