@@ -114,69 +114,28 @@ func TestDeprecatedNames_unused(t *testing.T) {
 		"README.md":     true, // edited apart
 		"CHANGELOG.md":  true, // lists the old names
 	}
-	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	scanRepo(t, "uses the deprecated", func(path string) *regexp.Regexp {
 		if !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".md") || allowed[path] {
 			return nil
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for i, line := range strings.Split(string(b), "\n") {
-			if uses.MatchString(line) {
-				t.Errorf("%s:%d uses a deprecated name: %s", path, i+1, strings.TrimSpace(line))
-			}
-		}
-		return nil
+		return uses
 	})
-	require.NoError(t, err)
 }
 
 // TestDeprecatedOptions_notCalledElsewhere fails if a Go file of another
 // package of the repository (its nested modules included) calls one of the
 // options a settings type replaced, or WithRetryBudget: those packages use
 // the settings types (or their Option, for a picker built by name) and
-// RetryBudget.Do. The root package's own tests still exercise the old
-// names, which keep working for a release.
+// the retrybudget package. The root package's own tests still exercise the
+// old names, which keep working for a release.
 func TestDeprecatedOptions_notCalledElsewhere(t *testing.T) {
 	calls := regexp.MustCompile(`\b(balancer|lbgo)\.(WithBand|WithExponent|WithFloor|WithTolerance|WithProber|WithProbeRate|WithProbePool|WithHotQuantile|WithBlackoutPeriod|WithWeightExpirationPeriod|WithWeightUpdatePeriod|WithErrorUtilizationPenalty|WithBoundedLoad|WithWarmup|WithRetryBudget)\(`)
-	var files int
-	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	scanRepo(t, "calls the deprecated option", func(path string) *regexp.Regexp {
 		if !strings.HasSuffix(path, ".go") || !strings.Contains(path, "/") {
 			return nil // the root package's files
 		}
-		files++
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for i, line := range strings.Split(string(b), "\n") {
-			if calls.MatchString(line) {
-				t.Errorf("%s:%d calls a deprecated option: %s", path, i+1, strings.TrimSpace(line))
-			}
-		}
-		return nil
+		return calls
 	})
-	require.NoError(t, err)
-	require.Greater(t, files, 100, "the walk found the other packages' files")
 }
 
 // deprecatedDefaults matches the Default* constants that the settings
@@ -196,34 +155,12 @@ func TestDeprecatedDefaults_unused(t *testing.T) {
 		"names_test.go":    true,
 		"CHANGELOG.md":     true, // lists the old names
 	}
-	var files int
-	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	scanRepo(t, "names the deprecated", func(path string) *regexp.Regexp {
 		if !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".md") || allowed[path] {
 			return nil
 		}
-		files++
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for i, line := range strings.Split(string(b), "\n") {
-			if m := deprecatedDefaults.FindString(line); m != "" {
-				t.Errorf("%s:%d names the deprecated %s: %s", path, i+1, m, strings.TrimSpace(line))
-			}
-		}
-		return nil
+		return deprecatedDefaults
 	})
-	require.NoError(t, err)
-	require.Greater(t, files, 100, "the walk found the repository's files")
 }
 
 // TestDeprecatedBudgetNames_unused fails if a Go file or a guide of the
@@ -243,6 +180,26 @@ func TestDeprecatedBudgetNames_unused(t *testing.T) {
 		"options.go":      true, // WithRetryBudget's setting
 		"CHANGELOG.md":    true, // lists the old names
 	}
+	scanRepo(t, "uses the deprecated retry budget name", func(path string) *regexp.Regexp {
+		root := !strings.Contains(path, "/")
+		isGo, isMd := strings.HasSuffix(path, ".go"), strings.HasSuffix(path, ".md")
+		switch {
+		case !isGo && !isMd || allowed[path] || root && strings.HasSuffix(path, "_test.go"):
+			return nil
+		case root && isGo:
+			return bare
+		}
+		return qualified
+	})
+}
+
+// scanRepo walks the repository's files (hidden directories and testdata
+// skipped), checks each line of a file against the pattern check returns
+// for its path (nil: the file is not checked) and reports every match as
+// what the line does. It fails unless more than 100 files were checked,
+// so that a walk gone wrong cannot pass.
+func scanRepo(t *testing.T, does string, check func(path string) *regexp.Regexp) {
+	t.Helper()
 	var files int
 	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -254,14 +211,9 @@ func TestDeprecatedBudgetNames_unused(t *testing.T) {
 			}
 			return nil
 		}
-		root := !strings.Contains(path, "/")
-		isGo, isMd := strings.HasSuffix(path, ".go"), strings.HasSuffix(path, ".md")
-		if !isGo && !isMd || allowed[path] || root && strings.HasSuffix(path, "_test.go") {
+		re := check(path)
+		if re == nil {
 			return nil
-		}
-		uses := qualified
-		if root && isGo {
-			uses = bare
 		}
 		files++
 		b, err := os.ReadFile(path)
@@ -269,8 +221,8 @@ func TestDeprecatedBudgetNames_unused(t *testing.T) {
 			return err
 		}
 		for i, line := range strings.Split(string(b), "\n") {
-			if uses.MatchString(line) {
-				t.Errorf("%s:%d uses a deprecated retry budget name: %s", path, i+1, strings.TrimSpace(line))
+			if m := re.FindString(line); m != "" {
+				t.Errorf("%s:%d %s %s: %s", path, i+1, does, m, strings.TrimSpace(line))
 			}
 		}
 		return nil
