@@ -65,16 +65,43 @@ func (a *Attempts) begin() *Request {
 	return a.Request
 }
 
-// runSequential is Run, which Do calls too. RunHedged is apart so that
-// Run's try does not escape to the heap as RunHedged's goroutines make
-// its own: one loop for both cost Do 4 allocations (88 B) and about 100
-// ns a request (160 to 258 ns, BenchmarkDo/none on a trial merge), so
-// the two share their decisions (pickNext) and not their loop.
+// runSequential is Run, which Do calls too: loop without hedging.
 func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	return a.loop(ctx, try, nil)
+}
+
+// loop is the attempt loop of Run and RunHedged, the module's one loop
+// that picks: it picks each attempt (pickNext), and without hedging (hr
+// nil) calls try in place, reports its verdict and decides on the next;
+// with hedging, hr runs each attempt on a goroutine of its own, on
+// hr.try, and says when to pick again (a hedge or a retry) or to end.
+// try is only ever called here, in place, so it does not escape to the
+// heap: Run's path allocates nothing, while the goroutines, their
+// channel and the hedge timer are reachable only from hr.
+func (a *Attempts) loop(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict, hr *hedgeRun) error {
 	r := a.begin()
-	// One attempt at a time; attempts_hedge.go runs them side by side.
+	if hr != nil && !sameBudget(hr.h.budget, a.Budget) {
+		hr.h.budget.Deposit()
+	}
 	for n := 0; ; n++ {
-		peer, err := a.pickNext(ctx, r, n, a.Budget)
+		budget, hedge := a.Budget, false
+		if hr != nil && n > 0 {
+			switch hr.next() {
+			case hedgeEnd:
+				return hr.end()
+			case hedgeSend:
+				budget, hedge = hr.h.budget, true // a hedge, from the hedge budget
+			}
+			n = len(hr.atts)
+		}
+		peer, err := a.pickNext(ctx, r, n, budget)
+		if hr != nil {
+			if err != nil && n == 0 {
+				return err
+			}
+			hr.picked(ctx, peer, err, hedge)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -161,4 +188,12 @@ func (a *Attempts) attempt(ctx context.Context, peer *Peer, try func(context.Con
 		_ = a.Picker.Done(peer, v.Outcome)
 	}
 	return v.Retry
+}
+
+// done reports o for peer, with latency if o has none.
+func (a *Attempts) done(peer *Peer, o Outcome, latency time.Duration) {
+	if o.Latency == 0 {
+		o.Latency = latency
+	}
+	_ = a.Picker.Done(peer, o)
 }
