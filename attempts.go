@@ -19,7 +19,9 @@ import (
 // checked before each pick, returns an error (nil GaveUp: ctx.Err). Run
 // deposits one request in Budget. Now times each attempt (nil: time.Now).
 // Done's errors are not returned. An Attempts serves one request; Run's
-// attempts are sequential, and RunHedged hedges them.
+// attempts are sequential, and RunHedged hedges them. Run, RunHedged and
+// Do refuse a nil Picker, a nil try and a negative MaxTries with an error
+// matching ErrInvalidConfig that names the field (and its value).
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
@@ -49,9 +51,27 @@ type Verdict struct {
 // ended the loop (its Verdict did not ask for a retry), or why no further
 // attempt was made: GaveUp's error, Pick's error (ErrNoLivePeer,
 // ErrTriesExhausted, ErrNoPeers), ErrRetryBudget, or an
-// error matching ErrTriesExhausted and naming MaxTries.
+// error matching ErrTriesExhausted and naming MaxTries; or, before
+// anything is picked, ErrInvalidConfig (see Attempts).
 func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	if err := a.check("Attempts.Run", try == nil); err != nil {
+		return err
+	}
 	return a.runSequential(ctx, try)
+}
+
+// check refuses a nil Picker, a nil try (nilTry) or a negative MaxTries
+// with ErrInvalidConfig, naming who refuses.
+func (a *Attempts) check(who string, nilTry bool) error {
+	switch {
+	case a.Picker == nil:
+		return fmt.Errorf("balancer: %s: Picker is nil: %w", who, ErrInvalidConfig)
+	case nilTry:
+		return fmt.Errorf("balancer: %s: try is nil: %w", who, ErrInvalidConfig)
+	case a.MaxTries < 0:
+		return fmt.Errorf("balancer: %s: MaxTries %d is negative: %w", who, a.MaxTries, ErrInvalidConfig)
+	}
+	return nil
 }
 
 // begin deposits the request in Budget and returns its Request.

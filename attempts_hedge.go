@@ -83,6 +83,9 @@ func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.C
 	if h == nil {
 		return a.Run(ctx, try)
 	}
+	if err := a.check("Attempts.RunHedged", try == nil); err != nil {
+		return err
+	}
 	hr := &hedgeRun{
 		a:       a,
 		h:       h,
