@@ -14,6 +14,7 @@ type hedgeResult struct {
 	panicked bool          // try panicked with pv, or called runtime.Goexit (goexit)
 	goexit   bool
 	pv       any
+	early    bool // try returned before its context ended
 }
 
 // hedgeAttempt is RunHedged's record of one attempt.
@@ -59,8 +60,10 @@ const (
 // that ends the loop wins and the other attempts' contexts are cancelled
 // with ErrSuperseded, each reported Abandoned and Superseded (unless its
 // Verdict says Reported, or ctx ended first) once its try returns; a
-// loser whose Verdict is Failed and not Abandoned (its peer answered with
-// a failure before the cancel took effect) is reported with that Outcome.
+// loser whose try returned a Verdict Failed and not Abandoned before its
+// context was cancelled (its peer answered with a failure) is reported
+// with that Outcome. A hedge that ends the loop wins (HedgeStats.Won,
+// EventHedgeWon) unless its Verdict is Abandoned.
 // A failure asking for a retry while another attempt is in flight waits
 // for it; with none in flight it is an ordinary retry. Each try runs on a
 // goroutine of its own, on a context of its own, so try and Now must be
@@ -119,6 +122,7 @@ func (hr *hedgeRun) launch(ctx context.Context, peer *Peer, hedge bool) {
 			results <- res
 		}()
 		res.v = try(actx, peer)
+		res.early = actx.Err() == nil
 		res.latency = max(a.now().Sub(start), 0)
 		res.panicked = false
 	}()
@@ -176,6 +180,10 @@ func (hr *hedgeRun) result(res hedgeResult) bool {
 			h.record(res.latency) // at least this slow
 		}
 		switch {
+		case res.early && !res.v.Reported && res.v.Outcome.Failed && !res.v.Outcome.Abandoned:
+			// The peer answered with a failure before the cancel
+			// took effect: evidence against it, reported as such.
+			a.done(at.peer, res.v.Outcome, res.latency)
 		case !res.v.Reported || res.panicked:
 			// Superseded unless ctx ended first: then the
 			// caller's patience ran out, as without hedging.
@@ -185,6 +193,7 @@ func (hr *hedgeRun) result(res hedgeResult) bool {
 	case res.panicked:
 		_ = a.Picker.Done(at.peer, Outcome{Abandoned: true, Latency: res.latency})
 		hr.ended, hr.panicked = true, &res
+		hr.stopTimer() // no hedge while the others return
 		hr.cancelOthers(-1)
 	default:
 		if !res.v.Reported {
@@ -194,7 +203,7 @@ func (hr *hedgeRun) result(res hedgeResult) bool {
 			hr.ended, hr.winner = true, res.id
 			hr.stopTimer()
 			hr.cancelOthers(res.id)
-			if at.hedge {
+			if at.hedge && !res.v.Outcome.Abandoned { // an answer from the hedge's peer
 				h.won.Add(1)
 				h.event(EventHedgeWon, at.peer, a.now())
 			}
