@@ -15,7 +15,7 @@ import (
 // ErrRetryBudget, leaves Picker as it was; a pick that finds no peer is
 // refunded; a request with no try left, ErrTriesExhausted, takes
 // nothing), and is not made past MaxTries attempts (nginx's
-// proxy_next_upstream_tries; 0: only Picker's bound) nor once GaveUp,
+// proxy_next_upstream_tries; 0: only Picker's bound; negative: refused) nor once GaveUp,
 // checked before each pick, returns an error (nil GaveUp: ctx.Err). Run
 // deposits one request in Budget. Now times each attempt (nil: time.Now).
 // Done's errors are not returned. An Attempts serves one request; Run's
@@ -141,7 +141,7 @@ func (a *Attempts) Next(ctx context.Context, n int) (*Peer, error) {
 }
 
 // pickNext is the pick of the request's attempt after n made, and the
-// decision whether to make it, which both loops share: none once GaveUp
+// decision whether to make it, which loop makes before each attempt: none once GaveUp
 // (or ctx) says so or MaxTries are made; past the first, one withdrawn
 // from budget if set (a.Budget for a retry, the hedge budget for a
 // hedge). A request that has made as many attempts as Pick allows it gets
