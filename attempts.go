@@ -15,8 +15,9 @@ import (
 // ErrRetryBudget, leaves Picker as it was; a pick that finds no peer is
 // refunded; a request with no try left, ErrTriesExhausted, takes
 // nothing), and is not made past MaxTries attempts (nginx's
-// proxy_next_upstream_tries; 0: only Picker's bound; negative: refused) nor once GaveUp,
-// checked before each pick, returns an error (nil GaveUp: ctx.Err). Run
+// proxy_next_upstream_tries; 0: only Picker's bound; negative: refused)
+// nor once GaveUp, checked before each pick, returns an error (nil
+// GaveUp: ctx.Err). Run
 // deposits one request in Budget. Now times each attempt (nil: time.Now).
 // Done's errors are not returned. An Attempts serves one request; Run's
 // attempts are sequential, and RunHedged hedges them. Run, RunHedged and
@@ -141,8 +142,8 @@ func (a *Attempts) Next(ctx context.Context, n int) (*Peer, error) {
 }
 
 // pickNext is the pick of the request's attempt after n made, and the
-// decision whether to make it, which loop makes before each attempt: none once GaveUp
-// (or ctx) says so or MaxTries are made; past the first, one withdrawn
+// decision whether to make it, which loop makes before each attempt:
+// none once GaveUp (or ctx) says so or MaxTries are made; past the first, one withdrawn
 // from budget if set (a.Budget for a retry, the hedge budget for a
 // hedge). A request that has made as many attempts as Pick allows it gets
 // ErrTriesExhausted, as Pick would give, without asking the budget.
