@@ -13,8 +13,8 @@ type hedgeResult struct {
 	latency  time.Duration // try's time, on Attempts.Now
 	panicked bool          // try panicked with pv, or called runtime.Goexit (goexit)
 	goexit   bool
-	pv       any
 	early    bool // try returned before its context ended
+	pv       any
 }
 
 // hedgeAttempt is RunHedged's record of one attempt.
