@@ -15,11 +15,14 @@ import (
 // ErrRetryBudget, leaves Picker as it was; a pick that finds no peer is
 // refunded; a request with no try left, ErrTriesExhausted, takes
 // nothing), and is not made past MaxTries attempts (nginx's
-// proxy_next_upstream_tries; 0: only Picker's bound) nor once GaveUp,
-// checked before each pick, returns an error (nil GaveUp: ctx.Err). Run
+// proxy_next_upstream_tries; 0: only Picker's bound; negative: refused)
+// nor once GaveUp, checked before each pick, returns an error (nil
+// GaveUp: ctx.Err). Run
 // deposits one request in Budget. Now times each attempt (nil: time.Now).
 // Done's errors are not returned. An Attempts serves one request; Run's
-// attempts are sequential, and RunHedged hedges them.
+// attempts are sequential, and RunHedged hedges them. Run, RunHedged and
+// Do refuse a nil Picker, a nil try and a negative MaxTries with an error
+// matching ErrInvalidConfig that names the field (and its value).
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
@@ -49,9 +52,27 @@ type Verdict struct {
 // ended the loop (its Verdict did not ask for a retry), or why no further
 // attempt was made: GaveUp's error, Pick's error (ErrNoLivePeer,
 // ErrTriesExhausted, ErrNoPeers), ErrRetryBudget, or an
-// error matching ErrTriesExhausted and naming MaxTries.
+// error matching ErrTriesExhausted and naming MaxTries; or, before
+// anything is picked, ErrInvalidConfig (see Attempts).
 func (a *Attempts) Run(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	if err := a.check("Attempts.Run", try == nil); err != nil {
+		return err
+	}
 	return a.runSequential(ctx, try)
+}
+
+// check refuses a nil Picker, a nil try (nilTry) or a negative MaxTries
+// with ErrInvalidConfig, naming who refuses.
+func (a *Attempts) check(who string, nilTry bool) error {
+	switch {
+	case a.Picker == nil:
+		return fmt.Errorf("balancer: %s: Picker is nil: %w", who, ErrInvalidConfig)
+	case nilTry:
+		return fmt.Errorf("balancer: %s: try is nil: %w", who, ErrInvalidConfig)
+	case a.MaxTries < 0:
+		return fmt.Errorf("balancer: %s: MaxTries %d is negative: %w", who, a.MaxTries, ErrInvalidConfig)
+	}
+	return nil
 }
 
 // begin deposits the request in Budget and returns its Request.
@@ -65,16 +86,43 @@ func (a *Attempts) begin() *Request {
 	return a.Request
 }
 
-// runSequential is Run, which Do calls too. RunHedged is apart so that
-// Run's try does not escape to the heap as RunHedged's goroutines make
-// its own: one loop for both cost Do 4 allocations (88 B) and about 100
-// ns a request (160 to 258 ns, BenchmarkDo/none on a trial merge), so
-// the two share their decisions (pickNext) and not their loop.
+// runSequential is Run, which Do calls too: loop without hedging.
 func (a *Attempts) runSequential(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict) error {
+	return a.loop(ctx, try, nil)
+}
+
+// loop is the attempt loop of Run and RunHedged, the module's one loop
+// that picks: it picks each attempt (pickNext), and without hedging (hr
+// nil) calls try in place, reports its verdict and decides on the next;
+// with hedging, hr runs each attempt on a goroutine of its own, on
+// hr.try, and says when to pick again (a hedge or a retry) or to end.
+// try is only ever called here, in place, so it does not escape to the
+// heap: Run's path allocates nothing, while the goroutines, their
+// channel and the hedge timer are reachable only from hr.
+func (a *Attempts) loop(ctx context.Context, try func(ctx context.Context, peer *Peer) Verdict, hr *hedgeRun) error {
 	r := a.begin()
-	// One attempt at a time; attempts_hedge.go runs them side by side.
+	if hr != nil && !sameBudget(hr.h.budget, a.Budget) {
+		hr.h.budget.Deposit()
+	}
 	for n := 0; ; n++ {
-		peer, err := a.pickNext(ctx, r, n, a.Budget)
+		budget, hedge := a.Budget, false
+		if hr != nil && n > 0 {
+			switch hr.next() {
+			case hedgeEnd:
+				return hr.end()
+			case hedgeSend:
+				budget, hedge = hr.h.budget, true // a hedge, from the hedge budget
+			}
+			n = len(hr.atts)
+		}
+		peer, err := a.pickNext(ctx, r, n, budget)
+		if hr != nil {
+			if err != nil && n == 0 {
+				return err
+			}
+			hr.picked(ctx, peer, err, hedge)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -94,8 +142,8 @@ func (a *Attempts) Next(ctx context.Context, n int) (*Peer, error) {
 }
 
 // pickNext is the pick of the request's attempt after n made, and the
-// decision whether to make it, which both loops share: none once GaveUp
-// (or ctx) says so or MaxTries are made; past the first, one withdrawn
+// decision whether to make it, which loop makes before each attempt:
+// none once GaveUp (or ctx) says so or MaxTries are made; past the first, one withdrawn
 // from budget if set (a.Budget for a retry, the hedge budget for a
 // hedge). A request that has made as many attempts as Pick allows it gets
 // ErrTriesExhausted, as Pick would give, without asking the budget.
@@ -161,4 +209,12 @@ func (a *Attempts) attempt(ctx context.Context, peer *Peer, try func(context.Con
 		_ = a.Picker.Done(peer, v.Outcome)
 	}
 	return v.Retry
+}
+
+// done reports o for peer, with latency if o has none.
+func (a *Attempts) done(peer *Peer, o Outcome, latency time.Duration) {
+	if o.Latency == 0 {
+		o.Latency = latency
+	}
+	_ = a.Picker.Done(peer, o)
 }

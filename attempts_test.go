@@ -148,17 +148,15 @@ func TestDo_allocs(t *testing.T) {
 	}))
 }
 
-// TestOneAttemptLoop: the attempt loops of Attempts, Run's
-// (runSequential) and RunHedged's, are the only functions of the module
-// (the root module and the nested ones) that pick inside a loop (Do,
-// balancerhttp's Transport and Proxy, upstream's Trace run on them): a
-// retry loop elsewhere would copy their decisions. To pick is to call a
-// method named Pick or PickRetry, or a function of the module that does
-// (pickNext, whose decisions the two loops share). The loops are two
-// because one loop for both cost Do 4 allocations and about 100 ns a
-// request (see runSequential).
+// TestOneAttemptLoop: the attempt loop of Attempts (loop, which Run and
+// RunHedged share) is the only function of the module (the root module
+// and the nested ones) that picks inside a loop (Do, balancerhttp's
+// Transport and Proxy, upstream's Trace run on it): a retry loop elsewhere
+// would copy its decisions. To pick is to call a method named Pick or
+// PickRetry, or a function of the module that does (pickNext, the
+// decision before each pick).
 func TestOneAttemptLoop(t *testing.T) {
-	allowed := []string{"attempts.go: runSequential", "attempts_hedge.go: RunHedged"}
+	allowed := []string{"attempts.go: loop"}
 	type fn struct {
 		path string
 		decl *ast.FuncDecl
@@ -206,7 +204,7 @@ func TestOneAttemptLoop(t *testing.T) {
 	}
 	slices.Sort(found)
 	assert.Equal(t, allowed, found, "functions that pick in a loop: move a retry loop onto Attempts")
-	assert.True(t, picks["pickNext"], "the loops' shared pick")
+	assert.True(t, picks["pickNext"], "the loop's pick")
 }
 
 // callsAny reports whether n calls a function or method named in names.

@@ -45,7 +45,8 @@ func Do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 // error; a call with no retry left to make, ErrTriesExhausted, is not
 // refused), MaxTries (an error matching ErrTriesExhausted, naming it),
 // GaveUp (checked before each pick, as ctx is without it) and Now (the
-// latencies' clock). A nil Picker or try is ErrInvalidConfig.
+// latencies' clock). A nil Picker or try, or a negative MaxTries, is
+// ErrInvalidConfig, naming it.
 func (a *Attempts) Do(ctx context.Context, try func(ctx context.Context, peer *Peer) error) error {
 	return a.do(ctx, try, "Attempts.Do")
 }
@@ -87,8 +88,8 @@ func do(ctx context.Context, p Picker, r *Request, try func(ctx context.Context,
 
 // do is Attempts.Do, its errors naming who.
 func (a *Attempts) do(ctx context.Context, try func(ctx context.Context, peer *Peer) error, who string) error {
-	if a.Picker == nil || try == nil {
-		return fmt.Errorf("balancer: %s: nil picker or try: %w", who, ErrInvalidConfig)
+	if err := a.check(who, try == nil); err != nil {
+		return err
 	}
 	var last error // the last failed attempt's error, and its peer
 	var lastPeer *Peer

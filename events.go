@@ -79,7 +79,9 @@ const (
 	EventHedgeSent
 
 	// EventHedgeWon: a hedge, on Peer, ended its request's loop before
-	// the attempts sent before it.
+	// the attempts sent before it, with an answer from Peer: a hedge
+	// whose Verdict is Abandoned (its try gave up, say as the caller's
+	// context ended) ends the loop without winning it.
 	EventHedgeWon
 
 	// EventHedgeRefused: the hedge budget refused a hedge; the request

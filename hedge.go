@@ -113,8 +113,10 @@ const (
 
 // HedgeStats counts what a Hedging has done since it was made.
 type HedgeStats struct {
-	Sent    uint64 // hedges sent
-	Won     uint64 // requests a hedge ended (answered first)
+	Sent uint64 // hedges sent
+	// Won counts the requests a hedge ended with an answer from its
+	// peer (answered first): not one whose Verdict was Abandoned.
+	Won     uint64
 	Refused uint64 // hedges the budget refused
 	// Delay is the delay a hedge waits now; -1 while a Percentile
 	// has too few latencies to hedge.
