@@ -136,7 +136,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	a.peer, a.start = peer, time.Now()
 	if a.hedge != nil {
-		a.hedge.picked.Store(peer) // for EventHedgeWon
+		a.hedge.pickedPeer(peer)
 	}
 	return balancer.PickResult{SubConn: sc, Done: a.done}, nil
 }
