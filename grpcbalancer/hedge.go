@@ -133,7 +133,8 @@ func WithHedgeBudget(b lbgo.Budget) HedgingOption {
 // EventHedgeSent and the winner's for EventHedgeWon under an lbgo_
 // policy, nil otherwise (gRPC picks the backend out of this package's
 // sight). The hook runs on one of the RPC's goroutines or its hedging
-// timer's, EventHedgeSent in a pick, EventHedgeRefused under the RPC's
+// timer's, EventHedgeSent in a pick (or, under another policy, as the
+// hedge ends, under the RPC's lock), EventHedgeRefused under the RPC's
 // lock: it must be quick, must not block, and must be safe for
 // concurrent use. nil is refused.
 func WithHedgeEvents(hook func(lbgo.Event)) HedgingOption {
