@@ -62,7 +62,9 @@ const (
 // Under an lbgo_ policy of this package the attempts of one RPC share its
 // tried set, so each goes to a backend that no other attempt of the RPC
 // has been sent to; an attempt that finds none is not sent (NoBackend in
-// Stats). Under another policy they are picked independently.
+// Stats) and gives back one of the budget tokens its RPC's hedges took,
+// never more than they took. Under another policy they are picked
+// independently.
 //
 // Streaming RPCs, methods without a hedgingPolicy and replies that are not
 // proto messages are passed through untouched. Use the interceptor
@@ -78,13 +80,31 @@ type Hedging struct {
 	rpcs, hedges, won, refused, noBackend atomic.Uint64
 }
 
-// HedgingStats counts what a Hedging has done since it was made.
+// HedgingStats counts what a Hedging has done since it was made. Each
+// counter with an event (WithHedgeEvents) grows by one exactly when the
+// event is emitted: Hedges with EventHedgeSent, Won with EventHedgeWon,
+// Refused with EventHedgeRefused.
+//
+//   - RPCs: RPCs of a method with a hedgingPolicy.
+//   - Hedges: attempts of an RPC sent to a backend after its first one
+//     was, the load hedging added. Under an lbgo_ policy counted at the
+//     pick, in the order the RPC's attempts got their backends (an
+//     attempt that found none is not one); under another policy (or for
+//     an attempt no pick of this package saw) each attempt after the
+//     first, counted as it ends.
+//   - Won: RPCs that an attempt after the first ended with the server's
+//     OK answer; not an RPC whose caller's context ended it.
+//   - Refused: attempts after the first that the budget refused.
+//   - NoBackend: attempts, the first included, not sent because their
+//     pick found no backend that the RPC's other attempts had not tried;
+//     each gives a budget token back while the RPC's hedges have one
+//     taken and not given back.
 type HedgingStats struct {
-	RPCs      uint64 // RPCs of a method with a hedgingPolicy
-	Hedges    uint64 // attempts after the first, sent with the budget's leave
-	Won       uint64 // RPCs whose OK answer came from an attempt after the first
-	Refused   uint64 // attempts after the first that the budget refused
-	NoBackend uint64 // attempts not sent: no backend the RPC's other attempts had not tried
+	RPCs      uint64
+	Hedges    uint64
+	Won       uint64
+	Refused   uint64
+	NoBackend uint64
 }
 
 // HedgingOption configures NewHedging.
@@ -108,10 +128,13 @@ func WithHedgeBudget(b lbgo.Budget) HedgingOption {
 // (lbgo.EventHedgeSent), each RPC a hedge won (lbgo.EventHedgeWon) and
 // each hedge the budget refused (lbgo.EventHedgeRefused), the events
 // balancer.HedgePolicy.Events reports for net/http, with Time from
-// time.Now. Peer is the winner's for EventHedgeWon under an lbgo_ policy,
-// nil otherwise: a hedge's backend is picked by gRPC after the
-// interceptor sends it. The hook runs on the RPC's goroutine or its
-// hedging timer's, EventHedgeSent and EventHedgeRefused under the RPC's
+// time.Now: one event for each count of Stats' Hedges, Won and Refused,
+// which say when each is emitted. Peer is the hedge's backend for
+// EventHedgeSent and the winner's for EventHedgeWon under an lbgo_
+// policy, nil otherwise (gRPC picks the backend out of this package's
+// sight). The hook runs on one of the RPC's goroutines or its hedging
+// timer's, EventHedgeSent in a pick (or, under another policy, as the
+// hedge ends, under the RPC's lock), EventHedgeRefused under the RPC's
 // lock: it must be quick, must not block, and must be safe for
 // concurrent use. nil is refused.
 func WithHedgeEvents(hook func(lbgo.Event)) HedgingOption {
@@ -211,7 +234,34 @@ type hedgeKey struct{}
 // hedgeCall is one hedged RPC: the retry state its attempts share in the
 // picker (pick.go), so each picks a peer the others have not.
 type hedgeCall struct {
-	rpc rpc
+	rpc      rpc
+	h        *Hedging
+	backends atomic.Int32 // attempts that got a backend from a pick of this package
+}
+
+// pickedPeer counts an attempt's pick of p under an lbgo_ policy: the RPC's
+// attempts after the first to get a backend are its hedges sent.
+func (a *hedgeAttempt) pickedPeer(p *lbgo.Peer) {
+	a.picked.Store(p) // for EventHedgeWon
+	if a.sent.CompareAndSwap(false, true) && a.call.backends.Add(1) > 1 && a.call.h != nil {
+		a.call.h.hedgeSent(p)
+	}
+}
+
+// hedgeSent, hedgeWon and hedgeRefused count and report, together.
+func (h *Hedging) hedgeSent(p *lbgo.Peer) {
+	h.hedges.Add(1)
+	h.event(lbgo.EventHedgeSent, p)
+}
+
+func (h *Hedging) hedgeWon(p *lbgo.Peer) {
+	h.won.Add(1)
+	h.event(lbgo.EventHedgeWon, p)
+}
+
+func (h *Hedging) hedgeRefused() {
+	h.refused.Add(1)
+	h.event(lbgo.EventHedgeRefused, nil)
 }
 
 // hedgeAttempt is one attempt of a hedged RPC.
@@ -221,6 +271,7 @@ type hedgeAttempt struct {
 	reply  proto.Message
 	cancel context.CancelCauseFunc
 	noPeer atomic.Bool               // the picker found no peer the other attempts had not tried
+	sent   atomic.Bool               // counted by pickedPeer, or at its end (report)
 	picked atomic.Pointer[lbgo.Peer] // the peer of its last pick under an lbgo_ policy
 
 	// Where the attempt writes what the caller asked for with grpc.Header,
@@ -245,6 +296,7 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 	h.budget.Deposit()
 
 	r := &hedgeRun{h: h, p: p, ctx: ctx, method: method, req: req, cc: cc, invoker: invoker, msg: msg}
+	r.call.h = h
 	r.decided = make(chan struct{})
 	// The caller's per-call outputs, which only the winner fills.
 	var onFinish []func(error)
@@ -303,8 +355,7 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 	r.wg.Wait() // the losers return soon after their cancel
 
 	if win > 0 && err == nil {
-		h.won.Add(1)
-		h.event(lbgo.EventHedgeWon, r.attempts[win].picked.Load())
+		h.hedgeWon(r.attempts[win].picked.Load())
 		proto.Reset(msg)
 		proto.Merge(msg, r.attempts[win].reply)
 	}
@@ -355,6 +406,7 @@ type hedgeRun struct {
 	last     error
 	timer    *time.Timer
 	due      time.Time // when the timer's next attempt is due; an earlier fire is stale
+	tokens   int       // budget tokens the hedges took and report has not given back
 }
 
 // startLocked makes the next attempt and returns what its call needs.
@@ -391,13 +443,11 @@ func (r *hedgeRun) hedgeLocked() bool {
 		return false
 	}
 	if !r.h.budget.TryWithdraw() {
-		r.h.refused.Add(1)
-		r.h.event(lbgo.EventHedgeRefused, nil)
+		r.h.hedgeRefused()
 		r.hedging = false
 		return false
 	}
-	r.h.hedges.Add(1)
-	r.h.event(lbgo.EventHedgeSent, nil)
+	r.tokens++
 	a, actx, opts := r.startLocked()
 	r.wg.Add(1)
 	go func() {
@@ -453,14 +503,29 @@ func (r *hedgeRun) report(a *hedgeAttempt, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight--
+	// What the attempt was, counted once the RPC is decided too.
+	switch unsent := a.noPeer.Load() && !a.sent.Load(); {
+	case unsent:
+		// Never sent: no backend left that the RPC has not tried. One
+		// of the RPC's tokens goes back, as for a retry whose pick
+		// finds no peer: the RPC sent one attempt fewer than it took
+		// tokens for (the first attempt too may be the one unsent).
+		r.h.noBackend.Add(1)
+		if r.tokens > 0 {
+			r.tokens--
+			r.h.budget.Refund()
+		}
+	case a.i > 0 && a.sent.CompareAndSwap(false, true):
+		// No pick of this package saw it get a backend: another
+		// policy picked it.
+		r.h.hedgeSent(nil)
+	}
 	if r.done {
 		return
 	}
 	switch {
 	case a.noPeer.Load():
-		// Never sent: no backend left that the RPC has not tried.
-		// Neither will a later attempt find one.
-		r.h.noBackend.Add(1)
+		// Neither will a later attempt find a backend.
 		r.hedging = false
 		if r.last == nil {
 			r.last = err

@@ -136,7 +136,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	a.peer, a.start = peer, time.Now()
 	if a.hedge != nil {
-		a.hedge.picked.Store(peer) // for EventHedgeWon
+		a.hedge.pickedPeer(peer)
 	}
 	return balancer.PickResult{SubConn: sc, Done: a.done}, nil
 }
@@ -254,7 +254,13 @@ func (a *attempt) done(info balancer.DoneInfo) {
 //     a client's abort against a server either. Abandoned and Superseded
 //     when ctx's cause is lbgo.ErrSuperseded: Hedging cancelled the
 //     attempt because another attempt of its RPC ended it.
-//   - Failed when the status code is in isFailure.
+//   - Failed when the status code is in isFailure, also once ctx has
+//     ended: an attempt that was sent and ended with any status but
+//     CANCELLED or DEADLINE_EXCEEDED got the server's answer (a hedge's
+//     loser answered before its cancellation, a caller that gave up just
+//     after), so it is classified as with a live ctx. CANCELLED is
+//     Abandoned always, DEADLINE_EXCEEDED when ctx has ended: what gRPC
+//     gives an attempt whose context ended.
 //   - Otherwise a success, whatever the code: the server answered.
 //
 // It leaves Load nil: the policies add the server's report with LoadOf.
@@ -263,13 +269,13 @@ func OutcomeOf(ctx context.Context, info balancer.DoneInfo, latency time.Duratio
 	switch {
 	case info.Err == nil:
 		o.Abandoned = !info.BytesSent // gRPC found the SubConn not ready and picks again
-	case ctx.Err() != nil || !info.BytesSent:
+	case !info.BytesSent:
 		o.Abandoned = true
 	default:
-		code := status.Code(info.Err)
-		if code == codes.Canceled {
+		switch code := status.Code(info.Err); {
+		case code == codes.Canceled, code == codes.DeadlineExceeded && ctx.Err() != nil:
 			o.Abandoned = true
-		} else {
+		default:
 			o.Failed = isFailure != nil && isFailure(code)
 		}
 	}

@@ -16,10 +16,12 @@ const (
 // numbers, so that this module reads it without importing it:
 // grpcbalancer.Hedging is one, and the metrics module does not depend on
 // gRPC. Each count only grows. requests are the requests of a method that
-// hedges; sent the attempts after the first that the budget let go; won
-// the requests such an attempt answered; refused the attempts the budget
-// refused; noBackend those of sent that found no backend the request had
-// not tried, and so were not sent on.
+// hedges; sent the attempts of a request that reached a backend after its
+// first one did; won the requests an attempt after the first ended with an
+// OK answer; refused the attempts the budget refused; noBackend the
+// attempts, the first included, that found no backend the request's other
+// attempts had not tried, and so were not sent (grpcbalancer.HedgingStats
+// says when each is counted).
 type HedgeCounter interface {
 	HedgeCounts() (requests, sent, won, refused, noBackend uint64)
 }
@@ -55,7 +57,7 @@ func NewHedgeCounter(name string, h HedgeCounter) *HedgeCounterCollector {
 		sent:     hedgesSentDesc(c),
 		won:      hedgesWonDesc(c),
 		refused:  hedgesRefusedDesc(c),
-		noBackd:  prometheus.NewDesc(HedgesNoBackendName, "Hedges that found no backend the request had not tried.", nil, c),
+		noBackd:  prometheus.NewDesc(HedgesNoBackendName, "Attempts not sent: no backend the request's other attempts had not tried.", nil, c),
 	}
 }
 

@@ -32,37 +32,46 @@ import (
 // attempt they answered. Each RPC sends its three attempts at once
 // (maxAttempts 3, hedgingDelay 0s) as far as the budget allows; the two
 // backends take two of them, and a third finds no backend the RPC has not
-// tried. The budget's clock is frozen, so its rule is exact: the RPC k
-// (from 1) may take a hedge while the hedges so far, that one included,
-// are at most reserve + ratio × k = 4 + 0.25k, and stops at the first
-// refusal. The test derives sent, refused and no backend from that rule,
-// and so how many attempts of each RPC reach a server, which holds them
-// until all have (none is cancelled on its way); won is the RPCs whose
-// answer came from an attempt after the first, by the servers' header;
-// the servers' own count of attempts checks sent - no backend. A
-// balancer.Hedging's HedgingCollector shares the registry and the names
-// of three series.
+// tried, is not sent and gives its budget token back. The budget's clock
+// is frozen, so its rule is exact: the RPC k (from 1) may take a hedge
+// while the tokens kept so far, that one included, are at most reserve +
+// ratio × k = 4 + 0.25k, and stops at the first refusal. The test derives
+// sent (the second attempt of an RPC to reach a backend), refused and no
+// backend from that rule, and so how many attempts of each RPC reach a
+// server, which holds them until all have (none is cancelled on its way);
+// won is the RPCs whose answer came from an attempt after the first, by
+// the servers' header; the servers' own count of attempts checks RPCs +
+// sent. Each counter with an event (sent, won, refused) must equal the
+// events the Hedging emitted (WithHedgeEvents). A balancer.Hedging's
+// HedgingCollector shares the registry and the names of three series.
 func TestHedgeCounterCollector(t *testing.T) {
 	const ratio, minPerSecond, window = 0.25, 0.5, 8 * time.Second // reserve 4
 	const rpcs = 40
 	// The budget's rule, RPC by RPC, and the attempts that reach a
 	// server: the first and, if granted, one hedge (two backends).
-	sent, refused, noBackend := 0, 0, 0
+	kept, sent, refused, noBackend := 0, 0, 0, 0
 	var reach [rpcs]int32
 	for k := 1; k <= rpcs; k++ {
 		granted := 0
 		for granted < 2 {
-			if float64(sent+1) > minPerSecond*window.Seconds()+ratio*float64(k) {
+			if float64(kept+1) > minPerSecond*window.Seconds()+ratio*float64(k) {
 				refused++
 				break
 			}
-			sent++
+			kept++
 			granted++
 		}
 		if granted == 2 {
 			noBackend++ // three attempts, two backends
+			kept--      // the unsent one's token back
+		}
+		if granted > 0 {
+			sent++ // two attempts reach a backend: the second is a hedge sent
 		}
 		reach[k-1] = int32(1 + granted)
+	}
+	if sent == 0 || refused == 0 || noBackend == 0 {
+		t.Fatalf("the run derives %d sent, %d refused, %d without a backend: want each at least once", sent, refused, noBackend)
 	}
 
 	// A server holds each attempt until every attempt of its RPC has
@@ -117,6 +126,7 @@ func TestHedgeCounterCollector(t *testing.T) {
 		addrs = append(addrs, resolver.Address{Addr: lis.Addr().String()})
 	}
 
+	var sentEvents, wonEvents, refusedEvents atomic.Uint64
 	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	budget, err := retrybudget.New(ratio, minPerSecond, window, retrybudget.WithClock(func() time.Time { return frozen }))
 	if err != nil {
@@ -126,7 +136,17 @@ func TestHedgeCounterCollector(t *testing.T) {
 	h, err := grpcbalancer.NewHedging(`{
 	  "loadBalancingConfig": [{"lbgo_random": {"maxFails": 0}}],
 	  "methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}],
-	    "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0s"}}]}`, grpcbalancer.WithHedgeBudget(budget))
+	    "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0s"}}]}`, grpcbalancer.WithHedgeBudget(budget),
+		grpcbalancer.WithHedgeEvents(func(e lbgo.Event) {
+			switch e.Kind {
+			case lbgo.EventHedgeSent:
+				sentEvents.Add(1)
+			case lbgo.EventHedgeWon:
+				wonEvents.Add(1)
+			case lbgo.EventHedgeRefused:
+				refusedEvents.Add(1)
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +179,15 @@ func TestHedgeCounterCollector(t *testing.T) {
 	}
 
 	t.Logf("%d RPCs: %d hedges sent, %d refused, %d found no backend, %d won; servers saw %d attempts", rpcs, sent, refused, noBackend, won, seen.Load())
-	if got, want := seen.Load(), int64(rpcs+sent-noBackend); got != want {
-		t.Errorf("the servers saw %d attempts, want %d RPCs + %d hedges - %d without a backend = %d", got, rpcs, sent, noBackend, want)
+	if got, want := seen.Load(), int64(rpcs+sent); got != want {
+		t.Errorf("the servers saw %d attempts, want %d RPCs + %d hedges sent = %d", got, rpcs, sent, want)
+	}
+	if got := budget.Stats(); got.Retries != uint64(kept) || got.Refused != uint64(refused) {
+		t.Errorf("budget %+v: want %d retries kept, %d refused", got, kept, refused)
+	}
+	_, hSent, hWon, hRefused, _ := h.HedgeCounts()
+	if hSent != sentEvents.Load() || hWon != wonEvents.Load() || hRefused != refusedEvents.Load() {
+		t.Errorf("counts (sent %d, won %d, refused %d) vs events (%d, %d, %d)", hSent, hWon, hRefused, sentEvents.Load(), wonEvents.Load(), refusedEvents.Load())
 	}
 
 	plain, err := lbgo.NewHedging(lbgo.HedgePolicy{MaxAttempts: 2, Budget: budget})
@@ -173,7 +200,7 @@ func TestHedgeCounterCollector(t *testing.T) {
 # HELP balancer_hedged_requests_total Requests of a method that hedges.
 # TYPE balancer_hedged_requests_total counter
 balancer_hedged_requests_total{hedging="grpc"} %d
-# HELP balancer_hedges_no_backend_total Hedges that found no backend the request had not tried.
+# HELP balancer_hedges_no_backend_total Attempts not sent: no backend the request's other attempts had not tried.
 # TYPE balancer_hedges_no_backend_total counter
 balancer_hedges_no_backend_total{hedging="grpc"} %d
 # HELP balancer_hedges_refused_total Hedges the hedge budget refused.
