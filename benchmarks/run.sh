@@ -14,6 +14,8 @@
 # for the section on probes (with the root module's BenchmarkPrequal*,
 # if there are any); ONLY=guards for the section on the guards, the root
 # module's BenchmarkGuard* (panic mode, the ejection cap and the others).
+# A full run (ONLY unset) rewrites every section it measures and keeps the
+# ones it does not (the guards, hedging) where they were in BENCHMARKS.md.
 set -eu
 
 ROUNDS=${ROUNDS:-7}

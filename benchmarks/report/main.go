@@ -13,9 +13,11 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"regexp"
@@ -724,10 +726,23 @@ func main() {
 		os.Exit(2)
 	}
 	r.write(&b, m)
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+	if err := writeFull(*out, b.String()); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
+}
+
+// writeFull writes a full run's text to path, keeping the sections of
+// the file already there that the run does not measure (the guards and
+// hedging, which their own commands write) where they were.
+func writeFull(path, text string) error {
+	switch old, err := os.ReadFile(path); {
+	case err == nil:
+		text = keepSections(string(old), text)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	return os.WriteFile(path, []byte(text), 0o644)
 }
 
 // readRounds parses each named file (an empty name is none) as one round,
