@@ -20,9 +20,9 @@ import (
 // GaveUp: ctx.Err). Run
 // deposits one request in Budget. Now times each attempt (nil: time.Now).
 // Done's errors are not returned. An Attempts serves one request; Run's
-// attempts are sequential, and RunHedged hedges them. Run, RunHedged and
-// Do refuse a nil Picker, a nil try and a negative MaxTries with an error
-// matching ErrInvalidConfig that names the field (and its value).
+// attempts are sequential, and RunHedged hedges them. Run, RunHedged, Do
+// and Next refuse a nil Picker, a nil try and a negative MaxTries with an
+// error matching ErrInvalidConfig that names the field (and its value).
 type Attempts struct {
 	Picker   Picker
 	Request  *Request // nil: a fresh one
@@ -138,6 +138,9 @@ func (a *Attempts) loop(ctx context.Context, try func(ctx context.Context, peer 
 // as a simulator on a virtual clock. It returns Run's errors; it neither
 // deposits the request (Budget.Deposit, once a request) nor reports Done.
 func (a *Attempts) Next(ctx context.Context, n int) (*Peer, error) {
+	if err := a.check("Attempts.Next", false); err != nil {
+		return nil, err
+	}
 	return a.pickNext(ctx, a.Request, n, a.Budget)
 }
 

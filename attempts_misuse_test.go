@@ -10,9 +10,9 @@ import (
 )
 
 // TestAttempts_misuse: a nil Picker, a nil try or a negative MaxTries is
-// refused by Run, RunHedged and Do with ErrInvalidConfig and a message
-// naming the field (and the value), before anything is picked or
-// deposited; none panics.
+// refused by Run, RunHedged, Do and Next (which takes no try) with
+// ErrInvalidConfig and a message naming the field (and the value),
+// before anything is picked or deposited; none panics.
 func TestAttempts_misuse(t *testing.T) {
 	lb, err := NewRoundRobin([]*Peer{NewPeer("a")})
 	require.NoError(t, err)
@@ -37,11 +37,18 @@ func TestAttempts_misuse(t *testing.T) {
 			if tc.nilFn {
 				try, do = nil, nil
 			}
-			for name, run := range map[string]func(a *Attempts) error{
+			runs := map[string]func(a *Attempts) error{
 				"Run":       func(a *Attempts) error { return a.Run(context.Background(), try) },
 				"RunHedged": func(a *Attempts) error { return a.RunHedged(context.Background(), h, try) },
 				"Do":        func(a *Attempts) error { return a.Do(context.Background(), do) },
-			} {
+			}
+			if !tc.nilFn { // Next takes no try
+				runs["Next"] = func(a *Attempts) error {
+					_, err := a.Next(context.Background(), 0)
+					return err
+				}
+			}
+			for name, run := range runs {
 				a := tc.a
 				var err error
 				require.NotPanics(t, func() { err = run(&a) }, name)
