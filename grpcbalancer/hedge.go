@@ -93,7 +93,8 @@ type Hedging struct {
 //     an attempt no pick of this package saw) each attempt after the
 //     first, counted as it ends.
 //   - Won: RPCs that an attempt after the first ended with the server's
-//     OK answer; not an RPC whose caller's context ended it.
+//     OK answer; not an RPC whose caller's context ended it, nor one that
+//     sent no hedge (its only attempt sent was not its first).
 //   - Refused: attempts after the first that the budget refused.
 //   - NoBackend: attempts, the first included, not sent because their
 //     pick found no backend that the RPC's other attempts had not tried;
@@ -237,6 +238,7 @@ type hedgeCall struct {
 	rpc      rpc
 	h        *Hedging
 	backends atomic.Int32 // attempts that got a backend from a pick of this package
+	hedged   atomic.Bool  // a hedge of the RPC was counted (Hedges)
 }
 
 // pickedPeer counts an attempt's pick of p under an lbgo_ policy: the RPC's
@@ -244,6 +246,7 @@ type hedgeCall struct {
 func (a *hedgeAttempt) pickedPeer(p *lbgo.Peer) {
 	a.picked.Store(p) // for EventHedgeWon
 	if a.sent.CompareAndSwap(false, true) && a.call.backends.Add(1) > 1 && a.call.h != nil {
+		a.call.hedged.Store(true)
 		a.call.h.hedgeSent(p)
 	}
 }
@@ -355,7 +358,9 @@ func (h *Hedging) Intercept(ctx context.Context, method string, req, reply any, 
 	r.wg.Wait() // the losers return soon after their cancel
 
 	if win > 0 && err == nil {
-		h.hedgeWon(r.attempts[win].picked.Load())
+		if r.call.hedged.Load() { // else the winner was the RPC's only attempt sent
+			h.hedgeWon(r.attempts[win].picked.Load())
+		}
 		proto.Reset(msg)
 		proto.Merge(msg, r.attempts[win].reply)
 	}
@@ -518,6 +523,7 @@ func (r *hedgeRun) report(a *hedgeAttempt, err error) {
 	case a.i > 0 && a.sent.CompareAndSwap(false, true):
 		// No pick of this package saw it get a backend: another
 		// policy picked it.
+		r.call.hedged.Store(true)
 		r.h.hedgeSent(nil)
 	}
 	if r.done {

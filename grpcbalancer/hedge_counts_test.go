@@ -23,8 +23,8 @@ import (
 // finds no peer does. The budget's clock is frozen and it holds 2 tokens
 // (no ratio, 0.2 a second over 10 s), so 5 RPCs spend them all and refuse
 // the last 3 hedges unless the tokens come back: with them back, no hedge
-// is refused, each RPC counts one NoBackend and no hedge sent (one attempt
-// reached a backend), and the budget shows no retry kept. The backend
+// is refused, each RPC counts one NoBackend and no hedge sent nor won (one
+// attempt reached a backend), and the budget shows no retry kept. The backend
 // answers only once the test has seen the unsent attempt end (an
 // interceptor under the hedging one tells it) or the hedge refused (its
 // event), so that every hedge picks before its RPC ends.
@@ -76,7 +76,7 @@ func TestHedging_noBackendGivesTokenBack(t *testing.T) {
 		}
 	}
 	st := h.Stats()
-	if want := (HedgingStats{RPCs: rpcs, Won: st.Won /* either attempt may reach the backend */, NoBackend: rpcs}); st != want {
+	if want := (HedgingStats{RPCs: rpcs, NoBackend: rpcs}); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
 	if got := b.Stats(); got.Retries != 0 || got.Refused != 0 {
@@ -209,5 +209,84 @@ func TestHedging_countsMatchEvents(t *testing.T) {
 	}
 	if got := budget.Stats(); got.Retries != uint64(kept) || got.Refused != uint64(refused) {
 		t.Errorf("budget %+v: want %d retries kept, %d refused", got, kept, refused)
+	}
+}
+
+// TestHedging_wonNeedsAHedge: an RPC none of whose attempts reached a
+// backend after another did sent no hedge (Hedges 0), so no hedge won it
+// either: Won never exceeds Hedges, and no EventHedgeWon comes without an
+// EventHedgeSent. One backend; the RPC's two attempts go at once
+// (hedgingDelay 0s), and an interceptor under the hedging one holds the
+// first attempt until the second has reached the backend, so the first
+// finds no backend the RPC has not tried and is not sent; the backend
+// answers the second, the RPC's only attempt sent, once the first has
+// come back.
+func TestHedging_wonNeedsAHedge(t *testing.T) {
+	frozen := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b, err := retrybudget.New(0, 0.2, 10*time.Second, retrybudget.WithClock(func() time.Time { return frozen }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	events := map[lbgo.EventKind]uint64{}
+	h, err := NewHedging(`{"loadBalancingConfig":[{"lbgo_random":{"maxFails":0}}],
+	  "methodConfig":[{"name":[{"service":"grpc.health.v1.Health"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"0s"}}]}`,
+		WithHedgeBudget(b), WithHedgeEvents(func(e lbgo.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			events[e.Kind]++
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived, unsent := make(chan struct{}), make(chan struct{})
+	backend := startHedgeBackend(t)
+	hold := func(ctx context.Context, attempt int) error {
+		if attempt != 1 {
+			t.Errorf("attempt %d reached the backend, want only attempt 1", attempt)
+			return nil
+		}
+		close(arrived)
+		select {
+		case <-unsent:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	backend.script.Store(&hold)
+	first := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		if len(md.Get("grpc-previous-rpc-attempts")) > 0 {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		close(unsent)
+		return err
+	}
+	client, _ := dialPolicy(t, []resolver.Address{{Addr: backend.addr}}, append(h.DialOptions(), grpc.WithChainUnaryInterceptor(first))...)
+
+	ctx, cancel := rpcCtx(0)
+	defer cancel()
+	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// One attempt reached a backend, and none after it: no hedge sent,
+	// none won; the other attempt found no backend.
+	if st, want := h.Stats(), (HedgingStats{RPCs: 1, NoBackend: 1}); st != want {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if events[lbgo.EventHedgeSent] != 0 || events[lbgo.EventHedgeWon] != 0 {
+		t.Errorf("events: %d sent, %d won; want none", events[lbgo.EventHedgeSent], events[lbgo.EventHedgeWon])
+	}
+	if got := b.Stats(); got.Retries != 0 {
+		t.Errorf("budget %+v: want no retry kept (the unsent attempt's token back)", got)
 	}
 }

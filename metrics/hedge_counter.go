@@ -17,11 +17,11 @@ const (
 // grpcbalancer.Hedging is one, and the metrics module does not depend on
 // gRPC. Each count only grows. requests are the requests of a method that
 // hedges; sent the attempts of a request that reached a backend after its
-// first one did; won the requests an attempt after the first ended with an
-// OK answer; refused the attempts the budget refused; noBackend the
-// attempts, the first included, that found no backend the request's other
-// attempts had not tried, and so were not sent (grpcbalancer.HedgingStats
-// says when each is counted).
+// first one did; won the requests that sent one and that an attempt after
+// the first ended with an OK answer; refused the attempts the budget
+// refused; noBackend the attempts, the first included, that found no
+// backend the request's other attempts had not tried, and so were not
+// sent (grpcbalancer.HedgingStats says when each is counted).
 type HedgeCounter interface {
 	HedgeCounts() (requests, sent, won, refused, noBackend uint64)
 }

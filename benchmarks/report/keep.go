@@ -36,7 +36,7 @@ func keepSections(old, generated string) string {
 	gh, gt := sections(generated)
 	have := make(map[string]bool, len(gh))
 	for _, h := range gh {
-		have[h] = true
+		have[sectionKey(h)] = true
 	}
 	after := map[string][]string{} // generated's heading -> kept texts that follow it
 	var orphans []string
@@ -44,8 +44,8 @@ func keepSections(old, generated string) string {
 	for i, h := range oh {
 		switch {
 		case h == "":
-		case have[h]:
-			anchor = h
+		case have[sectionKey(h)]:
+			anchor = sectionKey(h)
 		case anchor != "":
 			after[anchor] = append(after[anchor], withBreak(ot[i]))
 		default:
@@ -76,12 +76,22 @@ func keepSections(old, generated string) string {
 			placed = true
 		}
 		b.WriteString(gt[i])
-		keep(after[h])
+		keep(after[sectionKey(h)])
 	}
 	if !placed {
 		keep(orphans)
 	}
 	return strings.TrimRight(b.String(), "\n") + "\n"
+}
+
+// sectionKey is what names a section across runs: its heading, but for
+// "## Cores", whose heading names the GOMAXPROCS of the run that measured
+// it.
+func sectionKey(heading string) string {
+	if strings.HasPrefix(heading, "## Cores") {
+		return "## Cores"
+	}
+	return heading
 }
 
 // withBreak ends s with a blank line, as a section before a heading ends.

@@ -92,6 +92,15 @@ func TestKeepSections(t *testing.T) {
 			want:      "# T\n\n## A\n\nnew a\n\n## G\n\ng\n",
 		},
 		{
+			// The Cores heading names the run's GOMAXPROCS: a run on
+			// another machine measures that section anew, under
+			// another heading, and the old one goes.
+			name:      "Cores measured anew on other cores",
+			old:       "# T\n\n## A\n\nold a\n\n## G\n\ng\n\n## Cores: GOMAXPROCS 1 against 2\n\nold c\n\n## Notes\n\nn\n",
+			generated: "# T\n\n## A\n\nnew a\n\n## Cores: GOMAXPROCS 1 against 4\n\nnew c\n\n## Notes\n\nn\n",
+			want:      "# T\n\n## A\n\nnew a\n\n## G\n\ng\n\n## Cores: GOMAXPROCS 1 against 4\n\nnew c\n\n## Notes\n\nn\n",
+		},
+		{
 			name:      "new file",
 			old:       "",
 			generated: "# T\n\n## A\n\na\n",
