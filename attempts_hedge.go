@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"time"
 )
@@ -72,8 +73,8 @@ const (
 // caller that keeps reading the winner's reply cancels ctx once done). A
 // try that panics stops the loop (the hedge timer is stopped, no further
 // attempt is sent) as the others return, and the panic goes on from
-// RunHedged. A nil h is Run; a nil Picker or try, or a negative MaxTries,
-// is ErrInvalidConfig.
+// RunHedged. A nil h is Run; a nil Picker or try, a negative MaxTries,
+// or an h not made by NewHedging is ErrInvalidConfig.
 //
 // How: Attempts.loop with a hedgeRun. Every attempt runs try on a
 // goroutine of its own, on a context of its own, and sends its verdict
@@ -83,11 +84,14 @@ const (
 // hedge budget allows it and the picker has a peer the request has not
 // tried.
 func (a *Attempts) RunHedged(ctx context.Context, h *Hedging, try func(context.Context, *Peer) Verdict) error {
-	if h == nil {
-		return a.Run(ctx, try)
-	}
 	if err := a.check("Attempts.RunHedged", try == nil); err != nil {
 		return err
+	}
+	switch {
+	case h == nil:
+		return a.runSequential(ctx, try)
+	case h.max == 0:
+		return fmt.Errorf("balancer: Attempts.RunHedged: a Hedging not made by NewHedging: %w", ErrInvalidConfig)
 	}
 	hr := &hedgeRun{
 		a:       a,

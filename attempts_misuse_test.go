@@ -62,3 +62,27 @@ func TestAttempts_misuse(t *testing.T) {
 	assert.Zero(t, lb.Peers()[0].InFlight(), "nothing picked")
 	assert.Equal(t, RetryBudgetStats{}, bud.Stats(), "nothing deposited")
 }
+
+// TestRunHedged_misuse: RunHedged names itself when it refuses a nil
+// Picker also with a nil h (which is Run), and refuses a Hedging not made
+// by NewHedging (no budget, no bound) with ErrInvalidConfig instead of
+// panicking on its nil budget, before anything is picked or deposited.
+func TestRunHedged_misuse(t *testing.T) {
+	try := func(context.Context, *Peer) Verdict { return Verdict{} }
+
+	var empty Attempts
+	err := empty.RunHedged(context.Background(), nil, try)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "Attempts.RunHedged")
+
+	lb, err := NewRoundRobin([]*Peer{NewPeer("a")})
+	require.NoError(t, err)
+	bud, err := NewRetryBudget(1, 0, time.Second)
+	require.NoError(t, err)
+	a := Attempts{Picker: lb, Budget: bud}
+	require.NotPanics(t, func() { err = a.RunHedged(context.Background(), &Hedging{}, try) })
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "not made by NewHedging")
+	assert.Zero(t, lb.Peers()[0].InFlight(), "nothing picked")
+	assert.Equal(t, RetryBudgetStats{}, bud.Stats(), "nothing deposited")
+}

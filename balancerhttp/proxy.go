@@ -112,7 +112,9 @@ type Proxy struct {
 
 	// MaxTries bounds the attempts of one request (nginx's
 	// proxy_next_upstream_tries). Default 0: only the Picker's bound, one
-	// attempt per peer that is not down.
+	// attempt per peer that is not down. Negative is refused: every
+	// request is answered 502, the error (matching
+	// balancer.ErrInvalidConfig) logged.
 	MaxTries int
 
 	// ConnectTimeout and ReadTimeout are the per-attempt timeouts,

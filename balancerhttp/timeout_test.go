@@ -387,6 +387,29 @@ func TestTimeouts_negative(t *testing.T) {
 	assert.Contains(t, logged.String(), "Proxy.ConnectTimeout -1ms is negative")
 }
 
+// TestMaxTries_negative: a negative MaxTries (once no bound) is refused
+// by the attempt loop before any pick, with an error naming it: the
+// Transport returns it, the Proxy answers 502 and logs it.
+func TestMaxTries_negative(t *testing.T) {
+	ok := okServer(t)
+	p, err := balancer.NewSmoothWRR([]*balancer.Peer{balancer.NewPeer(ok.Listener.Addr().String())})
+	require.NoError(t, err)
+	tr := &balancerhttp.Transport{Picker: p, MaxTries: -1}
+	_, err = (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://backends/")
+	assert.ErrorIs(t, err, balancer.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "MaxTries -1 is negative")
+
+	var logged bytes.Buffer
+	front := httptest.NewServer(&balancerhttp.Proxy{Picker: p, MaxTries: -1, ErrorLog: log.New(&logged, "", 0)})
+	defer front.Close()
+	resp, err := http.Get(front.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.Contains(t, logged.String(), "MaxTries -1 is negative")
+	assert.Zero(t, p.Peers()[0].InFlight(), "nothing picked")
+}
+
 // TestBaseResponseHeaderTimeout_isFailure: a timeout of Base's own, here
 // http.Transport.ResponseHeaderTimeout, is the peer's failure too (the
 // caller is still waiting), and the request goes on to the next peer.

@@ -90,7 +90,8 @@ type Transport struct {
 
 	// MaxTries bounds the attempts of one request (nginx's
 	// proxy_next_upstream_tries). Default 0: only the Picker's bound, one
-	// attempt per peer that is not down.
+	// attempt per peer that is not down. Negative is refused: every
+	// RoundTrip returns an error matching balancer.ErrInvalidConfig.
 	MaxTries int
 
 	// ConnectTimeout bounds the wait of an attempt for its connection

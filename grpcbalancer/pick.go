@@ -246,8 +246,8 @@ func (a *attempt) done(info balancer.DoneInfo) {
 // whose attempt context is ctx, given gRPC's DoneInfo, the latency from pick
 // to done and the set of status codes that count as failures of the peer.
 //
-//   - Abandoned, not a failure, when the client ended the RPC (ctx is
-//     cancelled or past its deadline, or the status is CANCELLED) and when
+//   - Abandoned, not a failure, when the client ended the RPC (the status
+//     is CANCELLED, or DEADLINE_EXCEEDED once ctx has ended) and when
 //     the attempt was never sent (BytesSent false: its stream was never
 //     opened, so the server never saw it; the connection's own failure
 //     reaches the picker through the SubConn state). nginx does not count
