@@ -21,8 +21,9 @@ var (
 )
 
 // idempotent lists the methods nginx and net/http retry: the idempotent
-// methods of RFC 9110, section 9.2.2.
+// methods of RFC 9110, section 9.2.2, and "", a client's GET.
 var idempotent = map[string]bool{
+	"":             true,
 	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true,
 	http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true,
 }

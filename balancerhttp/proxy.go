@@ -246,7 +246,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	loop := balancer.Attempts{Picker: p.Picker, Request: &br, Budget: p.RetryBudget, MaxTries: p.MaxTries, GaveUp: func() error { return gaveUp(out) }}
 	stopped := loop.Run(out.Context(), func(_ context.Context, peer *balancer.Peer) balancer.Verdict {
 		// The context is out's, which each attempt's request keeps.
-		closeBody(held)
+		dropBody(held)
 		held = nil
 
 		req := *out // a shallow copy per attempt: only URL and Body differ
@@ -317,7 +317,7 @@ func (a *attempts) RoundTrip(out *http.Request) (*http.Response, error) {
 	case stopped != nil:
 		why = stopped // the client is gone, or no peer or retry is left
 	}
-	closeBody(held)
+	dropBody(held)
 	return nil, &RoundTripError{Method: out.Method, URL: out.URL.RequestURI(), Attempts: errs, Err: why}
 }
 
@@ -369,6 +369,16 @@ func (p *Proxy) keepBody(out *http.Request) (func() io.ReadCloser, string, error
 	// Sent with its length from now on, as nginx sends a body it has read.
 	out.ContentLength, out.TransferEncoding = int64(len(b)), nil
 	return func() io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }, "", nil
+}
+
+// dropBody closes the body of a failure's response that is not passed
+// on, unread: the failure was decided on the status, and a peer that
+// stalls its body must not hold the request back from the next peer, nor
+// its end; nginx, too, closes a failed upstream's connection and goes on.
+func dropBody(resp *http.Response) {
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
 }
 
 func closeBody(resp *http.Response) {

@@ -208,7 +208,7 @@ func (a *attemptTimer) finish() {
 
 // wrap returns rc timed by a's ReadTimeout and releasing a's context when
 // closed, for the body of an attempt already reported (a failure status
-// drained, or held to be passed on); rc itself if a is nil.
+// dropped, or held to be passed on); rc itself if a is nil.
 func (a *attemptTimer) wrap(rc io.ReadCloser) io.ReadCloser {
 	if a == nil {
 		return rc

@@ -260,14 +260,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		errs  []error        // each attempt's
 		resp  *http.Response // the response passed on
 		why   error          // why an attempt that ended the loop got no response
-		drain *http.Response // a failure's response, drained once reported
+		drain *http.Response // a failure's response, dropped once reported
 		tries int
 	)
 	body := req.Body
 	loop := balancer.Attempts{Picker: t.Picker, Request: &br, Budget: t.RetryBudget, MaxTries: t.MaxTries, GaveUp: func() error { return gaveUp(req) }}
 	stopped := loop.Run(req.Context(), func(_ context.Context, peer *balancer.Peer) balancer.Verdict {
 		// The context is req's, which each attempt's request keeps.
-		closeBody(drain)
+		dropBody(drain)
 		drain = nil
 		tries++
 		if tries > 1 && hasBody {
@@ -322,8 +322,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if failed && replayable && safe {
 			// Reported as the attempt ends, before the next Pick, as
 			// nginx frees the peer before it asks for the next one;
-			// drained after.
-			r.Body = timer.wrap(r.Body) // the drain is a read too
+			// its body dropped after.
+			r.Body = timer.wrap(r.Body) // its Close releases the timer
 			drain = r
 			errs = append(errs, &StatusError{Peer: peer.Addr(), StatusCode: r.StatusCode, Status: r.Status})
 			return balancer.Verdict{Outcome: balancer.Outcome{Failed: true, Latency: latency, Load: t.load.read(r.Header, nil)}, Retry: true}
@@ -340,7 +340,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Body = rb
 		return balancer.Verdict{Reported: true} // when the body is read or closed
 	})
-	closeBody(drain)
+	dropBody(drain)
 	if resp != nil {
 		return resp, nil
 	}
