@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,29 +20,12 @@ var coldSeeds = []uint64{1, 2, 3, 4, 5}
 // them and do not change them (each made its own, twice the time).
 func coldRuns(t *testing.T) map[string][]*Result {
 	t.Helper()
-	out, err := coldRunsOnce()
-	require.NoError(t, err)
+	_, out := scenarioRuns(t, coldStartName, coldSeeds)
 	for _, p := range []string{"LeastConn", "SmoothWRR", "ReportedWRR", "ReportedWRR" + a58Suffix} {
 		require.Len(t, out[p], len(coldSeeds), "the cold start runs %s", p)
 	}
 	return out
 }
-
-var coldRunsOnce = sync.OnceValues(func() (map[string][]*Result, error) {
-	sc, ok := Lookup(coldStartName)
-	if !ok {
-		return nil, fmt.Errorf("no scenario %s", coldStartName)
-	}
-	rep, err := Compare([]Scenario{sc}, Pickers(), Options{Seeds: len(coldSeeds), Seed: coldSeeds[0]})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]*Result{}
-	for _, m := range rep.Summaries[0] {
-		out[m.Policy] = m.Runs
-	}
-	return out, nil
-})
 
 // TestColdStart is the cold start's target: over the 30 s of a client's
 // start on servers of speeds 1, 1, 1, 1, 2, 2, 4, 4, ReportedWRR's p99,

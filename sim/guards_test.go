@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,44 +16,16 @@ import (
 var guardSeeds = []uint64{1, 2, 3}
 
 // guardRuns runs scenario name's policies (its pickers and their guard
-// variants) over guardSeeds and returns each policy's runs by name. The
-// runs are on the virtual clock, so the same every time: a scenario's are
-// made once for all the tests that read them (TestScaleUp and
-// TestScaleUpControl each made their own, twice the time); no test
-// changes them.
+// variants) over guardSeeds and returns each policy's runs by name, made
+// once for every test that reads them (scenarioRuns).
 func guardRuns(t *testing.T, name string) (Scenario, map[string][]*Result) {
 	t.Helper()
-	sc, ok := Lookup(name)
-	require.True(t, ok, name)
-	guardRunsMu.Lock()
-	once, ok := guardRunsOf[name]
-	if !ok {
-		once = sync.OnceValues(func() (map[string][]*Result, error) {
-			rep, err := Compare([]Scenario{sc}, Pickers(), Options{Seeds: len(guardSeeds), Seed: guardSeeds[0]})
-			if err != nil {
-				return nil, err
-			}
-			out := map[string][]*Result{}
-			for _, m := range rep.Summaries[0] {
-				out[m.Policy] = m.Runs
-			}
-			return out, nil
-		})
-		guardRunsOf[name] = once
-	}
-	guardRunsMu.Unlock()
-	out, err := once()
-	require.NoError(t, err)
+	sc, out := scenarioRuns(t, name, guardSeeds)
 	for _, p := range GuardPickers {
 		require.Contains(t, out, p, "the guard scenarios run %s", p)
 	}
 	return sc, out
 }
-
-var (
-	guardRunsMu sync.Mutex
-	guardRunsOf = map[string]func() (map[string][]*Result, error){}
-)
 
 // erlangB returns the probability that an M/M/c/c loss system turns an
 // arrival away at offered load a (in Erlangs): B(c, a) by the recurrence
