@@ -115,8 +115,12 @@ var shiftReportedLoad = balancer.WithReportedLoad(10*time.Second, capacity.Fleet
 //
 // A run whose arrivals went out late (the machine busy elsewhere,
 // capacity.MaxLate) is run again, up to capacity.Tries times, then
-// skipped; under -race it runs once, the detector checking it whole, and
-// a noisy run's comparisons are logged, not checked. About 25 s a run,
+// skipped. Under -race it runs once, the detector checking it whole, and
+// its comparisons are logged, not checked: the detector's cost on a
+// shared machine slows the servers' handlers too, which the clients'
+// lateness does not show (one CI run, its arrivals 54 ms late at the
+// p99, under MaxLate, had the oracle's p99 at 863 ms and the control
+// at 1.49x). The plain run checks them. About 25 s a run,
 // with -race too: -short skips it.
 func TestShifting_endToEnd(t *testing.T) {
 	if testing.Short() {
@@ -164,7 +168,7 @@ func TestShifting_endToEnd(t *testing.T) {
 	for _, v := range variants {
 		names = append(names, v.name)
 	}
-	capacity.CheckShifting(t, sc, names, run, quiet)
+	capacity.CheckShifting(t, sc, names, run, quiet && raceSlowdown == 1)
 	var ps balancer.ProbeStats
 	for _, b := range prequals {
 		s := b.ProbeStats()
